@@ -1,0 +1,157 @@
+# cython: language_level=3
+"""Marshals numpy buffers to the C kernels; no logic lives here."""
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int8_t, int32_t, int64_t, uint64_t
+
+cnp.import_array()
+
+cdef extern from "ortx_kernels.h":
+    ctypedef void (*ortx_kernel_fn)(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) noexcept nogil
+    ctypedef struct ortx_kernel_entry:
+        const char *name
+        ortx_kernel_fn fast
+        ortx_kernel_fn ref
+    ctypedef struct ortx_program:
+        int32_t num_steps
+        const int32_t *kernel_ids
+        const int64_t *int_offsets
+        const int64_t *float_offsets
+        const int64_t *buffer_offsets
+        const int64_t *ints
+        const float *floats
+        const int32_t *buffer_ids
+        int32_t num_buffers
+        const int8_t *buffer_kinds
+        const int64_t *buffer_values
+    int ortx_cpu_isa() nogil
+    int ortx_selected_isa() nogil
+    int ortx_force_isa(int isa) nogil
+    int ortx_kernel_count() nogil
+    const ortx_kernel_entry *ortx_kernel_at(int index) nogil
+    int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
+                         int num_threads, int use_ref, double *step_seconds) nogil
+    int ORTX_MAX_STEP_BUFFERS
+
+ISA_NAMES = ("portable", "avx2", "avx512")
+
+
+def _build_kernel_names():
+    names = []
+    for index in range(ortx_kernel_count()):
+        names.append(ortx_kernel_at(index).name.decode())
+    return tuple(names)
+
+
+KERNEL_NAMES = _build_kernel_names()
+KERNEL_IDS = {name: index for index, name in enumerate(KERNEL_NAMES)}
+
+
+def cpu_isa():
+    """The best ISA this CPU supports, by name."""
+    return ISA_NAMES[ortx_cpu_isa()]
+
+
+def selected_isa():
+    return ISA_NAMES[ortx_selected_isa()]
+
+
+def force_isa(name):
+    """Runs lower ISA variants (for tests); returns the ISA now in use (never above what the CPU has)."""
+    return ISA_NAMES[ortx_force_isa(ISA_NAMES.index(name))]
+
+
+cdef inline void *_address(object array):
+    return <void *><uint64_t>array.__array_interface__["data"][0]
+
+
+def call(str name, ints, floats, list buffers, int num_threads=1, bint use_ref=False):
+    """Runs one kernel now on numpy buffers (tests, and weight packing at compile time)."""
+    if name not in KERNEL_IDS:
+        raise KeyError(f"ortx kernel {name!r} does not exist; known kernels: {', '.join(KERNEL_NAMES)}")
+    if len(buffers) > ORTX_MAX_STEP_BUFFERS:
+        raise ValueError(f"kernel {name!r}: {len(buffers)} buffers, at most {ORTX_MAX_STEP_BUFFERS}")
+    cdef cnp.ndarray[int64_t, ndim=1] int_array = np.ascontiguousarray(ints, dtype=np.int64).reshape(-1)
+    cdef cnp.ndarray[float, ndim=1] float_array = np.ascontiguousarray(floats, dtype=np.float32).reshape(-1)
+    if int_array.shape[0] == 0:
+        int_array = np.zeros(1, np.int64)
+    if float_array.shape[0] == 0:
+        float_array = np.zeros(1, np.float32)
+    cdef void *pointers[16]
+    for index, buffer in enumerate(buffers):
+        if not buffer.flags.c_contiguous:
+            raise ValueError(f"kernel {name!r}: buffer {index} is not C-contiguous")
+        pointers[index] = _address(buffer)
+    cdef const ortx_kernel_entry *entry = ortx_kernel_at(KERNEL_IDS[name])
+    cdef ortx_kernel_fn fn = entry.ref if (use_ref and entry.ref != NULL) else entry.fast
+    cdef const int64_t *ip = &int_array[0]
+    cdef const float *fp = &float_array[0]
+    with nogil:
+        fn(ip, fp, pointers, num_threads)
+
+
+cdef class Program:
+    """A compiled segment's steps as flat arrays; read-only once built, so runs may share it across threads."""
+    cdef ortx_program program
+    cdef object _keep
+    cdef cnp.ndarray constant_pointers
+    cdef readonly int num_steps
+    cdef readonly object kernel_names
+
+    def __init__(self, kernel_ids, int_offsets, float_offsets, buffer_offsets, ints, floats, buffer_ids,
+                 buffer_kinds, buffer_values, list constants):
+        arrays = {
+            "kernel_ids": np.ascontiguousarray(kernel_ids, dtype=np.int32),
+            "int_offsets": np.ascontiguousarray(int_offsets, dtype=np.int64),
+            "float_offsets": np.ascontiguousarray(float_offsets, dtype=np.int64),
+            "buffer_offsets": np.ascontiguousarray(buffer_offsets, dtype=np.int64),
+            "ints": np.ascontiguousarray(np.append(np.asarray(ints, dtype=np.int64), 0)),
+            "floats": np.ascontiguousarray(np.append(np.asarray(floats, dtype=np.float32), 0)),
+            "buffer_ids": np.ascontiguousarray(np.append(np.asarray(buffer_ids, dtype=np.int32), 0)),
+            "buffer_kinds": np.ascontiguousarray(np.append(np.asarray(buffer_kinds, dtype=np.int8), 0)),
+            "buffer_values": np.ascontiguousarray(np.append(np.asarray(buffer_values, dtype=np.int64), 0)),
+        }
+        count = len(arrays["kernel_ids"])
+        for key in ("int_offsets", "float_offsets", "buffer_offsets"):
+            if len(arrays[key]) != count + 1:
+                raise ValueError(f"Program: {key} must have num_steps + 1 entries")
+        if count and (arrays["kernel_ids"].min() < 0 or arrays["kernel_ids"].max() >= len(KERNEL_NAMES)):
+            raise ValueError("Program: kernel id out of range")
+        constants = [np.ascontiguousarray(c) for c in constants]
+        self.constant_pointers = np.array([c.__array_interface__["data"][0] for c in constants] or [0],
+                                          dtype=np.uint64)
+        self._keep = (arrays, constants)
+        self.num_steps = count
+        self.kernel_names = tuple(KERNEL_NAMES[k] for k in arrays["kernel_ids"])
+        self.program.num_steps = count
+        self.program.kernel_ids = <const int32_t *>_address(arrays["kernel_ids"])
+        self.program.int_offsets = <const int64_t *>_address(arrays["int_offsets"])
+        self.program.float_offsets = <const int64_t *>_address(arrays["float_offsets"])
+        self.program.buffer_offsets = <const int64_t *>_address(arrays["buffer_offsets"])
+        self.program.ints = <const int64_t *>_address(arrays["ints"])
+        self.program.floats = <const float *>_address(arrays["floats"])
+        self.program.buffer_ids = <const int32_t *>_address(arrays["buffer_ids"])
+        self.program.num_buffers = len(arrays["buffer_kinds"]) - 1
+        self.program.buffer_kinds = <const int8_t *>_address(arrays["buffer_kinds"])
+        self.program.buffer_values = <const int64_t *>_address(arrays["buffer_values"])
+
+    def run(self, arena, externals, int num_threads=1, bint use_ref=False, step_seconds=None):
+        """arena: a uint8 array (or None when the program uses none); externals: uint64 array of addresses."""
+        cdef cnp.ndarray[uint64_t, ndim=1] external_array = np.ascontiguousarray(externals, dtype=np.uint64)
+        if external_array.shape[0] == 0:
+            external_array = np.zeros(1, np.uint64)
+        cdef char *arena_pointer = <char *>_address(arena) if arena is not None else NULL
+        cdef void *const *external_pointers = <void *const *>&external_array[0]
+        cdef void *const *constant_pointers = <void *const *>_address(self.constant_pointers)
+        cdef double *seconds = NULL
+        if step_seconds is not None:
+            if step_seconds.dtype != np.float64 or step_seconds.shape[0] < self.num_steps:
+                raise ValueError("step_seconds must be a float64 array with one entry per step")
+            seconds = <double *>_address(step_seconds)
+        cdef int status
+        with nogil:
+            status = ortx_program_run(&self.program, arena_pointer, constant_pointers, external_pointers,
+                                      num_threads, use_ref, seconds)
+        if status != 0:
+            raise RuntimeError(f"ortx program failed at step {-status - 1}")

@@ -1,0 +1,62 @@
+/* The explicit kernel table and the run-time ISA choice.
+ *
+ * Families are listed here, once, in a fixed order; kernel ids are positions in the flattened list and are
+ * looked up by name from Python at import. The ISA is detected once from CPUID; tests may lower it to check
+ * every variant the machine can run.
+ */
+#include "ortx_kernels.h"
+
+static const ortx_kernel_entry *const families[] = {
+    ortx_family_gemm, ortx_family_conv, ortx_family_elementwise,
+    ortx_family_reduce, ortx_family_pool, ortx_family_layout,
+};
+
+/* Flattened once; _kernels.pyx calls ortx_kernel_count() at import, before any thread can run a program. */
+#define ORTX_MAX_KERNELS 1024
+static const ortx_kernel_entry *flat_table[ORTX_MAX_KERNELS];
+static int flat_count = -1;
+
+int ortx_kernel_count(void) {
+    if (flat_count >= 0) return flat_count;
+    int count = 0;
+    for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++)
+        for (const ortx_kernel_entry *e = families[f]; e->name && count < ORTX_MAX_KERNELS; e++)
+            flat_table[count++] = e;
+    flat_count = count;
+    return count;
+}
+
+const ortx_kernel_entry *ortx_kernel_at(int index) {
+    if (index < 0 || index >= ortx_kernel_count()) return NULL;
+    return flat_table[index];
+}
+
+static int detect_isa(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return ORTX_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ORTX_ISA_AVX2;
+#endif
+    return ORTX_ISA_PORTABLE;
+}
+
+static int cpu_isa = -1;
+static int selected_isa = -1;
+
+int ortx_cpu_isa(void) {
+    if (cpu_isa < 0) cpu_isa = detect_isa();
+    return cpu_isa;
+}
+
+int ortx_selected_isa(void) {
+    if (selected_isa < 0) selected_isa = ortx_cpu_isa();
+    return selected_isa;
+}
+
+int ortx_force_isa(int isa) {
+    int best = ortx_cpu_isa();
+    selected_isa = isa < best ? isa : best;
+    return selected_isa;
+}

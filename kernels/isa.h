@@ -1,0 +1,16 @@
+/* Per-function instruction-set targets, so ISA files compile with the package's portable flags and run only
+ * after dispatch.c has checked the CPU. */
+#ifndef ORTX_ISA_H
+#define ORTX_ISA_H
+
+#if defined(__x86_64__) || defined(__i386__)
+#define ORTX_HAVE_X86 1
+#define ORTX_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define ORTX_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+#else
+#define ORTX_HAVE_X86 0
+#define ORTX_TARGET_AVX2
+#define ORTX_TARGET_AVX512
+#endif
+
+#endif

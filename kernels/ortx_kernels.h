@@ -1,0 +1,65 @@
+/* The one ABI between ortx's Python side and its C kernels.
+ *
+ * Every kernel is a step function with the same signature: integer parameters, float parameters, buffer
+ * pointers and a thread count. Each op family documents its parameter layout above its entry table. A compiled
+ * segment is a list of steps (program.c); the JIT of issue #4 emits C that calls the same functions with
+ * constant arguments. Fast kernels are named ortx_<op>_<dtype>_<isa>, their oracles ortx_<op>_<dtype>_ref.
+ */
+#ifndef ORTX_KERNELS_H
+#define ORTX_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef void (*ortx_kernel_fn)(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+typedef struct ortx_kernel_entry {
+    const char *name;     /* e.g. "conv2d_f32"; the Python lowering refers to kernels by this name */
+    ortx_kernel_fn fast;  /* the dispatching implementation (picks the ISA variant) */
+    ortx_kernel_fn ref;   /* the naive oracle; may equal fast for pure data movement */
+} ortx_kernel_entry;
+
+/* Per-family entry tables, each terminated by {NULL, NULL, NULL}; dispatch.c lists them all explicitly. */
+extern const ortx_kernel_entry ortx_family_gemm[];
+extern const ortx_kernel_entry ortx_family_conv[];
+extern const ortx_kernel_entry ortx_family_elementwise[];
+extern const ortx_kernel_entry ortx_family_reduce[];
+extern const ortx_kernel_entry ortx_family_pool[];
+extern const ortx_kernel_entry ortx_family_layout[];
+
+/* CPU features, detected once. */
+enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };
+int ortx_cpu_isa(void);          /* best ISA this CPU supports */
+int ortx_selected_isa(void);     /* ISA in use (best, unless lowered by ortx_force_isa) */
+int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now in use */
+
+/* Kernel table (flattened families). */
+int ortx_kernel_count(void);
+const ortx_kernel_entry *ortx_kernel_at(int index);
+
+/* Buffer kinds of a program's buffer table. */
+enum { ORTX_BUFFER_ARENA = 0, ORTX_BUFFER_CONSTANT = 1, ORTX_BUFFER_EXTERNAL = 2 };
+
+typedef struct ortx_program {
+    int32_t num_steps;
+    const int32_t *kernel_ids;       /* [num_steps] index into the kernel table */
+    const int64_t *int_offsets;      /* [num_steps + 1] into ints */
+    const int64_t *float_offsets;    /* [num_steps + 1] into floats */
+    const int64_t *buffer_offsets;   /* [num_steps + 1] into buffer_ids */
+    const int64_t *ints;
+    const float *floats;
+    const int32_t *buffer_ids;       /* indexes into the buffer table */
+    int32_t num_buffers;
+    const int8_t *buffer_kinds;      /* [num_buffers] ORTX_BUFFER_* */
+    const int64_t *buffer_values;    /* arena byte offset, constant index or external index */
+} ortx_program;
+
+#define ORTX_MAX_STEP_BUFFERS 16
+
+/* Runs every step in order. constants and externals are pointer arrays; step_seconds (optional, may be NULL)
+ * receives each step's wall time. use_ref != 0 runs the reference kernels. Returns 0, or -(step+1) when a
+ * step names an unknown kernel or too many buffers. */
+int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
+                     int num_threads, int use_ref, double *step_seconds);
+
+#endif

@@ -1,0 +1,58 @@
+"""Compiles a whole ONNX graph whose nodes OrtxEP can all run into one program (one claimed segment).
+
+The session compiles each claimed segment through `compile_graph`; tests use `run_graph` to check a lowering
+against ONNX Runtime on a one-node model.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from ortx.ep.lowering import LOWERINGS
+from ortx.ep.lowering._values import numpy_dtype, static_shape
+from ortx.ep.segment_builder import CompiledProgram, SegmentBuilder
+
+
+class NotClaimable(ValueError):
+    """A node the lowering table cannot run; the message names the node and the reason."""
+
+
+def check_node(node: ir.Node) -> str | None:
+    """Why OrtxEP cannot run `node`, or None when it can."""
+    entry = LOWERINGS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+    if entry is None:
+        return f"{node.op_type}: op not supported"
+    check, _ = entry
+    return check(node)
+
+
+def compile_graph(graph: ir.Graph, *, num_threads: int = 1) -> CompiledProgram:
+    builder = SegmentBuilder(list(graph.inputs), list(graph.outputs), num_threads=num_threads)
+    for node in graph:
+        reason = check_node(node)
+        if reason is not None:
+            raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
+        builder.current_node = node.name or node.op_type
+        _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
+        lower(node, builder)
+    return builder.finish()
+
+
+def infer_shapes(model: onnx.ModelProto) -> ir.Model:
+    inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    return ir.serde.deserialize_model(inferred)
+
+
+def run_graph(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, num_threads: int = 1,
+              use_reference_kernels: bool = False) -> list[np.ndarray]:
+    """Compiles `model` (every node must be claimable) and runs it once; for tests and debugging."""
+    ir_model = infer_shapes(model)
+    compiled = compile_graph(ir_model.graph, num_threads=num_threads)
+    graph = ir_model.graph
+    inputs = [np.ascontiguousarray(feeds[value.name], dtype=numpy_dtype(value)) for value in graph.inputs]
+    outputs = [np.empty(static_shape(value), dtype=numpy_dtype(value)) for value in graph.outputs]
+    externals = np.array([a.__array_interface__["data"][0] for a in inputs + outputs], dtype=np.uint64)
+    arena = np.empty(max(compiled.arena_bytes, 1), dtype=np.uint8)
+    compiled.program.run(arena, externals, num_threads, use_reference_kernels)
+    return outputs

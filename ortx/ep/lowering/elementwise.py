@@ -1,0 +1,4 @@
+"""Lowerings for the elementwise kernel family."""
+from __future__ import annotations
+
+LOWERINGS = {}

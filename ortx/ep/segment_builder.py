@@ -1,0 +1,150 @@
+"""Builds one compiled segment: lowerings emit kernel steps here, then arena offsets are planned.
+
+Buffers are graph tensors (arena), segment inputs/outputs (external, bound per run), constants (initializers and
+packed weights) and workspaces. An arena buffer lives from the first to the last step that names it, so the
+planner needs nothing but the emitted steps.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx import _kernels
+from ortx.ep.lowering._values import constant_value, numpy_dtype, size_bytes
+from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferRef:
+    index: int
+
+
+@dataclasses.dataclass
+class _Buffer:
+    kind: int  # _kernels buffer kinds: 0 arena, 1 constant, 2 external
+    value: int  # arena: offset (after planning); constant: index; external: index
+    nbytes: int
+    label: str
+
+
+ARENA, CONSTANT, EXTERNAL = 0, 1, 2
+
+
+class SegmentBuilder:
+    """The lowering context for one segment; `finish()` turns it into a runnable `CompiledProgram`."""
+
+    def __init__(self, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1):
+        self.num_threads = num_threads
+        self._buffers: list[_Buffer] = []
+        self._by_value: dict[str, BufferRef] = {}
+        self._constants: list[np.ndarray] = []
+        self._output_names = {value.name for value in outputs}
+        self._steps: list[tuple[int, np.ndarray, np.ndarray, list[int]]] = []
+        self._step_nodes: list[str] = []
+        self.current_node = ""
+        for index, value in enumerate(list(inputs) + list(outputs)):
+            if value.name not in self._by_value:
+                self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
+
+    def _new(self, kind: int, value: int, nbytes: int, label: str) -> BufferRef:
+        self._buffers.append(_Buffer(kind, value, nbytes, label))
+        return BufferRef(len(self._buffers) - 1)
+
+    # Buffers -----------------------------------------------------------------------------------------------
+    def buffer(self, value: ir.Value) -> BufferRef:
+        """The storage of a graph tensor: external, constant (initializer/Constant) or a new arena buffer."""
+        ref = self._by_value.get(value.name)
+        if ref is not None:
+            return ref
+        array = constant_value(value)
+        if array is not None:
+            ref = self.add_constant(array, label=value.name)
+        else:
+            ref = self._new(ARENA, -1, size_bytes(value), value.name)
+        self._by_value[value.name] = ref
+        return ref
+
+    def add_constant(self, array: np.ndarray, *, label: str = "constant") -> BufferRef:
+        """A read-only buffer kept alive by the program (initializers, packed weights, tables)."""
+        array = np.ascontiguousarray(array)
+        self._constants.append(array)
+        return self._new(CONSTANT, len(self._constants) - 1, array.nbytes, label)
+
+    def workspace(self, nbytes: int, *, label: str = "workspace") -> BufferRef:
+        """Arena scratch memory that lives only across the steps that name it."""
+        return self._new(ARENA, -1, int(nbytes), f"{self.current_node}:{label}")
+
+    def alias(self, output: ir.Value, source: ir.Value) -> None:
+        """Lets `output` share `source`'s bytes (Reshape-like ops); copies when `output` is bound externally."""
+        if output.name in self._output_names or output.name in self._by_value:
+            self.emit("copy_bytes", [size_bytes(output)], [], [self.buffer(source), self.buffer(output)])
+        else:
+            self._by_value[output.name] = self.buffer(source)
+
+    # Steps -------------------------------------------------------------------------------------------------
+    def emit(self, kernel: str, ints, floats, buffers: list[BufferRef]) -> None:
+        kernel_id = _kernels.KERNEL_IDS.get(kernel)
+        if kernel_id is None:
+            raise KeyError(f"node {self.current_node!r}: no kernel named {kernel!r} in ortx._kernels")
+        self._steps.append((
+            kernel_id,
+            np.asarray(ints, dtype=np.int64).reshape(-1),
+            np.asarray(floats, dtype=np.float32).reshape(-1),
+            [ref.index for ref in buffers],
+        ))
+        self._step_nodes.append(self.current_node)
+
+    # Result ------------------------------------------------------------------------------------------------
+    def lifetimes(self) -> list[Lifetime]:
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for step, (_, _, _, buffer_ids) in enumerate(self._steps):
+            for index in buffer_ids:
+                first.setdefault(index, step)
+                last[index] = step
+        return [
+            Lifetime(str(index), self._buffers[index].nbytes, first[index], last[index])
+            for index in sorted(first)
+            if self._buffers[index].kind == ARENA
+        ]
+
+    def finish(self) -> "CompiledProgram":
+        plan = plan_offsets(self.lifetimes())
+        for name, offset in plan.offsets.items():
+            self._buffers[int(name)].value = offset
+        ints, floats, buffer_ids = [], [], []
+        int_offsets, float_offsets, buffer_offsets = [0], [0], [0]
+        for _, step_ints, step_floats, step_buffers in self._steps:
+            ints.append(step_ints)
+            floats.append(step_floats)
+            buffer_ids.extend(step_buffers)
+            int_offsets.append(int_offsets[-1] + len(step_ints))
+            float_offsets.append(float_offsets[-1] + len(step_floats))
+            buffer_offsets.append(len(buffer_ids))
+        program = _kernels.Program(
+            [step[0] for step in self._steps],
+            int_offsets,
+            float_offsets,
+            buffer_offsets,
+            np.concatenate(ints) if ints else np.zeros(0, np.int64),
+            np.concatenate(floats) if floats else np.zeros(0, np.float32),
+            buffer_ids,
+            [b.kind for b in self._buffers],
+            [b.value for b in self._buffers],
+            self._constants,
+        )
+        return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants))
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledProgram:
+    program: "_kernels.Program"
+    plan: MemoryPlan
+    step_nodes: tuple[str, ...]
+    constant_bytes: int
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes

@@ -1,0 +1,40 @@
+"""Builds ortx._kernels: the C kernels in kernels/ plus the Cython marshalling layer.
+
+ISA-specific files (*_avx2.c, *_avx512.c) select their instruction set with target attributes inside the
+file, so every file is compiled with the same portable flags and the choice happens at run time in dispatch.c.
+"""
+import glob
+import shutil
+import sys
+import sysconfig
+
+import numpy
+from setuptools import Extension, setup
+
+
+def _c_compiler_or_exit():
+    compiler = sysconfig.get_config_var("CC") or "cc"
+    if shutil.which(compiler.split()[0]) is None and shutil.which("cc") is None:
+        sys.exit(
+            "ortx: no C compiler found (looked for %r and 'cc'). ortx's kernels are C and are built at install "
+            "time; install gcc or clang (Debian/Ubuntu: apt-get install gcc python3-dev) and retry." % compiler
+        )
+
+
+_c_compiler_or_exit()
+
+from Cython.Build import cythonize  # noqa: E402  (after the compiler check, for a clearer message)
+
+sources = ["kernels/_kernels.pyx"] + sorted(glob.glob("kernels/*.c")) + sorted(glob.glob("kernels/ref/*.c"))
+sources = [s for s in sources if not s.endswith("kernels/_kernels.c")]
+
+extension = Extension(
+    "ortx._kernels",
+    sources=sources,
+    include_dirs=["kernels", numpy.get_include()],
+    extra_compile_args=["-O3", "-std=gnu11", "-fopenmp", "-fno-strict-aliasing", "-Wno-unused-function"],
+    extra_link_args=["-fopenmp"],
+    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+)
+
+setup(ext_modules=cythonize([extension], language_level=3, compiler_directives={"boundscheck": False}))
