@@ -101,16 +101,22 @@ cdef class Program:
 
     def __init__(self, kernel_ids, int_offsets, float_offsets, buffer_offsets, ints, floats, buffer_ids,
                  buffer_kinds, buffer_values, list constants):
+        def padded(values, dtype):
+            # one spare element so empty arrays still have an address; np.append would change the dtype
+            array = np.zeros(len(values) + 1, dtype=dtype)
+            array[:len(values)] = values
+            return array
+
         arrays = {
             "kernel_ids": np.ascontiguousarray(kernel_ids, dtype=np.int32),
             "int_offsets": np.ascontiguousarray(int_offsets, dtype=np.int64),
             "float_offsets": np.ascontiguousarray(float_offsets, dtype=np.int64),
             "buffer_offsets": np.ascontiguousarray(buffer_offsets, dtype=np.int64),
-            "ints": np.ascontiguousarray(np.append(np.asarray(ints, dtype=np.int64), 0)),
-            "floats": np.ascontiguousarray(np.append(np.asarray(floats, dtype=np.float32), 0)),
-            "buffer_ids": np.ascontiguousarray(np.append(np.asarray(buffer_ids, dtype=np.int32), 0)),
-            "buffer_kinds": np.ascontiguousarray(np.append(np.asarray(buffer_kinds, dtype=np.int8), 0)),
-            "buffer_values": np.ascontiguousarray(np.append(np.asarray(buffer_values, dtype=np.int64), 0)),
+            "ints": padded(np.asarray(ints).reshape(-1), np.int64),
+            "floats": padded(np.asarray(floats).reshape(-1), np.float32),
+            "buffer_ids": padded(np.asarray(buffer_ids).reshape(-1), np.int32),
+            "buffer_kinds": padded(np.asarray(buffer_kinds).reshape(-1), np.int8),
+            "buffer_values": padded(np.asarray(buffer_values).reshape(-1), np.int64),
         }
         count = len(arrays["kernel_ids"])
         for key in ("int_offsets", "float_offsets", "buffer_offsets"):
