@@ -1,6 +1,162 @@
-/* Family "pool": entry table (filled in as kernels land). */
+/* Family "pool": windowed and global pooling over NC[D][H]W float32 tensors.
+ *
+ * maxpool_f32, avgpool_f32: ints and buffers as documented in pool_internal.h (23 ints; buffers = [x, y]).
+ *   MaxPool of windows with no valid tap is the lowest float (onnxruntime's initial value). AveragePool divides
+ *   by the valid taps, or with count_include_pad by the taps inside the padded extent (taps past the end pads,
+ *   which ceil_mode can create, are not counted), as onnxruntime does.
+ * global_avgpool_f32, global_maxpool_f32: ints = [channels (N*C), spatial (product of spatial dims)];
+ *   buffers = [x, y].
+ *
+ * Structure: a driver walks (channel, d, h) output rows in an OpenMP loop over channels and hands each row's
+ * valid input rows to a row function; the AVX2 row function vectorises along the output width for strides 1
+ * and 2 with dilation 1 (ISA variant in pool_avx2.c). Every variant reduces taps in the reference's order
+ * (d, h, then w), so windowed results match the reference bitwise; global averages use 8-lane partial sums.
+ */
+#include <float.h>
+#include <stdlib.h>
+
+#include "isa.h"
 #include "ortx_kernels.h"
+#include "pool_internal.h"
+
+void ortx_maxpool_f32_ref(const int64_t *, const float *, void *const *, int);
+void ortx_avgpool_f32_ref(const int64_t *, const float *, void *const *, int);
+void ortx_global_avgpool_f32_ref(const int64_t *, const float *, void *const *, int);
+void ortx_global_maxpool_f32_ref(const int64_t *, const float *, void *const *, int);
+
+void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                                const ortx_pool_params *p, int is_max) {
+    const int64_t dil = p->dilation[2];
+    for (int64_t ow = 0; ow < p->out[2]; ow++) {
+        int64_t first, last, padded;
+        ortx_pool_taps(p, 2, ow, &first, &last, &padded);
+        const int64_t start = ow * p->stride[2] - p->pad_begin[2];
+        if (is_max) {
+            float best = -FLT_MAX;
+            for (int64_t r = 0; r < num_rows; r++)
+                for (int64_t j = first; j < last; j++) {
+                    float v = rows[r][start + j * dil];
+                    best = v > best ? v : best;
+                }
+            out[ow] = best;
+        } else {
+            float sum = 0.0f;
+            for (int64_t r = 0; r < num_rows; r++)
+                for (int64_t j = first; j < last; j++) sum += rows[r][start + j * dil];
+            int64_t count = p->count_include_pad ? padded_rows * padded : num_rows * (last - first);
+            out[ow] = count > 0 ? sum / (float)count : 0.0f;
+        }
+    }
+}
+
+static ortx_pool_row_fn select_row_fn(void) {
+#if ORTX_HAVE_X86
+    if (ortx_selected_isa() >= ORTX_ISA_AVX2) return ortx_pool_row_f32_avx2;
+#endif
+    return ortx_pool_row_f32_portable;
+}
+
+static void pool_driver(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
+    const ortx_pool_params p = ortx_pool_params_read(ints);
+    const float *x = (const float *)buffers[0];
+    float *y = (float *)buffers[1];
+    const ortx_pool_row_fn row_fn = select_row_fn();
+    const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
+    const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
+    const int64_t max_rows = p.kernel[0] * p.kernel[1];
+#pragma omp parallel num_threads(num_threads)
+    {
+        const float **rows = malloc(sizeof(float *) * (size_t)(max_rows > 0 ? max_rows : 1));
+#pragma omp for schedule(static)
+        for (int64_t c = 0; c < p.channels; c++) {
+            const float *xc = x + c * in_plane;
+            float *yc = y + c * out_plane;
+            for (int64_t od = 0; od < p.out[0]; od++) {
+                int64_t d_first, d_last, d_padded;
+                ortx_pool_taps(&p, 0, od, &d_first, &d_last, &d_padded);
+                const int64_t d_start = od * p.stride[0] - p.pad_begin[0];
+                for (int64_t oh = 0; oh < p.out[1]; oh++) {
+                    int64_t h_first, h_last, h_padded;
+                    ortx_pool_taps(&p, 1, oh, &h_first, &h_last, &h_padded);
+                    const int64_t h_start = oh * p.stride[1] - p.pad_begin[1];
+                    int64_t num_rows = 0;
+                    for (int64_t i = d_first; i < d_last; i++)
+                        for (int64_t j = h_first; j < h_last; j++)
+                            rows[num_rows++] = xc + ((d_start + i * p.dilation[0]) * p.in[1] +
+                                                     (h_start + j * p.dilation[1])) * p.in[2];
+                    row_fn(rows, num_rows, d_padded * h_padded, yc + (od * p.out[1] + oh) * p.out[2], &p, is_max);
+                }
+            }
+        }
+        free(rows);
+    }
+}
+
+static void ortx_maxpool_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    pool_driver(ints, buffers, num_threads, 1);
+}
+
+static void ortx_avgpool_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    pool_driver(ints, buffers, num_threads, 0);
+}
+
+/* Portable global pools: four partial sums per channel so the compiler can keep several adds in flight. */
+static void global_pool_portable(const float *x, float *y, int64_t channels, int64_t spatial, int is_max,
+                                 int num_threads) {
+#pragma omp parallel for num_threads(num_threads) schedule(static)
+    for (int64_t c = 0; c < channels; c++) {
+        const float *xc = x + c * spatial;
+        float acc[4];
+        int64_t i = 0;
+        if (is_max) {
+            acc[0] = acc[1] = acc[2] = acc[3] = -FLT_MAX;
+            for (; i + 4 <= spatial; i += 4)
+                for (int l = 0; l < 4; l++) acc[l] = xc[i + l] > acc[l] ? xc[i + l] : acc[l];
+            float best = acc[0];
+            for (int l = 1; l < 4; l++) best = acc[l] > best ? acc[l] : best;
+            for (; i < spatial; i++) best = xc[i] > best ? xc[i] : best;
+            y[c] = best;
+        } else {
+            acc[0] = acc[1] = acc[2] = acc[3] = 0.0f;
+            for (; i + 4 <= spatial; i += 4)
+                for (int l = 0; l < 4; l++) acc[l] += xc[i + l];
+            float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            for (; i < spatial; i++) sum += xc[i];
+            y[c] = sum / (float)spatial;
+        }
+    }
+}
+
+static void global_pool(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
+    const float *x = (const float *)buffers[0];
+    float *y = (float *)buffers[1];
+#if ORTX_HAVE_X86
+    if (ortx_selected_isa() >= ORTX_ISA_AVX2) {
+        ortx_global_pool_f32_avx2(x, y, ints[0], ints[1], is_max, num_threads);
+        return;
+    }
+#endif
+    global_pool_portable(x, y, ints[0], ints[1], is_max, num_threads);
+}
+
+static void ortx_global_avgpool_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    (void)floats;
+    global_pool(ints, buffers, num_threads, 0);
+}
+
+static void ortx_global_maxpool_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    (void)floats;
+    global_pool(ints, buffers, num_threads, 1);
+}
 
 const ortx_kernel_entry ortx_family_pool[] = {
+    {"maxpool_f32", ortx_maxpool_f32, ortx_maxpool_f32_ref},
+    {"avgpool_f32", ortx_avgpool_f32, ortx_avgpool_f32_ref},
+    {"global_avgpool_f32", ortx_global_avgpool_f32, ortx_global_avgpool_f32_ref},
+    {"global_maxpool_f32", ortx_global_maxpool_f32, ortx_global_maxpool_f32_ref},
     {NULL, NULL, NULL},
 };

@@ -1,4 +1,154 @@
-"""Lowerings for the pool kernel family."""
+"""Lowerings for the pool kernel family: MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool (float32, NCHW).
+
+Windowed pools run 1-D, 2-D and 3-D through one kernel that sees three spatial dims (missing leading dims are 1).
+Pads are resolved here, as onnxruntime resolves them (auto_pad SAME_* uses the undilated kernel, as ORT does), and
+the output size computed from them must equal the inferred output shape, else the node is declined.
+"""
 from __future__ import annotations
 
-LOWERINGS = {}
+import math
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, static_shape
+from ortx.ep.lowering.layout import opset_version, string_attribute, value_is_used
+
+
+def _float_input_reason(node: ir.Node) -> str | None:
+    try:
+        dtype = numpy_dtype(node.inputs[0])
+        shape = static_shape(node.inputs[0])
+        static_shape(node.outputs[0])
+    except NotStatic as error:
+        return str(error)
+    if dtype != np.float32:
+        return f"input 0 dtype {dtype} not supported (float32 only)"
+    if not 3 <= len(shape) <= 5:
+        return f"input rank {len(shape)} not supported (NCW, NCHW or NCDHW)"
+    return None
+
+
+def _output_size(in_size: int, kernel: int, stride: int, pad_total: int, dilation: int, pad_begin: int,
+                 ceil_mode: int) -> int:
+    """onnxruntime's PoolAttributes::ComputeOutputSize, including its rule that with ceil_mode the last window
+    must start inside the input or the begin padding."""
+    span = in_size + pad_total - dilation * (kernel - 1) - 1
+    if not ceil_mode:
+        return span // stride + 1 if span >= 0 else 0
+    size = math.ceil(span / stride) + 1
+    if (size - 1) * stride >= in_size + pad_begin:
+        size -= 1
+    return size
+
+
+def _window_plan(node: ir.Node) -> tuple[dict | None, str | None]:
+    """Resolved kernel/stride/dilation/pads per spatial axis, or the reason the node is declined."""
+    shape = static_shape(node.inputs[0])
+    out_shape = static_shape(node.outputs[0])
+    spatial = len(shape) - 2
+    kernel = attribute(node, "kernel_shape")
+    if kernel is None or len(kernel) != spatial:
+        return None, f"kernel_shape {kernel} does not match {spatial} spatial dims"
+    kernel = [int(k) for k in kernel]
+    strides = [int(s) for s in attribute(node, "strides", [1] * spatial)]
+    dilations = [int(d) for d in attribute(node, "dilations", [1] * spatial)]
+    pads = [int(p) for p in attribute(node, "pads", [0] * (2 * spatial))]
+    ceil_mode = int(attribute(node, "ceil_mode", 0))
+    auto_pad = string_attribute(node, "auto_pad", "NOTSET")
+    if len(strides) != spatial or len(dilations) != spatial or len(pads) != 2 * spatial:
+        return None, "strides/dilations/pads lengths do not match the spatial rank"
+    if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1:
+        return None, "kernel_shape, strides and dilations must be positive"
+    begin, end = pads[:spatial], pads[spatial:]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        # Case SAME: onnxruntime's legacy formula (undilated kernel), pad_needed split head/tail
+        for axis in range(spatial):
+            in_size = shape[2 + axis]
+            target = (in_size + strides[axis] - 1) // strides[axis]
+            needed = (target - 1) * strides[axis] + kernel[axis] - in_size
+            if needed < 0:
+                return None, f"auto_pad {auto_pad}: negative padding on axis {axis + 2}"
+            begin[axis] = needed // 2 if auto_pad == "SAME_UPPER" else (needed + 1) // 2
+            end[axis] = needed - begin[axis]
+    elif auto_pad == "VALID":
+        begin, end = [0] * spatial, [0] * spatial
+    elif auto_pad != "NOTSET":
+        return None, f"auto_pad {auto_pad!r} not supported"
+    for axis in range(spatial):
+        if begin[axis] < 0 or end[axis] < 0:
+            return None, f"negative pads {pads} not supported"
+        if max(begin[axis], end[axis]) >= (kernel[axis] - 1) * dilations[axis] + 1:
+            return None, f"pads {pads} not smaller than the (dilated) kernel {kernel}"
+        expected = _output_size(shape[2 + axis], kernel[axis], strides[axis], begin[axis] + end[axis],
+                                dilations[axis], begin[axis], ceil_mode)
+        if expected != out_shape[2 + axis]:
+            return None, (f"output dim {axis + 2}: inferred {out_shape[2 + axis]} but onnxruntime's rule gives "
+                          f"{expected}")
+    return {"kernel": kernel, "strides": strides, "dilations": dilations, "begin": begin, "end": end}, None
+
+
+def _check_windowed(node: ir.Node) -> str | None:
+    reason = _float_input_reason(node)
+    if reason is not None:
+        return reason
+    _, reason = _window_plan(node)
+    return reason
+
+
+def check_max_pool(node: ir.Node) -> str | None:
+    if len(node.outputs) > 1 and value_is_used(node.outputs[1]):
+        return "MaxPool: Indices output is used (not supported)"
+    # storage_order only changes the Indices output, which is unused here
+    return _check_windowed(node)
+
+
+def check_average_pool(node: ir.Node) -> str | None:
+    if attribute(node, "dilations") is not None and opset_version(node) < 19:
+        return "AveragePool: dilations before opset 19"
+    return _check_windowed(node)
+
+
+def _pool_ints(node: ir.Node, count_include_pad: int) -> list[int]:
+    plan, _ = _window_plan(node)
+    shape = static_shape(node.inputs[0])
+    out_shape = static_shape(node.outputs[0])
+    lead = 3 - (len(shape) - 2)
+
+    def padded(values, fill):
+        return [fill] * lead + list(values)
+
+    return ([shape[0] * shape[1]] + padded(shape[2:], 1) + padded(out_shape[2:], 1) + padded(plan["kernel"], 1)
+            + padded(plan["strides"], 1) + padded(plan["begin"], 0) + padded(plan["end"], 0)
+            + padded(plan["dilations"], 1) + [count_include_pad])
+
+
+def lower_max_pool(node: ir.Node, builder) -> None:
+    builder.emit("maxpool_f32", _pool_ints(node, 0), [],
+                 [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
+def lower_average_pool(node: ir.Node, builder) -> None:
+    ints = _pool_ints(node, int(attribute(node, "count_include_pad", 0)))
+    builder.emit("avgpool_f32", ints, [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
+def check_global(node: ir.Node) -> str | None:
+    return _float_input_reason(node)
+
+
+def _lower_global(kernel: str):
+    def lower(node: ir.Node, builder) -> None:
+        shape = static_shape(node.inputs[0])
+        ints = [shape[0] * shape[1], int(np.prod(shape[2:]))]
+        builder.emit(kernel, ints, [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+    return lower
+
+
+LOWERINGS = {
+    ("", "MaxPool"): (check_max_pool, lower_max_pool),
+    ("", "AveragePool"): (check_average_pool, lower_average_pool),
+    ("", "GlobalAveragePool"): (check_global, _lower_global("global_avgpool_f32")),
+    ("", "GlobalMaxPool"): (check_global, _lower_global("global_maxpool_f32")),
+}

@@ -1,0 +1,72 @@
+/* Shared by pool.c and its ISA files: the parameter block every windowed pooling kernel reads, and the
+ * per-output-row contract.
+ *
+ * Windowed pools (maxpool_f32, avgpool_f32) read ints = [channels, in_d, in_h, in_w, out_d, out_h, out_w,
+ * k_d, k_h, k_w, stride_d, stride_h, stride_w, pad_begin_d, pad_begin_h, pad_begin_w, pad_end_d, pad_end_h,
+ * pad_end_w, dilation_d, dilation_h, dilation_w, count_include_pad]; 1-D and 2-D pools pass 1 for the missing
+ * leading spatial dims. channels is N*C. buffers = [x, y], NCDHW contiguous.
+ */
+#ifndef ORTX_POOL_INTERNAL_H
+#define ORTX_POOL_INTERNAL_H
+
+#include <stdint.h>
+
+#define ORTX_POOL_INTS 23
+
+typedef struct ortx_pool_params {
+    int64_t channels;
+    int64_t in[3], out[3], kernel[3], stride[3], pad_begin[3], pad_end[3], dilation[3];
+    int64_t count_include_pad;
+} ortx_pool_params;
+
+static inline ortx_pool_params ortx_pool_params_read(const int64_t *ints) {
+    ortx_pool_params p;
+    p.channels = ints[0];
+    for (int i = 0; i < 3; i++) {
+        p.in[i] = ints[1 + i];
+        p.out[i] = ints[4 + i];
+        p.kernel[i] = ints[7 + i];
+        p.stride[i] = ints[10 + i];
+        p.pad_begin[i] = ints[13 + i];
+        p.pad_end[i] = ints[16 + i];
+        p.dilation[i] = ints[19 + i];
+    }
+    p.count_include_pad = ints[22];
+    return p;
+}
+
+/* Window taps of output position `o` along one axis: taps j in [*first, *last) land inside the input;
+ * *padded counts the taps inside the padded extent [-pad_begin, in + pad_end) (AveragePool's
+ * count_include_pad divisor, as onnxruntime counts it). */
+static inline void ortx_pool_taps(const ortx_pool_params *p, int axis, int64_t o, int64_t *first, int64_t *last,
+                                  int64_t *padded) {
+    int64_t start = o * p->stride[axis] - p->pad_begin[axis];
+    int64_t dil = p->dilation[axis], k = p->kernel[axis], in = p->in[axis];
+    int64_t lo = 0, hi = k, plo = 0, phi = k;
+    /* first tap >= 0 and >= -pad_begin; last tap < in and < in + pad_end */
+    if (start < 0) lo = (-start + dil - 1) / dil;
+    if (start + (k - 1) * dil >= in) hi = start >= in ? 0 : (in - 1 - start) / dil + 1;
+    if (start < -p->pad_begin[axis]) plo = (-p->pad_begin[axis] - start + dil - 1) / dil;
+    int64_t padded_end = in + p->pad_end[axis];
+    if (start + (k - 1) * dil >= padded_end) phi = start >= padded_end ? 0 : (padded_end - 1 - start) / dil + 1;
+    if (hi < lo) hi = lo;
+    if (phi < plo) phi = plo;
+    *first = lo;
+    *last = hi;
+    *padded = phi - plo;
+}
+
+/* One output row (fixed channel, d and h): out[ow] for ow in [0, out_w), reducing over the `num_rows` input rows
+ * in `rows` (already restricted to valid d/h taps) and the w taps. is_max selects max or average; the average
+ * divides by valid taps, or by `padded_rows` x padded w taps when count_include_pad. */
+typedef void (*ortx_pool_row_fn)(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                                 const ortx_pool_params *p, int is_max);
+
+void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                                const ortx_pool_params *p, int is_max);
+void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                            const ortx_pool_params *p, int is_max);
+void ortx_global_pool_f32_avx2(const float *x, float *y, int64_t channels, int64_t spatial, int is_max,
+                               int num_threads);
+
+#endif

@@ -1,0 +1,166 @@
+"""Pool kernels (maxpool_f32, avgpool_f32, global_*pool_f32): fast vs reference vs onnxruntime on one-node models.
+
+Every case runs for each ISA this CPU has, with 1 and 2 threads; windowed pools reduce taps in the reference's
+order, so fast and reference agree bitwise, and every kernel is bitwise repeatable run to run.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+from ortx import _kernels
+from ortx.ep.compile_nodes import check_node, infer_shapes, run_graph
+from tests.tolerances import assert_close
+
+ISA_ORDER = ("portable", "avx2", "avx512")
+RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+
+
+def one_node_model(op_type, input_shape, opset, *, dtype=TensorProto.FLOAT, num_outputs=1, **attributes):
+    outputs = ["y"] + [f"extra{i}" for i in range(1, num_outputs)]
+    node = helper.make_node(op_type, ["x"], outputs, **attributes)
+    graph = helper.make_graph(
+        [node], "one_node", [helper.make_tensor_value_info("x", dtype, input_shape)],
+        [helper.make_tensor_value_info(name, dtype if name == "y" else TensorProto.INT64, None)
+         for name in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def run_ort(model, feeds):
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+@pytest.fixture(params=RUNNABLE_ISAS)
+def isa(request):
+    assert _kernels.force_isa(request.param) == request.param
+    yield request.param
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def check_against_ort(model, x, *, bitwise_ref=True):
+    expected = run_ort(model, {"x": x})[0]
+    reference = run_graph(model, {"x": x}, use_reference_kernels=True)[0]
+    assert_close(reference, expected, what="reference vs onnxruntime")
+    for threads in (1, 2):
+        fast = run_graph(model, {"x": x}, num_threads=threads)[0]
+        again = run_graph(model, {"x": x}, num_threads=threads)[0]
+        np.testing.assert_array_equal(fast, again, err_msg="not bitwise repeatable")
+        assert_close(fast, expected, what=f"fast ({threads} threads) vs onnxruntime")
+        if bitwise_ref:
+            np.testing.assert_array_equal(fast, reference, err_msg="fast vs reference not bitwise equal")
+
+
+def random_input(shape, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x[x == 0] = 0.5
+    return x
+
+
+# (input shape, attributes, opset): 1-D, 2-D, 3-D; odd widths so vector tails are exercised
+MAXPOOL_CASES = [
+    ((1, 3, 37, 45), dict(kernel_shape=[2, 2], strides=[2, 2]), 11),
+    ((2, 4, 33, 70), dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), 11),
+    ((1, 5, 29, 51), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), 12),
+    ((1, 3, 20, 27), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), 12),
+    ((1, 2, 17, 41), dict(kernel_shape=[3, 2], strides=[2, 1], auto_pad="SAME_UPPER"), 11),
+    ((1, 2, 17, 41), dict(kernel_shape=[2, 3], strides=[1, 2], auto_pad="SAME_LOWER"), 11),
+    ((1, 2, 17, 41), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="VALID"), 11),
+    ((1, 2, 19, 40), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 1, 2, 1]), 12),
+    ((1, 2, 19, 40), dict(kernel_shape=[2, 3], strides=[3, 3], dilations=[1, 2], ceil_mode=1), 12),
+    ((2, 3, 61), dict(kernel_shape=[3], strides=[2], pads=[1, 0]), 11),
+    ((1, 2, 7, 9, 19), dict(kernel_shape=[2, 2, 3], strides=[2, 2, 1], pads=[0, 1, 1, 1, 0, 1]), 11),
+    ((1, 1, 5, 5), dict(kernel_shape=[5, 5]), 11),
+]
+
+
+@pytest.mark.parametrize("shape,attributes,opset", MAXPOOL_CASES)
+def test_maxpool_matches_onnxruntime(isa, shape, attributes, opset):
+    model = one_node_model("MaxPool", list(shape), opset, **attributes)
+    check_against_ort(model, random_input(shape, 1))
+
+
+AVGPOOL_CASES = [
+    ((1, 3, 37, 45), dict(kernel_shape=[2, 2], strides=[2, 2]), 11),
+    ((2, 4, 33, 70), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), 11),
+    ((2, 4, 33, 70), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1), 11),
+    ((1, 5, 29, 51), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), 11),
+    ((1, 5, 29, 51), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1,
+                          count_include_pad=1), 11),
+    ((1, 3, 20, 27), dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1, count_include_pad=1), 11),
+    ((1, 2, 17, 41), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER", count_include_pad=1), 11),
+    ((1, 2, 17, 41), dict(kernel_shape=[3, 2], strides=[2, 1], auto_pad="SAME_LOWER"), 11),
+    ((1, 6, 24, 80), dict(kernel_shape=[3, 2], strides=[3, 2]), 12),  # PP-OCRv4 rec's AveragePool
+    ((1, 2, 19, 40), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 2, 1, 2]), 19),
+    ((1, 2, 19, 40), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[1, 2, 1, 2], count_include_pad=1), 19),
+    ((2, 3, 61), dict(kernel_shape=[4], strides=[3], pads=[2, 1], count_include_pad=1), 11),
+    ((1, 2, 7, 9, 19), dict(kernel_shape=[2, 2, 3], strides=[2, 2, 1], pads=[0, 1, 1, 1, 0, 1]), 11),
+]
+
+
+@pytest.mark.parametrize("shape,attributes,opset", AVGPOOL_CASES)
+def test_avgpool_matches_onnxruntime(isa, shape, attributes, opset):
+    model = one_node_model("AveragePool", list(shape), opset, **attributes)
+    check_against_ort(model, random_input(shape, 2))
+
+
+@pytest.mark.parametrize("op_type", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("shape", [(2, 5, 17, 23), (1, 3, 160, 160), (1, 4, 1, 1), (2, 3, 45), (1, 2, 3, 5, 7)])
+def test_global_pool_matches_onnxruntime(isa, op_type, shape):
+    model = one_node_model(op_type, list(shape), 13)
+    # global averages use 8-lane partial sums: compared with tolerance, not bitwise, to the reference
+    check_against_ort(model, random_input(shape, 3), bitwise_ref=op_type == "GlobalMaxPool")
+
+
+def test_maxpool_with_used_indices_is_declined():
+    model = one_node_model("MaxPool", [1, 1, 4, 4], 12, num_outputs=2, kernel_shape=[2, 2])
+    node = infer_shapes(model).graph.node(0)
+    assert check_node(node) == "MaxPool: Indices output is used (not supported)"
+
+
+def test_unclaimed_pool_configurations_have_reasons():
+    cases = [
+        (one_node_model("MaxPool", [1, 1, 4, 4], 12, dtype=TensorProto.INT8, kernel_shape=[2, 2]), "dtype int8"),
+        (one_node_model("AveragePool", [1, 1, 4, 4], 11, kernel_shape=[2, 2], dilations=[2, 2]),
+         "dilations before opset 19"),
+        (one_node_model("MaxPool", [1, 1, 8, 8], 12, kernel_shape=[2, 2], pads=[2, 2, 2, 2]), "not smaller than"),
+        (one_node_model("GlobalAveragePool", ["batch", 3, 4, 4], 13), "dynamic shape"),
+    ]
+    for model, fragment in cases:
+        reason = check_node(infer_shapes(model).graph.node(0))
+        assert reason is not None and fragment in reason, (fragment, reason)
+
+
+def test_kernels_direct_call_fast_equals_reference(isa):
+    """Width 8k+r rows through the kernel ABI directly: the vector body and its scalar edges."""
+    rng = np.random.default_rng(4)
+    for stride in (1, 2):
+        for width in (8, 15, 16, 33):
+            x = rng.standard_normal((3, 1, 5, width)).astype(np.float32)
+            out_w = (width + 2 - 3) // stride + 1
+            out_h = (5 + 2 - 3) // stride + 1
+            ints = [3, 1, 5, width, 1, out_h, out_w, 1, 3, 3, 1, stride, stride, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0]
+            for kernel in ("maxpool_f32", "avgpool_f32"):
+                fast = np.zeros((3, out_h, out_w), np.float32)
+                ref = np.zeros_like(fast)
+                _kernels.call(kernel, ints, [], [x, fast], num_threads=2)
+                _kernels.call(kernel, ints, [], [x, ref], use_ref=True)
+                np.testing.assert_array_equal(fast, ref, err_msg=f"{kernel} stride {stride} width {width}")
+
+
+def test_isas_above_this_cpu_are_not_runnable():
+    """The ISAs this machine lacks cannot be forced; they are reported, not silently skipped."""
+    missing = ISA_ORDER[len(RUNNABLE_ISAS):]
+    for name in missing:
+        assert _kernels.force_isa(name) == _kernels.cpu_isa()
+    _kernels.force_isa(_kernels.cpu_isa())
+    if missing:
+        warnings.warn(f"pool kernels: ISAs not runnable on this CPU: {', '.join(missing)}")
+    assert RUNNABLE_ISAS[-1] == _kernels.cpu_isa()
