@@ -1,0 +1,82 @@
+"""Constant folding: Constant nodes -> initializers; nodes whose inputs are all constant -> initializers.
+
+Before: Constant -> Reshape(shape=Concat(Constant, Constant)); Shape(x: [1,3,8,8]) -> Gather -> ...
+After:  initializers feed the consumers directly; Shape of a statically-shaped tensor becomes a constant.
+Does not apply to: outputs larger than `size_limit` elements, ConstantOfShape and (De)QuantizeLinear (kept as
+onnxscript keeps them: folding them only grows the model), random ops, Constants that are graph outputs.
+The folding itself is onnxscript.optimizer.fold_constants, which evaluates nodes with onnx.reference and runs
+per-node shape inference so Shape/Size of static tensors fold.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import onnx_ir as ir
+import onnx_ir.passes.common
+import onnxscript.optimizer
+
+from ortx.passes._report import PassReport
+
+logger = logging.getLogger(__name__)
+
+_RANDOM_OPS = {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Multinomial"}
+
+
+def _is_constant_node(node: ir.Node) -> bool:
+    return node.op_type == "Constant" and node.domain in ("", "ai.onnx")
+
+
+def _unfolded_notes(graph: ir.Graph, size_limit: int) -> list[str]:
+    """One line per node left in the graph although every input is constant, with the likely reason."""
+    notes = []
+    for node in graph:
+        inputs = [value for value in node.inputs if value is not None]
+        if not inputs or _is_constant_node(node) or node.domain not in ("", "ai.onnx"):
+            continue
+        if not all(value.const_value is not None and not value.is_graph_input() for value in inputs):
+            continue
+        if node.op_type in _RANDOM_OPS:
+            reason = "non-deterministic op"
+        elif node.op_type in ("ConstantOfShape", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"):
+            reason = "kept on purpose (folding only grows the model)"
+        elif any(value.const_value.size > size_limit for value in inputs):
+            reason = f"an input has more than size_limit={size_limit} elements"
+        else:
+            reason = f"output over size_limit={size_limit} elements, or the op could not be evaluated"
+        notes.append(f"{node.name} ({node.op_type}): not folded: {reason}")
+    return notes
+
+
+def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
+    """Folds in place; `size_limit` bounds the elements of any folded input or output tensor."""
+    start = time.perf_counter()
+    graph = model.graph
+    original_nodes = {id(node) for node in graph if not _is_constant_node(node)}
+    constants_before = sum(1 for node in graph if _is_constant_node(node))
+    constant_names = {node.outputs[0].name for node in graph if _is_constant_node(node)}
+    initializers_before = set(graph.initializers)
+
+    # Lift first so the folder sees every constant as an initializer, then lift again: the folder may emit
+    # Constant nodes for values it computed.
+    lift = onnx_ir.passes.common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)
+    lift(model)
+    onnxscript.optimizer.fold_constants(
+        model, onnx_shape_inference=True, input_size_limit=size_limit, output_size_limit=size_limit)
+    lift(model)
+
+    remaining = {id(node) for node in graph}
+    constants_after = sum(1 for node in graph if _is_constant_node(node))
+    new_initializers = [value for name, value in graph.initializers.items() if name not in initializers_before]
+    counts = {
+        "constants_lifted": max(constants_before - constants_after, 0),
+        "nodes_folded": sum(1 for node_id in original_nodes if node_id not in remaining),
+        # Bytes of the tensors folding computed (lifted Constants keep their names and are not counted).
+        "folded_bytes": sum(value.const_value.nbytes for value in new_initializers
+                            if value.const_value is not None and value.name not in constant_names),
+    }
+    notes = _unfolded_notes(graph, size_limit)
+    for note in notes:
+        logger.debug(note)
+    return PassReport(model, name="fold_constants", counts=counts, notes=notes,
+                      seconds=time.perf_counter() - start)
