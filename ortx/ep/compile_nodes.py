@@ -27,16 +27,32 @@ def check_node(node: ir.Node) -> str | None:
     return check(node)
 
 
-def compile_graph(graph: ir.Graph, *, num_threads: int = 1) -> CompiledProgram:
-    builder = SegmentBuilder(list(graph.inputs), list(graph.outputs), num_threads=num_threads)
-    for node in graph:
+class LoweringError(RuntimeError):
+    """A lowering raised; carries the node's name so the session can decline that node and carry on."""
+
+    def __init__(self, node_name: str, message: str):
+        super().__init__(message)
+        self.node_name = node_name
+
+
+def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1) -> CompiledProgram:
+    """Lowers `nodes` (in execution order) into one program reading `inputs` and writing `outputs`."""
+    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads)
+    for node in nodes:
         reason = check_node(node)
         if reason is not None:
             raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
-        lower(node, builder)
+        try:
+            lower(node, builder)
+        except Exception as error:
+            raise LoweringError(node.name, f"node {node.name!r} ({node.op_type}): {error}") from error
     return builder.finish()
+
+
+def compile_graph(graph: ir.Graph, *, num_threads: int = 1) -> CompiledProgram:
+    return compile_segment(list(graph), list(graph.inputs), list(graph.outputs), num_threads=num_threads)
 
 
 def infer_shapes(model: onnx.ModelProto) -> ir.Model:

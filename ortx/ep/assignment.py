@@ -1,0 +1,49 @@
+"""`sess.assignment`: for every node of the user's graph, who runs it and, when OrtxEP declined it, why."""
+from __future__ import annotations
+
+import dataclasses
+
+FUSED_FROM_KEY = "ortx.fused_from"
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeAssignment:
+    name: str
+    op_type: str
+    provider: str  # "OrtxEP", an ORT provider name, or "(removed)" for nodes the graph passes folded away
+    reason: str = ""
+
+
+class Assignment(tuple):
+    """A tuple of NodeAssignment rows that prints as a table and counts claimed work."""
+
+    claimed_macs: int
+    total_macs: int
+
+    def __new__(cls, rows, *, claimed_macs: int = 0, total_macs: int = 0, segments: int = 0):
+        self = super().__new__(cls, rows)
+        self.claimed_macs = claimed_macs
+        self.total_macs = total_macs
+        self.segments = segments
+        return self
+
+    @property
+    def claimed_mac_share(self) -> float:
+        return 1.0 if self.total_macs == 0 else self.claimed_macs / self.total_macs
+
+    def by_provider(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for row in self:
+            counts[row.provider] = counts.get(row.provider, 0) + 1
+        return counts
+
+    def __str__(self) -> str:
+        headers = ("node", "op", "provider", "reason")
+        rows = [(row.name, row.op_type, row.provider, row.reason) for row in self]
+        widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(3)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:3], widths)) + "  " + headers[3]]
+        lines += ["  ".join(value.ljust(w) for value, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+        summary = ", ".join(f"{provider}: {count}" for provider, count in sorted(self.by_provider().items()))
+        lines.append(f"{len(self)} nodes ({summary}); {self.segments} segments; "
+                     f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs")
+        return "\n".join(lines)

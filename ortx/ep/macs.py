@@ -1,0 +1,29 @@
+"""Multiply-accumulate counts of the compute-heavy ops, for the share of work OrtxEP claims and for GFLOP/s."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx.ep.lowering._values import NotStatic, static_shape
+
+
+def node_macs(node: ir.Node) -> int:
+    """MACs of Conv/ConvTranspose/FusedConv/Gemm/MatMul nodes with static shapes; 0 for everything else."""
+    try:
+        if node.op_type in ("Conv", "FusedConv"):
+            output = static_shape(node.outputs[0])
+            weight = static_shape(node.inputs[1])
+            return int(np.prod(output, dtype=np.int64)) * int(np.prod(weight[1:], dtype=np.int64))
+        if node.op_type == "ConvTranspose":
+            data = static_shape(node.inputs[0])
+            weight = static_shape(node.inputs[1])
+            return int(np.prod(data, dtype=np.int64)) * int(np.prod(weight[1:], dtype=np.int64))
+        if node.op_type in ("Gemm", "MatMul", "FusedGemm", "FusedMatMul"):
+            output = static_shape(node.outputs[0])
+            first = static_shape(node.inputs[0])
+            transposed = node.attributes.get("transA")
+            reduction = first[0] if (node.op_type == "Gemm" and transposed is not None and transposed.value) else first[-1]
+            return int(np.prod(output, dtype=np.int64)) * int(reduction)
+    except (NotStatic, IndexError, TypeError):
+        return 0
+    return 0

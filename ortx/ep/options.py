@@ -1,0 +1,130 @@
+"""Provider list and OrtxEP provider options: parsed and validated once, with errors that list what is valid."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import onnxruntime
+
+ORTX_PROVIDER = "OrtxEP"
+
+# OrtxEP's provider options: name -> (description, parser).
+def _parse_shapes(value) -> dict[str, tuple[int, ...]]:
+    """'x:1x3x640x640,y:1x4' or {'x': [1, 3, 640, 640]}."""
+    if isinstance(value, dict):
+        return {str(name): tuple(int(d) for d in dims) for name, dims in value.items()}
+    shapes = {}
+    for item in str(value).split(","):
+        name, _, dims = item.strip().rpartition(":")
+        if not name or not dims:
+            raise ValueError(f"OrtxEP option input_shapes: {item!r} is not NAME:DxDxD")
+        shapes[name] = tuple(int(d) for d in dims.split("x"))
+    return shapes
+
+
+def _parse_bool(value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected a boolean, got {value!r}")
+
+
+def _parse_positive_int(value) -> int:
+    number = int(value)
+    if number < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+PROVIDER_OPTIONS = {
+    "input_shapes": ("fix dynamic input dims at creation, e.g. 'x:1x3x640x640'", _parse_shapes),
+    "reference_kernels": ("run the naive reference kernels (debugging numerics)", _parse_bool),
+    "max_specializations": ("how many input-shape specialisations to keep compiled (default 8)", _parse_positive_int),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OrtxOptions:
+    input_shapes: dict = dataclasses.field(default_factory=dict)
+    reference_kernels: bool = False
+    max_specializations: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ProviderChoice:
+    use_ortx: bool
+    ortx: OrtxOptions
+    ort_providers: list[str]
+    ort_provider_options: list[dict]
+
+
+def parse_providers(providers, provider_options) -> ProviderChoice:
+    providers = list(providers) if providers else [ORTX_PROVIDER, "CPUExecutionProvider"]
+    names, options = [], []
+    for index, provider in enumerate(providers):
+        if isinstance(provider, tuple):
+            name, provider_option = provider
+        else:
+            name = provider
+            provider_option = provider_options[index] if provider_options and index < len(provider_options) else {}
+        names.append(name)
+        options.append(dict(provider_option or {}))
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise ValueError(f"provider_options has {len(provider_options)} entries for {len(providers)} providers; "
+                         "give one dict per provider")
+    available = onnxruntime.get_available_providers()
+    valid = [ORTX_PROVIDER] + list(available)
+    for name in names:
+        if name not in valid:
+            raise ValueError(f"unknown execution provider {name!r}; valid providers here: {', '.join(valid)}")
+    use_ortx = ORTX_PROVIDER in names
+    ortx_options = OrtxOptions()
+    if use_ortx:
+        raw = options[names.index(ORTX_PROVIDER)]
+        parsed = {}
+        for key, value in raw.items():
+            if key not in PROVIDER_OPTIONS:
+                listing = "; ".join(f"{k}: {d}" for k, (d, _) in PROVIDER_OPTIONS.items())
+                raise ValueError(f"unknown OrtxEP provider option {key!r}; valid options: {listing}")
+            try:
+                parsed[key] = PROVIDER_OPTIONS[key][1](value)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"OrtxEP provider option {key!r}: {error}") from error
+        ortx_options = OrtxOptions(**parsed)
+    ort_names = [n for n in names if n != ORTX_PROVIDER] or ["CPUExecutionProvider"]
+    ort_options = [o for n, o in zip(names, options) if n != ORTX_PROVIDER] or [{}]
+    return ProviderChoice(use_ortx, ortx_options, ort_names, ort_options)
+
+
+def thread_count(sess_options) -> int:
+    """intra_op_num_threads, or ORT's default: one thread per core this process may use."""
+    requested = getattr(sess_options, "intra_op_num_threads", 0) if sess_options is not None else 0
+    if requested and requested > 0:
+        return int(requested)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+_COPIED_SESSION_OPTIONS = (
+    "intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
+    "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena", "enable_mem_pattern",
+    "enable_mem_reuse", "use_deterministic_compute",
+)
+
+
+def sub_session_options(sess_options, *, shares_cores_with_ortx: bool) -> onnxruntime.SessionOptions:
+    """Options for ORT sub-sessions: the user's settings; their threads stop spinning when ortx kernels share
+    the cores, since idle ORT threads spinning between segments would steal time from ortx's threads."""
+    options = onnxruntime.SessionOptions()
+    if sess_options is not None:
+        for name in _COPIED_SESSION_OPTIONS:
+            try:
+                setattr(options, name, getattr(sess_options, name))
+            except (AttributeError, TypeError):
+                pass
+    if shares_cores_with_ortx:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options

@@ -1,0 +1,140 @@
+"""Runs a compiled, shape-specialised model: claimed segments on ortx programs, the rest on ORT sub-sessions.
+
+Every run takes a RunContext from a pool: one arena holding the boundary tensors between segments and each
+claimed segment's scratch, at offsets planned once (greedy by size over segment lifetimes). Concurrent runs get
+different contexts, so `run` is thread safe with no lock held while kernels or ORT run; graph outputs are fresh
+arrays owned by the caller.
+"""
+from __future__ import annotations
+
+import dataclasses
+import queue
+
+import numpy as np
+
+from ortx.ep.fallback import OrtSegment
+from ortx.ep.segment_builder import CompiledProgram
+from ortx.memory.plan import ALIGNMENT, Lifetime, MemoryPlan, plan_offsets
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...] | None  # None: unknown until run time (ORT allocates it)
+    dtype: np.dtype | None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def static(self) -> bool:
+        return self.shape is not None and self.dtype is not None and self.dtype != object
+
+
+@dataclasses.dataclass
+class ClaimedStep:
+    program: CompiledProgram
+    inputs: list[str]
+    outputs: list[str]
+    arena_name: str
+
+
+@dataclasses.dataclass
+class OrtStep:
+    segment: OrtSegment
+    inputs: list[str]
+    outputs: list[str]
+
+
+class RunContext:
+    """Per-run memory: the arena and numpy views of the boundary tensors planned in it."""
+
+    def __init__(self, plan: MemoryPlan, boundary: dict[str, TensorSpec]):
+        raw = np.empty(plan.arena_bytes + 2 * ALIGNMENT, dtype=np.uint8)
+        start = -raw.__array_interface__["data"][0] % ALIGNMENT
+        self.arena = raw[start:start + plan.arena_bytes + ALIGNMENT]
+        self.offsets = plan.offsets
+        self.views = {}
+        for name, spec in boundary.items():
+            offset = plan.offsets[name]
+            self.views[name] = self.arena[offset:offset + spec.nbytes].view(spec.dtype).reshape(spec.shape)
+
+
+class ExecutionPlan:
+    """Ordered steps over named tensors, with the arena plan shared by every RunContext."""
+
+    def __init__(self, steps: list, tensors: dict[str, TensorSpec], graph_inputs: list[str], graph_outputs: list[str],
+                 num_threads: int, use_reference_kernels: bool = False):
+        self.steps = steps
+        self.tensors = tensors
+        self.graph_inputs = graph_inputs
+        self.graph_outputs = graph_outputs
+        self.num_threads = num_threads
+        self.use_reference_kernels = use_reference_kernels
+        self.boundary = self._boundary_tensors()
+        self.memory_plan = plan_offsets(self._lifetimes())
+        self._pool: queue.SimpleQueue[RunContext] = queue.SimpleQueue()
+
+    def _boundary_tensors(self) -> dict[str, TensorSpec]:
+        outside = set(self.graph_inputs) | set(self.graph_outputs)
+        names = {name for step in self.steps for name in step.outputs}
+        return {name: self.tensors[name] for name in sorted(names - outside) if self.tensors[name].static}
+
+    def _lifetimes(self) -> list[Lifetime]:
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for position, step in enumerate(self.steps):
+            for name in step.outputs:
+                first.setdefault(name, position)
+            for name in step.inputs:
+                last[name] = position
+        lifetimes = [Lifetime(name, spec.nbytes, first[name], max(last.get(name, first[name]), first[name]))
+                     for name, spec in self.boundary.items()]
+        for position, step in enumerate(self.steps):
+            if isinstance(step, ClaimedStep):
+                lifetimes.append(Lifetime(step.arena_name, step.program.arena_bytes, position, position))
+        return lifetimes
+
+    def _context(self) -> RunContext:
+        try:
+            return self._pool.get_nowait()
+        except queue.Empty:
+            return RunContext(self.memory_plan, self.boundary)
+
+    def run(self, feeds: dict[str, np.ndarray], run_options=None, step_seconds: dict | None = None) -> dict:
+        context = self._context()
+        try:
+            values: dict = dict(feeds)
+            values.update(context.views)
+            outputs = {name: np.empty(self.tensors[name].shape, self.tensors[name].dtype)
+                       for name in self.graph_outputs if self.tensors[name].static and name not in values}
+            values.update(outputs)
+            for step in self.steps:
+                if isinstance(step, ClaimedStep):
+                    self._run_claimed(step, context, values, step_seconds)
+                else:
+                    preallocated = {name: values[name] for name in step.outputs
+                                    if name in values and isinstance(values[name], np.ndarray)}
+                    step.segment.run(values, preallocated, run_options)
+            return {name: values[name] for name in self.graph_outputs}
+        finally:
+            self._pool.put(context)
+
+    def _run_claimed(self, step: ClaimedStep, context: RunContext, values: dict, step_seconds) -> None:
+        addresses = []
+        for name in step.inputs:
+            value = values[name]
+            if not isinstance(value, np.ndarray):
+                value = values[name] = value.numpy()
+            addresses.append(value.__array_interface__["data"][0])
+        addresses.extend(values[name].__array_interface__["data"][0] for name in step.outputs)
+        arena = context.arena[context.offsets[step.arena_name]:]
+        timings = None
+        if step_seconds is not None:
+            timings = np.zeros(step.program.program.num_steps, dtype=np.float64)
+        step.program.program.run(arena, np.array(addresses, dtype=np.uint64), self.num_threads,
+                                 self.use_reference_kernels, timings)
+        if timings is not None:
+            for node, seconds in zip(step.program.step_nodes, timings):
+                step_seconds[node] = step_seconds.get(node, 0.0) + float(seconds)

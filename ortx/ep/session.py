@@ -1,0 +1,264 @@
+"""`ortx.InferenceSession`: onnxruntime's session API, with OrtxEP running the subgraphs it claims.
+
+With OrtxEP in the provider list the model is prepared once (load, graph passes) and compiled per input-shape
+signature: at creation when every input shape is static (or fixed by the `input_shapes` option), otherwise on the
+first run with new shapes, keeping the most recent `max_specializations`. Without OrtxEP it is plain ONNX Runtime.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime
+
+from ortx import pipeline
+from ortx.ep.assignment import Assignment, NodeAssignment
+from ortx.ep.fallback import whole_model_session
+from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
+
+_ONNX_TYPE_NAMES = {
+    onnx.TensorProto.FLOAT: "tensor(float)", onnx.TensorProto.DOUBLE: "tensor(double)",
+    onnx.TensorProto.FLOAT16: "tensor(float16)", onnx.TensorProto.BFLOAT16: "tensor(bfloat16)",
+    onnx.TensorProto.INT8: "tensor(int8)", onnx.TensorProto.UINT8: "tensor(uint8)",
+    onnx.TensorProto.INT16: "tensor(int16)", onnx.TensorProto.UINT16: "tensor(uint16)",
+    onnx.TensorProto.INT32: "tensor(int32)", onnx.TensorProto.UINT32: "tensor(uint32)",
+    onnx.TensorProto.INT64: "tensor(int64)", onnx.TensorProto.UINT64: "tensor(uint64)",
+    onnx.TensorProto.BOOL: "tensor(bool)", onnx.TensorProto.STRING: "tensor(string)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeArg:
+    """What onnxruntime.NodeArg tells: name, type string and shape (ints, dim names or None)."""
+
+    name: str
+    type: str
+    shape: list
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict
+
+
+def _node_arg(info: onnx.ValueInfoProto) -> NodeArg:
+    kind = info.type.WhichOneof("value")
+    if kind != "tensor_type":
+        return NodeArg(info.name, kind or "unknown", [])
+    tensor = info.type.tensor_type
+    shape = []
+    for dim in tensor.shape.dim:
+        shape.append(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None))
+    return NodeArg(info.name, _ONNX_TYPE_NAMES.get(tensor.elem_type, f"tensor({tensor.elem_type})"), shape)
+
+
+class InferenceSession:
+    """Drop-in for onnxruntime.InferenceSession; `assignment` tells which provider runs each node and why."""
+
+    def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"InferenceSession got unexpected arguments {sorted(kwargs)}")
+        self._choice = parse_providers(providers, provider_options)
+        self._sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
+        self._num_threads = thread_count(sess_options)
+        self._prepared = pipeline.prepare(path_or_bytes, passes=pipeline.DEFAULT_PASSES if self._choice.use_ortx
+                                          else ())
+        original = pipeline.ir_to_proto(self._prepared.model) if self._choice.use_ortx else None
+        self._interface = self._interface_proto(path_or_bytes, original)
+        self._inputs = [_node_arg(info) for info in self._interface.graph.input
+                        if info.name not in {t.name for t in self._interface.graph.initializer}]
+        self._outputs = [_node_arg(info) for info in self._interface.graph.output]
+        self._lock = threading.Lock()
+        self._compiled: collections.OrderedDict = collections.OrderedDict()
+        self._whole = None
+        self._whole_reason = self._needs_whole_model_ort()
+        if not self._choice.use_ortx or self._whole_reason:
+            self._whole = whole_model_session(self._interface, self._sess_options, self._choice.ort_providers,
+                                              self._choice.ort_provider_options)
+            return
+        self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
+                                         self._choice.ort_providers, self._choice.ort_provider_options)
+        fixed = self._static_input_shapes()
+        if fixed is not None:
+            self._compiled_for(fixed)
+
+    # Construction helpers ----------------------------------------------------------------------------------
+    def _needs_whole_model_ort(self) -> str:
+        """Why ORT must run the whole model (non-tensor graph inputs or outputs), or ''."""
+        if not self._choice.use_ortx:
+            return ""
+        for arg in self._inputs + self._outputs:
+            if not arg.type.startswith("tensor("):
+                return f"graph input/output {arg.name!r} is a {arg.type}, not a tensor: ORT runs the whole model"
+        return ""
+
+    def _interface_proto(self, source, prepared_proto) -> onnx.ModelProto:
+        """The user's model as loaded (its inputs and outputs are the session's interface)."""
+        if prepared_proto is not None:
+            return prepared_proto
+        return pipeline.load(source)
+
+    def _static_input_shapes(self) -> dict | None:
+        shapes = dict(self._choice.ortx.input_shapes)
+        for arg in self._inputs:
+            if arg.name in shapes:
+                if len(shapes[arg.name]) != len(arg.shape):
+                    raise ValueError(f"OrtxEP option input_shapes: input {arg.name!r} has rank {len(arg.shape)}, "
+                                     f"given {len(shapes[arg.name])} dims")
+                continue
+            if not all(isinstance(dim, int) for dim in arg.shape):
+                return None
+            shapes[arg.name] = tuple(arg.shape)
+        unknown = set(self._choice.ortx.input_shapes) - {arg.name for arg in self._inputs}
+        if unknown:
+            raise ValueError(f"OrtxEP option input_shapes names unknown inputs {sorted(unknown)}; model inputs: "
+                             f"{[arg.name for arg in self._inputs]}")
+        return shapes
+
+    def _compiled_for(self, shapes: dict):
+        key = tuple(sorted((name, tuple(dims)) for name, dims in shapes.items()))
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is not None:
+                self._compiled.move_to_end(key)
+                return compiled
+            compiled = pipeline.compile_for_shapes(
+                self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
+                use_reference_kernels=self._choice.ortx.reference_kernels)
+            self._compiled[key] = compiled
+            while len(self._compiled) > self._choice.ortx.max_specializations:
+                self._compiled.popitem(last=False)
+            return compiled
+
+    # onnxruntime API ---------------------------------------------------------------------------------------
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def get_overridable_initializers(self):
+        return []
+
+    def get_modelmeta(self):
+        model = self._interface
+        return ModelMetadata(model.producer_name, model.graph.name, model.domain, model.doc_string,
+                             model.graph.doc_string, model.model_version,
+                             {entry.key: entry.value for entry in model.metadata_props})
+
+    def get_providers(self):
+        return ([ORTX_PROVIDER] if self._choice.use_ortx else []) + list(self._choice.ort_providers)
+
+    def get_provider_options(self):
+        options = {}
+        if self._choice.use_ortx:
+            options[ORTX_PROVIDER] = {k: str(v) for k, v in dataclasses.asdict(self._choice.ortx).items()}
+        for name, values in zip(self._choice.ort_providers, self._choice.ort_provider_options):
+            options[name] = dict(values)
+        return options
+
+    def get_session_options(self):
+        return self._sess_options
+
+    @property
+    def assignment(self):
+        """Per original node: provider and reason; reflects the most recently compiled input shapes."""
+        if not self._choice.use_ortx:
+            raise RuntimeError("assignment: OrtxEP is not in this session's providers; ORT runs every node")
+        if self._whole_reason:
+            return Assignment([NodeAssignment(name, op, self._choice.ort_providers[0], self._whole_reason)
+                               for name, op in self._prepared.original_nodes])
+        with self._lock:
+            if not self._compiled:
+                raise RuntimeError("assignment: the model has dynamic input shapes and has not run yet; run it "
+                                   "once or pass provider option input_shapes to compile at creation")
+            return next(reversed(self._compiled.values())).assignment
+
+    def run(self, output_names, input_feed, run_options=None):
+        if self._whole is not None:
+            return self._whole.run(output_names, input_feed, run_options)
+        feeds = self._checked_feeds(input_feed)
+        names = self._checked_output_names(output_names)
+        compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
+        results = compiled.plan.run(feeds, run_options)
+        return [_as_numpy(results[name]) for name in names]
+
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
+        feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
+        outputs = self.run(output_names, feeds, run_options)
+        return [onnxruntime.OrtValue.ortvalue_from_numpy(array) for array in outputs]
+
+    def io_binding(self):
+        if self._whole is not None:
+            return self._whole.io_binding()
+        raise NotImplementedError("ortx.InferenceSession.io_binding: OrtxEP sessions take numpy feeds through "
+                                  "run() (inputs are not copied); IOBinding is available with plain ORT providers")
+
+    def run_with_iobinding(self, iobinding, run_options=None):
+        if self._whole is not None:
+            return self._whole.run_with_iobinding(iobinding, run_options)
+        raise NotImplementedError("ortx.InferenceSession.run_with_iobinding: see io_binding()")
+
+    def end_profiling(self):
+        return ""
+
+    # Validation --------------------------------------------------------------------------------------------
+    def _checked_feeds(self, input_feed) -> dict[str, np.ndarray]:
+        if not isinstance(input_feed, dict):
+            raise TypeError(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        expected = {arg.name: arg for arg in self._inputs}
+        unknown = sorted(set(input_feed) - set(expected))
+        if unknown:
+            raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {list(expected)}")
+        missing = [name for name in expected if name not in input_feed]
+        if missing:
+            raise ValueError(f"missing input(s) {missing}; the model's inputs are {list(expected)}")
+        feeds = {}
+        for name, value in input_feed.items():
+            arg = expected[name]
+            array = np.asarray(value)
+            type_name = f"tensor({_numpy_type_name(array.dtype)})"
+            if type_name != arg.type:
+                raise ValueError(f"input {name!r}: got {type_name} ({array.dtype}), the model expects {arg.type}")
+            if array.ndim != len(arg.shape):
+                raise ValueError(f"input {name!r}: got rank {array.ndim} (shape {array.shape}), the model expects "
+                                 f"rank {len(arg.shape)} (shape {arg.shape})")
+            for axis, (size, dim) in enumerate(zip(array.shape, arg.shape)):
+                if isinstance(dim, int) and size != dim:
+                    raise ValueError(f"input {name!r}: got shape {array.shape}, the model expects {arg.shape} "
+                                     f"(axis {axis} must be {dim})")
+            feeds[name] = np.ascontiguousarray(array)
+        return feeds
+
+    def _checked_output_names(self, output_names) -> list[str]:
+        valid = [arg.name for arg in self._outputs]
+        if not output_names:
+            return valid
+        unknown = [name for name in output_names if name not in valid]
+        if unknown:
+            raise ValueError(f"unknown output name(s) {unknown}; the model's outputs are {valid}")
+        return list(output_names)
+
+
+def _numpy_type_name(dtype: np.dtype) -> str:
+    mapping = {"float32": "float", "float64": "double", "bool": "bool", "object": "string", "str": "string"}
+    if dtype.kind == "U":
+        return "string"
+    return mapping.get(dtype.name, dtype.name)
+
+
+def _as_numpy(value):
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    return value

@@ -1,0 +1,141 @@
+"""Side-by-side measurement of OrtxEP against ONNX Runtime's CPU EP on the same model and inputs.
+
+Both sessions use the same thread count and ORT's default graph optimisations; runs are interleaved (one ORT run,
+one OrtxEP run, repeated) after warm-up so machine noise hits both alike, and medians are reported. Errors are
+measured on the same fresh random inputs (seeded, never zeros).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import numpy as np
+import onnxruntime
+
+from ortx.ep.session import InferenceSession
+from ortx.model_io import load, to_ort_bytes
+
+_NUMPY_OF_TYPE = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
+                  "tensor(int32)": np.int32, "tensor(float16)": np.float16, "tensor(uint8)": np.uint8,
+                  "tensor(int8)": np.int8, "tensor(bool)": np.bool_}
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    name: str
+    ort_ms: float
+    ortx_ms: float
+    max_abs_error: float
+    max_relative_error: float  # max abs error / max |reference|
+    cosine: float
+    claimed_mac_share: float
+    total_macs: int
+    segments: int
+
+    @property
+    def ratio(self) -> float:
+        return self.ortx_ms / self.ort_ms
+
+    @property
+    def ortx_gflops(self) -> float:
+        return 2.0 * self.total_macs / (self.ortx_ms * 1e-3) / 1e9
+
+    @property
+    def ort_gflops(self) -> float:
+        return 2.0 * self.total_macs / (self.ort_ms * 1e-3) / 1e9
+
+
+def random_feeds(session, shapes: dict[str, tuple[int, ...]] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs in [-1, 1) (floats) or [0, 10) (ints) for every model input; dynamic dims from `shapes`."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for arg in session.get_inputs():
+        shape = (shapes or {}).get(arg.name)
+        if shape is None:
+            if not all(isinstance(dim, int) for dim in arg.shape):
+                raise ValueError(f"input {arg.name!r} has dynamic shape {arg.shape}; give its shape")
+            shape = tuple(arg.shape)
+        dtype = _NUMPY_OF_TYPE.get(arg.type)
+        if dtype is None:
+            raise ValueError(f"input {arg.name!r}: random inputs of type {arg.type} are not supported")
+        if np.issubdtype(dtype, np.floating):
+            feeds[arg.name] = rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+        else:
+            feeds[arg.name] = rng.integers(0, 10, size=shape).astype(dtype)
+    return feeds
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a = a.astype(np.float64).ravel()
+    b = b.astype(np.float64).ravel()
+    denominator = np.linalg.norm(a) * np.linalg.norm(b)
+    return 1.0 if denominator == 0 else float(a @ b / denominator)
+
+
+def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, warmup: int = 3,
+            seed: int = 0, progress=None) -> Comparison:
+    """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved."""
+    proto = load(model)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    ort_session = onnxruntime.InferenceSession(to_ort_bytes(proto), options, providers=["CPUExecutionProvider"])
+    feeds = random_feeds(ort_session, shapes, seed)
+    ortx_options = onnxruntime.SessionOptions()
+    ortx_options.intra_op_num_threads = threads
+    input_shapes = {k: v.shape for k, v in feeds.items()}
+    ortx_session = InferenceSession(proto, ortx_options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"input_shapes": input_shapes}, {}])
+    expected = ort_session.run(None, feeds)
+    actual = ortx_session.run(None, feeds)
+    errors, relative, cosines = [], [], []
+    for want, got in zip(expected, actual):
+        want = np.asarray(want)
+        got = np.asarray(got)
+        if want.dtype.kind == "f":
+            error = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+            errors.append(error)
+            relative.append(error / max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30))
+            cosines.append(_cosine(got, want))
+        else:
+            mismatch = float(np.count_nonzero(got != want))
+            errors.append(mismatch)
+            relative.append(mismatch)
+            cosines.append(1.0 if mismatch == 0 else 0.0)
+    for _ in range(warmup):
+        ort_session.run(None, feeds)
+        ortx_session.run(None, feeds)
+    ort_times, ortx_times = [], []
+    for index in range(runs):
+        start = time.perf_counter()
+        ort_session.run(None, feeds)
+        ort_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ortx_session.run(None, feeds)
+        ortx_times.append(time.perf_counter() - start)
+        if progress is not None:
+            progress(index + 1, runs)
+    assignment = ortx_session.assignment
+    return Comparison(
+        name=name,
+        ort_ms=1e3 * statistics.median(ort_times),
+        ortx_ms=1e3 * statistics.median(ortx_times),
+        max_abs_error=max(errors, default=0.0),
+        max_relative_error=max(relative, default=0.0),
+        cosine=min(cosines, default=1.0),
+        claimed_mac_share=assignment.claimed_mac_share,
+        total_macs=assignment.total_macs,
+        segments=assignment.segments,
+    )
+
+
+def format_table(rows: list[Comparison]) -> str:
+    header = (f"{'model':<28} {'ORT ms':>9} {'OrtxEP ms':>10} {'ratio':>6} {'GFLOP/s':>8} {'max abs err':>12} "
+              f"{'rel err':>9} {'cosine':>9} {'claimed':>8} {'segs':>5}")
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row.name:<28} {row.ort_ms:>9.2f} {row.ortx_ms:>10.2f} {row.ratio:>6.2f} {row.ortx_gflops:>8.1f} "
+            f"{row.max_abs_error:>12.2e} {row.max_relative_error:>9.1e} {row.cosine:>9.6f} "
+            f"{100 * row.claimed_mac_share:>7.1f}% {row.segments:>5}")
+    return "\n".join(lines)

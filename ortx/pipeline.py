@@ -1,0 +1,175 @@
+"""THE data path, one function per stage, read top to bottom.
+
+prepare:   model = load(source) -> unique node names -> run_passes(model, DEFAULT_PASSES)
+compile:   specialize(model, input shapes) -> fuse_conv_epilogue -> assign (capability) -> partition
+           -> compile claimed segments (lowering + arena plan) / build ORT sub-sessions -> ExecutionPlan
+The session, the CLI and the benchmarks all go through these two functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+
+import onnx
+import onnx_ir as ir
+
+from ortx.ep.assignment import FUSED_FROM_KEY, Assignment, NodeAssignment
+from ortx.ep.capability import Decision, assign
+from ortx.ep.compile_nodes import compile_segment
+from ortx.ep.fallback import OrtSegment, segment_model
+from ortx.ep.lowering._values import numpy_dtype, static_shape, NotStatic
+from ortx.ep.macs import node_macs
+from ortx.ep.partition import Segment, partition
+from ortx.ep.runtime import ClaimedStep, ExecutionPlan, OrtStep, TensorSpec
+from ortx.ep.specialize import specialize
+from ortx.model_io import load
+from ortx.passes import DEFAULT_PASSES
+from ortx.passes._report import PassReport, run_passes
+from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+
+logger = logging.getLogger(__name__)
+
+# A lowering that fails at compile time declines its node and the partition is redone; this bounds the rounds.
+MAX_COMPILE_ROUNDS = 8
+
+
+@dataclasses.dataclass
+class PreparedModel:
+    model: ir.Model
+    original_nodes: list[tuple[str, str]]  # (name, op_type) of every node the user gave us
+    reports: list[PassReport]
+
+
+@dataclasses.dataclass
+class OrtSettings:
+    """How declined segments are run: the ORT providers after OrtxEP, their options, the session options."""
+
+    sess_options: object
+    providers: list[str]
+    provider_options: list[dict]
+
+
+@dataclasses.dataclass
+class CompiledModel:
+    plan: ExecutionPlan
+    assignment: Assignment
+    reports: list[PassReport]
+    compile_seconds: float
+
+
+def name_nodes(proto: onnx.ModelProto) -> None:
+    """Gives every node a unique name, so assignment rows and ORT sub-models can refer to nodes by name."""
+    seen: set[str] = set()
+    for index, node in enumerate(proto.graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        while name in seen:
+            name = f"{name}_{index}"
+        node.name = name
+        seen.add(name)
+
+
+def ir_to_proto(model: ir.Model) -> onnx.ModelProto:
+    return ir.serde.serialize_model(model)
+
+
+def prepare(source, *, passes=DEFAULT_PASSES) -> PreparedModel:
+    proto = load(source)
+    name_nodes(proto)
+    original_nodes = [(node.name, node.op_type) for node in proto.graph.node]
+    model = ir.serde.deserialize_model(proto)
+    reports = run_passes(model, passes) if passes else []
+    return PreparedModel(model, original_nodes, list(reports))
+
+
+def _tensor_spec(value: ir.Value) -> TensorSpec:
+    try:
+        return TensorSpec(value.name, static_shape(value), numpy_dtype(value))
+    except NotStatic:
+        dtype = None
+        if value.dtype is not None and isinstance(value.type, ir.TensorType):
+            try:
+                dtype = numpy_dtype(value)
+            except (NotStatic, TypeError):
+                dtype = None
+        return TensorSpec(value.name, None, dtype)
+
+
+def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int):
+    """Partitions and lowers; a node whose lowering raises is declined with the error and we try again."""
+    for _ in range(MAX_COMPILE_ROUNDS):
+        segments = partition(model.graph, claimed)
+        programs = {}
+        failed = False
+        for position, segment in enumerate(segments):
+            if not segment.claimed:
+                continue
+            try:
+                programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
+                                                     num_threads=num_threads)
+            except Exception as error:  # a lowering bug must not take the session down: decline and retry
+                node_name = getattr(error, "node_name", None) or segment.nodes[0].name
+                logger.warning("OrtxEP: declining node %s after a compile error: %s", node_name, error)
+                claimed[node_name] = False
+                old = decisions[node_name]
+                decisions[node_name] = Decision(old.node, old.op_type, False, f"compile error: {error}")
+                failed = True
+                break
+        if not failed:
+            return segments, programs
+    raise RuntimeError("OrtxEP: too many compile errors; see the log")
+
+
+def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
+                       num_threads: int, claim: bool = True, use_reference_kernels: bool = False) -> CompiledModel:
+    start = time.perf_counter()
+    model = specialize(prepared.model, input_shapes)
+    reports = [fuse_conv_epilogue(model)] if claim else []
+    decisions = assign(model.graph)
+    if not claim:
+        decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
+    claimed = {name: decision.claimed for name, decision in decisions.items()}
+    segments, programs = _compile_claimed(model, claimed, decisions, num_threads)
+    proto = ir.serde.serialize_model(model)
+    steps = []
+    for position, segment in enumerate(segments):
+        inputs = [value.name for value in segment.inputs]
+        outputs = [value.name for value in segment.outputs]
+        if segment.claimed:
+            steps.append(ClaimedStep(programs[position], inputs, outputs, f"segment{position}.arena"))
+        else:
+            sub_model = segment_model(proto, [node.name for node in segment.nodes], inputs, outputs)
+            steps.append(OrtStep(OrtSegment(sub_model, ort.sess_options, ort.providers, ort.provider_options),
+                                 inputs, outputs))
+    tensors = {}
+    for value in list(model.graph.inputs) + [v for node in model.graph for v in node.outputs]:
+        tensors[value.name] = _tensor_spec(value)
+    plan = ExecutionPlan(steps, tensors, [v.name for v in model.graph.inputs], [v.name for v in model.graph.outputs],
+                         num_threads, use_reference_kernels)
+    assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT")
+    return CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
+
+
+def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],
+                ort_provider: str) -> Assignment:
+    runs_on: dict[str, tuple[str, str]] = {}
+    claimed_macs = total_macs = 0
+    for segment in segments:
+        for node in segment.nodes:
+            provider = "OrtxEP" if segment.claimed else ort_provider
+            decision = decisions.get(node.name)
+            reason = "" if segment.claimed else (decision.reason if decision and decision.reason else
+                                                 "given back to ORT: segment too small to be worth a boundary")
+            runs_on[node.name] = (provider, reason)
+            fused = node.metadata_props.get(FUSED_FROM_KEY, "")
+            for original in filter(None, fused.split(",")):
+                if original != node.name:
+                    runs_on.setdefault(original, (provider, f"fused into {node.name}"))
+            macs = node_macs(node)
+            total_macs += macs
+            claimed_macs += macs if segment.claimed else 0
+    rows = []
+    for name, op_type in prepared.original_nodes:
+        provider, reason = runs_on.get(name, ("(removed)", "folded or removed by the graph passes"))
+        rows.append(NodeAssignment(name, op_type, provider, reason))
+    return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
