@@ -1,9 +1,13 @@
-"""Folds inference BatchNormalization into the Conv before it.
+"""Folds per-channel affine transforms after a Conv into its weights: BatchNormalization, and the Mul/Add by
+per-channel constants that exporters emit for frozen BN or learnable affine blocks (PP-OCRv4's LCNetV3).
 
 Before: Conv(X, W[, B]) -> BatchNormalization(scale, shift, mean, var, epsilon) -> Y
 After:  Conv(X, W * s, (B - mean) * s + shift) -> Y, with s = scale / sqrt(var + epsilon) per output channel
-Does not apply when: the Conv output has another consumer or is a graph output; W, B or a BN parameter is not a
-constant initializer; BN is in training mode or spatial=0; the BN has more than one output; channel counts differ.
+Before: Conv(X, W[, B]) -> Mul(_, m) -> Add(_, a)      (m, a constants of shape [], [1], [C,1,1] or [1,C,1,1])
+After:  Conv(X, W * m, B * m + a)
+Does not apply when: the Conv output has another consumer or is a graph output; W, B or a parameter is not a
+constant initializer; BN is in training mode or spatial=0; the BN has more than one output; channel counts differ;
+the Mul/Add constant broadcasts along anything but the channel axis.
 The arithmetic runs in float64 and is cast back to W's dtype, so the fold adds no error beyond that one rounding.
 """
 from __future__ import annotations
@@ -102,15 +106,106 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
         return result
 
 
-def fuse_conv_batchnorm(model: ir.Model) -> PassReport:
+def _per_channel(value: ir.Value, channels: int, output_rank: int) -> np.ndarray | None:
+    """The constant as a float64 vector over output channels, or None when it broadcasts along other axes."""
+    array = _constant_array(value)
+    if array is None or array.ndim > output_rank:
+        return None
+    if array.size == 1:
+        return np.full(channels, float(array.reshape(())), np.float64)
+    # Right-aligned broadcasting: the channel axis (1) of the Conv output is axis 1 - (rank - ndim) of the constant.
+    shape = (1,) * (output_rank - array.ndim) + tuple(array.shape)
+    if shape[1] != channels or any(dim != 1 for axis, dim in enumerate(shape) if axis != 1):
+        return None
+    return array.reshape(channels).astype(np.float64)
+
+
+class ConvAffineFusion(RewriteRuleClassBase):
+    """Mul(Conv(x, w[, b]), m) -> Conv(x, w * m, b * m), or Add(Conv(x, w[, b]), a) -> Conv(x, w, b + a)."""
+
+    def __init__(self, op_type: str, notes: list[str], replaced_values: list[ir.Value]) -> None:
+        super().__init__(name=f"Conv{op_type}Fusion")
+        self.op_type = op_type
+        self.notes = notes
+        self.replaced_values = replaced_values
+        self.new_bytes = 0
+
+    def pattern(self, op, x, w, constant):
+        conv_out = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
+        return getattr(op, self.op_type)(conv_out, constant, _outputs=["affine_out"])
+
+    def check(self, context, x, w, constant, conv_out, affine_out) -> MatchResult:
+        del context, x
+        result = MatchResult()
+        conv, affine = conv_out.producer(), affine_out.producer()
+        if _constant_array(constant) is None:
+            return result.fail("not a constant", affine)  # an ordinary Add/Mul of two tensors: no note
+        reason = None
+        bias = conv.inputs[2] if len(conv.inputs) > 2 else None
+        if len(conv_out.uses()) != 1 or conv_out.is_graph_output():
+            reason = f"Conv '{conv.name}' output has other consumers"
+        elif _constant_array(w) is None or (bias is not None and _constant_array(bias) is None):
+            reason = f"Conv '{conv.name}' weight or bias is not a constant initializer"
+        elif w.const_value.dtype not in _FLOAT_TYPES or constant.const_value.dtype != w.const_value.dtype:
+            reason = f"dtypes differ or are not floating point ({w.const_value.dtype}, {constant.const_value.dtype})"
+        elif _per_channel(constant, w.const_value.shape[0], len(w.const_value.shape)) is None:
+            reason = f"constant '{constant.name}' shape {tuple(constant.const_value.shape)} is not per-channel"
+        if reason:
+            self.notes.append(f"{affine.name} ({self.op_type}): not folded into Conv: {reason}")
+            return result.fail(reason, affine)
+        return result
+
+    def rewrite(self, op, x, w, constant, conv_out, affine_out):
+        conv = conv_out.producer()
+        weight = _constant_array(w)
+        channels = weight.shape[0]
+        bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
+        bias = _constant_array(bias_value).astype(np.float64) if bias_value is not None else np.zeros(channels)
+        vector = _per_channel(constant, channels, weight.ndim)
+        new_weight = weight
+        if self.op_type == "Mul":
+            new_weight = (weight.astype(np.float64) * vector.reshape((-1,) + (1,) * (weight.ndim - 1)))
+            new_bias = bias * vector
+        else:
+            new_bias = bias + vector
+        new_weight, new_bias = new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)
+        graph = conv.graph
+        self.replaced_values.extend(v for v in (w, bias_value, constant) if v is not None)
+        weight_input = w
+        if self.op_type == "Mul":
+            weight_name = unique_initializer_name(graph, f"{w.name}_scaled")
+            weight_input = op.initializer(ir.tensor(new_weight, name=weight_name), name=weight_name)
+            self.new_bytes += new_weight.nbytes
+        bias_name = unique_initializer_name(graph, f"{(bias_value or w).name}_{self.op_type.lower()}_bias")
+        self.new_bytes += new_bias.nbytes
+        result = op.Conv(x, weight_input, op.initializer(ir.tensor(new_bias, name=bias_name), name=bias_name),
+                         _name=conv.name, **dict(conv.attributes))
+        record_fused_from(result.producer(), [conv, affine_out.producer()])
+        return result
+
+
+def fuse_conv_batchnorm(model: ir.Model, *, max_rounds: int = 8) -> PassReport:
+    """Folds BN and per-channel Mul/Add into Convs; repeats (up to max_rounds) so chains like Mul -> Add fold."""
     start = time.perf_counter()
-    rule = ConvBatchNormFusion()
-    count = apply_fusions(model, [rule])
+    batchnorm = ConvBatchNormFusion()
+    notes: list[str] = []
+    multiply = ConvAffineFusion("Mul", notes, batchnorm.replaced_values)
+    add = ConvAffineFusion("Add", notes, batchnorm.replaced_values)
+    counts = {"batchnorms_fused": 0, "affines_fused": 0}
+    for _ in range(max_rounds):
+        before = dict(counts)
+        counts["batchnorms_fused"] += apply_fusions(model, [batchnorm])
+        counts["affines_fused"] += apply_fusions(model, [multiply, add], commute=True)
+        if counts == before:
+            break
     # The replaced weights and BN parameters lose their last use; drop them so the model does not grow. The
     # saving is net of the new weights (same size) and biases (one per channel).
-    freed = remove_if_unused(model.graph, list({id(v): v for v in rule.replaced_values}.values()))
-    counts = {"batchnorms_fused": count, "bytes_saved": freed - rule.new_bytes}
-    for note in rule.notes:
+    freed = remove_if_unused(model.graph, list({id(v): v for v in batchnorm.replaced_values}.values()))
+    counts["bytes_saved"] = freed - batchnorm.new_bytes - multiply.new_bytes - add.new_bytes
+    # Candidates that a later round fused are not worth a note.
+    remaining = {node.name for node in model.graph}
+    all_notes = [note for note in dict.fromkeys(batchnorm.notes + notes) if note.split(" ", 1)[0] in remaining]
+    for note in all_notes:
         logger.debug(note)
-    return PassReport(model, name="fuse_conv_batchnorm", counts=counts, notes=list(rule.notes),
+    return PassReport(model, name="fuse_conv_batchnorm", counts=counts, notes=all_notes,
                       seconds=time.perf_counter() - start)
