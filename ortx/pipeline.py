@@ -124,8 +124,14 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
                        num_threads: int, claim: bool = True, use_reference_kernels: bool = False) -> CompiledModel:
     start = time.perf_counter()
     model = specialize(prepared.model, input_shapes)
-    reports = [fuse_conv_epilogue(model)] if claim else []
     decisions = assign(model.graph)
+    reports = []
+    # Plain ORT cannot run ai.ortx::FusedConv, so fuse only when OrtxEP claims every Conv (a per-node filter is
+    # the finer rule, once the fusion pass takes one).
+    convs_claimed = all(d.claimed for d in decisions.values() if d.op_type == "Conv")
+    if claim and convs_claimed:
+        reports.append(fuse_conv_epilogue(model))
+        decisions = assign(model.graph)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}

@@ -2,15 +2,15 @@
 
 Exported models compute shapes at run time (Shape -> Gather -> Concat -> Reshape); once the input shapes are
 known those chains are constants, and folding them makes every downstream shape static, which is what the
-kernels are compiled for. Each round: ONNX shape inference (with data propagation), constant folding, Constant
-nodes lifted to initializers, unused nodes removed; stop when a round changes nothing.
+kernels are compiled for. Each round: ONNX shape inference with data propagation (onnx_ir's pass, which leaves
+large initializers out of the protobuf it hands to onnx), constant folding, Constant nodes lifted to initializers,
+unused nodes removed; stop when a round changes neither the node count nor the number of dynamic values.
 """
 from __future__ import annotations
 
-import onnx
 import onnx_ir as ir
 import onnxscript.optimizer
-from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass
+from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass, ShapeInferencePass
 
 MAX_ROUNDS = 8
 
@@ -24,38 +24,38 @@ def _dynamic_count(model: ir.Model) -> int:
     return count
 
 
-def input_signature(model: ir.Model, feeds_shapes: dict[str, tuple[int, ...]]) -> tuple:
-    return tuple((value.name, tuple(feeds_shapes[value.name])) for value in model.graph.inputs
-                 if value.name in feeds_shapes)
+def _fix_input_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> None:
+    for value in model.graph.inputs:
+        shape = input_shapes.get(value.name)
+        if shape is None:
+            continue
+        if value.shape is not None:
+            if len(value.shape) != len(shape):
+                raise ValueError(f"input {value.name!r}: rank {len(shape)} given, the model has rank "
+                                 f"{len(value.shape)}")
+            for dim, size in zip(value.shape, shape):
+                if isinstance(dim, int) and dim != size:
+                    raise ValueError(f"input {value.name!r}: shape {tuple(shape)} given where the model has "
+                                     f"{value.shape}")
+        value.shape = ir.Shape([int(size) for size in shape])
 
 
 def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.Model:
-    """A copy of `model` with the given input shapes and every shape it implies made static where possible."""
-    proto = ir.serde.serialize_model(model)
-    for graph_input in proto.graph.input:
-        shape = input_shapes.get(graph_input.name)
-        if shape is None or not graph_input.type.HasField("tensor_type"):
-            continue
-        dims = graph_input.type.tensor_type.shape.dim
-        if len(dims) != len(shape):
-            raise ValueError(f"input {graph_input.name!r}: rank {len(shape)} given, the model has rank {len(dims)}")
-        for dim, size in zip(dims, shape):
-            if dim.HasField("dim_value") and dim.dim_value != size:
-                raise ValueError(f"input {graph_input.name!r}: dim of size {size} given where the model has "
-                                 f"{dim.dim_value}")
-            dim.Clear()
-            dim.dim_value = int(size)
+    """A copy of `model` with the given input shapes and every shape they imply made static where possible."""
+    specialised = model.clone()
+    _fix_input_shapes(specialised, input_shapes)
+    infer = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
     previous = None
     for _ in range(MAX_ROUNDS):
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-        specialised = ir.serde.deserialize_model(proto)
+        infer(specialised)
+        if _dynamic_count(specialised) == 0 and previous is not None:
+            break
         onnxscript.optimizer.fold_constants(specialised)
         LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(specialised)
         RemoveUnusedNodesPass()(specialised)
         state = (len(specialised.graph), _dynamic_count(specialised))
-        proto = ir.serde.serialize_model(specialised)
-        if state == previous or state[1] == 0 and previous is not None and state[0] == previous[0]:
+        if state == previous:
             break
         previous = state
-    proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    return ir.serde.deserialize_model(proto)
+    infer(specialised)
+    return specialised
