@@ -1,10 +1,48 @@
-/* Family "layout": data movement (copies, transposes, concatenation, slicing, resizing).
+/* Family "layout": data movement (copies, transposes, concatenation, slicing, gathering, padding, resizing).
  *
- * copy_bytes: ints = [nbytes]; buffers = [src, dst].
+ * Element sizes are 1, 2, 4 or 8 bytes (`elem_size`); shapes and strides are in elements unless named _bytes.
+ *
+ * copy_bytes: ints = [nbytes]; buffers = [src, dst]. (The SegmentBuilder's alias copy.)
+ * copy_rows: ints = [rows, row_bytes, src_stride_bytes, dst_stride_bytes, src_offset_bytes, dst_offset_bytes];
+ *   buffers = [src, dst]. dst[dst_offset + r * dst_stride ...] = src[src_offset + r * src_stride ...] for each row;
+ *   Concat emits one per input, Split one per output.
+ * strided_copy: ints = [elem_size, rank, shape[rank], src_strides[rank], src_offset]; buffers = [src, dst].
+ *   dst is the contiguous tensor of `shape`; element (i_0..i_r-1) reads src[src_offset + sum i_k * src_strides[k]].
+ *   Strides may be 0 (Expand, Tile) or negative (Slice with negative steps); Transpose is a permuted view.
+ *   Fast paths after merging contiguous dims: unit inner stride -> memcpy runs; zero inner stride -> fill;
+ *   a unit-stride dim elsewhere -> 32x32 blocked transpose; otherwise an element loop.
+ * gather: ints = [elem_size, outer, axis_dim, inner, num_indices, index_bytes (4 or 8)];
+ *   buffers = [data, indices, out]. Negative indices count from the end; indices outside [-axis_dim, axis_dim)
+ *   produce zeros (onnxruntime reports an error; constant indices are range-checked by the lowering).
+ * pad: ints = [elem_size, rank, mode (ORTX_PAD_*), constant bits (the value's bytes, little-endian),
+ *   in_shape[rank], pad_begin[rank], out_shape[rank]]; buffers = [src, dst]. pad_begin may be negative (crop).
+ * resize_nearest: ints = [elem_size, rank, in_shape[rank], out_shape[rank], then for each axis its map of
+ *   out_shape[axis] source indices]; buffers = [src, dst]. The lowering computes the maps with onnxruntime's float
+ *   arithmetic, so any coordinate transformation and nearest_mode is the same kernel. Fast paths: output rows
+ *   whose source row equals the previous row's are copied from the previous output row; an inner map that is an
+ *   integer-factor upsampling (map[x] = x / f) duplicates elements (AVX2 for float32 factors 2/4/8).
+ * resize_linear_f32: ints = [outer, in_h, in_w, out_h, out_w, y0[out_h], y1[out_h], x0[out_w], x1[out_w]];
+ *   floats = [wy0[out_h], wy1[out_h], wx0[out_w], wx1[out_w]]; buffers = [src, dst].
+ *   out = wy0 * (wx0 * a + wx1 * b) + wy1 * (wx0 * c + wx1 * d) with a, b on row y0 and c, d on row y1.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "isa.h"
+#include "layout_internal.h"
 #include "ortx_kernels.h"
+
+void ortx_copy_rows_ref(const int64_t *, const float *, void *const *, int);
+void ortx_strided_copy_ref(const int64_t *, const float *, void *const *, int);
+void ortx_gather_ref(const int64_t *, const float *, void *const *, int);
+void ortx_pad_ref(const int64_t *, const float *, void *const *, int);
+void ortx_resize_nearest_ref(const int64_t *, const float *, void *const *, int);
+void ortx_resize_linear_f32_ref(const int64_t *, const float *, void *const *, int);
+
+/* Below this many bytes a step runs on one thread: forking costs more than it saves. */
+#define PARALLEL_MIN_BYTES (1 << 16)
+
+static int threads_for(int64_t nbytes, int num_threads) { return nbytes >= PARALLEL_MIN_BYTES ? num_threads : 1; }
 
 static void ortx_copy_bytes(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
@@ -12,7 +50,294 @@ static void ortx_copy_bytes(const int64_t *ints, const float *floats, void *cons
     if (buffers[0] != buffers[1]) memmove(buffers[1], buffers[0], (size_t)ints[0]);
 }
 
+static void ortx_copy_rows(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t rows = ints[0], row_bytes = ints[1], src_stride = ints[2], dst_stride = ints[3];
+    const char *src = (const char *)buffers[0] + ints[4];
+    char *dst = (char *)buffers[1] + ints[5];
+    if (row_bytes == src_stride && row_bytes == dst_stride) {
+        memcpy(dst, src, (size_t)(rows * row_bytes));
+        return;
+    }
+#pragma omp parallel for num_threads(threads_for(rows * row_bytes, num_threads)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)row_bytes);
+}
+
+/* strided_copy ----------------------------------------------------------------------------------------------- */
+
+typedef struct view {
+    int rank;
+    int64_t shape[ORTX_LAYOUT_MAX_RANK], stride[ORTX_LAYOUT_MAX_RANK];
+} view;
+
+/* Drops size-1 dims and merges dim k into k+1 when the source walks them as one run. */
+static view merge_dims(int rank, const int64_t *shape, const int64_t *stride) {
+    view v;
+    v.rank = 0;
+    for (int k = 0; k < rank; k++) {
+        if (shape[k] == 1) continue;
+        if (v.rank > 0 && v.stride[v.rank - 1] == stride[k] * shape[k]) {
+            v.shape[v.rank - 1] *= shape[k];
+            v.stride[v.rank - 1] = stride[k];
+            continue;
+        }
+        v.shape[v.rank] = shape[k];
+        v.stride[v.rank] = stride[k];
+        v.rank++;
+    }
+    if (v.rank == 0) {
+        v.rank = 1;
+        v.shape[0] = 1;
+        v.stride[0] = 1;
+    }
+    return v;
+}
+
+/* Source offset (elements) of outer index `index` over dims [0, count) of v, skipping dim `skip`. */
+static int64_t outer_offset(const view *v, int count, int skip, int64_t index) {
+    int64_t offset = 0;
+    for (int k = count - 1; k >= 0; k--) {
+        if (k == skip) continue;
+        offset += (index % v->shape[k]) * v->stride[k];
+        index /= v->shape[k];
+    }
+    return offset;
+}
+
+/* Output offset of the same outer index, for a contiguous output of v's shape. */
+static int64_t outer_dst_offset(const view *v, int count, int skip, int64_t index) {
+    int64_t offset = 0, step = 1;
+    for (int k = v->rank - 1; k >= count; k--) step *= v->shape[k];
+    for (int k = count - 1; k >= 0; k--) {
+        if (k != skip) {
+            offset += (index % v->shape[k]) * step;
+            index /= v->shape[k];
+        }
+        step *= v->shape[k];
+    }
+    return offset;
+}
+
+#define TILE 32
+
+static void ortx_strided_copy(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t elem = ints[0];
+    const int rank = (int)ints[1];
+    const view v = merge_dims(rank, ints + 2, ints + 2 + rank);
+    const char *src = (const char *)buffers[0] + ints[2 + 2 * rank] * elem;
+    char *dst = (char *)buffers[1];
+    const int last = v.rank - 1;
+    const int64_t inner = v.shape[last], inner_stride = v.stride[last];
+    int64_t total = 1;
+    for (int k = 0; k < v.rank; k++) total *= v.shape[k];
+    const int threads = threads_for(total * elem, num_threads);
+    int unit = -1; /* a non-inner dim the source walks with stride 1: blocked transpose */
+    for (int k = 0; k < last; k++)
+        if (v.stride[k] == 1) unit = k;
+    if (inner_stride != 1 && inner_stride != 0 && unit >= 0) {
+        /* Case transpose: tiles of (unit dim u) x (inner dim) read along u, write along inner */
+        const int64_t rows = v.shape[unit];
+        int64_t dst_row = 1; /* output stride of dim u */
+        for (int k = unit + 1; k < v.rank; k++) dst_row *= v.shape[k];
+        const int64_t outer = total / (rows * inner);
+        const int64_t row_tiles = (rows + TILE - 1) / TILE, col_tiles = (inner + TILE - 1) / TILE;
+#pragma omp parallel for num_threads(threads) schedule(static)
+        for (int64_t task = 0; task < outer * row_tiles * col_tiles; task++) {
+            const int64_t o = task / (row_tiles * col_tiles);
+            const int64_t r0 = (task / col_tiles) % row_tiles * TILE, c0 = task % col_tiles * TILE;
+            const char *s = src + outer_offset(&v, last, unit, o) * elem;
+            char *d = dst + outer_dst_offset(&v, last, unit, o) * elem;
+            const int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < inner ? c0 + TILE : inner;
+            for (int64_t r = r0; r < r1; r++)
+                for (int64_t c = c0; c < c1; c++)
+                    ortx_copy_element(d + (r * dst_row + c) * elem, s + (r + c * inner_stride) * elem, elem);
+        }
+        return;
+    }
+    const int64_t outer = total / inner;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t o = 0; o < outer; o++) {
+        const char *s = src + outer_offset(&v, last, -1, o) * elem;
+        char *d = dst + o * inner * elem;
+        if (inner_stride == 1) {
+            /* Case runs: trailing dims unchanged */
+            memcpy(d, s, (size_t)(inner * elem));
+        } else if (inner_stride == 0) {
+            /* Case broadcast: one element repeated */
+            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s, elem);
+        } else {
+            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s + i * inner_stride * elem, elem);
+        }
+    }
+}
+
+/* gather ------------------------------------------------------------------------------------------------------ */
+
+static void ortx_gather(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t elem = ints[0], outer = ints[1], axis_dim = ints[2], inner = ints[3], count = ints[4];
+    const int64_t index_bytes = ints[5];
+    const char *data = (const char *)buffers[0];
+    char *out = (char *)buffers[2];
+    const size_t run = (size_t)(inner * elem);
+#pragma omp parallel for num_threads(threads_for(outer * count * (int64_t)run, num_threads)) schedule(static)
+    for (int64_t task = 0; task < outer * count; task++) {
+        const int64_t o = task / count, i = task % count;
+        int64_t index = index_bytes == 4 ? ((const int32_t *)buffers[1])[i] : ((const int64_t *)buffers[1])[i];
+        if (index < 0) index += axis_dim;
+        char *d = out + task * (int64_t)run;
+        if (index < 0 || index >= axis_dim)
+            memset(d, 0, run);
+        else
+            memcpy(d, data + (o * axis_dim + index) * (int64_t)run, run);
+    }
+}
+
+/* pad --------------------------------------------------------------------------------------------------------- */
+
+static void ortx_pad(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t elem = ints[0];
+    const int rank = (int)ints[1], mode = (int)ints[2];
+    const int64_t *in = ints + 4, *begin = ints + 4 + rank, *out = ints + 4 + 2 * rank;
+    char constant[8];
+    memcpy(constant, &ints[3], 8);
+    const char *src = (const char *)buffers[0];
+    char *dst = (char *)buffers[1];
+    const int64_t out_w = out[rank - 1], in_w = in[rank - 1], pad_w = begin[rank - 1];
+    int64_t rows = 1;
+    for (int k = 0; k < rank - 1; k++) rows *= out[k];
+    /* columns [lo, hi) of an output row copy one contiguous run of the source row */
+    int64_t lo = pad_w > 0 ? pad_w : 0, hi = pad_w + in_w < out_w ? pad_w + in_w : out_w;
+    if (hi < lo) hi = lo;
+#pragma omp parallel for num_threads(threads_for(rows * out_w * elem, num_threads)) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        char *d = dst + r * out_w * elem;
+        int64_t source_row = 0, index = r;
+        int outside = 0;
+        int64_t step = 1;
+        for (int k = rank - 2; k >= 0; k--) {
+            int64_t s = ortx_pad_source(index % out[k], begin[k], in[k], mode);
+            index /= out[k];
+            if (s < 0) outside = 1;
+            source_row += s * step;
+            step *= in[k];
+        }
+        if (outside) {
+            for (int64_t c = 0; c < out_w; c++) ortx_copy_element(d + c * elem, constant, elem);
+            continue;
+        }
+        const char *s = src + source_row * in_w * elem;
+        for (int64_t c = 0; c < lo; c++) {
+            int64_t sc = ortx_pad_source(c, pad_w, in_w, mode);
+            ortx_copy_element(d + c * elem, sc < 0 ? constant : s + sc * elem, elem);
+        }
+        if (hi > lo) memcpy(d + lo * elem, s + (lo - pad_w) * elem, (size_t)((hi - lo) * elem));
+        for (int64_t c = hi; c < out_w; c++) {
+            int64_t sc = ortx_pad_source(c, pad_w, in_w, mode);
+            ortx_copy_element(d + c * elem, sc < 0 ? constant : s + sc * elem, elem);
+        }
+    }
+}
+
+/* resize ------------------------------------------------------------------------------------------------------ */
+
+/* factor f when map[x] == x / f for every x and the row is exactly f times longer, else 0 */
+static int64_t upsample_factor(const int64_t *map, int64_t in_w, int64_t out_w) {
+    if (out_w % in_w != 0) return 0;
+    const int64_t f = out_w / in_w;
+    for (int64_t x = 0; x < out_w; x++)
+        if (map[x] != x / f) return 0;
+    return f;
+}
+
+static void nearest_row(char *d, const char *s, const int64_t *map, int64_t out_w, int64_t in_w, int64_t elem,
+                        int64_t factor) {
+    if (factor == 1) {
+        memcpy(d, s, (size_t)(out_w * elem));
+        return;
+    }
+#if ORTX_HAVE_X86
+    if (factor > 1 && elem == 4 && ortx_selected_isa() >= ORTX_ISA_AVX2) {
+        ortx_upsample_row_f32_avx2((float *)d, (const float *)s, in_w, factor);
+        return;
+    }
+#endif
+    (void)in_w;
+    for (int64_t x = 0; x < out_w; x++) ortx_copy_element(d + x * elem, s + map[x] * elem, elem);
+}
+
+static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t elem = ints[0];
+    const int rank = (int)ints[1];
+    const int64_t *in = ints + 2, *out = ints + 2 + rank;
+    const int64_t *maps[ORTX_LAYOUT_MAX_RANK];
+    const int64_t *cursor = ints + 2 + 2 * rank;
+    for (int k = 0; k < rank; k++) {
+        maps[k] = cursor;
+        cursor += out[k];
+    }
+    const char *src = (const char *)buffers[0];
+    char *dst = (char *)buffers[1];
+    const int64_t out_w = out[rank - 1], in_w = in[rank - 1];
+    const int64_t factor = upsample_factor(maps[rank - 1], in_w, out_w);
+    int64_t rows = 1, out_h = rank >= 2 ? out[rank - 2] : 1;
+    for (int k = 0; k < rank - 1; k++) rows *= out[k];
+    const int64_t planes = rows / out_h;
+    /* one task per output plane (all dims but the last two); rows repeating the previous source row are copied
+     * from the previous output row */
+#pragma omp parallel for num_threads(threads_for(rows * out_w * elem, num_threads)) schedule(static)
+    for (int64_t plane = 0; plane < planes; plane++) {
+        int64_t source_plane = 0, index = plane, step = 1;
+        for (int k = rank - 3; k >= 0; k--) {
+            source_plane += maps[k][index % out[k]] * step;
+            index /= out[k];
+            step *= in[k];
+        }
+        const int64_t in_h = rank >= 2 ? in[rank - 2] : 1;
+        for (int64_t y = 0; y < out_h; y++) {
+            char *d = dst + (plane * out_h + y) * out_w * elem;
+            const int64_t sy = rank >= 2 ? maps[rank - 2][y] : 0;
+            if (y > 0 && maps[rank - 2][y - 1] == sy) {
+                memcpy(d, d - out_w * elem, (size_t)(out_w * elem));
+                continue;
+            }
+            nearest_row(d, src + ((source_plane * in_h) + sy) * in_w * elem, maps[rank - 1], out_w, in_w, elem,
+                        factor);
+        }
+    }
+}
+
+static void ortx_resize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                   int num_threads) {
+    const int64_t outer = ints[0], in_h = ints[1], in_w = ints[2], out_h = ints[3], out_w = ints[4];
+    const int64_t *y0 = ints + 5, *y1 = y0 + out_h, *x0 = y1 + out_h, *x1 = x0 + out_w;
+    const float *wy0 = floats, *wy1 = wy0 + out_h, *wx0 = wy1 + out_h, *wx1 = wx0 + out_w;
+    const float *src = (const float *)buffers[0];
+    float *dst = (float *)buffers[1];
+#pragma omp parallel for num_threads(threads_for(outer * out_h * out_w * 4, num_threads)) schedule(static)
+    for (int64_t row = 0; row < outer * out_h; row++) {
+        const int64_t plane = row / out_h, y = row % out_h;
+        const float *top = src + (plane * in_h + y0[y]) * in_w, *bottom = src + (plane * in_h + y1[y]) * in_w;
+        float *d = dst + row * out_w;
+        const float a = wy0[y], b = wy1[y];
+        for (int64_t x = 0; x < out_w; x++) {
+            float t = wx0[x] * top[x0[x]] + wx1[x] * top[x1[x]];
+            float u = wx0[x] * bottom[x0[x]] + wx1[x] * bottom[x1[x]];
+            d[x] = a * t + b * u;
+        }
+    }
+}
+
 const ortx_kernel_entry ortx_family_layout[] = {
     {"copy_bytes", ortx_copy_bytes, ortx_copy_bytes},
+    {"copy_rows", ortx_copy_rows, ortx_copy_rows_ref},
+    {"strided_copy", ortx_strided_copy, ortx_strided_copy_ref},
+    {"gather", ortx_gather, ortx_gather_ref},
+    {"pad", ortx_pad, ortx_pad_ref},
+    {"resize_nearest", ortx_resize_nearest, ortx_resize_nearest_ref},
+    {"resize_linear_f32", ortx_resize_linear_f32, ortx_resize_linear_f32_ref},
     {NULL, NULL, NULL},
 };
