@@ -1,16 +1,19 @@
 """`optimize`: the graph passes alone, for users who want a faster standard ONNX model and no OrtxEP.
 
 load (a checked copy) -> run_passes(DEFAULT_PASSES) -> serialize. The result uses only standard ONNX ops, keeps
-the input's IR version when onnxruntime reads it, and runs in plain onnxruntime.
+the input's IR version when onnxruntime reads it, and runs in plain onnxruntime. `compare_with_onnxruntime` is the
+`ortx optimize --check` comparison of the original and optimized models.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ortx.model_io import ModelSource, clamp_ir_version, load
+from ortx.model_io import ModelSource, clamp_ir_version, load, to_ort_bytes
 from ortx.passes import DEFAULT_PASSES
 from ortx.passes._report import PassReport, run_passes
 
@@ -32,3 +35,81 @@ def optimize(model: ModelSource, *, level: int = 2, check: bool = False) -> tupl
     ir_model = ir.serde.deserialize_model(load(model))
     reports = run_passes(ir_model, LEVELS[level], check=check)
     return clamp_ir_version(ir.serde.serialize_model(ir_model)), reports
+
+
+class CheckInputError(ValueError):
+    """An input of the model cannot be generated (dynamic dims without a given shape, unsupported dtype)."""
+
+
+@dataclasses.dataclass
+class OutputComparison:
+    name: str
+    max_abs_error: float
+    max_abs_reference: float
+    cosine: float
+    ok: bool
+
+
+# The whole-model bar shared with tests/tolerances.py: max abs error <= 1e-3 x max|reference|, cosine >= 0.9999.
+MAX_ABS_FRACTION = 1e-3
+MIN_COSINE = 0.9999
+
+
+def random_feeds(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], *, seed: int = 0) -> dict:
+    """Seeded non-zero inputs: floats ~ U[0.1, 1] with random signs, integers in [1, 10], booleans True."""
+    rng = np.random.default_rng(seed)
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    feeds = {}
+    for graph_input in model.graph.input:
+        if graph_input.name in initializers:
+            continue
+        tensor_type = graph_input.type.tensor_type
+        if graph_input.name in shapes:
+            shape = tuple(shapes[graph_input.name])
+        else:
+            dims = [dim.dim_value if dim.HasField("dim_value") else None for dim in tensor_type.shape.dim]
+            if any(dim is None for dim in dims):
+                raise CheckInputError(f"input '{graph_input.name}' has dynamic dims {_dims_text(tensor_type)}; give "
+                                      f"--input-shape {graph_input.name}:" + "x".join(str(d) if d else "N" for d in dims))
+            shape = tuple(dims)
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        if np.issubdtype(dtype, np.floating):
+            values = rng.uniform(0.1, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+        elif np.issubdtype(dtype, np.integer):
+            values = rng.integers(1, 11, shape)
+        elif dtype == np.bool_:
+            values = np.ones(shape, bool)
+        else:
+            raise CheckInputError(f"input '{graph_input.name}' has unsupported dtype {dtype}")
+        feeds[graph_input.name] = np.asarray(values).astype(dtype)
+    return feeds
+
+
+def _dims_text(tensor_type) -> str:
+    return "[" + ", ".join(str(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?")
+                           for dim in tensor_type.shape.dim) + "]"
+
+
+def compare_with_onnxruntime(reference: ModelSource, candidate: ModelSource,
+                             shapes: dict[str, tuple[int, ...]] | None = None, *,
+                             seed: int = 0) -> list[OutputComparison]:
+    """Runs both models in onnxruntime CPU on the same seeded inputs and compares every output."""
+    import onnxruntime
+
+    reference_model, candidate_model = load(reference), load(candidate)
+    feeds = random_feeds(reference_model, shapes or {}, seed=seed)
+    results = []
+    sessions = [onnxruntime.InferenceSession(to_ort_bytes(model), providers=["CPUExecutionProvider"])
+                for model in (reference_model, candidate_model)]
+    names = [output.name for output in sessions[0].get_outputs()]
+    expected_outputs, actual_outputs = (session.run(names, feeds) for session in sessions)
+    for name, expected, actual in zip(names, expected_outputs, actual_outputs):
+        expected64, actual64 = np.asarray(expected, np.float64), np.asarray(actual, np.float64)
+        scale = float(np.max(np.abs(expected64))) if expected64.size else 0.0
+        error = float(np.max(np.abs(actual64 - expected64))) if expected64.size else 0.0
+        norms = np.linalg.norm(expected64) * np.linalg.norm(actual64)
+        cosine = 1.0 if norms == 0 else float(expected64.ravel() @ actual64.ravel() / norms)
+        ok = expected64.shape == actual64.shape and error <= MAX_ABS_FRACTION * max(scale, 1e-12) \
+            and cosine >= MIN_COSINE
+        results.append(OutputComparison(name, error, scale, cosine, ok))
+    return results

@@ -46,10 +46,7 @@ def _bypass(graph: ir.Graph, node: ir.Node) -> str | None:
         if source.is_graph_input() or source.is_initializer() or source.is_graph_output() or source.producer() is None:
             return "it joins a graph input, initializer or another graph output to a graph output"
         output_name = target.name
-        target.replace_all_uses_with(source)
-        for index, output in enumerate(graph.outputs):
-            if output is target:
-                graph.outputs[index] = source
+        target.replace_all_uses_with(source, replace_graph_outputs=True)
         graph.remove(node, safe=True)
         if source.type is None:
             source.type = target.type

@@ -205,6 +205,14 @@ def fuse_conv_batchnorm(model: ir.Model, *, max_rounds: int = 8) -> PassReport:
     # Candidates that a later round fused are not worth a note.
     remaining = {node.name for node in model.graph}
     all_notes = [note for note in dict.fromkeys(batchnorm.notes + notes) if note.split(" ", 1)[0] in remaining]
+    # The matcher itself rejects a Conv output read outside the pattern, before `check` can record why.
+    noted = {note.split(" ", 1)[0] for note in all_notes}
+    for node in model.graph:
+        source = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
+        if node.op_type == "BatchNormalization" and source is not None and source.op_type == "Conv" \
+                and node.name not in noted:
+            all_notes.append(f"{node.name} (BatchNormalization): not fused: Conv '{source.name}' output has other "
+                             f"consumers or is a graph output")
     for note in all_notes:
         logger.debug(note)
     return PassReport(model, name="fuse_conv_batchnorm", counts=counts, notes=all_notes,

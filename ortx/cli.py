@@ -1,0 +1,159 @@
+"""The `ortx` command: argparse, progress and report rendering only; the work is in ortx.optimize and ortx.demo."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+DESCRIPTION = """\
+ortx: a neural-network compiler toolkit for ONNX models.
+
+  ortx optimize IN.onnx -o OUT.onnx   constant folding, dead-code removal and Conv+BatchNormalization folding;
+                                      the output is standard ONNX that plain onnxruntime runs
+  ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
+"""
+
+OPTIMIZE_EPILOG = """\
+passes (in order): fold_constants, eliminate_dead_code, fuse_conv_batchnorm.
+--check runs onnxruntime on IN and OUT with the same seeded random inputs and requires, per output,
+max|OUT - IN| <= 1e-3 * max|IN| and cosine >= 0.9999. Inputs with dynamic dimensions need --input-shape,
+e.g. --input-shape x:1x3x640x640 (repeat the flag for several inputs).
+The input file is never modified; OUT is written atomically (temp file + rename) and must differ from IN;
+OUT is written even when --check fails, so it can be inspected.
+exit status: 0 ok, 1 check failed, 2 usage or input error."""
+
+
+def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    name, separator, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(dim) for dim in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not separator or not name or not shape or any(dim <= 0 for dim in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME:D1xD2x... with positive dims, e.g. x:1x3x640x640, "
+                                         f"got {text!r}")
+    return name, shape
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ortx", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    optimize = commands.add_parser(
+        "optimize", help="run the graph passes and write a standard ONNX model",
+        description="Optimize an ONNX model with ortx's graph passes and save the result.",
+        epilog=OPTIMIZE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    optimize.add_argument("input", metavar="IN.onnx", help="model to optimize (never modified)")
+    optimize.add_argument("-o", "--output", metavar="OUT.onnx", required=True, help="where to write the result")
+    optimize.add_argument("--level", type=int, choices=(0, 1, 2), default=2,
+                          help="0: checked copy; 1: fold constants + remove dead code; 2: also fold "
+                               "BatchNormalization and per-channel Mul/Add into Conv (default)")
+    optimize.add_argument("--check", action="store_true",
+                          help="validate the model after every pass and compare IN vs OUT in onnxruntime")
+    optimize.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=_input_shape, action="append",
+                          default=[], help="shape for an input with dynamic dims, used by --check")
+    optimize.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default 0)")
+    optimize.add_argument("--report", metavar="REPORT.json", help="also write the pass reports as JSON")
+    optimize.set_defaults(handler=_optimize)
+
+    demo = commands.add_parser(
+        "demo", help="run the packaged PP-OCRv4 models with and without OrtxEP",
+        description="Runs the PP-OCRv4 det/rec/cls models shipped with rapidocr-onnxruntime through "
+                    "ortx.InferenceSession and plain onnxruntime, and prints timings and which nodes ran where.")
+    demo.add_argument("--models", default="det,rec,cls",
+                      help="comma-separated subset of det,rec,cls (default: all three)")
+    demo.add_argument("--runs", type=int, default=20, help="timed runs per model (default 20)")
+    demo.add_argument("--threads", type=int, default=2, help="threads for OrtxEP and onnxruntime (default 2)")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"ortx: error: {message}", file=sys.stderr)
+    return 2
+
+
+def render_reports(reports) -> str:
+    """A fixed-width table: pass, nodes before -> after, the non-zero counts, seconds; notes below it."""
+    rows = [("pass", "nodes", "changes", "seconds")]
+    for report in reports:
+        changes = ", ".join(f"{key}={value}" for key, value in report.counts.items() if value) or "-"
+        rows.append((report.name, f"{report.nodes_before} -> {report.nodes_after}", changes, f"{report.seconds:.3f}"))
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows]
+    for report in reports:
+        lines.extend(f"  note [{report.name}] {note}" for note in report.notes)
+    return "\n".join(lines)
+
+
+def _optimize(args) -> int:
+    from ortx.model_io import ModelLoadError, ModelSaveError, save
+    from ortx.optimize import optimize
+    from ortx.passes._report import PassError
+
+    if not os.path.exists(args.input):
+        return _fail(f"input model '{args.input}' does not exist")
+    if os.path.abspath(args.output) == os.path.abspath(args.input) or (
+            os.path.exists(args.output) and os.path.samefile(args.output, args.input)):
+        return _fail(f"output '{args.output}' is the input model; ortx never overwrites its input")
+    shapes = dict(args.input_shape)
+    if args.check:  # fail on missing --input-shape before spending time on the passes
+        from ortx.model_io import load
+        from ortx.optimize import CheckInputError, random_feeds
+
+        try:
+            random_feeds(load(args.input), shapes)
+        except (ModelLoadError, CheckInputError) as error:
+            return _fail(str(error))
+    start = time.perf_counter()
+    try:
+        model, reports = optimize(args.input, level=args.level, check=args.check)
+    except (ModelLoadError, PassError) as error:
+        return _fail(str(error))
+    print(f"optimized {args.input} in {time.perf_counter() - start:.2f} s")
+    print(render_reports(reports))
+    status = 0
+    if args.check:
+        from ortx.optimize import CheckInputError, compare_with_onnxruntime
+
+        try:
+            results = compare_with_onnxruntime(args.input, model, shapes, seed=args.seed)
+        except CheckInputError as error:
+            return _fail(str(error))
+        for result in results:
+            print(f"check {result.name}: max abs error {result.max_abs_error:.3g} (max|ref| {result.max_abs_reference:.3g}),"
+                  f" cosine {result.cosine:.6f}: {'ok' if result.ok else 'FAILED'}")
+        status = 0 if all(result.ok for result in results) else 1
+    try:
+        save(model, args.output, protect=args.input)
+    except (ModelSaveError, OSError) as error:
+        return _fail(str(error))
+    print(f"wrote {args.output}")
+    if args.report:
+        with open(args.report, "w") as stream:
+            json.dump({"input": args.input, "output": args.output, "passes": [r.to_dict() for r in reports]},
+                      stream, indent=2)
+        print(f"wrote {args.report}")
+    return status
+
+
+def _demo(args) -> int:
+    import ortx.demo
+
+    return ortx.demo.main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.handler(args) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

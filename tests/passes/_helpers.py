@@ -1,0 +1,45 @@
+"""Shared helpers for pass tests: ORT runs on seeded non-zero inputs, op-type lists, text models."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import onnxruntime
+
+from ortx.model_io import to_ort_bytes
+
+
+def op_types(model: ir.Model | onnx.ModelProto) -> list[str]:
+    if isinstance(model, ir.Model):
+        return [node.op_type for node in model.graph]
+    return [node.op_type for node in model.graph.node]
+
+
+def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Non-zero floats: U[0.1, 1] with random signs, so sign-dependent activations see both branches."""
+    rng = np.random.default_rng(seed)
+    initializers = {tensor.name for tensor in model.graph.initializer}
+    feeds = {}
+    for graph_input in model.graph.input:
+        if graph_input.name in initializers:
+            continue
+        shape = [dim.dim_value for dim in graph_input.type.tensor_type.shape.dim]
+        values = rng.uniform(0.1, 1.0, shape) * rng.choice([-1.0, 1.0], shape)
+        feeds[graph_input.name] = values.astype(np.float32)
+    return feeds
+
+
+def run_ort(model: ir.Model | onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = onnxruntime.InferenceSession(to_ort_bytes(model), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)
+
+
+def from_text(text: str) -> onnx.ModelProto:
+    model = onnx.parser.parse_model(text)
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    return model
+
+
+def to_ir(model: onnx.ModelProto) -> ir.Model:
+    return ir.serde.deserialize_model(model)

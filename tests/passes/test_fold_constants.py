@@ -1,0 +1,79 @@
+import numpy as np
+
+from ortx.passes.fold_constants import fold_constants
+from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
+from tests.tolerances import assert_close
+
+# Constant nodes, a Shape of a static tensor, and arithmetic on constants: everything but Relu, Mul(relu, ...) and
+# Reshape folds.
+FOLDABLE = """
+<ir_version: 10, opset_import: ["" : 17]>
+agraph (float[2,3,4] X) => (float[2,12] Y) {
+    twelve = Constant <value = int64[1] {12}> ()
+    scale = Constant <value = float[1] {0.5}> ()
+    scale2 = Mul (scale, scale)
+    relu = Relu (X)
+    scaled = Mul (relu, scale2)
+    input_shape = Shape (scaled)
+    zero = Constant <value = int64[1] {0}> ()
+    one = Constant <value = int64[1] {1}> ()
+    batch = Slice (input_shape, zero, one)
+    flat = Concat <axis = 0> (batch, twelve)
+    Y = Reshape (scaled, flat)
+}
+"""
+
+
+def _foldable():
+    return from_text(FOLDABLE)
+
+
+def test_folds_constants_and_static_shape():
+    proto = _foldable()
+    model = to_ir(proto)
+    report = fold_constants(model)
+    assert op_types(model) == ["Relu", "Mul", "Reshape"]
+    assert report.counts["constants_lifted"] == 4
+    # Mul(scale, scale), Shape, Slice and Concat(batch, twelve).
+    assert report.counts["nodes_folded"] == 4
+    assert report.counts["folded_bytes"] > 0
+    assert report.modified
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
+
+
+def test_size_limit_keeps_large_outputs():
+    proto = from_text("""
+    <ir_version: 10, opset_import: ["" : 17]>
+    agraph (float[64] X) => (float[64] Y) {
+        small = Constant <value = float[1] {2.0}> ()
+        target = Constant <value = int64[1] {64}> ()
+        big = Expand (small, target)
+        Y = Add (X, big)
+    }""")
+    model = to_ir(proto)
+    report = fold_constants(model, size_limit=16)
+    assert op_types(model) == ["Expand", "Add"]
+    assert report.counts["nodes_folded"] == 0
+    assert any("Expand" in note and "size_limit" in note for note in report.notes)
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
+
+
+def test_does_not_fold_nodes_reading_inputs():
+    proto = from_text("""
+    <ir_version: 10, opset_import: ["" : 17]>
+    agraph (float[2,3] X) => (float[2,3] Y) {
+        Y = Relu (X)
+    }""")
+    model = to_ir(proto)
+    report = fold_constants(model)
+    assert op_types(model) == ["Relu"]
+    assert not report.modified and report.counts == {"constants_lifted": 0, "nodes_folded": 0, "folded_bytes": 0}
+
+
+def test_idempotent():
+    model = to_ir(_foldable())
+    assert fold_constants(model).modified
+    second = fold_constants(model)
+    assert not second.modified, second.counts
