@@ -1,6 +1,270 @@
-/* Family "elementwise": entry table (filled in as kernels land). */
+/* Family "elementwise": unary ops, broadcasting binary ops, per-channel affine (folded BatchNormalization), Cast.
+ *
+ * Each kernel here is the dispatcher: it splits the work into fixed blocks (OpenMP over blocks when large; every
+ * element is computed independently, so any split gives bitwise the same result) and runs the selected ISA's
+ * row function on each block, or the portable loop for ops that ISA does not vectorise.
+ *
+ * unary_f32: ints = [op, count]; floats = [p0, p1]; buffers = [x, y]. op: ORTX_UNARY_* / ORTX_ACT_* codes
+ *   (elementwise.h), p0/p1 their parameters (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta, Elu alpha,
+ *   Selu alpha/gamma).
+ * binary_f32, binary_i64, binary_i32: ints = [op, rank, dims[rank], a_strides[rank], b_strides[rank]];
+ *   buffers = [a, b, y]. y is C-contiguous with shape dims; strides are in elements, 0 along broadcast axes. The
+ *   lowering collapses axes first, so the innermost strides are 0 or 1 and the row loop covers every broadcast
+ *   pattern (same shape, scalar, per-channel [N,C,H,W] op [1,C,1,1], last axis [.., D] op [D]). op: ORTX_BINARY_*
+ *   (Pow only for f32).
+ * channel_affine_f32: ints = [outer, channels, inner]; buffers = [x, scale[channels], shift[channels], y];
+ *   y[o, c, i] = x[o, c, i] * scale[c] + shift[c].
+ * cast: ints = [from, to, count]; buffers = [x, y]; from/to are ONNX TensorProto codes 1 float32, 6 int32,
+ *   7 int64, 9 bool. Float to integer truncates toward zero; to bool is x != 0.
+ */
+#include <string.h>
+
+#include "elementwise.h"
+#include "isa.h"
 #include "ortx_kernels.h"
 
+/* Block of one parallel work item: large enough to amortise the OpenMP split, a multiple of every vector width. */
+#define ORTX_ELEMENTWISE_BLOCK 16384
+/* Below this many elements the whole op runs on the calling thread. */
+#define ORTX_ELEMENTWISE_PARALLEL_MIN 65536
+
+extern void ortx_unary_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_binary_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_binary_i64_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_binary_i32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_channel_affine_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_cast_ref(const int64_t *, const float *, void *const *, int);
+
+static int threads_for(int64_t count, int num_threads) {
+    return count >= ORTX_ELEMENTWISE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
+}
+
+/* Unary ---------------------------------------------------------------------------------------------------- */
+static void unary_range_portable(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    switch (op) {
+        case ORTX_ACT_RELU:
+            for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+            break;
+        case ORTX_UNARY_IDENTITY:
+            if (x != y) memmove(y, x, (size_t)n * sizeof(float));
+            break;
+        default:
+            for (int64_t i = 0; i < n; i++) y[i] = ortx_unary_scalar(op, x[i], p0, p1);
+    }
+}
+
+static void unary_range(int isa, int op, float p0, float p1, const float *x, float *y, int64_t n) {
+#if ORTX_HAVE_X86
+    if (isa >= ORTX_ISA_AVX512 && ortx_unary_f32_avx512_supports(op)) {
+        ortx_unary_f32_avx512(op, p0, p1, x, y, n);
+        return;
+    }
+    if (isa >= ORTX_ISA_AVX2 && ortx_unary_f32_avx2_supports(op)) {
+        ortx_unary_f32_avx2(op, p0, p1, x, y, n);
+        return;
+    }
+#endif
+    (void)isa;
+    unary_range_portable(op, p0, p1, x, y, n);
+}
+
+void ortx_unary_f32_range(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    unary_range(ortx_selected_isa(), op, p0, p1, x, y, n);
+}
+
+static void ortx_unary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int op = (int)ints[0];
+    int64_t count = ints[1];
+    const float *x = buffers[0];
+    float *y = buffers[1];
+    int isa = ortx_selected_isa();
+    int64_t blocks = (count + ORTX_ELEMENTWISE_BLOCK - 1) / ORTX_ELEMENTWISE_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(threads_for(count, num_threads))
+    for (int64_t block = 0; block < blocks; block++) {
+        int64_t start = block * ORTX_ELEMENTWISE_BLOCK;
+        int64_t length = count - start < ORTX_ELEMENTWISE_BLOCK ? count - start : ORTX_ELEMENTWISE_BLOCK;
+        unary_range(isa, op, floats[0], floats[1], x + start, y + start, length);
+    }
+}
+
+/* Binary --------------------------------------------------------------------------------------------------- */
+typedef struct {
+    int op, rank;
+    const int64_t *dims, *a_strides, *b_strides;
+    int64_t rows, row_length, blocks_per_row;
+} broadcast_walk;
+
+static broadcast_walk walk_from(const int64_t *ints) {
+    broadcast_walk walk;
+    walk.op = (int)ints[0];
+    walk.rank = (int)ints[1];
+    walk.dims = ints + 2;
+    walk.a_strides = ints + 2 + walk.rank;
+    walk.b_strides = ints + 2 + 2 * walk.rank;
+    walk.rows = 1;
+    for (int axis = 0; axis + 1 < walk.rank; axis++) walk.rows *= walk.dims[axis];
+    walk.row_length = walk.dims[walk.rank - 1];
+    walk.blocks_per_row = (walk.row_length + ORTX_ELEMENTWISE_BLOCK - 1) / ORTX_ELEMENTWISE_BLOCK;
+    if (walk.blocks_per_row == 0) walk.rows = 0;
+    return walk;
+}
+
+/* Element offsets of row `row` (an index over all axes but the last) in a and b. */
+static void row_offsets(const broadcast_walk *walk, int64_t row, int64_t *a_offset, int64_t *b_offset) {
+    int64_t a = 0, b = 0;
+    for (int axis = walk->rank - 2; axis >= 0; axis--) {
+        int64_t index = row % walk->dims[axis];
+        row /= walk->dims[axis];
+        a += index * walk->a_strides[axis];
+        b += index * walk->b_strides[axis];
+    }
+    *a_offset = a;
+    *b_offset = b;
+}
+
+static void binary_row_f32_portable(int op, const float *a, int64_t sa, const float *b, int64_t sb, float *y,
+                                    int64_t n) {
+    switch (op) {
+        case ORTX_BINARY_ADD: for (int64_t i = 0; i < n; i++) y[i] = a[i * sa] + b[i * sb]; break;
+        case ORTX_BINARY_SUB: for (int64_t i = 0; i < n; i++) y[i] = a[i * sa] - b[i * sb]; break;
+        case ORTX_BINARY_MUL: for (int64_t i = 0; i < n; i++) y[i] = a[i * sa] * b[i * sb]; break;
+        case ORTX_BINARY_DIV: for (int64_t i = 0; i < n; i++) y[i] = a[i * sa] / b[i * sb]; break;
+        default: for (int64_t i = 0; i < n; i++) y[i] = ortx_binary_scalar(op, a[i * sa], b[i * sb]);
+    }
+}
+
+static void binary_row_f32(int isa, int op, const float *a, int64_t sa, const float *b, int64_t sb, float *y,
+                           int64_t n) {
+#if ORTX_HAVE_X86
+    if (op != ORTX_BINARY_POW) {
+        if (isa >= ORTX_ISA_AVX512) { ortx_binary_f32_avx512(op, a, sa, b, sb, y, n); return; }
+        if (isa >= ORTX_ISA_AVX2) { ortx_binary_f32_avx2(op, a, sa, b, sb, y, n); return; }
+    }
+#endif
+    (void)isa;
+    binary_row_f32_portable(op, a, sa, b, sb, y, n);
+}
+
+static void ortx_binary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    broadcast_walk walk = walk_from(ints);
+    const float *a = buffers[0], *b = buffers[1];
+    float *y = buffers[2];
+    int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];
+    int isa = ortx_selected_isa();
+    int64_t items = walk.rows * walk.blocks_per_row;
+#pragma omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))
+    for (int64_t item = 0; item < items; item++) {
+        int64_t row = item / walk.blocks_per_row, start = (item % walk.blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;
+        int64_t length = walk.row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk.row_length - start
+                                                                           : ORTX_ELEMENTWISE_BLOCK;
+        int64_t a_offset, b_offset;
+        row_offsets(&walk, row, &a_offset, &b_offset);
+        binary_row_f32(isa, walk.op, a + a_offset + start * sa, sa, b + b_offset + start * sb, sb,
+                       y + row * walk.row_length + start, length);
+    }
+}
+
+#define ORTX_BINARY_INT_KERNEL(name, type, scalar)                                                            \
+    static void name(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {       \
+        (void)floats;                                                                                         \
+        broadcast_walk walk = walk_from(ints);                                                                \
+        const type *a = buffers[0], *b = buffers[1];                                                          \
+        type *y = buffers[2];                                                                                 \
+        int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];                       \
+        int64_t items = walk.rows * walk.blocks_per_row;                                                      \
+        _Pragma("omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))") \
+        for (int64_t item = 0; item < items; item++) {                                                        \
+            int64_t row = item / walk.blocks_per_row;                                                         \
+            int64_t start = (item % walk.blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;                            \
+            int64_t length = walk.row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk.row_length - start       \
+                                                                               : ORTX_ELEMENTWISE_BLOCK;      \
+            int64_t a_offset, b_offset;                                                                       \
+            row_offsets(&walk, row, &a_offset, &b_offset);                                                    \
+            const type *ar = a + a_offset + start * sa, *br = b + b_offset + start * sb;                      \
+            type *yr = y + row * walk.row_length + start;                                                     \
+            for (int64_t i = 0; i < length; i++) yr[i] = scalar(walk.op, ar[i * sa], br[i * sb]);             \
+        }                                                                                                     \
+    }
+ORTX_BINARY_INT_KERNEL(ortx_binary_i64, int64_t, ortx_binary_scalar_i64)
+ORTX_BINARY_INT_KERNEL(ortx_binary_i32, int32_t, ortx_binary_scalar_i32)
+#undef ORTX_BINARY_INT_KERNEL
+
+/* Channel affine ------------------------------------------------------------------------------------------- */
+static void affine_row(int isa, const float *x, float scale, float shift, float *y, int64_t n) {
+#if ORTX_HAVE_X86
+    if (isa >= ORTX_ISA_AVX512) { ortx_affine_f32_avx512(x, scale, shift, y, n); return; }
+    if (isa >= ORTX_ISA_AVX2) { ortx_affine_f32_avx2(x, scale, shift, y, n); return; }
+#endif
+    (void)isa;
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + shift;
+}
+
+static void ortx_channel_affine_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    (void)floats;
+    int64_t outer = ints[0], channels = ints[1], inner = ints[2];
+    const float *x = buffers[0], *scale = buffers[1], *shift = buffers[2];
+    float *y = buffers[3];
+    int isa = ortx_selected_isa();
+    int64_t rows = outer * channels;
+#pragma omp parallel for schedule(static) num_threads(threads_for(rows * inner, num_threads))
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t channel = row % channels;
+        affine_row(isa, x + row * inner, scale[channel], shift[channel], y + row * inner, inner);
+    }
+}
+
+/* Cast ----------------------------------------------------------------------------------------------------- */
+enum { ONNX_FLOAT = 1, ONNX_INT32 = 6, ONNX_INT64 = 7, ONNX_BOOL = 9 };
+
+static double load_as_double(int type, const void *x, int64_t i) {
+    switch (type) {
+        case ONNX_FLOAT: return ((const float *)x)[i];
+        case ONNX_INT32: return ((const int32_t *)x)[i];
+        case ONNX_BOOL: return ((const uint8_t *)x)[i] != 0;
+        default: return (double)((const int64_t *)x)[i];
+    }
+}
+
+static void ortx_cast(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    int from = (int)ints[0], to = (int)ints[1];
+    int64_t count = ints[2];
+    const void *x = buffers[0];
+    void *y = buffers[1];
+    if (from == to) {
+        size_t width = from == ONNX_BOOL ? 1 : (from == ONNX_INT64 ? 8 : 4);
+        if (x != y) memmove(y, x, (size_t)count * width);
+        return;
+    }
+    /* int64 <-> int32 go through integers (wrap like a C cast) rather than double, which would round above 2^53. */
+#pragma omp parallel for schedule(static) num_threads(threads_for(count, num_threads))
+    for (int64_t i = 0; i < count; i++) {
+        if (from == ONNX_INT64 && to == ONNX_INT32) {
+            ((int32_t *)y)[i] = (int32_t)((const int64_t *)x)[i];
+        } else if (from == ONNX_INT64 && to == ONNX_BOOL) {
+            ((uint8_t *)y)[i] = ((const int64_t *)x)[i] != 0;
+        } else if (from == ONNX_INT64 && to == ONNX_FLOAT) {
+            ((float *)y)[i] = (float)((const int64_t *)x)[i];
+        } else {
+            double value = load_as_double(from, x, i);
+            switch (to) {
+                case ONNX_FLOAT: ((float *)y)[i] = (float)value; break;
+                case ONNX_INT32: ((int32_t *)y)[i] = (int32_t)value; break;
+                case ONNX_INT64: ((int64_t *)y)[i] = (int64_t)value; break;
+                default: ((uint8_t *)y)[i] = value != 0.0; break;
+            }
+        }
+    }
+}
+
 const ortx_kernel_entry ortx_family_elementwise[] = {
+    {"unary_f32", ortx_unary_f32, ortx_unary_f32_ref},
+    {"binary_f32", ortx_binary_f32, ortx_binary_f32_ref},
+    {"binary_i64", ortx_binary_i64, ortx_binary_i64_ref},
+    {"binary_i32", ortx_binary_i32, ortx_binary_i32_ref},
+    {"channel_affine_f32", ortx_channel_affine_f32, ortx_channel_affine_f32_ref},
+    {"cast", ortx_cast, ortx_cast_ref},
     {NULL, NULL, NULL},
 };

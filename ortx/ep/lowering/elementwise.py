@@ -1,4 +1,330 @@
-"""Lowerings for the elementwise kernel family."""
+"""Lowerings for the elementwise kernel family: unary ops, broadcasting binary ops, BatchNormalization, Cast.
+
+Unary op -> one `unary_f32` step (op code and up to two float parameters, kernels/elementwise.h). Binary op ->
+one `binary_<dtype>` step over collapsed broadcast axes (`broadcast_layout`); variadic Sum/Mean/Max/Min fold
+left to right through workspaces, Mean then divides by the input count. BatchNormalization (inference, constant
+statistics) -> `channel_affine_f32` with scale and shift folded here in float64. Cast between float32, int32,
+int64 and bool -> `cast`. Only float32 is claimed for unary ops; every other case gets a reason from `check`.
+"""
 from __future__ import annotations
 
-LOWERINGS = {}
+import numpy as np
+import onnx_ir as ir
+
+from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
+
+FLOAT32 = np.dtype(np.float32)
+FLOAT_LOWEST = float(np.finfo(np.float32).min)  # onnxruntime's Clip default bounds: numeric_limits lowest/max
+FLOAT_MAX = float(np.finfo(np.float32).max)
+
+# kernels/activation.h codes 1..7, kernels/elementwise.h codes 16.. (ORTX_UNARY_*).
+UNARY_CODES = {
+    "Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7,
+    "Exp": 16, "Log": 17, "Sqrt": 18, "Neg": 19, "Abs": 20, "Reciprocal": 21, "Erf": 22, "Floor": 23, "Ceil": 24,
+    "Softplus": 25, "Elu": 26, "Selu": 27, "Gelu": 28, "Sign": 30,
+}
+GELU_TANH_CODE = 29
+IDENTITY_CODE = 0
+
+BINARY_CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Max": 5, "Min": 6}
+# dtypes each binary op is claimed for (kernels: binary_f32, binary_i64, binary_i32; Pow is float-only).
+BINARY_DTYPES = {
+    "Add": ("float32", "int64", "int32"), "Sub": ("float32", "int64", "int32"),
+    "Mul": ("float32", "int64", "int32"), "Div": ("float32", "int64", "int32"),
+    "Pow": ("float32",), "Max": ("float32", "int64", "int32"), "Min": ("float32", "int64", "int32"),
+}
+BINARY_KERNELS = {"float32": "binary_f32", "int64": "binary_i64", "int32": "binary_i32"}
+VARIADIC = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}
+
+# ONNX TensorProto codes the cast kernel moves between.
+CAST_CODES = {"float32": 1, "int32": 6, "int64": 7, "bool": 9}
+
+
+# Helpers shared with reduce.py ---------------------------------------------------------------------------------
+def opset_version(node: ir.Node) -> int:
+    """The default-domain opset the node was written for (its own version, else its graph's import)."""
+    if node.version is not None:
+        return int(node.version)
+    graph = node.graph
+    if graph is not None:
+        for domain in ("", "ai.onnx"):
+            if domain in graph.opset_imports:
+                return int(graph.opset_imports[domain])
+    return 1
+
+
+def string_attribute(node: ir.Node, name: str, default: str) -> str:
+    value = attribute(node, name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def is_used(value: ir.Value | None) -> bool:
+    return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())
+
+
+def tensor_reason(node: ir.Node, value: ir.Value | None, dtypes: tuple[str, ...], what: str) -> str | None:
+    """Why `value` cannot be used (missing, dynamic shape, dtype outside `dtypes`), or None."""
+    if value is None:
+        return f"{node.op_type}: {what} is missing"
+    try:
+        static_shape(value)
+        dtype = numpy_dtype(value)
+    except NotStatic as error:
+        return f"{node.op_type}: {error}"
+    if dtype.name not in dtypes:
+        return f"{node.op_type}: {what} dtype {dtype.name} not supported (supported: {', '.join(dtypes)})"
+    return None
+
+
+def element_count(value: ir.Value) -> int:
+    return int(np.prod(static_shape(value), dtype=np.int64))
+
+
+# Unary -----------------------------------------------------------------------------------------------------------
+def _clip_bounds(node: ir.Node) -> tuple[float, float] | str:
+    """Clip's (min, max): attributes before opset 11, optional constant scalar inputs from 11 on."""
+    if opset_version(node) < 11:
+        low = float(attribute(node, "min", FLOAT_LOWEST))
+        high = float(attribute(node, "max", FLOAT_MAX))
+    else:
+        bounds = []
+        for index, default in ((1, FLOAT_LOWEST), (2, FLOAT_MAX)):
+            value = present(node, index)
+            if value is None or value.name == "":
+                bounds.append(default)
+                continue
+            array = constant_value(value)
+            if array is None:
+                return f"Clip: input {index} ({'min' if index == 1 else 'max'}) must be a constant"
+            if array.size != 1:
+                return f"Clip: input {index} must be a scalar, got shape {array.shape}"
+            bounds.append(float(array.reshape(-1)[0]))
+        low, high = bounds
+    if low > high:
+        return f"Clip: min {low} > max {high} not supported"
+    return low, high
+
+
+def _unary_parameters(node: ir.Node) -> tuple[int, float, float] | str:
+    """(kernel op code, p0, p1), or the reason the node's attributes are not supported."""
+    op = node.op_type
+    code = UNARY_CODES[op]
+    if op == "LeakyRelu":
+        return code, float(attribute(node, "alpha", 0.01)), 0.0
+    if op == "HardSigmoid":
+        return code, float(attribute(node, "alpha", 0.2)), float(attribute(node, "beta", 0.5))
+    if op == "Elu":
+        return code, float(attribute(node, "alpha", 1.0)), 0.0
+    if op == "Selu":
+        return (code, float(attribute(node, "alpha", 1.67326319217681884765625)),
+                float(attribute(node, "gamma", 1.05070102214813232421875)))
+    if op == "Gelu":
+        approximate = string_attribute(node, "approximate", "none")
+        if approximate not in ("none", "tanh"):
+            return f"Gelu: approximate {approximate!r} not supported"
+        return (code if approximate == "none" else GELU_TANH_CODE), 0.0, 0.0
+    if op == "Clip":
+        bounds = _clip_bounds(node)
+        if isinstance(bounds, str):
+            return bounds
+        return code, bounds[0], bounds[1]
+    return code, 0.0, 0.0
+
+
+def check_unary(node: ir.Node) -> str | None:
+    if node.op_type == "Gelu" and opset_version(node) < 20:
+        return "Gelu: needs opset 20"
+    reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
+    reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
+    if reason:
+        return reason
+    parameters = _unary_parameters(node)
+    return parameters if isinstance(parameters, str) else None
+
+
+def lower_unary(node: ir.Node, builder) -> None:
+    code, p0, p1 = _unary_parameters(node)
+    count = element_count(node.outputs[0])
+    if count:
+        builder.emit("unary_f32", [code, count], [p0, p1],
+                     [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
+# Binary ----------------------------------------------------------------------------------------------------------
+def broadcast_layout(a_shape, b_shape, out_shape) -> tuple[list[int], list[int], list[int]]:
+    """(dims, a_strides, b_strides) of a binary_* step: numpy broadcasting with axes collapsed.
+
+    Size-1 output axes are dropped and neighbouring axes along which each operand is either present or broadcast
+    in the same way are merged, so [N,C,H,W] op [1,C,1,1] becomes dims [N, C, H*W] with b strides [0, 1, 0] and
+    the innermost strides are always 0 or 1.
+    """
+    rank = len(out_shape)
+    a_full = (1,) * (rank - len(a_shape)) + tuple(a_shape)
+    b_full = (1,) * (rank - len(b_shape)) + tuple(b_shape)
+    dims: list[int] = []
+    flags: list[tuple[bool, bool]] = []
+    for size, a_size, b_size in zip(out_shape, a_full, b_full):
+        if size == 1:
+            continue
+        flag = (a_size == 1, b_size == 1)
+        if dims and flags[-1] == flag:
+            dims[-1] *= size
+        else:
+            dims.append(size)
+            flags.append(flag)
+    if not dims:
+        dims, flags = [1], [(False, False)]
+
+    def strides(which: int) -> list[int]:
+        result, step = [], 1
+        for size, flag in zip(reversed(dims), reversed(flags)):
+            result.append(0 if flag[which] else step)
+            step *= 1 if flag[which] else size
+        return result[::-1]
+
+    return dims, strides(0), strides(1)
+
+
+def _emit_binary(builder, op: str, a_ref, a_shape, b_ref, b_shape, out_ref, out_shape, dtype: str) -> None:
+    if int(np.prod(out_shape, dtype=np.int64)) == 0:
+        return
+    dims, a_strides, b_strides = broadcast_layout(a_shape, b_shape, out_shape)
+    builder.emit(BINARY_KERNELS[dtype], [BINARY_CODES[op], len(dims), *dims, *a_strides, *b_strides], [],
+                 [a_ref, b_ref, out_ref])
+
+
+def check_binary(node: ir.Node) -> str | None:
+    dtypes = BINARY_DTYPES[node.op_type]
+    reason = tensor_reason(node, present(node, 0), dtypes, "input 0")
+    if reason:
+        return reason
+    dtype = numpy_dtype(node.inputs[0]).name
+    exponent = present(node, 1)
+    if node.op_type == "Pow" and exponent is not None and exponent.dtype is not None \
+            and numpy_dtype(exponent).name != "float32":
+        if constant_value(exponent) is None:
+            return f"Pow: exponent dtype {numpy_dtype(exponent).name} is supported only as a constant"
+        return tensor_reason(node, node.outputs[0], (dtype,), "output 0")
+    reason = tensor_reason(node, exponent, (dtype,), "input 1")
+    return reason or tensor_reason(node, node.outputs[0], (dtype,), "output 0")
+
+
+def lower_binary(node: ir.Node, builder) -> None:
+    a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    b_ref = builder.buffer(b)
+    if node.op_type == "Pow" and numpy_dtype(b).name != "float32":
+        b_ref = builder.add_constant(constant_value(b).astype(np.float32), label=f"{b.name}:float32")
+    _emit_binary(builder, node.op_type, builder.buffer(a), static_shape(a), b_ref, static_shape(b),
+                 builder.buffer(out), static_shape(out), numpy_dtype(out).name)
+
+
+def check_variadic(node: ir.Node) -> str | None:
+    dtypes = ("float32",) if node.op_type in ("Sum", "Mean") else BINARY_DTYPES[node.op_type]
+    if not node.inputs:
+        return f"{node.op_type}: no inputs"
+    reason = tensor_reason(node, node.inputs[0], dtypes, "input 0")
+    if reason:
+        return reason
+    dtype = numpy_dtype(node.inputs[0]).name
+    for index, value in enumerate(node.inputs):
+        reason = tensor_reason(node, value, (dtype,), f"input {index}")
+        if reason:
+            return reason
+    return tensor_reason(node, node.outputs[0], (dtype,), "output 0")
+
+
+def lower_variadic(node: ir.Node, builder) -> None:
+    """Folds inputs left to right; intermediates have their own broadcast shapes, so they live in workspaces."""
+    out = node.outputs[0]
+    out_ref, out_shape, dtype = builder.buffer(out), static_shape(out), numpy_dtype(out)
+    if element_count(out) == 0:
+        return
+    if len(node.inputs) == 1:
+        code = CAST_CODES[dtype.name]
+        builder.emit("cast", [code, code, element_count(out)], [], [builder.buffer(node.inputs[0]), out_ref])
+        return
+    op = VARIADIC[node.op_type]
+    accumulated_ref, accumulated_shape = builder.buffer(node.inputs[0]), static_shape(node.inputs[0])
+    for index, value in enumerate(node.inputs[1:], start=1):
+        shape = np.broadcast_shapes(accumulated_shape, static_shape(value))
+        last = index == len(node.inputs) - 1
+        target = out_ref if last else builder.workspace(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize,
+                                                        label=f"partial{index}")
+        _emit_binary(builder, op, accumulated_ref, accumulated_shape, builder.buffer(value), static_shape(value),
+                     target, shape, dtype.name)
+        accumulated_ref, accumulated_shape = target, shape
+    if node.op_type == "Mean":
+        count = builder.add_constant(np.array([len(node.inputs)], np.float32), label=f"{node.name}:count")
+        _emit_binary(builder, "Div", out_ref, out_shape, count, (1,), out_ref, out_shape, "float32")
+
+
+# BatchNormalization ----------------------------------------------------------------------------------------------
+def check_batch_normalization(node: ir.Node) -> str | None:
+    opset = opset_version(node)
+    if opset < 7:
+        return "BatchNormalization: opset < 7 not supported"
+    if int(attribute(node, "training_mode", 0)) != 0:
+        return "BatchNormalization: training_mode=1 not supported (inference only)"
+    if opset < 9 and int(attribute(node, "spatial", 1)) != 1:
+        return "BatchNormalization: spatial=0 not supported"
+    if any(is_used(output) for output in node.outputs[1:]):
+        return "BatchNormalization: only output 0 is supported (running statistics outputs are used)"
+    reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
+    reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
+    if reason:
+        return reason
+    shape = static_shape(node.inputs[0])
+    if len(shape) < 2:
+        return f"BatchNormalization: input rank {len(shape)} < 2"
+    for index, what in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+        value = present(node, index)
+        array = constant_value(value) if value is not None else None
+        if array is None:
+            return f"BatchNormalization: input {index} ({what}) must be a constant"
+        if array.size != shape[1]:
+            return f"BatchNormalization: input {index} ({what}) has {array.size} values for {shape[1]} channels"
+    return None
+
+
+def lower_batch_normalization(node: ir.Node, builder) -> None:
+    """y = x * scale / sqrt(var + eps) + (B - mean * scale / sqrt(var + eps)), folded per channel in float64."""
+    scale, bias, mean, variance = (constant_value(node.inputs[i]).astype(np.float64).reshape(-1) for i in (1, 2, 3, 4))
+    epsilon = float(attribute(node, "epsilon", 1e-5))
+    multiplier = scale / np.sqrt(variance + epsilon)
+    shift = bias - mean * multiplier
+    shape = static_shape(node.inputs[0])
+    inner = int(np.prod(shape[2:], dtype=np.int64))
+    if shape[0] * shape[1] * inner == 0:
+        return
+    builder.emit("channel_affine_f32", [shape[0], shape[1], inner], [], [
+        builder.buffer(node.inputs[0]),
+        builder.add_constant(multiplier.astype(np.float32), label=f"{node.name}:scale"),
+        builder.add_constant(shift.astype(np.float32), label=f"{node.name}:shift"),
+        builder.buffer(node.outputs[0]),
+    ])
+
+
+# Cast ------------------------------------------------------------------------------------------------------------
+def check_cast(node: ir.Node) -> str | None:
+    to = int(attribute(node, "to", 0))
+    names = {code: name for name, code in CAST_CODES.items()}
+    if to not in names:
+        return f"Cast: target type {to} not supported (supported: float32, int32, int64, bool)"
+    reason = tensor_reason(node, present(node, 0), tuple(CAST_CODES), "input 0")
+    return reason or tensor_reason(node, node.outputs[0], (names[to],), "output 0")
+
+
+def lower_cast(node: ir.Node, builder) -> None:
+    count = element_count(node.outputs[0])
+    if count:
+        builder.emit("cast", [CAST_CODES[numpy_dtype(node.inputs[0]).name], int(attribute(node, "to", 0)), count],
+                     [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
+LOWERINGS = {
+    **{("", op): (check_unary, lower_unary) for op in UNARY_CODES},
+    **{("", op): (check_binary, lower_binary) for op in ("Add", "Sub", "Mul", "Div", "Pow")},
+    **{("", op): (check_variadic, lower_variadic) for op in VARIADIC},
+    ("", "BatchNormalization"): (check_batch_normalization, lower_batch_normalization),
+    ("", "Cast"): (check_cast, lower_cast),
+}

@@ -1,0 +1,170 @@
+/* AVX2 + FMA rows of the "elementwise" family (see elementwise.c for the kernels and their layouts).
+ *
+ * Each row runs 8-float vectors and finishes a tail that is not a multiple of 8 with masked loads and stores, so
+ * the tail goes through the same arithmetic as the body.
+ */
+#include "elementwise.h"
+#include "vector_math.h"
+
+#if ORTX_HAVE_X86
+
+ORTX_TARGET_AVX2 static inline __m256i tail_mask(int64_t remaining) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)remaining), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+int ortx_unary_f32_avx2_supports(int op) {
+    switch (op) {
+        case ORTX_ACT_RELU: case ORTX_ACT_LEAKY_RELU: case ORTX_ACT_CLIP: case ORTX_ACT_SIGMOID:
+        case ORTX_ACT_HARD_SIGMOID: case ORTX_ACT_HARD_SWISH: case ORTX_ACT_TANH: case ORTX_UNARY_EXP:
+        case ORTX_UNARY_ERF: case ORTX_UNARY_GELU: case ORTX_UNARY_GELU_TANH: case ORTX_UNARY_NEG:
+        case ORTX_UNARY_ABS:
+            return 1;
+        default:
+            return 0;
+    }
+}
+
+ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline __m256 unary_vector(int op, __m256 x, __m256 p0,
+                                                                                  __m256 p1) {
+    __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    switch (op) {
+        case ORTX_ACT_RELU: return _mm256_max_ps(x, zero);
+        case ORTX_ACT_LEAKY_RELU:
+            return _mm256_blendv_ps(_mm256_mul_ps(x, p0), x, _mm256_cmp_ps(x, zero, _CMP_GE_OQ));
+        case ORTX_ACT_CLIP: return _mm256_min_ps(_mm256_max_ps(x, p0), p1);
+        case ORTX_ACT_SIGMOID: return ortx_sigmoid_avx2(x);
+        case ORTX_ACT_HARD_SIGMOID: return _mm256_min_ps(_mm256_max_ps(_mm256_fmadd_ps(x, p0, p1), zero), one);
+        case ORTX_ACT_HARD_SWISH: {
+            __m256 gate = _mm256_add_ps(_mm256_div_ps(x, _mm256_set1_ps(6.0f)), half);
+            return _mm256_mul_ps(x, _mm256_min_ps(_mm256_max_ps(gate, zero), one));
+        }
+        case ORTX_ACT_TANH: return ortx_tanh_avx2(x);
+        case ORTX_UNARY_EXP: return ortx_exp_avx2(x);
+        case ORTX_UNARY_ERF: return ortx_erf_avx2(x);
+        case ORTX_UNARY_GELU: {
+            __m256 e = ortx_erf_avx2(_mm256_mul_ps(x, _mm256_set1_ps((float)M_SQRT1_2)));
+            return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
+        }
+        case ORTX_UNARY_GELU_TANH: {
+            __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+            __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),
+                                         _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, x));
+            return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, ortx_tanh_avx2(inner)));
+        }
+        case ORTX_UNARY_NEG: return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
+        default: return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); /* ORTX_UNARY_ABS */
+    }
+}
+
+ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline void unary_loop(int op, float p0, float p1,
+                                                                              const float *x, float *y, int64_t n) {
+    __m256 v0 = _mm256_set1_ps(p0), v1 = _mm256_set1_ps(p1);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, unary_vector(op, _mm256_loadu_ps(x + i), v0, v1));
+    if (i < n) {
+        __m256i mask = tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, mask, unary_vector(op, _mm256_maskload_ps(x + i, mask), v0, v1));
+    }
+}
+
+ORTX_TARGET_AVX2 void ortx_unary_f32_avx2(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    /* One call per op with a constant code, so each loop is specialised. */
+    switch (op) {
+        case ORTX_ACT_RELU: unary_loop(ORTX_ACT_RELU, p0, p1, x, y, n); break;
+        case ORTX_ACT_LEAKY_RELU: unary_loop(ORTX_ACT_LEAKY_RELU, p0, p1, x, y, n); break;
+        case ORTX_ACT_CLIP: unary_loop(ORTX_ACT_CLIP, p0, p1, x, y, n); break;
+        case ORTX_ACT_SIGMOID: unary_loop(ORTX_ACT_SIGMOID, p0, p1, x, y, n); break;
+        case ORTX_ACT_HARD_SIGMOID: unary_loop(ORTX_ACT_HARD_SIGMOID, p0, p1, x, y, n); break;
+        case ORTX_ACT_HARD_SWISH: unary_loop(ORTX_ACT_HARD_SWISH, p0, p1, x, y, n); break;
+        case ORTX_ACT_TANH: unary_loop(ORTX_ACT_TANH, p0, p1, x, y, n); break;
+        case ORTX_UNARY_EXP: unary_loop(ORTX_UNARY_EXP, p0, p1, x, y, n); break;
+        case ORTX_UNARY_ERF: unary_loop(ORTX_UNARY_ERF, p0, p1, x, y, n); break;
+        case ORTX_UNARY_GELU: unary_loop(ORTX_UNARY_GELU, p0, p1, x, y, n); break;
+        case ORTX_UNARY_GELU_TANH: unary_loop(ORTX_UNARY_GELU_TANH, p0, p1, x, y, n); break;
+        case ORTX_UNARY_NEG: unary_loop(ORTX_UNARY_NEG, p0, p1, x, y, n); break;
+        default: unary_loop(ORTX_UNARY_ABS, p0, p1, x, y, n); break;
+    }
+}
+
+/* Max/Min follow ortx_binary_scalar: a NaN in either operand gives NaN (max_ps(a, b) returns b when either is
+ * NaN, so only a NaN in a needs the blend). */
+ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline __m256 binary_vector(int op, __m256 a, __m256 b) {
+    switch (op) {
+        case ORTX_BINARY_ADD: return _mm256_add_ps(a, b);
+        case ORTX_BINARY_SUB: return _mm256_sub_ps(a, b);
+        case ORTX_BINARY_MUL: return _mm256_mul_ps(a, b);
+        case ORTX_BINARY_DIV: return _mm256_div_ps(a, b);
+        case ORTX_BINARY_MAX:
+            return _mm256_blendv_ps(_mm256_max_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+        default:
+            return _mm256_blendv_ps(_mm256_min_ps(a, b), a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    }
+}
+
+/* a_stride/b_stride are 0 (broadcast: one value for the whole row) or 1. */
+ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline void binary_loop(int op, const float *a,
+                                                                               int64_t a_stride, const float *b,
+                                                                               int64_t b_stride, float *y,
+                                                                               int64_t n) {
+    __m256 a_scalar = _mm256_set1_ps(a[0]), b_scalar = _mm256_set1_ps(b[0]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 va = a_stride ? _mm256_loadu_ps(a + i) : a_scalar;
+        __m256 vb = b_stride ? _mm256_loadu_ps(b + i) : b_scalar;
+        _mm256_storeu_ps(y + i, binary_vector(op, va, vb));
+    }
+    if (i < n) {
+        __m256i mask = tail_mask(n - i);
+        __m256 va = a_stride ? _mm256_maskload_ps(a + i, mask) : a_scalar;
+        __m256 vb = b_stride ? _mm256_maskload_ps(b + i, mask) : b_scalar;
+        _mm256_maskstore_ps(y + i, mask, binary_vector(op, va, vb));
+    }
+}
+
+ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline void binary_strides(int op, const float *a,
+                                                                                  int64_t a_stride,
+                                                                                  const float *b,
+                                                                                  int64_t b_stride, float *y,
+                                                                                  int64_t n) {
+    if (a_stride && b_stride) binary_loop(op, a, 1, b, 1, y, n);
+    else if (a_stride) binary_loop(op, a, 1, b, 0, y, n);
+    else if (b_stride) binary_loop(op, a, 0, b, 1, y, n);
+    else binary_loop(op, a, 0, b, 0, y, n);
+}
+
+ORTX_TARGET_AVX2 void ortx_binary_f32_avx2(int op, const float *a, int64_t a_stride, const float *b,
+                                           int64_t b_stride, float *y, int64_t n) {
+    switch (op) {
+        case ORTX_BINARY_ADD: binary_strides(ORTX_BINARY_ADD, a, a_stride, b, b_stride, y, n); break;
+        case ORTX_BINARY_SUB: binary_strides(ORTX_BINARY_SUB, a, a_stride, b, b_stride, y, n); break;
+        case ORTX_BINARY_MUL: binary_strides(ORTX_BINARY_MUL, a, a_stride, b, b_stride, y, n); break;
+        case ORTX_BINARY_DIV: binary_strides(ORTX_BINARY_DIV, a, a_stride, b, b_stride, y, n); break;
+        case ORTX_BINARY_MAX: binary_strides(ORTX_BINARY_MAX, a, a_stride, b, b_stride, y, n); break;
+        default: binary_strides(ORTX_BINARY_MIN, a, a_stride, b, b_stride, y, n); break;
+    }
+}
+
+/* x * scale + shift (the compiler may contract it into an FMA: results agree with the portable loop to 1 ulp). */
+ORTX_TARGET_AVX2 void ortx_affine_f32_avx2(const float *x, float scale, float shift, float *y, int64_t n) {
+    __m256 vs = _mm256_set1_ps(scale), vt = _mm256_set1_ps(shift);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), vt));
+    if (i < n) {
+        __m256i mask = tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, mask, _mm256_add_ps(_mm256_mul_ps(_mm256_maskload_ps(x + i, mask), vs), vt));
+    }
+}
+
+#else
+int ortx_unary_f32_avx2_supports(int op) { (void)op; return 0; }
+void ortx_unary_f32_avx2(int op, float p0, float p1, const float *x, float *y, int64_t n) {
+    (void)op; (void)p0; (void)p1; (void)x; (void)y; (void)n;
+}
+void ortx_binary_f32_avx2(int op, const float *a, int64_t a_stride, const float *b, int64_t b_stride, float *y,
+                          int64_t n) {
+    (void)op; (void)a; (void)a_stride; (void)b; (void)b_stride; (void)y; (void)n;
+}
+void ortx_affine_f32_avx2(const float *x, float scale, float shift, float *y, int64_t n) {
+    (void)x; (void)scale; (void)shift; (void)y; (void)n;
+}
+#endif

@@ -1,0 +1,104 @@
+/* Oracles of the "elementwise" family: plain loops, one element at a time, no threads, libm for every function.
+ * Parameter layouts are documented in kernels/elementwise.c. */
+#include <string.h>
+
+#include "elementwise.h"
+
+void ortx_unary_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    const float *x = buffers[0];
+    float *y = buffers[1];
+    for (int64_t i = 0; i < ints[1]; i++) y[i] = ortx_unary_scalar((int)ints[0], x[i], floats[0], floats[1]);
+}
+
+/* Offsets of output element `index` in a and b, from its multi-index over dims. */
+static void broadcast_offsets(const int64_t *ints, int64_t index, int64_t *a_offset, int64_t *b_offset) {
+    int rank = (int)ints[1];
+    const int64_t *dims = ints + 2, *a_strides = ints + 2 + rank, *b_strides = ints + 2 + 2 * rank;
+    *a_offset = 0;
+    *b_offset = 0;
+    for (int axis = rank - 1; axis >= 0; axis--) {
+        int64_t coordinate = index % dims[axis];
+        index /= dims[axis];
+        *a_offset += coordinate * a_strides[axis];
+        *b_offset += coordinate * b_strides[axis];
+    }
+}
+
+static int64_t element_count(const int64_t *ints) {
+    int64_t count = 1;
+    for (int axis = 0; axis < ints[1]; axis++) count *= ints[2 + axis];
+    return count;
+}
+
+void ortx_binary_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    const float *a = buffers[0], *b = buffers[1];
+    float *y = buffers[2];
+    for (int64_t i = 0, count = element_count(ints); i < count; i++) {
+        int64_t a_offset, b_offset;
+        broadcast_offsets(ints, i, &a_offset, &b_offset);
+        y[i] = ortx_binary_scalar((int)ints[0], a[a_offset], b[b_offset]);
+    }
+}
+
+void ortx_binary_i64_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    const int64_t *a = buffers[0], *b = buffers[1];
+    int64_t *y = buffers[2];
+    for (int64_t i = 0, count = element_count(ints); i < count; i++) {
+        int64_t a_offset, b_offset;
+        broadcast_offsets(ints, i, &a_offset, &b_offset);
+        y[i] = ortx_binary_scalar_i64((int)ints[0], a[a_offset], b[b_offset]);
+    }
+}
+
+void ortx_binary_i32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    const int32_t *a = buffers[0], *b = buffers[1];
+    int32_t *y = buffers[2];
+    for (int64_t i = 0, count = element_count(ints); i < count; i++) {
+        int64_t a_offset, b_offset;
+        broadcast_offsets(ints, i, &a_offset, &b_offset);
+        y[i] = ortx_binary_scalar_i32((int)ints[0], a[a_offset], b[b_offset]);
+    }
+}
+
+void ortx_channel_affine_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    const float *x = buffers[0], *scale = buffers[1], *shift = buffers[2];
+    float *y = buffers[3];
+    for (int64_t o = 0; o < ints[0]; o++)
+        for (int64_t c = 0; c < ints[1]; c++)
+            for (int64_t i = 0; i < ints[2]; i++) {
+                int64_t index = (o * ints[1] + c) * ints[2] + i;
+                y[index] = x[index] * scale[c] + shift[c];
+            }
+}
+
+void ortx_cast_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    int from = (int)ints[0], to = (int)ints[1];
+    for (int64_t i = 0; i < ints[2]; i++) {
+        float f = 0.0f;
+        int64_t integer = 0;
+        int is_float = from == 1;
+        switch (from) {
+            case 1: f = ((const float *)buffers[0])[i]; break;
+            case 6: integer = ((const int32_t *)buffers[0])[i]; break;
+            case 7: integer = ((const int64_t *)buffers[0])[i]; break;
+            default: integer = ((const uint8_t *)buffers[0])[i] != 0; break;
+        }
+        switch (to) {
+            case 1: ((float *)buffers[1])[i] = is_float ? f : (float)integer; break;
+            case 6: ((int32_t *)buffers[1])[i] = is_float ? (int32_t)f : (int32_t)integer; break;
+            case 7: ((int64_t *)buffers[1])[i] = is_float ? (int64_t)f : integer; break;
+            default: ((uint8_t *)buffers[1])[i] = is_float ? f != 0.0f : integer != 0; break;
+        }
+    }
+}
