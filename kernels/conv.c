@@ -1,6 +1,306 @@
-/* Family "conv": entry table (filled in as kernels land). */
+/* Family "conv": 2-D convolution (dense and grouped via im2col + the packed SGEMM, depthwise direct),
+ * and 2-D transposed convolution (SGEMM + col2im), float32 NCHW, all with the fused epilogue
+ * Y = act(conv(X, W) + bias + residual).
+ *
+ * Case 1, conv2d_f32: per image and group, im2col writes the Cin/g*KH*KW x OH*OW patch matrix into the workspace
+ *   (a 1x1, stride-1, unpadded conv uses X itself), and ortx_sgemm multiplies the prepacked weights (the A
+ *   operand, M = Cout/g, K = Cin/g*KH*KW) by it, adding bias per row and the residual in its epilogue.
+ * Case 2, conv2d_depthwise_f32 (group == Cin == Cout): per channel plane, the input is copied once into
+ *   zero-padded column phases (conv.h) so every tap is a contiguous vector load; each output row accumulates
+ *   KH*KW broadcast-weight FMAs per vector of columns, then adds bias/residual and activates before storing.
+ * Case 3, conv_transpose2d_f32: per image and group, ortx_sgemm computes col = W_g^T X_g (M = Cout/g*KH*KW,
+ *   K = Cin/g, N = H*W) and col2im scatters it into Y (initialised with the bias), one output channel per
+ *   thread so the sums keep a fixed order; residual and activation follow.
+ * Known limits: 2-D only (1-D convs are lowered with H = 1); transposed conv has no depthwise fast path.
+ */
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "activation.h"
+#include "conv.h"
+#include "gemm.h"
 #include "ortx_kernels.h"
 
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+static int clamp_threads(int num_threads, const ortx_conv_params *p) {
+    int threads = num_threads < 1 ? 1 : num_threads;
+    return threads > p->workspace_threads ? (int)max64(1, p->workspace_threads) : threads;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Case 1: im2col + SGEMM.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static int is_pointwise(const ortx_conv_params *p) {
+    return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
+           p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
+}
+
+/* Row (c, ky, kx) of the patch matrix: col[oy*OW + ox] = x[c][oy*sh - pt + ky*dh][ox*sw - pl + kx*dw] or 0. */
+static void im2col_row(const ortx_conv_params *p, const float *channel, int64_t ky, int64_t kx, float *col) {
+    int64_t OH = p->out_height, OW = p->out_width, H = p->in_height, W = p->in_width, sw = p->stride_width;
+    int64_t offset = kx * p->dilation_width - p->pad_left;
+    /* columns with 0 <= ox*sw + offset < W */
+    int64_t first = min64(OW, max64(0, floor_div(-offset + sw - 1, sw)));
+    int64_t end = min64(OW, max64(first, floor_div(W - 1 - offset, sw) + 1));
+    for (int64_t oy = 0; oy < OH; oy++) {
+        float *out = col + oy * OW;
+        int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
+        if (iy < 0 || iy >= H) {
+            memset(out, 0, OW * sizeof(float));
+            continue;
+        }
+        const float *in = channel + iy * W + offset;
+        for (int64_t ox = 0; ox < first; ox++) out[ox] = 0.0f;
+        if (sw == 1) {
+            memcpy(out + first, in + first, (end - first) * sizeof(float));
+        } else {
+            for (int64_t ox = first; ox < end; ox++) out[ox] = in[ox * sw];
+        }
+        for (int64_t ox = end; ox < OW; ox++) out[ox] = 0.0f;
+    }
+}
+
+static int64_t conv2d_col_floats(const ortx_conv_params *p) {
+    if (is_pointwise(p)) return 0;
+    return (p->in_channels / p->group) * p->kernel_height * p->kernel_width * p->out_height * p->out_width;
+}
+
+static void conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = clamp_threads(num_threads, &p);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
+    int64_t plane = p.in_height * p.in_width, kernel_area = p.kernel_height * p.kernel_width;
+    float *col = workspace;
+    float *gemm_workspace = workspace + (conv2d_col_floats(&p) + 15) / 16 * 16;
+    for (int64_t n = 0; n < p.batch; n++) {
+        for (int64_t g = 0; g < p.group; g++) {
+            const float *x = X + (n * p.in_channels + g * cin_g) * plane;
+            ortx_gemm_operand B = {x, 0, plane, 1};
+            if (!is_pointwise(&p)) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+                for (int64_t row = 0; row < K; row++)
+                    im2col_row(&p, x + row / kernel_area * plane, row % kernel_area / p.kernel_width,
+                               row % p.kernel_width, col + row * N);
+                B.data = col;
+                B.row_stride = N;
+            }
+            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(cout_g, K), 1, 0, 0};
+            int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
+            ortx_gemm_epilogue epilogue = {
+                .alpha = 1.0f,
+                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
+                .residual = p.has_residual ? residual + y_offset : NULL,
+                .residual_row_stride = N,
+                .residual_col_stride = 1,
+                .residual_scale = 1.0f,
+                .activation = (int)p.activation,
+                .param0 = p.param0,
+                .param1 = p.param1,
+            };
+            ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, gemm_workspace, threads);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Case 2: depthwise.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes) {
+    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
+    int64_t sw = p->stride_width, W = p->in_width;
+    for (int64_t q = 0; q < g.phases; q++) {
+        /* phase columns j with 0 <= j*sw + q - pl < W */
+        int64_t offset = q - p->pad_left;
+        int64_t first = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
+        int64_t end = min64(g.phase_width, max64(first, floor_div(W - 1 - offset, sw) + 1));
+        for (int64_t r = 0; r < g.padded_rows; r++) {
+            float *out = planes + (q * g.padded_rows + r) * g.phase_width;
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= p->in_height) {
+                memset(out, 0, g.phase_width * sizeof(float));
+                continue;
+            }
+            const float *in = input + iy * W + offset;
+            for (int64_t j = 0; j < first; j++) out[j] = 0.0f;
+            if (sw == 1) {
+                memcpy(out + first, in + first, (end - first) * sizeof(float));
+            } else {
+                for (int64_t j = first; j < end; j++) out[j] = in[j * sw];
+            }
+            for (int64_t j = end; j < g.phase_width; j++) out[j] = 0.0f;
+        }
+    }
+}
+
+void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
+                                   const float *residual, float *output) {
+    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
+    int64_t OW = p->out_width;
+    for (int64_t oy = 0; oy < p->out_height; oy++) {
+        float *out = output + oy * OW;
+        for (int64_t ox = 0; ox < OW; ox++) out[ox] = bias;
+        for (int64_t ky = 0; ky < p->kernel_height; ky++) {
+            int64_t r = oy * p->stride_height + ky * p->dilation_height;
+            for (int64_t kx = 0; kx < p->kernel_width; kx++) {
+                int64_t tap = kx * p->dilation_width;
+                const float *in = planes + ((tap % p->stride_width) * g.padded_rows + r) * g.phase_width +
+                                  tap / p->stride_width;
+                float w = weights[ky * p->kernel_width + kx];
+                for (int64_t ox = 0; ox < OW; ox++) out[ox] += w * in[ox];
+            }
+        }
+        for (int64_t ox = 0; ox < OW; ox++) {
+            float value = residual ? out[ox] + residual[oy * OW + ox] : out[ox];
+            out[ox] = ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
+        }
+    }
+}
+
+static const ortx_depthwise_plane_fn depthwise_table[] = {
+    [ORTX_ISA_PORTABLE] = ortx_depthwise_plane_portable,
+    [ORTX_ISA_AVX2] = ortx_depthwise_plane_avx2,
+    [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx2, /* AVX-512 CPUs run the AVX2 loop; no 16-lane variant yet */
+};
+
+static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = clamp_threads(num_threads, &p);
+    ortx_depthwise_plane_fn plane_fn = depthwise_table[ortx_selected_isa()];
+    const float *X = buffers[0], *weights = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
+    int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
+    int64_t planes_floats = ortx_depthwise_plane_floats(&p);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int thread = 0;
+#ifdef _OPENMP
+        thread = omp_get_thread_num();
+#endif
+        float *planes = workspace + thread * planes_floats;
+#pragma omp for schedule(static)
+        for (int64_t index = 0; index < p.batch * channels; index++) {
+            int64_t c = index % channels;
+            ortx_depthwise_fill_planes(&p, X + index * in_plane, planes);
+            plane_fn(&p, planes, weights + c * kernel_area, p.has_bias ? bias[c] : 0.0f,
+                     p.has_residual ? residual + index * out_plane : NULL, Y + index * out_plane);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Case 3: transposed conv.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static int64_t transpose_col_floats(const ortx_conv_params *p) {
+    return (p->out_channels / p->group) * p->kernel_height * p->kernel_width * p->in_height * p->in_width;
+}
+
+static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = clamp_threads(num_threads, &p);
+    const ortx_gemm_isa *isa = ortx_gemm_select_isa();
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t kernel_area = p.kernel_height * p.kernel_width, in_plane = p.in_height * p.in_width;
+    int64_t out_plane = p.out_height * p.out_width, M = cout_g * kernel_area;
+    float *col = workspace;
+    float *gemm_workspace = workspace + (transpose_col_floats(&p) + 15) / 16 * 16;
+    ortx_gemm_epilogue plain = {.alpha = 1.0f};
+    for (int64_t n = 0; n < p.batch; n++) {
+        for (int64_t g = 0; g < p.group; g++) {
+            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(M, cin_g), 1, 0, 0};
+            ortx_gemm_operand B = {X + (n * p.in_channels + g * cin_g) * in_plane, 0, in_plane, 1};
+            ortx_sgemm(M, in_plane, cin_g, &A, &B, col, in_plane, &plain, gemm_workspace, threads);
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+            for (int64_t co = 0; co < cout_g; co++) {
+                int64_t channel = g * cout_g + co, y_offset = (n * p.out_channels + channel) * out_plane;
+                float *y = Y + y_offset;
+                float start = p.has_bias ? bias[channel] : 0.0f;
+                for (int64_t i = 0; i < out_plane; i++) y[i] = start;
+                for (int64_t ky = 0; ky < p.kernel_height; ky++) {
+                    for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                        const float *source = col + ((co * p.kernel_height + ky) * p.kernel_width + kx) * in_plane;
+                        int64_t offset = kx * p.dilation_width - p.pad_left, sw = p.stride_width;
+                        /* input columns with 0 <= ix*sw + offset < OW */
+                        int64_t first = min64(p.in_width, max64(0, floor_div(-offset + sw - 1, sw)));
+                        int64_t end = min64(p.in_width, max64(first, floor_div(p.out_width - 1 - offset, sw) + 1));
+                        for (int64_t iy = 0; iy < p.in_height; iy++) {
+                            int64_t oy = iy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                            if (oy < 0 || oy >= p.out_height) continue;
+                            float *out = y + oy * p.out_width + offset;
+                            const float *in = source + iy * p.in_width;
+                            for (int64_t ix = first; ix < end; ix++) out[ix * sw] += in[ix];
+                        }
+                    }
+                }
+                if (p.has_residual)
+                    for (int64_t i = 0; i < out_plane; i++) y[i] += residual[y_offset + i];
+                isa->activation(y, out_plane, (int)p.activation, p.param0, p.param1);
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Sizes and packing.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/* Sizes for the lowering: ints [0] kind (0 conv2d, 1 depthwise, 2 transpose) then the 20 conv ints;
+ * buffers [0] int64[2] out: workspace bytes, packed weight floats (0 for depthwise, which reads W as is). */
+static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    float unused[2] = {0.0f, 0.0f};
+    ortx_conv_params p = ortx_conv_params_read(ints + 1, unused);
+    int64_t *out = buffers[0];
+    int threads = (int)max64(1, p.workspace_threads);
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t kernel_area = p.kernel_height * p.kernel_width, floats_needed = 0;
+    if (ints[0] == 0) {
+        int64_t K = cin_g * kernel_area;
+        floats_needed = (conv2d_col_floats(&p) + 15) / 16 * 16 +
+                        ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
+        out[1] = p.group * ortx_gemm_packed_a_floats(cout_g, K);
+    } else if (ints[0] == 1) {
+        floats_needed = threads * ortx_depthwise_plane_floats(&p);
+        out[1] = 0;
+    } else {
+        int64_t M = cout_g * kernel_area;
+        floats_needed = (transpose_col_floats(&p) + 15) / 16 * 16 +
+                        ortx_sgemm_workspace_floats(M, p.in_height * p.in_width, cin_g, threads);
+        out[1] = p.group * ortx_gemm_packed_a_floats(M, cin_g);
+    }
+    out[0] = floats_needed * (int64_t)sizeof(float);
+}
+
+/* Kernels. All three share the ints layout of conv.h:
+ *   ints:    [0] N [1] Cin [2] H [3] W [4] Cout [5] OH [6] OW [7] KH [8] KW [9] stride_h [10] stride_w
+ *            [11] pad_top [12] pad_left [13] dilation_h [14] dilation_w [15] group [16] has_bias
+ *            [17] has_residual [18] activation [19] workspace_threads (thread count the workspace is sized for)
+ *   floats:  [0] activation param0 [1] param1
+ *   buffers: [0] X (N, Cin, H, W) [1] weights [2] Y (N, Cout, OH, OW) [3] workspace (conv_sizes_f32 bytes)
+ *            [4] bias (Cout; any buffer when has_bias 0) [5] residual (Y's shape; any buffer when has_residual 0)
+ * conv2d_f32 weights: per group, gemm_pack_f32 A panels of W_g as a (Cout/g) x (Cin/g*KH*KW) matrix, groups
+ *   consecutive (each ortx_gemm_packed_a_floats(Cout/g, Cin/g*KH*KW) floats).
+ * conv2d_depthwise_f32 weights: W as given, (C, 1, KH, KW); requires group == Cin == Cout.
+ * conv_transpose2d_f32 weights: per group, A panels of W_g^T, a (Cout/g*KH*KW) x (Cin/g) matrix, where W is
+ *   ONNX's (Cin, Cout/g, KH, KW); pads are the output's top/left crop. */
 const ortx_kernel_entry ortx_family_conv[] = {
+    {"conv2d_f32", conv2d_f32, ortx_conv2d_f32_ref},
+    {"conv2d_depthwise_f32", conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
+    {"conv_transpose2d_f32", conv_transpose2d_f32, ortx_conv_transpose2d_f32_ref},
+    {"conv_sizes_f32", conv_sizes_f32, conv_sizes_f32},
     {NULL, NULL, NULL},
 };

@@ -1,6 +1,315 @@
-/* Family "gemm": entry table (filled in as kernels land). */
+/* Family "gemm": the packed, cache-blocked SGEMM driver, operand packing and the gemm kernels.
+ *
+ * The driver (ortx_sgemm) follows GotoBLAS/BLIS, see gemm.h for the blocking and the packed-panel format:
+ *   1. split the output between threads: over N in NR-column units when N has enough panels (each thread then
+ *      packs only its own B columns), else over M in MR-row units;
+ *   2. per thread: for each NC block of columns, for each KC block of depth, pack B's KC x NC block (or use the
+ *      prepacked panels), for each MC block of rows pack A's block (or use prepacked panels), then run the
+ *      micro-kernel over every MR x NR tile, B micro-panel outer so it stays in L1;
+ *   3. after a tile's last KC block, apply the epilogue to it while it is hot.
+ * Each output element is summed in the same order whatever the thread split, so results are bitwise identical
+ * run to run (and across thread counts). Edge tiles run the full micro-kernel on a scratch tile.
+ * The ISA-specific pieces (micro-kernels, epilogue) come from one table indexed by ortx_selected_isa().
+ */
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "activation.h"
+#include "gemm.h"
 #include "ortx_kernels.h"
 
+static const ortx_gemm_isa *const isa_table[] = {
+    [ORTX_ISA_PORTABLE] = &ortx_gemm_isa_portable,
+    [ORTX_ISA_AVX2] = &ortx_gemm_isa_avx2,
+    [ORTX_ISA_AVX512] = &ortx_gemm_isa_avx512,
+};
+
+const ortx_gemm_isa *ortx_gemm_select_isa(void) { return isa_table[ortx_selected_isa()]; }
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Per thread: one MC x KC block of A and one KC x NC block of B, plus 64 bytes to align each thread's slice. */
+static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
+    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
+    int64_t nc = min64(ORTX_GEMM_NC, ortx_round_up(N, ORTX_GEMM_NR));
+    int64_t kc = min64(ORTX_GEMM_KC, K > 0 ? K : 1);
+    return mc * kc + kc * nc + 16;
+}
+
+int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
+    return (num_threads < 1 ? 1 : num_threads) * thread_floats(M, N, K) + 16;
+}
+
+float ortx_gemm_epilogue_scalar(const ortx_gemm_epilogue *e, float acc, int64_t row, int64_t col) {
+    float value = e->alpha * acc;
+    if (e->bias_row) value += e->bias_row[row];
+    if (e->bias_col) value += e->bias_col[col];
+    if (e->residual) value += e->residual_scale * e->residual[row * e->residual_row_stride + col * e->residual_col_stride];
+    return ortx_activation_scalar(e->activation, value, e->param0, e->param1);
+}
+
+void ortx_gemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                    int64_t panel, float scale, float *dst) {
+    int64_t rows_padded = ortx_round_up(rows, panel);
+    for (int64_t k0 = 0; k0 < depth; k0 += ORTX_GEMM_KC) {
+        int64_t kc = min64(ORTX_GEMM_KC, depth - k0);
+        float *block = dst + k0 * rows_padded;
+        for (int64_t r0 = 0; r0 < rows_padded; r0 += panel) {
+            float *out = block + r0 * kc;
+            for (int64_t r = 0; r < panel; r++) {
+                if (r0 + r >= rows) {
+                    for (int64_t k = 0; k < kc; k++) out[k * panel + r] = 0.0f;
+                    continue;
+                }
+                const float *in = src + (r0 + r) * row_stride + k0 * col_stride;
+                for (int64_t k = 0; k < kc; k++) out[k * panel + r] = scale * in[k * col_stride];
+            }
+        }
+    }
+}
+
+/* Packs B[k0:k0+kc, n0:n0+nc] (raw) into NR-column panels. Row-major B (col_stride 1) copies NR contiguous
+ * floats per k, which the compiler vectorises. */
+static void pack_b_block(const ortx_gemm_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const int64_t NR = ORTX_GEMM_NR;
+    for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+        float *out = dst + j0 * kc;
+        int64_t width = min64(NR, nc - j0);
+        const float *in = B->data + k0 * B->row_stride + (n0 + j0) * B->col_stride;
+        if (B->col_stride == 1 && width == NR) {
+            for (int64_t k = 0; k < kc; k++) memcpy(out + k * NR, in + k * B->row_stride, NR * sizeof(float));
+        } else if (B->col_stride == 1) {
+            for (int64_t k = 0; k < kc; k++) {
+                for (int64_t j = 0; j < width; j++) out[k * NR + j] = in[k * B->row_stride + j];
+                for (int64_t j = width; j < NR; j++) out[k * NR + j] = 0.0f;
+            }
+        } else {
+            for (int64_t j = 0; j < NR; j++) {
+                if (j >= width) {
+                    for (int64_t k = 0; k < kc; k++) out[k * NR + j] = 0.0f;
+                    continue;
+                }
+                const float *column = in + j * B->col_stride;
+                for (int64_t k = 0; k < kc; k++) out[k * NR + j] = column[k * B->row_stride];
+            }
+        }
+    }
+}
+
+/* Packs A[m0:m0+mc, k0:k0+kc] (raw) into MR-row panels. */
+static void pack_a_block(const ortx_gemm_operand *A, int64_t m0, int64_t mc, int64_t k0, int64_t kc, float *dst) {
+    const int64_t MR = ORTX_GEMM_MR;
+    for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+        float *out = dst + i0 * kc;
+        int64_t height = min64(MR, mc - i0);
+        for (int64_t i = 0; i < MR; i++) {
+            if (i >= height) {
+                for (int64_t k = 0; k < kc; k++) out[k * MR + i] = 0.0f;
+                continue;
+            }
+            const float *row = A->data + (m0 + i0 + i) * A->row_stride + k0 * A->col_stride;
+            if (A->col_stride == 1) {
+                for (int64_t k = 0; k < kc; k++) out[k * MR + i] = row[k];
+            } else {
+                for (int64_t k = 0; k < kc; k++) out[k * MR + i] = row[k * A->col_stride];
+            }
+        }
+    }
+}
+
+/* One tile at c (rows x cols valid) from panels a (MR x kc) and b (kc x NR). */
+static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a, const float *b, float *c,
+                            int64_t ldc, int64_t rows, int64_t cols, int accumulate) {
+    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
+    if (rows == MR && cols == NR) {
+        isa->micro(kc, a, b, c, ldc, accumulate);
+        return;
+    }
+    float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
+    if (accumulate) {
+        memset(tile, 0, sizeof(tile));
+        for (int64_t i = 0; i < rows; i++) memcpy(tile + i * NR, c + i * ldc, cols * sizeof(float));
+    }
+    isa->micro(kc, a, b, tile, NR, accumulate);
+    for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * NR, cols * sizeof(float));
+}
+
+/* Step 2 of the algorithm for output rows [m0, m1) x columns [n0, n1); m0 % MR == 0 and n0 % NR == 0. */
+static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A,
+                        const ortx_gemm_operand *B, float *C, int64_t ldc, const ortx_gemm_epilogue *epilogue,
+                        int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *a_buffer, float *b_buffer) {
+    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
+    int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
+    for (int64_t jc = n0; jc < n1; jc += ORTX_GEMM_NC) {
+        int64_t nc = min64(ORTX_GEMM_NC, n1 - jc);
+        for (int64_t pc = 0; pc < K; pc += ORTX_GEMM_KC) {
+            int64_t kc = min64(ORTX_GEMM_KC, K - pc);
+            int accumulate = pc > 0, last = pc + kc == K;
+            const float *b_block;
+            if (B->packed) {
+                b_block = B->data + pc * n_padded + jc * kc;
+            } else {
+                pack_b_block(B, pc, kc, jc, nc, b_buffer);
+                b_block = b_buffer;
+            }
+            for (int64_t ic = m0; ic < m1; ic += ORTX_GEMM_MC) {
+                int64_t mc = min64(ORTX_GEMM_MC, m1 - ic);
+                const float *a_block;
+                if (A->packed) {
+                    a_block = A->data + pc * m_padded + ic * kc;
+                } else {
+                    pack_a_block(A, ic, mc, pc, kc, a_buffer);
+                    a_block = a_buffer;
+                }
+                for (int64_t jr = 0; jr < nc;) {
+                    int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
+                    int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
+                    for (int64_t ir = 0; ir < mc; ir += MR) {
+                        int64_t rows = min64(MR, mc - ir);
+                        float *c = C + (ic + ir) * ldc + jc + jr;
+                        const float *a = a_block + ir * kc, *b = b_block + jr * kc;
+                        if (wide && rows == MR) {
+                            isa->micro_wide(kc, a, b, c, ldc, accumulate);
+                        } else if (wide) {
+                            run_tile(isa, kc, a, b, c, ldc, rows, NR, accumulate);
+                            run_tile(isa, kc, a, b + NR * kc, c + NR, ldc, rows, NR, accumulate);
+                        } else {
+                            run_tile(isa, kc, a, b, c, ldc, rows, cols, accumulate);
+                        }
+                        if (last) isa->epilogue(c, ldc, rows, cols, ic + ir, jc + jr, epilogue);
+                    }
+                    jr += cols;
+                }
+            }
+        }
+    }
+}
+
+void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, const ortx_gemm_operand *B, float *C,
+                int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads) {
+    const ortx_gemm_isa *isa = ortx_gemm_select_isa();
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {  /* empty reduction: the epilogue of zero */
+        for (int64_t i = 0; i < M; i++) {
+            memset(C + i * ldc, 0, N * sizeof(float));
+            isa->epilogue(C + i * ldc, ldc, 1, N, i, 0, epilogue);
+        }
+        return;
+    }
+    int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+    int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
+    int64_t per_thread = thread_floats(M, N, K);
+    uintptr_t base = ((uintptr_t)workspace + 63) & ~(uintptr_t)63;
+    int threads = num_threads < 1 ? 1 : num_threads;
+    /* Tiny problems are not worth a parallel region; splitting N needs a few panels per thread for balance. */
+    if ((double)M * N * K < 64.0 * 64 * 64) threads = 1;
+    int split_n = n_panels >= 4 * threads || n_panels >= m_panels;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        int thread = 0, count = 1;
+#ifdef _OPENMP
+        thread = omp_get_thread_num();
+        count = omp_get_num_threads();
+#endif
+        float *a_buffer = (float *)base + thread * per_thread;
+        int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
+        int64_t kc = min64(ORTX_GEMM_KC, K);
+        float *b_buffer = a_buffer + ((mc * kc + 15) & ~(int64_t)15);
+        int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
+        if (split_n) {
+            n0 = n_panels * thread / count * ORTX_GEMM_NR;
+            n1 = min64(N, n_panels * (thread + 1) / count * ORTX_GEMM_NR);
+        } else {
+            m0 = m_panels * thread / count * ORTX_GEMM_MR;
+            m1 = min64(M, m_panels * (thread + 1) / count * ORTX_GEMM_MR);
+        }
+        if (m0 < m1 && n0 < n1)
+            sgemm_range(isa, M, N, K, A, B, C, ldc, epilogue, m0, m1, n0, n1, a_buffer, b_buffer);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Kernels.
+ *
+ * gemm_f32: batched Y[b] = act(alpha * A[b] * B[b] + bias + residual_scale * R[b]), Y contiguous [batch, M, N].
+ *   ints:    [0] M [1] N [2] K [3] batch [4] a_packed [5] a_row_stride [6] a_col_stride [7] b_packed
+ *            [8] b_row_stride [9] b_col_stride [10] bias_mode (0 none, 1 per row of Y, 2 per column)
+ *            [11] has_residual [12] r_row_stride [13] r_col_stride [14] r_batch_stride [15] activation
+ *            [16] workspace_threads (the thread count the workspace was sized for; more threads are not used)
+ *            [17 .. 17+batch) A element offsets per batch, [17+batch .. 17+2*batch) B element offsets per batch
+ *   floats:  [0] alpha [1] residual_scale [2] activation param0 [3] param1
+ *   buffers: [0] A [1] B [2] Y [3] workspace (gemm_sizes_f32 bytes) [4] bias (any buffer when bias_mode 0)
+ *            [5] residual (any buffer when has_residual 0)
+ *   Packed operands use gemm.h's format over the whole operand (offsets then point at each batch's packing).
+ *
+ * gemm_pack_f32: packs a raw matrix for use as a prepacked operand.
+ *   ints:    [0] rows (A: M, B: N) [1] depth K [2] row_stride [3] col_stride [4] which (0: A panels, 1: B panels)
+ *   floats:  [0] scale;   buffers: [0] source [1] destination (gemm_sizes_f32's packed size)
+ *
+ * gemm_sizes_f32: sizes the lowering allocates.
+ *   ints:    [0] M [1] N [2] K [3] num_threads
+ *   buffers: [0] int64[3] out: workspace bytes, packed-A floats, packed-B floats
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static void gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
+    const float *a_data = buffers[0], *b_data = buffers[1];
+    float *Y = buffers[2], *workspace = buffers[3];
+    const float *bias = buffers[4], *residual = buffers[5];
+    const int64_t *a_offsets = ints + 17, *b_offsets = ints + 17 + batch;
+    int threads = num_threads < 1 ? 1 : num_threads;
+    if (threads > ints[16]) threads = ints[16] < 1 ? 1 : (int)ints[16];
+    /* Many small problems: one per thread (each with its workspace slice); else each uses all threads. */
+    int by_batch = threads > 1 && batch > 1 && (batch % threads == 0 || batch >= 4 * threads);
+    int64_t slice = ortx_sgemm_workspace_floats(M, N, K, 1);
+#pragma omp parallel for schedule(static) num_threads(threads) if (by_batch)
+    for (int64_t b = 0; b < batch; b++) {
+        ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6]};
+        ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9]};
+        ortx_gemm_epilogue epilogue = {
+            .alpha = floats[0],
+            .bias_row = ints[10] == 1 ? bias : NULL,
+            .bias_col = ints[10] == 2 ? bias : NULL,
+            .residual = ints[11] ? residual + b * ints[14] : NULL,
+            .residual_row_stride = ints[12],
+            .residual_col_stride = ints[13],
+            .residual_scale = floats[1],
+            .activation = (int)ints[15],
+            .param0 = floats[2],
+            .param1 = floats[3],
+        };
+        int thread = 0;
+#ifdef _OPENMP
+        if (by_batch) thread = omp_get_thread_num();
+#endif
+        float *scratch = by_batch ? workspace + thread * slice : workspace;
+        ortx_sgemm(M, N, K, &A, &B, Y + b * M * N, N, &epilogue, scratch, by_batch ? 1 : threads);
+    }
+}
+
+static void gemm_pack_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_gemm_pack(buffers[0], ints[0], ints[1], ints[2], ints[3], ints[4] ? ORTX_GEMM_NR : ORTX_GEMM_MR, floats[0],
+                   buffers[1]);
+}
+
+static void gemm_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    int64_t *out = buffers[0];
+    /* gemm_f32 may run one problem per thread, each with a one-thread slice: the larger of the two layouts. */
+    int64_t shared = ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], (int)ints[3]);
+    int64_t sliced = ints[3] * ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], 1);
+    out[0] = (shared > sliced ? shared : sliced) * (int64_t)sizeof(float);
+    out[1] = ortx_gemm_packed_a_floats(ints[0], ints[2]);
+    out[2] = ortx_gemm_packed_b_floats(ints[2], ints[1]);
+}
+
 const ortx_kernel_entry ortx_family_gemm[] = {
+    {"gemm_f32", gemm_f32, ortx_gemm_f32_ref},
+    {"gemm_pack_f32", gemm_pack_f32, gemm_pack_f32},
+    {"gemm_sizes_f32", gemm_sizes_f32, gemm_sizes_f32},
     {NULL, NULL, NULL},
 };

@@ -1,4 +1,409 @@
-"""Lowerings for the conv kernel family."""
+"""Lowerings for the gemm and conv kernel families: Conv, ("ai.ortx", "FusedConv"), ConvTranspose, Gemm, MatMul.
+
+float32 only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
+`builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
+size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
+Conv/ConvTranspose: 1-D (lowered as 2-D with H = 1) and 2-D; pads are resolved as onnxruntime resolves them and
+the resulting output size must equal the inferred one, else the node is declined.
+"""
 from __future__ import annotations
 
-LOWERINGS = {}
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx import _kernels
+from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
+
+ACTIVATIONS = {"Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7}
+# FusedConv's activation_params per activation, and ONNX's defaults when the list is absent.
+ACTIVATION_DEFAULTS = {
+    "Relu": (), "Sigmoid": (), "HardSwish": (), "Tanh": (),
+    "LeakyRelu": (0.01,),
+    "Clip": (float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)),
+    "HardSigmoid": (0.2, 0.5),
+}
+CONV_ATTRIBUTES = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
+FUSED_ATTRIBUTES = CONV_ATTRIBUTES | {"activation", "activation_params"}
+TRANSPOSE_ATTRIBUTES = CONV_ATTRIBUTES | {"output_padding", "output_shape"}
+GEMM_ATTRIBUTES = {"alpha", "beta", "transA", "transB"}
+
+
+class Declined(ValueError):
+    """A node OrtxEP does not run; the message is the reason `check` reports."""
+
+
+def _string(node: ir.Node, name: str, default: str) -> str:
+    value = attribute(node, name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _require_float32(node: ir.Node, indices) -> None:
+    for index in indices:
+        value = present(node, index)
+        if value is None:
+            continue
+        if numpy_dtype(value) != np.float32:
+            raise Declined(f"input {index} dtype {numpy_dtype(value)} not supported (float32 only)")
+        static_shape(value)
+    for value in node.outputs:
+        if numpy_dtype(value) != np.float32:
+            raise Declined(f"output dtype {numpy_dtype(value)} not supported (float32 only)")
+        static_shape(value)
+
+
+def _require_attributes(node: ir.Node, allowed: set[str]) -> None:
+    unknown = sorted(set(node.attributes) - allowed)
+    if unknown:
+        raise Declined(f"attribute(s) {', '.join(unknown)} not supported")
+
+
+def _checked(plan):
+    """Turns a plan function raising Declined/NotStatic into a `check` returning the reason."""
+    def check(node: ir.Node) -> str | None:
+        try:
+            plan(node)
+        except (Declined, NotStatic) as error:
+            return f"{node.op_type}: {error}"
+        return None
+    return check
+
+
+# Conv geometry ---------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ConvPlan:
+    ints: tuple[int, ...]  # the 19 conv ints of kernels/conv.h before workspace_threads
+    weights: np.ndarray
+    depthwise: bool
+    activation: int
+    params: tuple[float, float]
+    has_residual: bool
+
+
+def _spatial(node: ir.Node, name: str, default: int, count: int) -> list[int]:
+    values = [int(v) for v in attribute(node, name, [default] * count)]
+    if len(values) != count:
+        raise Declined(f"{name} {values} does not match {count} spatial dims")
+    return values
+
+
+def _conv_common(node: ir.Node, *, transposed: bool):
+    """Shapes, weights and attributes shared by Conv and ConvTranspose, as 2-D lists (1-D gets H = 1)."""
+    x_shape, y_shape = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if len(x_shape) not in (3, 4):
+        raise Declined(f"input rank {len(x_shape)} not supported (1-D and 2-D convs only)")
+    weights = constant_value(node.inputs[1])
+    if weights is None:
+        raise Declined("weights are not constant")
+    spatial = len(x_shape) - 2
+    if weights.ndim != len(x_shape):
+        raise Declined(f"weights rank {weights.ndim} != input rank {len(x_shape)}")
+    kernel = list(weights.shape[2:])
+    if list(attribute(node, "kernel_shape", kernel)) != kernel:
+        raise Declined(f"kernel_shape {attribute(node, 'kernel_shape')} does not match weights {weights.shape}")
+    strides = _spatial(node, "strides", 1, spatial)
+    dilations = _spatial(node, "dilations", 1, spatial)
+    pads = _spatial(node, "pads", 0, 2 * spatial)
+    group = int(attribute(node, "group", 1))
+    auto_pad = _string(node, "auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise Declined(f"auto_pad {auto_pad!r} not supported")
+    if min(strides + dilations + kernel) < 1 or min(pads) < 0 or group < 1:
+        raise Declined("strides, dilations and kernel must be positive and pads non-negative")
+    bias = present(node, 2)
+    out_channels = weights.shape[1] * group if transposed else weights.shape[0]
+    if bias is not None and static_shape(bias) != (out_channels,):
+        raise Declined(f"bias shape {static_shape(bias)} != ({out_channels},)")
+    if spatial == 1:  # Case 1-D: a 2-D conv over a 1 x L image
+        x_shape, y_shape = (*x_shape[:2], 1, x_shape[2]), (*y_shape[:2], 1, y_shape[2])
+        weights = weights.reshape(*weights.shape[:2], 1, weights.shape[2])
+        kernel, strides, dilations = [1] + kernel, [1] + strides, [1] + dilations
+        pads = [0, pads[0], 0, pads[1]]
+    return x_shape, y_shape, weights, kernel, strides, dilations, pads, group, auto_pad
+
+
+def _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad):
+    """onnxruntime's ConvAttributes: SAME_* pads with the undilated kernel (its legacy formula); (begins, sizes)."""
+    begins, sizes = [], []
+    for axis in range(2):
+        size, k, s, d = x_shape[2 + axis], kernel[axis], strides[axis], dilations[axis]
+        begin, end = pads[axis], pads[axis + 2]
+        if auto_pad == "VALID":
+            begin = end = 0
+        elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            needed = ((size + s - 1) // s - 1) * s + k - size
+            begin = (needed + 1) // 2 if auto_pad == "SAME_LOWER" else needed // 2
+            end = needed - begin
+        begins.append(begin)
+        sizes.append((size + begin + end - d * (k - 1) - 1) // s + 1)
+    return begins, sizes
+
+
+def _activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
+    if node.op_type != "FusedConv":
+        return 0, (0.0, 0.0)
+    name = attribute(node, "activation", None)
+    if name is None:
+        return 0, (0.0, 0.0)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    if name not in ACTIVATIONS:
+        raise Declined(f"activation {name!r} not supported")
+    params = [float(v) for v in attribute(node, "activation_params", [])]
+    defaults = ACTIVATION_DEFAULTS[name]
+    if params and len(params) != len(defaults):
+        raise Declined(f"activation {name} takes {len(defaults)} activation_params, got {len(params)}")
+    params = (list(params or defaults) + [0.0, 0.0])[:2]
+    return ACTIVATIONS[name], (params[0], params[1])
+
+
+def _conv_plan(node: ir.Node) -> ConvPlan:
+    fused = node.op_type == "FusedConv"
+    _require_attributes(node, FUSED_ATTRIBUTES if fused else CONV_ATTRIBUTES)
+    _require_float32(node, range(len(node.inputs)))
+    x_shape, y_shape, weights, kernel, strides, dilations, pads, group, auto_pad = _conv_common(
+        node, transposed=False)
+    batch, in_channels = x_shape[:2]
+    out_channels = weights.shape[0]
+    if in_channels % group or out_channels % group or weights.shape[1] != in_channels // group:
+        raise Declined(f"group {group} does not fit input channels {in_channels} and weights {weights.shape}")
+    begins, sizes = _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad)
+    if tuple(y_shape) != (batch, out_channels, *sizes):
+        raise Declined(f"computed output shape {(batch, out_channels, *sizes)} != inferred {y_shape}")
+    activation, params = _activation(node)
+    residual = present(node, 3) if fused else None
+    if residual is not None and static_shape(residual) != static_shape(node.outputs[0]):
+        raise Declined(f"residual shape {static_shape(residual)} != output shape {static_shape(node.outputs[0])}")
+    depthwise = group > 1 and group == in_channels == out_channels
+    ints = (batch, in_channels, *x_shape[2:], out_channels, *sizes, *kernel, *strides, *begins, *dilations, group,
+            int(present(node, 2) is not None), int(residual is not None), activation)
+    return ConvPlan(ints, weights.astype(np.float32), depthwise, activation, params, residual is not None)
+
+
+def _transpose_plan(node: ir.Node) -> ConvPlan:
+    _require_attributes(node, TRANSPOSE_ATTRIBUTES)
+    _require_float32(node, range(len(node.inputs)))
+    x_shape, y_shape, weights, kernel, strides, dilations, pads, group, auto_pad = _conv_common(
+        node, transposed=True)
+    batch, in_channels = x_shape[:2]
+    if in_channels % group or weights.shape[0] != in_channels:
+        raise Declined(f"group {group} does not fit input channels {in_channels} and weights {weights.shape}")
+    out_channels = weights.shape[1] * group
+    spatial = len(static_shape(node.inputs[0])) - 2
+    output_padding = _spatial(node, "output_padding", 0, spatial)
+    output_shape = attribute(node, "output_shape", None)
+    if spatial == 1:
+        output_padding = [0] + output_padding
+        output_shape = None if output_shape is None else [1] + list(output_shape)
+    begins, sizes = [], []
+    for axis in range(2):
+        size, k, s, d = x_shape[2 + axis], kernel[axis], strides[axis], dilations[axis]
+        full = s * (size - 1) + output_padding[axis] + (k - 1) * d + 1
+        if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # onnxruntime's ConvTransposeAttributes: the target size is output_shape, else input * stride;
+            # SAME_UPPER puts the odd pad at the tail, SAME_LOWER and NOTSET (output_shape given) at the head.
+            target = int(output_shape[-2 + axis]) if output_shape is not None else size * s
+            total = full - target
+            if total < 0:
+                raise Declined(f"output_shape {output_shape} needs negative padding")
+            begin = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            begins.append(begin)
+            sizes.append(target)
+        else:
+            begin, end = (0, 0) if auto_pad == "VALID" else (pads[axis], pads[axis + 2])
+            begins.append(begin)
+            sizes.append(full - begin - end)
+    if tuple(y_shape) != (batch, out_channels, *sizes):
+        raise Declined(f"computed output shape {(batch, out_channels, *sizes)} != inferred {y_shape}")
+    ints = (batch, in_channels, *x_shape[2:], out_channels, *sizes, *kernel, *strides, *begins, *dilations, group,
+            int(present(node, 2) is not None), 0, 0)
+    return ConvPlan(ints, weights.astype(np.float32), False, 0, (0.0, 0.0), False)
+
+
+def _sizes(kernel: str, ints) -> np.ndarray:
+    out = np.zeros(3, np.int64)
+    _kernels.call(kernel, list(ints), [], [out])
+    return out
+
+
+def _pack(matrix: np.ndarray, rows: int, depth: int, row_stride: int, col_stride: int, which: int,
+          scale: float = 1.0) -> np.ndarray:
+    """gemm_pack_f32 of a raw (rows x depth) operand; which 0: A panels, 1: B panels."""
+    sizes = _sizes("gemm_sizes_f32", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1])
+    packed = np.empty(int(sizes[1 + which]), np.float32)
+    _kernels.call("gemm_pack_f32", [rows, depth, row_stride, col_stride, which], [scale],
+                  [np.ascontiguousarray(matrix, dtype=np.float32), packed])
+    return packed
+
+
+def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: str) -> None:
+    ints = list(plan.ints) + [builder.num_threads]
+    sizes = _sizes("conv_sizes_f32", [kind] + ints)
+    batch, in_channels, _, _, out_channels = ints[:5]
+    group = ints[15]
+    if kind == 1:  # Case depthwise: weights as given
+        weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
+    elif kind == 0:  # Case conv: A panels of each group's (Cout/g) x (Cin/g*KH*KW) weights
+        matrix = plan.weights.reshape(group, out_channels // group, -1)
+        parts = [_pack(m, m.shape[0], m.shape[1], m.shape[1], 1, 0) for m in matrix]
+        weights = builder.add_constant(np.concatenate(parts), label=f"{node.name}:packed_weights")
+    else:  # Case transpose: A panels of each group's W_g^T, (Cout/g*KH*KW) x (Cin/g)
+        matrix = plan.weights.reshape(group, in_channels // group, -1)
+        parts = [_pack(m, m.shape[1], m.shape[0], 1, m.shape[1], 0) for m in matrix]
+        weights = builder.add_constant(np.concatenate(parts), label=f"{node.name}:packed_weights")
+    output = builder.buffer(node.outputs[0])
+    bias = builder.buffer(node.inputs[2]) if present(node, 2) is not None else output
+    residual = builder.buffer(node.inputs[3]) if plan.has_residual else output
+    workspace = builder.workspace(max(int(sizes[0]), 4), label="conv")
+    builder.emit(kernel, ints, list(plan.params),
+                 [builder.buffer(node.inputs[0]), weights, output, workspace, bias, residual])
+
+
+def lower_conv(node: ir.Node, builder) -> None:
+    plan = _conv_plan(node)
+    if plan.depthwise:
+        _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
+    else:
+        _lower_conv_like(node, builder, plan, 0, "conv2d_f32")
+
+
+def lower_conv_transpose(node: ir.Node, builder) -> None:
+    _lower_conv_like(node, builder, _transpose_plan(node), 2, "conv_transpose2d_f32")
+
+
+# Gemm and MatMul ---------------------------------------------------------------------------------------------------
+
+def _gemm_plan(node: ir.Node) -> dict:
+    _require_attributes(node, GEMM_ATTRIBUTES)
+    _require_float32(node, range(len(node.inputs)))
+    a_shape, b_shape = static_shape(node.inputs[0]), static_shape(node.inputs[1])
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise Declined(f"A {a_shape} and B {b_shape} must be 2-D")
+    trans_a, trans_b = int(attribute(node, "transA", 0)), int(attribute(node, "transB", 0))
+    M, K = a_shape[::-1] if trans_a else a_shape
+    K2, N = b_shape[::-1] if trans_b else b_shape
+    if K != K2:
+        raise Declined(f"inner dimensions differ: A {a_shape} transA={trans_a}, B {b_shape} transB={trans_b}")
+    c = present(node, 2)
+    c_shape = None
+    if c is not None:
+        c_shape = (1,) * (2 - len(static_shape(c))) + static_shape(c)
+        if len(c_shape) != 2 or c_shape[0] not in (1, M) or c_shape[1] not in (1, N):
+            raise Declined(f"C shape {static_shape(c)} does not broadcast to ({M}, {N})")
+    if static_shape(node.outputs[0]) != (M, N):
+        raise Declined(f"output shape {static_shape(node.outputs[0])} != ({M}, {N})")
+    return dict(M=M, N=N, K=K, trans_a=trans_a, trans_b=trans_b, c_shape=c_shape,
+                alpha=float(attribute(node, "alpha", 1.0)), beta=float(attribute(node, "beta", 1.0)))
+
+
+def _emit_gemm(builder, *, M, N, K, a, a_packed, a_strides, b, b_packed, b_strides, output, alpha=1.0,
+               bias_mode=0, bias=None, residual=None, residual_strides=(0, 0, 0), residual_scale=1.0,
+               a_offsets=(0,), b_offsets=(0,)) -> None:
+    sizes = _sizes("gemm_sizes_f32", [M, N, K, builder.num_threads])
+    workspace = builder.workspace(max(int(sizes[0]), 4), label="gemm")
+    ints = [M, N, K, len(a_offsets), int(a_packed), *a_strides, int(b_packed), *b_strides, bias_mode,
+            int(residual is not None), *residual_strides, 0, builder.num_threads, *a_offsets, *b_offsets]
+    builder.emit("gemm_f32", ints, [alpha, residual_scale, 0.0, 0.0],
+                 [a, b, output, workspace, bias if bias is not None else output,
+                  residual if residual is not None else output])
+
+
+def lower_gemm(node: ir.Node, builder) -> None:
+    plan = _gemm_plan(node)
+    M, N, K, alpha, beta = plan["M"], plan["N"], plan["K"], plan["alpha"], plan["beta"]
+    # element (m, k) of A and (k, n) of B in their stored layouts
+    a_strides = (1, M) if plan["trans_a"] else (K, 1)
+    b_strides = (1, K) if plan["trans_b"] else (N, 1)
+    a_value, b_value = constant_value(node.inputs[0]), constant_value(node.inputs[1])
+    a_packed = b_packed = False
+    if b_value is not None:  # constant B (the usual weight): packed once, alpha folded in
+        b = builder.add_constant(_pack(b_value, N, K, b_strides[1], b_strides[0], 1, alpha), label=f"{node.name}:B")
+        b_packed, alpha = True, 1.0
+    else:
+        b = builder.buffer(node.inputs[1])
+    if a_value is not None:
+        a = builder.add_constant(_pack(a_value, M, K, *a_strides, 0, alpha), label=f"{node.name}:A")
+        a_packed, alpha = True, 1.0
+    else:
+        a = builder.buffer(node.inputs[0])
+    output = builder.buffer(node.outputs[0])
+    bias_mode, bias, residual, residual_strides = 0, None, None, (0, 0, 0)
+    c_shape = plan["c_shape"]
+    if c_shape is not None and beta != 0.0:
+        c_value = constant_value(node.inputs[2])
+        if c_value is not None and c_shape[0] == 1:  # Case constant row vector or scalar: a per-column bias
+            bias_mode = 2
+            bias = builder.add_constant(np.broadcast_to(beta * c_value.reshape(1, -1), (1, N)).reshape(N)
+                                        .astype(np.float32), label=f"{node.name}:bias")
+        elif c_value is not None and c_shape[1] == 1:  # Case constant column: a per-row bias
+            bias_mode = 1
+            bias = builder.add_constant((beta * c_value.reshape(M)).astype(np.float32), label=f"{node.name}:bias")
+        else:  # Case general: beta * C as a broadcast residual (stride 0 on broadcast axes)
+            residual = builder.buffer(node.inputs[2])
+            residual_strides = (c_shape[1] if c_shape[0] == M and M > 1 else 0, 1 if c_shape[1] == N and N > 1 else 0, 0)
+    _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=a_packed, a_strides=a_strides, b=b, b_packed=b_packed,
+               b_strides=b_strides, output=output, alpha=alpha, bias_mode=bias_mode, bias=bias, residual=residual,
+               residual_strides=residual_strides, residual_scale=beta)
+
+
+def _matmul_plan(node: ir.Node) -> dict:
+    _require_attributes(node, set())
+    _require_float32(node, range(len(node.inputs)))
+    a_shape, b_shape = static_shape(node.inputs[0]), static_shape(node.inputs[1])
+    if not a_shape or not b_shape:
+        raise Declined("MatMul operands must have rank >= 1")
+    a2 = (1, *a_shape) if len(a_shape) == 1 else a_shape  # numpy 1-D promotion
+    b2 = (*b_shape, 1) if len(b_shape) == 1 else b_shape
+    M, K = a2[-2:]
+    K2, N = b2[-2:]
+    if K != K2:
+        raise Declined(f"inner dimensions differ: {a_shape} @ {b_shape}")
+    try:
+        batch = np.broadcast_shapes(a2[:-2], b2[:-2])
+    except ValueError:
+        raise Declined(f"batch dims of {a_shape} and {b_shape} do not broadcast") from None
+    expected = tuple(batch) + ((M,) if len(a_shape) > 1 else ()) + ((N,) if len(b_shape) > 1 else ())
+    if static_shape(node.outputs[0]) != expected:
+        raise Declined(f"output shape {static_shape(node.outputs[0])} != {expected}")
+    return dict(a2=a2, b2=b2, M=M, N=N, K=K, batch=tuple(batch))
+
+
+def _batch_offsets(shape, batch, matrix_size) -> list[int]:
+    """Element offset of each output batch's matrix in an operand whose batch dims broadcast to `batch`."""
+    dims = (1,) * (len(batch) - len(shape)) + tuple(shape)
+    index = np.arange(int(np.prod(dims, dtype=np.int64))).reshape(dims)
+    return [int(i) * matrix_size for i in np.broadcast_to(index, batch).reshape(-1)]
+
+
+def lower_matmul(node: ir.Node, builder) -> None:
+    plan = _matmul_plan(node)
+    M, N, K, batch = plan["M"], plan["N"], plan["K"], plan["batch"]
+    a2, b2 = plan["a2"], plan["b2"]
+    b_value = constant_value(node.inputs[1])
+    b_batch = int(np.prod(b2[:-2], dtype=np.int64))
+    output = builder.buffer(node.outputs[0])
+    a = builder.buffer(node.inputs[0])
+    if b_batch == 1:  # Case one B for every batch: the batches of A are rows of one tall GEMM
+        M, a_offsets, b_offsets = M * int(np.prod(batch, dtype=np.int64)), [0], [0]
+    else:
+        a_offsets = _batch_offsets(a2[:-2], batch, M * K)
+        b_offsets = _batch_offsets(b2[:-2], batch, K * N)
+    if b_value is not None:  # Case constant B: each distinct matrix packed once
+        matrices = b_value.astype(np.float32).reshape(b_batch, K, N)
+        parts = [_pack(m, N, K, 1, N, 1) for m in matrices]
+        b = builder.add_constant(np.concatenate(parts), label=f"{node.name}:B")
+        b_offsets = [offset // (K * N) * parts[0].size for offset in b_offsets]
+    else:
+        b = builder.buffer(node.inputs[1])
+    _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1), b=b, b_packed=b_value is not None,
+               b_strides=(N, 1), output=output, a_offsets=a_offsets, b_offsets=b_offsets)
+
+
+LOWERINGS = {
+    ("", "Conv"): (_checked(_conv_plan), lower_conv),
+    ("ai.ortx", "FusedConv"): (_checked(_conv_plan), lower_conv),
+    ("", "ConvTranspose"): (_checked(_transpose_plan), lower_conv_transpose),
+    ("", "Gemm"): (_checked(_gemm_plan), lower_gemm),
+    ("", "MatMul"): (_checked(_matmul_plan), lower_matmul),
+}

@@ -1,0 +1,64 @@
+/* Internal interface of the conv family: the parameter block every conv kernel shares and the depthwise
+ * kernels per ISA. */
+#ifndef ORTX_CONV_H
+#define ORTX_CONV_H
+
+#include <stdint.h>
+
+/* The shared ints layout of conv2d_f32, conv2d_depthwise_f32 and conv_transpose2d_f32 (see conv.c). */
+typedef struct ortx_conv_params {
+    int64_t batch, in_channels, in_height, in_width, out_channels, out_height, out_width;
+    int64_t kernel_height, kernel_width, stride_height, stride_width, pad_top, pad_left;
+    int64_t dilation_height, dilation_width, group, has_bias, has_residual, activation, workspace_threads;
+    float param0, param1;
+} ortx_conv_params;
+
+#define ORTX_CONV_INTS 20
+
+static inline ortx_conv_params ortx_conv_params_read(const int64_t *ints, const float *floats) {
+    ortx_conv_params p = {
+        ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8], ints[9], ints[10],
+        ints[11], ints[12], ints[13], ints[14], ints[15], ints[16], ints[17], ints[18], ints[19],
+        floats[0], floats[1],
+    };
+    return p;
+}
+
+/* Depthwise geometry: the zero-padded input plane, split into stride_width column phases so every tap of every
+ * output column is a contiguous load. Phase q, padded row r, index j holds padded column j*stride_width + q. */
+typedef struct ortx_depthwise_geometry {
+    int64_t padded_rows, phase_width, phases;
+} ortx_depthwise_geometry;
+
+static inline ortx_depthwise_geometry ortx_depthwise_geometry_of(const ortx_conv_params *p) {
+    ortx_depthwise_geometry g;
+    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
+    g.phases = p->stride_width;
+    /* + 8: the last vector of a row may read up to 7 columns past the output's end (its lanes are not stored). */
+    g.phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width + 8;
+    return g;
+}
+
+static inline int64_t ortx_depthwise_plane_floats(const ortx_conv_params *p) {
+    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
+    return (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16;
+}
+
+/* Fills the phase planes of one input channel (shared by every ISA). */
+void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes);
+
+/* One output channel plane of a depthwise conv: in = phase planes, weights = KH*KW taps. */
+typedef void (*ortx_depthwise_plane_fn)(const ortx_conv_params *p, const float *planes, const float *weights,
+                                        float bias, const float *residual, float *output);
+
+void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
+                                   const float *residual, float *output);
+void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
+                               const float *residual, float *output);
+
+/* Reference kernels (kernels/ref/conv_ref.c). */
+void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+#endif

@@ -1,0 +1,108 @@
+/* Internal interface of the packed SGEMM shared by the gemm and conv families.
+ *
+ * The algorithm is GotoBLAS/BLIS: C[M,N] = A[M,K] * B[K,N] is blocked as NC columns -> KC depth -> MC rows; each
+ * KC x NC block of B and MC x KC block of A is packed into panels (A: MR rows, B: NR columns, k-major) so the
+ * register-blocked micro-kernel streams both from cache; the epilogue (alpha, bias, residual, activation) runs on
+ * each micro-tile right after its last K block, while the tile is still in L1.
+ *
+ * Packed-panel format (the same for every ISA, so weights packed at compile time run under any ISA variant):
+ * K is cut into blocks of ORTX_GEMM_KC; block p (k0 = p*KC, kc = min(KC, K-k0)) starts at k0 * rows_padded, and
+ * inside it panel i (rows i*R .. i*R+R-1, R = MR for A, NR for B) starts at i*R*kc and holds [kc][R] floats.
+ * Rows past the operand's end are zero. ortx_gemm_packed_index() is the one definition of this layout.
+ */
+#ifndef ORTX_GEMM_H
+#define ORTX_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ORTX_GEMM_MR 6
+#define ORTX_GEMM_NR 16
+#define ORTX_GEMM_KC 256
+/* MC x KC floats of A (144 KB) sit in the 512 KB L2 of this box's cores next to B's KC x NR micro-panel (16 KB,
+ * L1); NC bounds the packed B block (2 MB) to a share of L3. Values follow BLIS's Zen configuration. */
+#define ORTX_GEMM_MC 144
+#define ORTX_GEMM_NC 2048
+
+static inline int64_t ortx_round_up(int64_t value, int64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Index of logical element (row, k) in a packed operand with `rows` rows (A: M, B: N), depth K, panel height R. */
+static inline int64_t ortx_gemm_packed_index(int64_t row, int64_t k, int64_t rows, int64_t depth, int64_t panel) {
+    int64_t k0 = k / ORTX_GEMM_KC * ORTX_GEMM_KC;
+    int64_t kc = depth - k0 < ORTX_GEMM_KC ? depth - k0 : ORTX_GEMM_KC;
+    return k0 * ortx_round_up(rows, panel) + (row / panel) * panel * kc + (k - k0) * panel + row % panel;
+}
+
+static inline int64_t ortx_gemm_packed_a_floats(int64_t M, int64_t K) { return ortx_round_up(M, ORTX_GEMM_MR) * K; }
+static inline int64_t ortx_gemm_packed_b_floats(int64_t K, int64_t N) { return ortx_round_up(N, ORTX_GEMM_NR) * K; }
+
+/* An operand: packed (format above) or raw, element (i, k) at data[i*row_stride + k*col_stride] (for B,
+ * element (k, n) at data[k*row_stride + n*col_stride]). */
+typedef struct ortx_gemm_operand {
+    const float *data;
+    int packed;
+    int64_t row_stride, col_stride;
+} ortx_gemm_operand;
+
+/* Y = act(alpha * acc + bias_row[m] + bias_col[n] + residual_scale * residual[m*rs + n*cs]).
+ * bias_row/bias_col/residual may be NULL; residual strides may be 0 (broadcast). bias_row/residual are already
+ * offset to the problem's first row/column. */
+typedef struct ortx_gemm_epilogue {
+    float alpha;
+    const float *bias_row;
+    const float *bias_col;
+    const float *residual;
+    int64_t residual_row_stride, residual_col_stride;
+    float residual_scale;
+    int activation;
+    float param0, param1;
+} ortx_gemm_epilogue;
+
+/* Micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (accumulate ? c : 0) + a_panel * b_panel over kc. */
+typedef void (*ortx_gemm_micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate);
+/* Same over two adjacent B panels (b and b + NR*kc): an MR x 2NR tile; NULL when the ISA has none. */
+typedef void (*ortx_gemm_micro_wide_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                        int accumulate);
+/* Applies the epilogue to the rows x cols tile at c whose first element is (row0, col0) of the problem. */
+typedef void (*ortx_gemm_epilogue_fn)(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
+                                      int64_t col0, const ortx_gemm_epilogue *epilogue);
+/* Applies only the activation to n contiguous floats (conv-transpose and depthwise tails). */
+typedef void (*ortx_activation_fn)(float *data, int64_t count, int activation, float param0, float param1);
+
+typedef struct ortx_gemm_isa {
+    const char *name;
+    ortx_gemm_micro_fn micro;
+    ortx_gemm_micro_wide_fn micro_wide;
+    ortx_gemm_epilogue_fn epilogue;
+    ortx_activation_fn activation;
+} ortx_gemm_isa;
+
+extern const ortx_gemm_isa ortx_gemm_isa_portable;
+extern const ortx_gemm_isa ortx_gemm_isa_avx2;
+extern const ortx_gemm_isa ortx_gemm_isa_avx512;
+
+/* The ISA table entry for ortx_selected_isa(). */
+const ortx_gemm_isa *ortx_gemm_select_isa(void);
+
+/* Floats of workspace one ortx_sgemm call needs (packing buffers for num_threads threads + alignment). */
+int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads);
+
+/* C (row stride ldc) = epilogue(A * B). workspace: ortx_sgemm_workspace_floats(M, N, K, num_threads) floats.
+ * Safe to call from inside a parallel region with num_threads = 1. */
+void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, const ortx_gemm_operand *B, float *C,
+                int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads);
+
+/* Packs a raw operand (rows x depth, element (r, k) at src[r*rs + k*cs]) into panels of height `panel`,
+ * multiplying by scale. dst holds round_up(rows, panel) * depth floats. */
+void ortx_gemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                    int64_t panel, float scale, float *dst);
+
+/* Scalar epilogue of one element (the oracle's definition, also used by the portable path). */
+float ortx_gemm_epilogue_scalar(const ortx_gemm_epilogue *epilogue, float acc, int64_t row, int64_t col);
+
+/* Reference kernels (kernels/ref/gemm_ref.c). */
+void ortx_gemm_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+#endif

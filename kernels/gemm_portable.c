@@ -1,0 +1,36 @@
+/* Portable C pieces of the packed SGEMM: a 6x16 micro-kernel written so the compiler can vectorise it for the
+ * baseline ISA, and the scalar epilogue. Used when the CPU has neither AVX2+FMA nor AVX-512. */
+#include "activation.h"
+#include "gemm.h"
+
+static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate) {
+    enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
+    float acc[MR][NR] = {{0}};
+    for (int64_t k = 0; k < kc; k++) {
+        const float *ak = a + k * MR, *bk = b + k * NR;
+        for (int i = 0; i < MR; i++)
+            for (int j = 0; j < NR; j++) acc[i][j] += ak[i] * bk[j];
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+static void epilogue_portable(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                              const ortx_gemm_epilogue *epilogue) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            c[i * ldc + j] = ortx_gemm_epilogue_scalar(epilogue, c[i * ldc + j], row0 + i, col0 + j);
+}
+
+static void activation_portable(float *data, int64_t count, int activation, float param0, float param1) {
+    if (activation == ORTX_ACT_NONE) return;
+    for (int64_t i = 0; i < count; i++) data[i] = ortx_activation_scalar(activation, data[i], param0, param1);
+}
+
+const ortx_gemm_isa ortx_gemm_isa_portable = {
+    .name = "portable",
+    .micro = micro_portable,
+    .micro_wide = NULL,
+    .epilogue = epilogue_portable,
+    .activation = activation_portable,
+};

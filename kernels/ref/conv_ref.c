@@ -1,0 +1,98 @@
+/* Oracles for the conv family: the convolution sums written out directly from the ONNX definitions, one output
+ * element at a time, reading packed weights through ortx_gemm_packed_index() (gemm.h). */
+#include "../activation.h"
+#include "../conv.h"
+#include "../gemm.h"
+
+static float finish(const ortx_conv_params *p, float value, const float *residual, int64_t index) {
+    if (p->has_residual) value += residual[index];
+    return ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
+}
+
+/* Layouts: see conv.c. */
+void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++) {
+            int64_t g = co / cout_g;
+            const float *weights = packed + g * ortx_gemm_packed_a_floats(cout_g, K);
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = 0.0f;
+                    for (int64_t ci = 0; ci < cin_g; ci++)
+                        for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                            for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                                int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                                int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                                if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                                int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
+                                float w = weights[ortx_gemm_packed_index(co - g * cout_g, k, cout_g, K, ORTX_GEMM_MR)];
+                                acc += w * X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
+                            }
+                    if (p.has_bias) acc += bias[co];
+                    int64_t index = ((n * p.out_channels + co) * p.out_height + oy) * p.out_width + ox;
+                    Y[index] = finish(&p, acc, residual, index);
+                }
+        }
+}
+
+void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *W = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2];
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t c = 0; c < p.out_channels; c++)
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = p.has_bias ? bias[c] : 0.0f;
+                    for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                        for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                            int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                            int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                            if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                            acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] *
+                                   X[((n * p.in_channels + c) * p.in_height + iy) * p.in_width + ix];
+                        }
+                    int64_t index = ((n * p.out_channels + c) * p.out_height + oy) * p.out_width + ox;
+                    Y[index] = finish(&p, acc, residual, index);
+                }
+}
+
+/* Y[n, co, oy, ox] = bias[co] + sum over (ci, iy, ix, ky, kx) with oy = iy*sh - pt + ky*dh and
+ * ox = ix*sw - pl + kx*dw of X[n, ci, iy, ix] * W[ci, co % (Cout/g), ky, kx]. */
+void ortx_conv_transpose2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t M = cout_g * p.kernel_height * p.kernel_width;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++) {
+            int64_t g = co / cout_g, local = co - g * cout_g;
+            const float *weights = packed + g * ortx_gemm_packed_a_floats(M, cin_g);
+            float *y = Y + (n * p.out_channels + co) * p.out_height * p.out_width;
+            for (int64_t i = 0; i < p.out_height * p.out_width; i++) y[i] = p.has_bias ? bias[co] : 0.0f;
+            for (int64_t ci = 0; ci < cin_g; ci++)
+                for (int64_t iy = 0; iy < p.in_height; iy++)
+                    for (int64_t ix = 0; ix < p.in_width; ix++)
+                        for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                            for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                                int64_t oy = iy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                                int64_t ox = ix * p.stride_width - p.pad_left + kx * p.dilation_width;
+                                if (oy < 0 || oy >= p.out_height || ox < 0 || ox >= p.out_width) continue;
+                                int64_t m = (local * p.kernel_height + ky) * p.kernel_width + kx;
+                                float w = weights[ortx_gemm_packed_index(m, ci, M, cin_g, ORTX_GEMM_MR)];
+                                y[oy * p.out_width + ox] +=
+                                    w * X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
+                            }
+            int64_t base = (n * p.out_channels + co) * p.out_height * p.out_width;
+            for (int64_t i = 0; i < p.out_height * p.out_width; i++) y[i] = finish(&p, y[i], residual, base + i);
+        }
+}

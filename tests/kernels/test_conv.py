@@ -1,0 +1,207 @@
+"""Conv kernels (conv2d_f32, conv2d_depthwise_f32, conv_transpose2d_f32) and the Conv, FusedConv and ConvTranspose
+lowerings: fast vs reference vs onnxruntime on one-node models.
+
+Every case runs for each ISA this CPU has, with 1 and 2 threads; widths are chosen so vector tails (not multiples
+of 8, 16 or 32 output columns) and GEMM edge tiles are exercised, and every result is bitwise repeatable.
+FusedConv is checked against the explicit Conv -> Add -> activation graph in onnxruntime.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ortx import _kernels
+from ortx.ep.compile_nodes import check_node, infer_shapes, run_graph
+from tests.tolerances import assert_close
+
+ISA_ORDER = ("portable", "avx2", "avx512")
+RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+
+
+@pytest.fixture(params=RUNNABLE_ISAS)
+def isa(request):
+    assert _kernels.force_isa(request.param) == request.param
+    yield request.param
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def random(shape, seed, scale=1.0):
+    x = (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
+    x[x == 0] = 0.5
+    return x
+
+
+def tensor(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def make_model(nodes, inputs, outputs, initializers, opset=17, extra_opsets=()):
+    graph = helper.make_graph(nodes, "conv_test", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])
+    model.ir_version = 10
+    return model
+
+
+def run_ort(model, feeds):
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feeds)[0]
+
+
+def check_against(model, feeds, expected):
+    assert_close(run_graph(model, feeds, use_reference_kernels=True)[0], expected, what="reference vs onnxruntime")
+    for threads in (1, 2):
+        fast = run_graph(model, feeds, num_threads=threads)[0]
+        np.testing.assert_array_equal(fast, run_graph(model, feeds, num_threads=threads)[0],
+                                      err_msg="not bitwise repeatable")
+        assert_close(fast, expected, what=f"fast ({threads} threads) vs onnxruntime")
+
+
+def conv_model(op_type, x_shape, w_shape, attributes, *, bias=True, seed=0):
+    w = random(w_shape, seed + 1, scale=1.0 / np.sqrt(np.prod(w_shape[1:])))
+    out_channels = w_shape[1] * attributes.get("group", 1) if op_type == "ConvTranspose" else w_shape[0]
+    initializers = [numpy_helper.from_array(w, "w")]
+    names = ["x", "w"]
+    if bias:
+        initializers.append(numpy_helper.from_array(random(out_channels, seed + 2), "b"))
+        names.append("b")
+    node = helper.make_node(op_type, names, ["y"], **attributes)
+    return make_model([node], [tensor("x", x_shape)], [tensor("y", None)], initializers)
+
+
+# (x shape, w shape, attributes): dense, strided, padded, dilated, grouped, 1x1, 1-D, auto_pad
+CONV_CASES = [
+    ((1, 3, 23, 29), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 5, 17, 21), (13, 5, 3, 3), dict(strides=[2, 2], pads=[1, 0, 2, 1])),
+    ((1, 7, 19, 25), (10, 7, 1, 1), dict()),
+    ((1, 7, 19, 25), (10, 7, 1, 1), dict(strides=[2, 2])),
+    ((1, 4, 20, 22), (6, 4, 3, 2), dict(dilations=[2, 3], pads=[2, 1, 1, 2])),
+    ((1, 8, 15, 18), (12, 2, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
+    ((1, 3, 31, 33), (16, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    ((2, 6, 40), (9, 6, 5), dict(pads=[2, 1], strides=[2])),
+    ((1, 3, 17, 20), (5, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 3, 17, 20), (5, 3, 4, 4), dict(auto_pad="SAME_LOWER")),
+    ((1, 3, 17, 20), (5, 3, 3, 3), dict(auto_pad="VALID", strides=[1, 2])),
+    ((1, 300, 9, 11), (20, 300, 1, 1), dict()),
+    ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
+]
+
+# depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
+DEPTHWISE_CASES = [
+    ((1, 16, 21, 45), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),
+    ((2, 5, 22, 37), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 6, 19, 70), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2])),
+    ((1, 6, 19, 70), (6, 1, 5, 5), dict(group=6, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ((1, 3, 20, 23), (3, 1, 3, 3), dict(group=3, dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 4, 13, 17), (4, 1, 2, 4), dict(group=4, pads=[0, 1, 1, 2], strides=[1, 3])),
+    ((1, 4, 13, 17), (4, 1, 3, 3), dict(group=4, auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 7, 40), (7, 1, 5), dict(group=7, pads=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES + DEPTHWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+def test_conv_matches_onnxruntime(isa, case):
+    x_shape, w_shape, attributes = case
+    x = random(x_shape, 3)
+    for bias in (True, False):
+        model = conv_model("Conv", x_shape, w_shape, attributes, bias=bias)
+        check_against(model, {"x": x}, run_ort(model, {"x": x}))
+
+
+def test_depthwise_and_pointwise_use_their_fast_paths():
+    from ortx.ep.compile_nodes import compile_graph
+    depthwise = conv_model("Conv", (1, 8, 10, 10), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1]))
+    dense = conv_model("Conv", (1, 8, 10, 10), (4, 8, 1, 1), dict())
+    assert compile_graph(infer_shapes(depthwise).graph).program.kernel_names == ("conv2d_depthwise_f32",)
+    assert compile_graph(infer_shapes(dense).graph).program.kernel_names == ("conv2d_f32",)
+
+
+# (activation, ONNX node factory for the explicit graph, activation_params)
+FUSED_ACTIVATIONS = [
+    (None, None, []),
+    ("Relu", lambda i, o: [helper.make_node("Relu", [i], [o])], []),
+    ("LeakyRelu", lambda i, o: [helper.make_node("LeakyRelu", [i], [o], alpha=0.2)], [0.2]),
+    ("Clip", lambda i, o: [helper.make_node("Clip", [i, "clip_min", "clip_max"], [o])], [-0.5, 0.6]),
+    ("Sigmoid", lambda i, o: [helper.make_node("Sigmoid", [i], [o])], []),
+    ("HardSigmoid", lambda i, o: [helper.make_node("HardSigmoid", [i], [o], alpha=0.3, beta=0.45)], [0.3, 0.45]),
+    ("HardSwish", lambda i, o: [helper.make_node("HardSwish", [i], [o])], []),
+    ("Tanh", lambda i, o: [helper.make_node("Tanh", [i], [o])], []),
+]
+
+
+@pytest.mark.parametrize("activation,explicit,params", FUSED_ACTIVATIONS, ids=lambda v: str(v)[:12])
+@pytest.mark.parametrize("case", [CONV_CASES[1], DEPTHWISE_CASES[0]], ids=["dense", "depthwise"])
+def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, params, case):
+    x_shape, w_shape, attributes = case
+    x = random(x_shape, 4)
+    reference = conv_model("Conv", x_shape, w_shape, attributes)
+    y_shape = run_ort(reference, {"x": x}).shape
+    z = random(y_shape, 5)
+    initializers = list(reference.graph.initializer) + [numpy_helper.from_array(np.float32(-0.5), "clip_min"),
+                                                        numpy_helper.from_array(np.float32(0.6), "clip_max")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], **attributes),
+             helper.make_node("Add", ["conv", "z"], ["sum" if explicit else "y"])]
+    if explicit:
+        nodes += explicit("sum", "y")
+    inputs = [tensor("x", x_shape), tensor("z", y_shape)]
+    explicit_model = make_model(nodes, inputs, [tensor("y", y_shape)], initializers)
+    expected = run_ort(explicit_model, {"x": x, "z": z})
+    fused_attributes = dict(attributes)
+    if activation:
+        fused_attributes["activation"] = activation
+    if params:
+        fused_attributes["activation_params"] = params
+    fused = helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="ai.ortx", **fused_attributes)
+    fused_model = make_model([fused], inputs, [tensor("y", y_shape)], list(reference.graph.initializer),
+                             extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+    check_against(fused_model, {"x": x, "z": z}, expected)
+
+
+def test_fused_conv_without_bias_or_residual(isa):
+    x_shape, w_shape, attributes = CONV_CASES[0]
+    x = random(x_shape, 6)
+    plain = conv_model("Conv", x_shape, w_shape, attributes, bias=False)
+    expected = np.maximum(run_ort(plain, {"x": x}), 0)
+    fused = helper.make_node("FusedConv", ["x", "w", "", ""], ["y"], domain="ai.ortx", activation="Relu",
+                             **attributes)
+    model = make_model([fused], [tensor("x", x_shape)], [tensor("y", expected.shape)],
+                       list(plain.graph.initializer), extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+    check_against(model, {"x": x}, expected)
+
+
+# (x shape, w shape (Cin, Cout/g, kh, kw), attributes)
+TRANSPOSE_CASES = [
+    ((1, 8, 9, 11), (8, 5, 2, 2), dict(strides=[2, 2])),
+    ((2, 6, 7, 10), (6, 4, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1])),
+    ((1, 4, 8, 9), (4, 3, 3, 3), dict(pads=[1, 0, 2, 1], dilations=[2, 1])),
+    ((1, 6, 7, 8), (6, 2, 3, 3), dict(group=3, strides=[2, 1], pads=[1, 1, 1, 1])),
+    ((1, 4, 7, 9), (4, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_UPPER")),
+    ((1, 4, 7, 9), (4, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
+    ((1, 4, 7, 9), (4, 3, 4, 4), dict(strides=[2, 2], output_shape=[15, 18])),
+    ((1, 5, 30), (5, 3, 4), dict(strides=[2], pads=[1, 1])),
+    ((1, 64, 20, 20), (64, 16, 2, 2), dict(strides=[2, 2])),
+]
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+def test_conv_transpose_matches_onnxruntime(isa, case):
+    x_shape, w_shape, attributes = case
+    x = random(x_shape, 7)
+    model = conv_model("ConvTranspose", x_shape, w_shape, attributes)
+    check_against(model, {"x": x}, run_ort(model, {"x": x}))
+
+
+def test_checks_decline_what_the_lowering_cannot_run():
+    weights_input = make_model([helper.make_node("Conv", ["x", "w"], ["y"])],
+                               [tensor("x", (1, 3, 8, 8)), tensor("w", (4, 3, 3, 3))], [tensor("y", None)], [])
+    assert "weights are not constant" in check_node(next(iter(infer_shapes(weights_input).graph)))
+    conv3d = conv_model("Conv", (1, 2, 4, 5, 6), (3, 2, 1, 1, 1), dict())
+    assert "rank 5 not supported" in check_node(next(iter(infer_shapes(conv3d).graph)))
+    fused = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="ai.ortx", activation="Gelu")
+    model = make_model([fused], [tensor("x", (1, 3, 8, 8))], [tensor("y", (1, 3, 8, 8))],
+                       [numpy_helper.from_array(random((3, 3, 1, 1), 1), "w")],
+                       extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+    assert "activation 'Gelu' not supported" in check_node(next(iter(infer_shapes(model).graph)))
+    ok = conv_model("Conv", (1, 3, 8, 8), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1]))
+    assert check_node(next(iter(infer_shapes(ok).graph))) is None
