@@ -1,0 +1,79 @@
+import json
+import os
+
+import pytest
+
+from ortx.cli import main
+from tests import _models
+
+
+@pytest.fixture
+def model_file(tmp_path):
+    path = tmp_path / "resnet.onnx"
+    path.write_bytes(_models.resnet18_style(size=32).SerializeToString())
+    return path
+
+
+def test_optimize_check_report(model_file, tmp_path, capsys):
+    original = model_file.read_bytes()
+    output, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    status = main(["optimize", str(model_file), "-o", str(output), "--check", "--report", str(report)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    assert "fuse_conv_batchnorm" in printed and "batchnorms_fused=20" in printed and "69 -> 49" in printed
+    assert "check logits" in printed and ": ok" in printed
+    assert model_file.read_bytes() == original
+    data = json.loads(report.read_text())
+    assert [p["name"] for p in data["passes"]] == ["fold_constants", "eliminate_dead_code", "fuse_conv_batchnorm"]
+    assert output.exists()
+
+
+def test_refuses_to_overwrite_input(model_file, capsys):
+    original = model_file.read_bytes()
+    assert main(["optimize", str(model_file), "-o", str(model_file)]) == 2
+    assert "never overwrites its input" in capsys.readouterr().err
+    assert model_file.read_bytes() == original
+
+
+def test_missing_and_invalid_inputs(tmp_path, capsys):
+    assert main(["optimize", str(tmp_path / "nope.onnx"), "-o", str(tmp_path / "o.onnx")]) == 2
+    assert "nope.onnx' does not exist" in capsys.readouterr().err
+    broken = _models.tiny_conv_relu()
+    broken.graph.node[1].input[0] = "dangling"
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(broken.SerializeToString())
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx")]) == 2
+    error = capsys.readouterr().err
+    assert "broken.onnx" in error and "relu_4" in error and "dangling" in error
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_dynamic_input_needs_shape(tmp_path, capsys):
+    proto = _models.tiny_conv_relu()
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dynamic.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--check"]) == 2
+    assert "--input-shape X:Nx3x8x8" in capsys.readouterr().err
+    assert main(["optimize", str(path), "-o", str(tmp_path / "o.onnx"), "--check", "--input-shape", "X:2x3x8x8"]) == 0
+    assert ": ok" in capsys.readouterr().out
+
+
+def test_help_texts(capsys):
+    for argv in (["--help"], ["optimize", "--help"], ["demo", "--help"]):
+        with pytest.raises(SystemExit) as raised:
+            main(argv)
+        assert raised.value.code == 0
+    printed = capsys.readouterr().out
+    assert "ortx optimize IN.onnx -o OUT.onnx" in printed
+    assert "--input-shape" in printed and "--runs" in printed and "--threads" in printed
+
+
+def test_console_script_is_installed():
+    import shutil
+    import subprocess
+
+    executable = shutil.which("ortx")
+    assert executable, "the ortx console script is not on PATH (pip install -e .)"
+    result = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "optimize" in result.stdout
