@@ -65,17 +65,16 @@ def _reduction_axes(node: ir.Node) -> list[int] | None | str:
 
 def check_reduce(node: ir.Node) -> str | None:
     reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
-    reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
     if reason:
         return reason
     if element_count(node.inputs[0]) == 0:
         return f"{node.op_type}: empty input not supported"
-    axes = _reduction_axes(node)
+    axes = _reduction_axes(node)  # before the output: non-constant axes are why its shape is unknown
     if isinstance(axes, str):
         return axes
     if axes is None and node.op_type in ("ReduceL2", "ReduceSumSquare"):
         return f"{node.op_type}: noop_with_empty_axes=1 with empty axes not supported"
-    return None
+    return tensor_reason(node, node.outputs[0], ("float32",), "output 0")
 
 
 def reduction_groups(shape, axes) -> list[tuple[int, bool]]:
