@@ -19,7 +19,7 @@
  * resize_nearest: ints = [elem_size, rank, in_shape[rank], out_shape[rank], then for each axis its map of
  *   out_shape[axis] source indices]; buffers = [src, dst]. The lowering computes the maps with onnxruntime's float
  *   arithmetic, so any coordinate transformation and nearest_mode is the same kernel. Fast paths: output rows
- *   whose source row equals the previous row's are copied from the previous output row; an inner map that is an
+ *   mapping to the same source row are written together (AVX2: each vector stored to every such row); an inner map that is an
  *   integer-factor upsampling (map[x] = x / f) duplicates elements (AVX2 for float32 factors 2/4/8).
  * resize_linear_f32: ints = [outer, in_h, in_w, out_h, out_w, y0[out_h], y1[out_h], x0[out_w], x1[out_w]];
  *   floats = [wy0[out_h], wy1[out_h], wx0[out_w], wx1[out_w]]; buffers = [src, dst].
@@ -120,6 +120,25 @@ static int64_t outer_dst_offset(const view *v, int count, int skip, int64_t inde
 
 #define TILE 32
 
+/* d[r * dst_row + c] = s[r + c * src_stride] over one tile, with typed loads so each move is one instruction. */
+#define TRANSPOSE_TILE(type)                                                                     \
+    do {                                                                                         \
+        type *dt = (type *)d;                                                                    \
+        const type *st = (const type *)s;                                                        \
+        for (int64_t r = r0; r < r1; r++)                                                        \
+            for (int64_t c = c0; c < c1; c++) dt[r * dst_row + c] = st[r + c * src_stride];      \
+    } while (0)
+
+static void transpose_tile(char *d, const char *s, int64_t elem, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                           int64_t dst_row, int64_t src_stride) {
+    switch (elem) {
+        case 1: TRANSPOSE_TILE(uint8_t); break;
+        case 2: TRANSPOSE_TILE(uint16_t); break;
+        case 4: TRANSPOSE_TILE(uint32_t); break;
+        default: TRANSPOSE_TILE(uint64_t); break;
+    }
+}
+
 static void ortx_strided_copy(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
     const int64_t elem = ints[0];
@@ -149,9 +168,7 @@ static void ortx_strided_copy(const int64_t *ints, const float *floats, void *co
             const char *s = src + outer_offset(&v, last, unit, o) * elem;
             char *d = dst + outer_dst_offset(&v, last, unit, o) * elem;
             const int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < inner ? c0 + TILE : inner;
-            for (int64_t r = r0; r < r1; r++)
-                for (int64_t c = c0; c < c1; c++)
-                    ortx_copy_element(d + (r * dst_row + c) * elem, s + (r + c * inner_stride) * elem, elem);
+            transpose_tile(d, s, elem, r0, r1, c0, c1, dst_row, inner_stride);
         }
         return;
     }
@@ -252,20 +269,22 @@ static int64_t upsample_factor(const int64_t *map, int64_t in_w, int64_t out_w) 
     return f;
 }
 
-static void nearest_row(char *d, const char *s, const int64_t *map, int64_t out_w, int64_t in_w, int64_t elem,
-                        int64_t factor) {
-    if (factor == 1) {
-        memcpy(d, s, (size_t)(out_w * elem));
-        return;
-    }
+/* Output rows d, d + out_w, ... (`copies` of them) all take source row s. */
+static void nearest_rows(char *d, int64_t copies, const char *s, const int64_t *map, int64_t out_w, int64_t in_w,
+                         int64_t elem, int64_t factor) {
+    const size_t row_bytes = (size_t)(out_w * elem);
 #if ORTX_HAVE_X86
     if (factor > 1 && elem == 4 && ortx_selected_isa() >= ORTX_ISA_AVX2) {
-        ortx_upsample_row_f32_avx2((float *)d, (const float *)s, in_w, factor);
+        ortx_upsample_row_f32_avx2((float *)d, out_w, copies, (const float *)s, in_w, factor);
         return;
     }
 #endif
     (void)in_w;
-    for (int64_t x = 0; x < out_w; x++) ortx_copy_element(d + x * elem, s + map[x] * elem, elem);
+    if (factor == 1)
+        memcpy(d, s, row_bytes);
+    else
+        for (int64_t x = 0; x < out_w; x++) ortx_copy_element(d + x * elem, s + map[x] * elem, elem);
+    for (int64_t r = 1; r < copies; r++) memcpy(d + r * (int64_t)row_bytes, d, row_bytes);
 }
 
 static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -273,7 +292,7 @@ static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *
     const int64_t elem = ints[0];
     const int rank = (int)ints[1];
     const int64_t *in = ints + 2, *out = ints + 2 + rank;
-    const int64_t *maps[ORTX_LAYOUT_MAX_RANK];
+    const int64_t *maps[ORTX_LAYOUT_MAX_RANK] = {0};
     const int64_t *cursor = ints + 2 + 2 * rank;
     for (int k = 0; k < rank; k++) {
         maps[k] = cursor;
@@ -297,15 +316,13 @@ static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *
             step *= in[k];
         }
         const int64_t in_h = rank >= 2 ? in[rank - 2] : 1;
-        for (int64_t y = 0; y < out_h; y++) {
-            char *d = dst + (plane * out_h + y) * out_w * elem;
+        for (int64_t y = 0; y < out_h;) {
             const int64_t sy = rank >= 2 ? maps[rank - 2][y] : 0;
-            if (y > 0 && maps[rank - 2][y - 1] == sy) {
-                memcpy(d, d - out_w * elem, (size_t)(out_w * elem));
-                continue;
-            }
-            nearest_row(d, src + ((source_plane * in_h) + sy) * in_w * elem, maps[rank - 1], out_w, in_w, elem,
-                        factor);
+            int64_t copies = 1;
+            while (y + copies < out_h && maps[rank - 2][y + copies] == sy) copies++;
+            nearest_rows(dst + (plane * out_h + y) * out_w * elem, copies,
+                         src + ((source_plane * in_h) + sy) * in_w * elem, maps[rank - 1], out_w, in_w, elem, factor);
+            y += copies;
         }
     }
 }

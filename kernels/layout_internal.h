@@ -36,6 +36,7 @@ static inline void ortx_copy_element(char *dst, const char *src, int64_t elem_si
     }
 }
 
-void ortx_upsample_row_f32_avx2(float *dst, const float *src, int64_t in_w, int64_t factor);
+void ortx_upsample_row_f32_avx2(float *dst, int64_t row_stride, int64_t copies, const float *src, int64_t in_w,
+                                int64_t factor);
 
 #endif

@@ -24,10 +24,10 @@ void ortx_avgpool_f32_ref(const int64_t *, const float *, void *const *, int);
 void ortx_global_avgpool_f32_ref(const int64_t *, const float *, void *const *, int);
 void ortx_global_maxpool_f32_ref(const int64_t *, const float *, void *const *, int);
 
-void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
-                                const ortx_pool_params *p, int is_max) {
+void ortx_pool_row_f32_range(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                             const ortx_pool_params *p, int is_max, int64_t ow_begin, int64_t ow_end) {
     const int64_t dil = p->dilation[2];
-    for (int64_t ow = 0; ow < p->out[2]; ow++) {
+    for (int64_t ow = ow_begin; ow < ow_end; ow++) {
         int64_t first, last, padded;
         ortx_pool_taps(p, 2, ow, &first, &last, &padded);
         const int64_t start = ow * p->stride[2] - p->pad_begin[2];
@@ -46,6 +46,41 @@ void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int6
             int64_t count = p->count_include_pad ? padded_rows * padded : num_rows * (last - first);
             out[ow] = count > 0 ? sum / (float)count : 0.0f;
         }
+    }
+}
+
+void ortx_pool_interior(const ortx_pool_params *p, int64_t *begin, int64_t *end) {
+    const int64_t stride = p->stride[2], span = (p->kernel[2] - 1) * p->dilation[2] + 1, pad = p->pad_begin[2];
+    int64_t lo = (pad + stride - 1) / stride;
+    int64_t hi = p->in[2] - span + pad >= 0 ? (p->in[2] - span + pad) / stride + 1 : 0;
+    if (hi > p->out[2]) hi = p->out[2];
+    if (lo > hi) lo = hi;
+    *begin = lo;
+    *end = hi;
+}
+
+/* Interior outputs (every tap inside the row) skip the tap bounds; edges use the general range code. */
+void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                                const ortx_pool_params *p, int is_max) {
+    int64_t lo, hi;
+    ortx_pool_interior(p, &lo, &hi);
+    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, 0, lo);
+    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, hi, p->out[2]);
+    if (num_rows == 0) {
+        ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, lo, hi);
+        return;
+    }
+    const int64_t stride = p->stride[2], dil = p->dilation[2], k = p->kernel[2], pad = p->pad_begin[2];
+    const float divisor = (float)((p->count_include_pad ? padded_rows : num_rows) * k);
+    for (int64_t ow = lo; ow < hi; ow++) {
+        const int64_t start = ow * stride - pad;
+        float acc = is_max ? -FLT_MAX : 0.0f;
+        for (int64_t r = 0; r < num_rows; r++)
+            for (int64_t j = 0; j < k; j++) {
+                float v = rows[r][start + j * dil];
+                acc = is_max ? (v > acc ? v : acc) : acc + v;
+            }
+        out[ow] = is_max ? acc : acc / divisor;
     }
 }
 

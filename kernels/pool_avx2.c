@@ -25,24 +25,21 @@ ORTX_TARGET_AVX2 static inline __m256 load_even(const float *base) {
 
 ORTX_TARGET_AVX2 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows,
                                              float *out, const ortx_pool_params *p, int is_max) {
-    const int64_t stride = p->stride[2], k = p->kernel[2], pad = p->pad_begin[2], in = p->in[2];
+    const int64_t stride = p->stride[2], k = p->kernel[2], pad = p->pad_begin[2];
     const int64_t out_w = p->out[2];
     if (p->dilation[2] != 1 || (stride != 1 && stride != 2) || num_rows == 0) {
         ortx_pool_row_f32_portable(rows, num_rows, padded_rows, out, p, is_max);
         return;
     }
-    /* interior: ow * stride - pad >= 0 and ow * stride - pad + k <= in */
-    int64_t lo = (pad + stride - 1) / stride;
-    int64_t hi = in - k + pad >= 0 ? (in - k + pad) / stride + 1 : 0;
-    if (hi > out_w) hi = out_w;
-    if (lo > hi) lo = hi;
-    int64_t vec_end = lo + (hi - lo) / 8 * 8;
+    int64_t lo, hi;
+    ortx_pool_interior(p, &lo, &hi);
+    const int64_t vec_end = lo + (hi - lo) / 8 * 8;
     if (vec_end == lo) {
         ortx_pool_row_f32_portable(rows, num_rows, padded_rows, out, p, is_max);
         return;
     }
-    /* portable code for the edges: run it on the whole row, then overwrite the vectorised part */
-    ortx_pool_row_f32_portable(rows, num_rows, padded_rows, out, p, is_max);
+    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, 0, lo);
+    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, vec_end, out_w);
     const __m256 divisor = _mm256_set1_ps((float)((p->count_include_pad ? padded_rows : num_rows) * k));
     for (int64_t ow = lo; ow < vec_end; ow += 8) {
         const int64_t start = ow * stride - pad;

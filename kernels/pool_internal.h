@@ -62,6 +62,10 @@ static inline void ortx_pool_taps(const ortx_pool_params *p, int axis, int64_t o
 typedef void (*ortx_pool_row_fn)(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                                  const ortx_pool_params *p, int is_max);
 
+void ortx_pool_row_f32_range(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                             const ortx_pool_params *p, int is_max, int64_t ow_begin, int64_t ow_end);
+/* [*begin, *end): output columns whose every w tap lies inside the input row */
+void ortx_pool_interior(const ortx_pool_params *p, int64_t *begin, int64_t *end);
 void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                                 const ortx_pool_params *p, int is_max);
 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
