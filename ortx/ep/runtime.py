@@ -102,14 +102,18 @@ class ExecutionPlan:
         except queue.Empty:
             return RunContext(self.memory_plan, self.boundary)
 
-    def run(self, feeds: dict[str, np.ndarray], run_options=None, step_seconds: dict | None = None) -> dict:
+    def run(self, feeds: dict[str, np.ndarray], run_options=None, step_seconds: dict | None = None,
+            outputs: dict[str, np.ndarray] | None = None) -> dict:
+        """`outputs` optionally gives the arrays to write graph outputs into (shapes and dtypes as planned)."""
         context = self._context()
         try:
             values: dict = dict(feeds)
             values.update(context.views)
-            outputs = {name: np.empty(self.tensors[name].shape, self.tensors[name].dtype)
-                       for name in self.graph_outputs if self.tensors[name].static and name not in values}
-            values.update(outputs)
+            fresh = {name: np.empty(self.tensors[name].shape, self.tensors[name].dtype)
+                     for name in self.graph_outputs
+                     if self.tensors[name].static and name not in values and name not in (outputs or {})}
+            values.update(fresh)
+            values.update(outputs or {})
             for step in self.steps:
                 if isinstance(step, ClaimedStep):
                     self._run_claimed(step, context, values, step_seconds)

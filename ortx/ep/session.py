@@ -193,9 +193,20 @@ class InferenceSession:
         return [_as_numpy(results[name]) for name in names]
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
-        feeds = {name: value.numpy() for name, value in input_dict_ort_values.items()}
-        outputs = self.run(output_names, feeds, run_options)
-        return [onnxruntime.OrtValue.ortvalue_from_numpy(array) for array in outputs]
+        if self._whole is not None:
+            return self._whole.run_with_ort_values(output_names, input_dict_ort_values, run_options)
+        feeds = self._checked_feeds({name: value.numpy() for name, value in input_dict_ort_values.items()})
+        names = self._checked_output_names(output_names)
+        compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
+        # Outputs are OrtValues that ORT allocated and owns; the kernels write into them directly.
+        ort_values, views = {}, {}
+        for name in compiled.plan.graph_outputs:
+            spec = compiled.plan.tensors[name]
+            if spec.static and name not in feeds:
+                ort_values[name] = onnxruntime.OrtValue.ortvalue_from_shape_and_type(list(spec.shape), spec.dtype)
+                views[name] = _view_of(ort_values[name], spec)
+        results = compiled.plan.run(feeds, run_options, outputs=views)
+        return [ort_values[name] if name in ort_values else _as_ort_value(results[name]) for name in names]
 
     def io_binding(self):
         if self._whole is not None:
@@ -254,6 +265,20 @@ def _numpy_type_name(dtype: np.dtype) -> str:
     if dtype.kind == "U":
         return "string"
     return mapping.get(dtype.name, dtype.name)
+
+
+def _view_of(ort_value, spec) -> np.ndarray:
+    """A numpy array over an OrtValue's CPU buffer (the OrtValue owns the memory and must outlive the view)."""
+    import ctypes
+
+    buffer = (ctypes.c_char * spec.nbytes).from_address(ort_value.data_ptr())
+    return np.frombuffer(buffer, dtype=spec.dtype).reshape(spec.shape)
+
+
+def _as_ort_value(value):
+    if isinstance(value, onnxruntime.OrtValue):
+        return value
+    return onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
 
 
 def _as_numpy(value):

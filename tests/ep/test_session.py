@@ -152,8 +152,10 @@ def test_patch_onnxruntime_builds_ortx_sessions():
     finally:
         ortx.unpatch_onnxruntime()
     assert onnxruntime.InferenceSession.__name__ == "InferenceSession"
-    with pytest.raises(ValueError):
-        onnxruntime.InferenceSession(to_ort_bytes(model), providers=PROVIDERS)
+    # Unpatched, ORT itself warns about the unknown provider and falls back to its CPU EP.
+    with pytest.warns(UserWarning, match="OrtxEP"):
+        unpatched = onnxruntime.InferenceSession(to_ort_bytes(model), providers=PROVIDERS)
+    assert not isinstance(unpatched, ortx.InferenceSession)
 
 
 def test_dynamic_shapes_compile_per_shape():

@@ -1,0 +1,121 @@
+"""OrtxEP vs ONNX Runtime CPU, side by side in one run, on the five CNNs of issue #2; writes BENCHMARKS.md.
+
+Usage: python benchmarks/run.py [--runs 30] [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2]
+Latency: interleaved runs after warm-up, medians (ortx.measure.compare). Peak memory: each engine in a fresh
+subprocess that builds its session and runs it 5 times, reporting ru_maxrss (the high-water RSS, which includes
+the Python interpreter and the libraries both engines load).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import onnx  # noqa: E402
+
+from ortx import _kernels  # noqa: E402
+from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
+from ortx.measure import compare  # noqa: E402
+from tests import _models  # noqa: E402
+
+_PEAK_SCRIPT = r"""
+import resource, sys, numpy as np, onnxruntime
+sys.path.insert(0, {root!r})
+import ortx
+options = onnxruntime.SessionOptions(); options.intra_op_num_threads = {threads}
+shape = {shape!r}
+if {use_ortx!r}:
+    session = ortx.InferenceSession({path!r}, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{{"input_shapes": {{"{input}": shape}}}}, {{}}])
+else:
+    from ortx.model_io import to_ort_bytes, load
+    session = onnxruntime.InferenceSession(to_ort_bytes(load({path!r})), options, providers=["CPUExecutionProvider"])
+x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype(np.float32)
+for _ in range(5):
+    session.run(None, {{"{input}": x}})
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss_mib(path: str, input_name: str, shape, threads: int, use_ortx: bool) -> float:
+    script = _PEAK_SCRIPT.format(root=ROOT, threads=threads, shape=tuple(shape), use_ortx=use_ortx, path=path,
+                                 input=input_name)
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    return int(output.strip().splitlines()[-1]) / 1024.0
+
+
+def models(selected: list[str], directory: str):
+    for key in selected:
+        if key in PACKAGED_MODELS:
+            yield f"PP-OCR {key} ({PACKAGED_MODELS[key][0]})", packaged_model_path(key), PACKAGED_MODELS[key][1]
+        elif key in ("resnet18", "mobilenetv2"):
+            builder = _models.resnet18_style if key == "resnet18" else _models.mobilenetv2_style
+            path = os.path.join(directory, f"{key}.onnx")
+            onnx.save(builder(), path)
+            yield f"{key}-style (random weights)", path, (1, 3, 224, 224)
+        else:
+            raise SystemExit(f"unknown model {key!r}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="det,rec,cls,resnet18,mobilenetv2")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS subprocesses")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        for name, path, shape in models(args.models.split(","), directory):
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            print(f"measuring {name} ...", flush=True)
+            result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs)
+            memory = (None, None)
+            if not args.no_memory:
+                memory = (peak_rss_mib(path, input_name, shape, args.threads, False),
+                          peak_rss_mib(path, input_name, shape, args.threads, True))
+            rows.append((result, shape, memory))
+            print(f"  ORT {result.ort_ms:.2f} ms, OrtxEP {result.ortx_ms:.2f} ms, ratio {result.ratio:.2f}, "
+                  f"claimed {100 * result.claimed_mac_share:.1f}%", flush=True)
+    ratios = sorted(r.ratio for r, _, _ in rows)
+    median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
+        f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} "
+        "interleaved runs after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
+        "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = max RSS of a fresh process that builds the session and runs "
+        "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
+        "",
+        "| model | input | ORT ms | OrtxEP ms | ratio | OrtxEP GFLOP/s | ORT GFLOP/s | claimed MACs | segments | "
+        "max rel err | cosine | peak MiB ORT | peak MiB OrtxEP |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result, shape, (ort_peak, ortx_peak) in rows:
+        peaks = ("-", "-") if ort_peak is None else (f"{ort_peak:.0f}", f"{ortx_peak:.0f}")
+        lines.append(
+            f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
+            f"{result.ratio:.2f} | {result.ortx_gflops:.1f} | {result.ort_gflops:.1f} | "
+            f"{100 * result.claimed_mac_share:.1f}% | {result.segments} | {result.max_relative_error:.1e} | "
+            f"{result.cosine:.6f} | {peaks[0]} | {peaks[1]} |")
+    lines += ["", f"Median OrtxEP/ORT ratio over these models: {median:.2f}.", ""]
+    with open(args.output, "w") as handle:
+        handle.write("\n".join(lines))
+    print("\n".join(lines))
+    print(json.dumps({"median_ratio": median}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
