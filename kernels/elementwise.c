@@ -14,6 +14,10 @@
  *   (Pow only for f32).
  * channel_affine_f32: ints = [outer, channels, inner]; buffers = [x, scale[channels], shift[channels], y];
  *   y[o, c, i] = x[o, c, i] * scale[c] + shift[c].
+ * compare_f32, compare_i64, compare_i32: the binary layout, op ORTX_COMPARE_* (Equal, Less, Greater, LessOrEqual,
+ *   GreaterOrEqual); y is bool (one byte, 0 or 1).
+ * where: ints = [element_bytes (1, 4 or 8), rank, dims[rank], condition_strides[rank], x_strides[rank],
+ *   y_strides[rank]]; buffers = [condition (bool), x, y, out]; out = condition ? x : y, three-way broadcast.
  * cast: ints = [from, to, count]; buffers = [x, y]; from/to are ONNX TensorProto codes 1 float32, 6 int32,
  *   7 int64, 9 bool. Float to integer truncates toward zero; to bool is x != 0.
  */
@@ -34,6 +38,10 @@ extern void ortx_binary_i64_ref(const int64_t *, const float *, void *const *, i
 extern void ortx_binary_i32_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_channel_affine_f32_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_cast_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_compare_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_compare_i64_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_compare_i32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_where_ref(const int64_t *, const float *, void *const *, int);
 
 static int threads_for(int64_t count, int num_threads) {
     return count >= ORTX_ELEMENTWISE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
@@ -190,6 +198,61 @@ ORTX_BINARY_INT_KERNEL(ortx_binary_i64, int64_t, ortx_binary_scalar_i64)
 ORTX_BINARY_INT_KERNEL(ortx_binary_i32, int32_t, ortx_binary_scalar_i32)
 #undef ORTX_BINARY_INT_KERNEL
 
+/* Comparisons and Where ------------------------------------------------------------------------------------ */
+#define ORTX_COMPARE_KERNEL(name, type)                                                                       \
+    static void name(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {       \
+        (void)floats;                                                                                         \
+        broadcast_walk walk = walk_from(ints);                                                                \
+        const type *a = buffers[0], *b = buffers[1];                                                          \
+        uint8_t *y = buffers[2];                                                                              \
+        int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];                       \
+        _Pragma("omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))") \
+        for (int64_t row = 0; row < walk.rows; row++) {                                                       \
+            int64_t a_offset, b_offset;                                                                       \
+            row_offsets(&walk, row, &a_offset, &b_offset);                                                    \
+            const type *ar = a + a_offset, *br = b + b_offset;                                                \
+            uint8_t *yr = y + row * walk.row_length;                                                          \
+            for (int64_t i = 0; i < walk.row_length; i++) yr[i] = ortx_compare(walk.op, ar[i * sa], br[i * sb]); \
+        }                                                                                                     \
+    }
+ORTX_COMPARE_KERNEL(ortx_compare_f32, float)
+ORTX_COMPARE_KERNEL(ortx_compare_i64, int64_t)
+ORTX_COMPARE_KERNEL(ortx_compare_i32, int32_t)
+#undef ORTX_COMPARE_KERNEL
+
+static void ortx_where(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    int64_t bytes = ints[0];
+    int rank = (int)ints[1];
+    const int64_t *dims = ints + 2, *strides[3] = {ints + 2 + rank, ints + 2 + 2 * rank, ints + 2 + 3 * rank};
+    const uint8_t *condition = buffers[0];
+    const char *x = buffers[1], *y = buffers[2];
+    char *out = buffers[3];
+    int64_t rows = 1, length = dims[rank - 1];
+    for (int axis = 0; axis + 1 < rank; axis++) rows *= dims[axis];
+    int64_t sc = strides[0][rank - 1], sx = strides[1][rank - 1], sy = strides[2][rank - 1];
+#pragma omp parallel for schedule(static) num_threads(threads_for(rows * length, num_threads))
+    for (int64_t row = 0; row < rows; row++) {
+        int64_t offsets[3] = {0, 0, 0}, rest = row;
+        for (int axis = rank - 2; axis >= 0; axis--) {
+            int64_t index = rest % dims[axis];
+            rest /= dims[axis];
+            for (int k = 0; k < 3; k++) offsets[k] += index * strides[k][axis];
+        }
+        const uint8_t *cr = condition + offsets[0];
+        const char *xr = x + offsets[1] * bytes, *yr = y + offsets[2] * bytes;
+        char *outr = out + row * length * bytes;
+        for (int64_t i = 0; i < length; i++) {
+            const char *source = cr[i * sc] ? xr + i * sx * bytes : yr + i * sy * bytes;
+            switch (bytes) {
+                case 1: outr[i] = *source; break;
+                case 4: memcpy(outr + 4 * i, source, 4); break;
+                default: memcpy(outr + 8 * i, source, 8); break;
+            }
+        }
+    }
+}
+
 /* Channel affine ------------------------------------------------------------------------------------------- */
 static void affine_row(int isa, const float *x, float scale, float shift, float *y, int64_t n) {
 #if ORTX_HAVE_X86
@@ -265,6 +328,10 @@ const ortx_kernel_entry ortx_family_elementwise[] = {
     {"binary_i64", ortx_binary_i64, ortx_binary_i64_ref},
     {"binary_i32", ortx_binary_i32, ortx_binary_i32_ref},
     {"channel_affine_f32", ortx_channel_affine_f32, ortx_channel_affine_f32_ref},
+    {"compare_f32", ortx_compare_f32, ortx_compare_f32_ref},
+    {"compare_i64", ortx_compare_i64, ortx_compare_i64_ref},
+    {"compare_i32", ortx_compare_i32, ortx_compare_i32_ref},
+    {"where", ortx_where, ortx_where_ref},
     {"cast", ortx_cast, ortx_cast_ref},
     {NULL, NULL, NULL},
 };

@@ -47,6 +47,21 @@ enum {
     ORTX_BINARY_COUNT = 7,
 };
 
+enum {
+    ORTX_COMPARE_EQUAL = 0,
+    ORTX_COMPARE_LESS = 1,
+    ORTX_COMPARE_GREATER = 2,
+    ORTX_COMPARE_LESS_OR_EQUAL = 3,
+    ORTX_COMPARE_GREATER_OR_EQUAL = 4,
+};
+
+/* Generic over float/int64/int32 (the comparisons are the same expressions for all three). */
+#define ortx_compare(op, a, b)                                                                               \
+    (uint8_t)((op) == ORTX_COMPARE_EQUAL ? (a) == (b)                                                      \
+              : (op) == ORTX_COMPARE_LESS ? (a) < (b)                                                      \
+              : (op) == ORTX_COMPARE_GREATER ? (a) > (b)                                                   \
+              : (op) == ORTX_COMPARE_LESS_OR_EQUAL ? (a) <= (b) : (a) >= (b))
+
 /* Reductions: the first op folds the input row, later steps of a multi-axis reduction fold partial results
  * (sum for Sum/SumSquare/Mean/L2, max, min); the post op runs on the final value. */
 enum { ORTX_REDUCE_SUM = 0, ORTX_REDUCE_SUM_SQUARE = 1, ORTX_REDUCE_MAX = 2, ORTX_REDUCE_MIN = 3 };

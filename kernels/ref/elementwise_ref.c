@@ -102,3 +102,40 @@ void ortx_cast_ref(const int64_t *ints, const float *floats, void *const *buffer
         }
     }
 }
+
+#define ORTX_COMPARE_REF(name, type)                                                                         \
+    void name(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {             \
+        (void)floats;                                                                                        \
+        (void)num_threads;                                                                                   \
+        const type *a = buffers[0], *b = buffers[1];                                                         \
+        uint8_t *y = buffers[2];                                                                             \
+        for (int64_t i = 0, count = element_count(ints); i < count; i++) {                                   \
+            int64_t a_offset, b_offset;                                                                      \
+            broadcast_offsets(ints, i, &a_offset, &b_offset);                                                \
+            y[i] = ortx_compare((int)ints[0], a[a_offset], b[b_offset]);                                     \
+        }                                                                                                    \
+    }
+ORTX_COMPARE_REF(ortx_compare_f32_ref, float)
+ORTX_COMPARE_REF(ortx_compare_i64_ref, int64_t)
+ORTX_COMPARE_REF(ortx_compare_i32_ref, int32_t)
+
+void ortx_where_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    int64_t bytes = ints[0];
+    int rank = (int)ints[1];
+    const int64_t *dims = ints + 2;
+    int64_t count = 1;
+    for (int axis = 0; axis < rank; axis++) count *= dims[axis];
+    for (int64_t i = 0; i < count; i++) {
+        int64_t offsets[3] = {0, 0, 0}, rest = i;
+        for (int axis = rank - 1; axis >= 0; axis--) {
+            int64_t index = rest % dims[axis];
+            rest /= dims[axis];
+            for (int k = 0; k < 3; k++) offsets[k] += index * ints[2 + (k + 1) * rank + axis];
+        }
+        const char *source = ((const uint8_t *)buffers[0])[offsets[0]] ? (const char *)buffers[1] + offsets[1] * bytes
+                                                                        : (const char *)buffers[2] + offsets[2] * bytes;
+        memcpy((char *)buffers[3] + i * bytes, source, (size_t)bytes);
+    }
+}

@@ -408,3 +408,56 @@ def test_cast_check_reason():
     model = one_node_model("Cast", {"x": np.ones(3, np.float32)}, outputs=(("y", TensorProto.FLOAT16),),
                            to=TensorProto.FLOAT16)
     assert check_reason(model) == "Cast: target type 10 not supported (supported: float32, int32, int64, bool)"
+
+
+# Comparisons and Where -------------------------------------------------------------------------------------------
+COMPARE_OPS = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("a_shape, b_shape", [((3, 4, 17), (3, 4, 17)), ((2, 8, 5, 7), (8, 1, 1)), ((5, 33), ()),
+                                              ((3, 1, 5), (1, 4, 1))])
+def test_comparison_nodes_match_onnxruntime(dtype, a_shape, b_shape):
+    rng = np.random.default_rng(17)
+    # small integers, so Equal and the *OrEqual variants see ties
+    a = np.asarray(rng.integers(-3, 3, a_shape), dtype=dtype)
+    b = np.asarray(rng.integers(-3, 3, b_shape), dtype=dtype)
+    for op in COMPARE_OPS:
+        model = one_node_model(op, {"a": a, "b": b}, outputs=(("y", TensorProto.BOOL),), opset=13)
+        assert_matches_onnxruntime(model, {"a": a, "b": b})
+
+
+WHERE_SHAPES = [((3, 4, 17),) * 3, ((4, 1), (1, 9), ()), ((2, 1, 5), (3, 1), (2, 3, 1)),
+                ((1, 6, 1, 1), (2, 6, 7, 9), (9,))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int32], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shapes", [((3, 4, 17),) * 3, ((4, 1), (1, 9), ()), ((2, 1, 5), (3, 1), (2, 3, 1)),
+                                    ((1, 6, 1, 1), (2, 6, 7, 9), (9,))])
+def test_where_matches_onnxruntime(dtype, shapes):
+    rng = np.random.default_rng(19)
+    condition = np.asarray(rng.random(shapes[0]) > 0.5)
+    x = np.asarray(rng.integers(-100, 100, shapes[1]), dtype=dtype)
+    y = np.asarray(rng.integers(-100, 100, shapes[2]), dtype=dtype)
+    elem_type = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = one_node_model("Where", {"c": condition, "x": x, "y": y}, outputs=(("out", elem_type),), opset=16)
+    assert_matches_onnxruntime(model, {"c": condition, "x": x, "y": y})
+
+
+def test_comparison_and_where_check_reasons():
+    doubles = one_node_model("Less", {"a": np.ones(3), "b": np.ones(3)}, outputs=(("y", TensorProto.BOOL),), opset=13)
+    assert check_reason(doubles) == "Less: input 0 dtype float64 not supported (supported: float32, int64, int32)"
+    float_condition = one_node_model("Where", {"c": np.ones(3, np.float32), "a": np.ones(3, np.float32),
+                                               "b": np.ones(3, np.float32)}, opset=16)
+    assert "input 0 (condition) dtype float32 not supported" in check_reason(float_condition)
+
+
+@pytest.mark.parametrize("shapes", WHERE_SHAPES)
+def test_where_on_bool_values_matches_numpy(shapes):
+    """onnxruntime's CPU provider has no bool Where kernel, so numpy is the oracle here."""
+    rng = np.random.default_rng(23)
+    condition, x, y = (np.asarray(rng.random(shape) > 0.5) for shape in shapes)
+    model = one_node_model("Where", {"c": condition, "x": x, "y": y}, outputs=(("out", TensorProto.BOOL),), opset=16)
+    for use_reference_kernels in (False, True):
+        (actual,) = run_graph(model, {"c": condition, "x": x, "y": y}, use_reference_kernels=use_reference_kernels)
+        np.testing.assert_array_equal(actual, np.where(condition, x, y))

@@ -1,10 +1,12 @@
-"""Lowerings for the elementwise kernel family: unary ops, broadcasting binary ops, BatchNormalization, Cast.
+"""Lowerings for the elementwise kernel family: unary, binary, comparison ops, Where, BatchNormalization, Cast.
 
 Unary op -> one `unary_f32` step (op code and up to two float parameters, kernels/elementwise.h). Binary op ->
 one `binary_<dtype>` step over collapsed broadcast axes (`broadcast_layout`); variadic Sum/Mean/Max/Min fold
 left to right through workspaces, Mean then divides by the input count. BatchNormalization (inference, constant
 statistics) -> `channel_affine_f32` with scale and shift folded here in float64. Cast between float32, int32,
-int64 and bool -> `cast`. Only float32 is claimed for unary ops; every other case gets a reason from `check`.
+int64 and bool -> `cast`. Equal/Less/Greater/LessOrEqual/GreaterOrEqual -> `compare_<dtype>` (bool output);
+Where -> `where` with three-way broadcasting. Only float32 is claimed for unary ops; every other case gets a
+reason from `check`.
 """
 from __future__ import annotations
 
@@ -152,28 +154,33 @@ def lower_unary(node: ir.Node, builder) -> None:
 
 # Binary ----------------------------------------------------------------------------------------------------------
 def broadcast_layout(a_shape, b_shape, out_shape) -> tuple[list[int], list[int], list[int]]:
-    """(dims, a_strides, b_strides) of a binary_* step: numpy broadcasting with axes collapsed.
+    """(dims, a_strides, b_strides) of a binary_*/compare_* step: numpy broadcasting with axes collapsed.
 
     Size-1 output axes are dropped and neighbouring axes along which each operand is either present or broadcast
     in the same way are merged, so [N,C,H,W] op [1,C,1,1] becomes dims [N, C, H*W] with b strides [0, 1, 0] and
     the innermost strides are always 0 or 1.
     """
+    dims, (a_strides, b_strides) = broadcast_layout_many([a_shape, b_shape], out_shape)
+    return dims, a_strides, b_strides
+
+
+def broadcast_layout_many(shapes, out_shape) -> tuple[list[int], list[list[int]]]:
+    """`broadcast_layout` for any number of operands (Where has three): dims and one stride list per operand."""
     rank = len(out_shape)
-    a_full = (1,) * (rank - len(a_shape)) + tuple(a_shape)
-    b_full = (1,) * (rank - len(b_shape)) + tuple(b_shape)
+    full = [(1,) * (rank - len(shape)) + tuple(shape) for shape in shapes]
     dims: list[int] = []
-    flags: list[tuple[bool, bool]] = []
-    for size, a_size, b_size in zip(out_shape, a_full, b_full):
+    flags: list[tuple[bool, ...]] = []
+    for axis, size in enumerate(out_shape):
         if size == 1:
             continue
-        flag = (a_size == 1, b_size == 1)
+        flag = tuple(shape[axis] == 1 for shape in full)
         if dims and flags[-1] == flag:
             dims[-1] *= size
         else:
             dims.append(size)
             flags.append(flag)
     if not dims:
-        dims, flags = [1], [(False, False)]
+        dims, flags = [1], [(False,) * len(shapes)]
 
     def strides(which: int) -> list[int]:
         result, step = [], 1
@@ -182,7 +189,7 @@ def broadcast_layout(a_shape, b_shape, out_shape) -> tuple[list[int], list[int],
             step *= 1 if flag[which] else size
         return result[::-1]
 
-    return dims, strides(0), strides(1)
+    return dims, [strides(which) for which in range(len(shapes))]
 
 
 def _emit_binary(builder, op: str, a_ref, a_shape, b_ref, b_shape, out_ref, out_shape, dtype: str) -> None:
@@ -258,6 +265,52 @@ def lower_variadic(node: ir.Node, builder) -> None:
         _emit_binary(builder, "Div", out_ref, out_shape, count, (1,), out_ref, out_shape, "float32")
 
 
+# Comparisons and Where ---------------------------------------------------------------------------------------------
+COMPARE_CODES = {"Equal": 0, "Less": 1, "Greater": 2, "LessOrEqual": 3, "GreaterOrEqual": 4}
+COMPARE_KERNELS = {"float32": "compare_f32", "int64": "compare_i64", "int32": "compare_i32"}
+
+
+def check_compare(node: ir.Node) -> str | None:
+    reason = tensor_reason(node, present(node, 0), tuple(COMPARE_KERNELS), "input 0")
+    if reason:
+        return reason
+    dtype = numpy_dtype(node.inputs[0]).name
+    reason = tensor_reason(node, present(node, 1), (dtype,), "input 1")
+    return reason or tensor_reason(node, node.outputs[0], ("bool",), "output 0")
+
+
+def lower_compare(node: ir.Node, builder) -> None:
+    a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    if element_count(out) == 0:
+        return
+    dims, a_strides, b_strides = broadcast_layout(static_shape(a), static_shape(b), static_shape(out))
+    builder.emit(COMPARE_KERNELS[numpy_dtype(a).name],
+                 [COMPARE_CODES[node.op_type], len(dims), *dims, *a_strides, *b_strides], [],
+                 [builder.buffer(a), builder.buffer(b), builder.buffer(out)])
+
+
+WHERE_DTYPES = ("float32", "int64", "int32", "bool")
+
+
+def check_where(node: ir.Node) -> str | None:
+    reason = tensor_reason(node, present(node, 0), ("bool",), "input 0 (condition)")
+    reason = reason or tensor_reason(node, present(node, 1), WHERE_DTYPES, "input 1")
+    if reason:
+        return reason
+    dtype = numpy_dtype(node.inputs[1]).name
+    reason = tensor_reason(node, present(node, 2), (dtype,), "input 2")
+    return reason or tensor_reason(node, node.outputs[0], (dtype,), "output 0")
+
+
+def lower_where(node: ir.Node, builder) -> None:
+    out = node.outputs[0]
+    if element_count(out) == 0:
+        return
+    dims, strides = broadcast_layout_many([static_shape(value) for value in node.inputs[:3]], static_shape(out))
+    builder.emit("where", [numpy_dtype(out).itemsize, len(dims), *dims, *strides[0], *strides[1], *strides[2]], [],
+                 [*(builder.buffer(value) for value in node.inputs[:3]), builder.buffer(out)])
+
+
 # BatchNormalization ----------------------------------------------------------------------------------------------
 def check_batch_normalization(node: ir.Node) -> str | None:
     opset = opset_version(node)
@@ -327,4 +380,6 @@ LOWERINGS = {
     **{("", op): (check_variadic, lower_variadic) for op in VARIADIC},
     ("", "BatchNormalization"): (check_batch_normalization, lower_batch_normalization),
     ("", "Cast"): (check_cast, lower_cast),
+    **{("", op): (check_compare, lower_compare) for op in COMPARE_CODES},
+    ("", "Where"): (check_where, lower_where),
 }
