@@ -1,4 +1,4 @@
-/* Family "reduce": reductions over one axis group, Softmax/LogSoftmax, LayerNormalization.
+/* Family "reduce": reductions over one axis group, Softmax/LogSoftmax, LayerNormalization, ArgMax/ArgMin.
  *
  * Every kernel sees its input as [outer, length, inner] (C order) and works along `length`. Rows with inner == 1
  * (the innermost axis is reduced) use the ISA's contiguous row functions; inner > 1 accumulates whole
@@ -13,6 +13,9 @@
  * layer_norm_f32: ints = [rows, length, has_bias]; floats = [epsilon]; buffers = [x, scale[length],
  *   bias[length] (ignored unless has_bias), y]; per row y = (x - mean) / sqrt(var + epsilon) * scale + bias with
  *   the biased variance, computed in two passes (mean, then squared deviations).
+ * arg_extreme_f32: ints = [outer, length, inner, is_min, select_last_index]; buffers = [x, y (int64)[outer,
+ *   inner]]; the index along length of the max (is_min: min); ties give the first index unless
+ *   select_last_index. A NaN counts as the extreme: its first occurrence wins, like numpy's argmax.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 extern void ortx_reduce_f32_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_softmax_f32_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_layer_norm_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_arg_extreme_f32_ref(const int64_t *, const float *, void *const *, int);
 
 static int threads_for(int64_t work, int num_threads) {
     return work >= ORTX_REDUCE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
@@ -212,9 +216,34 @@ static void ortx_layer_norm_f32(const int64_t *ints, const float *floats, void *
         layer_norm_row(isa, x + row * length, scale, bias, floats[0], y + row * length, length);
 }
 
+static void ortx_arg_extreme_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    int64_t outer = ints[0], length = ints[1], inner = ints[2];
+    int is_min = (int)ints[3], last = (int)ints[4];
+    const float *x = buffers[0];
+    int64_t *y = buffers[1];
+#pragma omp parallel for schedule(static) num_threads(threads_for(outer * length * inner, num_threads))
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            const float *column = x + o * length * inner + i;
+            float best = column[0];
+            int64_t best_index = 0;
+            for (int64_t r = 1; r < length && best == best; r++) {
+                float v = column[r * inner];
+                int better = v != v || (is_min ? v < best : v > best) || (last && v == best);
+                if (better) {
+                    best = v;
+                    best_index = r;
+                }
+            }
+            y[o * inner + i] = best_index;
+        }
+}
+
 const ortx_kernel_entry ortx_family_reduce[] = {
     {"reduce_f32", ortx_reduce_f32, ortx_reduce_f32_ref},
     {"softmax_f32", ortx_softmax_f32, ortx_softmax_f32_ref},
     {"layer_norm_f32", ortx_layer_norm_f32, ortx_layer_norm_f32_ref},
+    {"arg_extreme_f32", ortx_arg_extreme_f32, ortx_arg_extreme_f32_ref},
     {NULL, NULL, NULL},
 };

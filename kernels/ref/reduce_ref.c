@@ -59,3 +59,26 @@ void ortx_layer_norm_f32_ref(const int64_t *ints, const float *floats, void *con
             y[row * length + i] = (xr[i] - mean) / sqrtf(variance + floats[0]) * scale[i] + (ints[2] ? bias[i] : 0.0f);
     }
 }
+
+/* Scans every element (no early exit at a NaN): the first NaN's index, else the first (or last) extreme's. */
+void ortx_arg_extreme_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    int64_t outer = ints[0], length = ints[1], inner = ints[2];
+    const float *x = buffers[0];
+    int64_t *y = buffers[1];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t i = 0; i < inner; i++) {
+            int64_t best_index = -1, nan_index = -1;
+            for (int64_t r = 0; r < length; r++) {
+                float v = x[(o * length + r) * inner + i];
+                if (v != v) {
+                    if (nan_index < 0) nan_index = r;
+                    continue;
+                }
+                float best = best_index < 0 ? v : x[(o * length + best_index) * inner + i];
+                if (best_index < 0 || (ints[3] ? v < best : v > best) || (ints[4] && v == best)) best_index = r;
+            }
+            y[o * inner + i] = nan_index >= 0 ? nan_index : best_index;
+        }
+}

@@ -180,3 +180,26 @@ def test_layer_normalization_check_reasons():
     broadcast_scale = one_node_model("LayerNormalization", {"x": np.ones((2, 3, 4), np.float32)},
                                      constants={"scale": np.ones((1, 4), np.float32)}, opset=17, axis=1)
     assert "broadcast scale not supported" in check_reason(broadcast_scale)
+
+
+@pytest.mark.parametrize("op_type", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("opset", [11, 13])
+def test_arg_extreme_nodes_match_onnxruntime(op_type, opset):
+    rng = np.random.default_rng(29)
+    # few distinct values, so ties decide select_last_index
+    x = rng.integers(-4, 4, (3, 5, 17)).astype(np.float32)
+    for axis in (0, 1, -1):
+        for keepdims in (0, 1):
+            for last in ((0, 1) if opset >= 12 else (None,)):  # select_last_index arrived in opset 12
+                extra = {} if last is None else {"select_last_index": last}
+                model = one_node_model(op_type, {"x": x}, outputs=(("y", TensorProto.INT64),), opset=opset,
+                                       axis=axis, keepdims=keepdims, **extra)
+                assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_arg_extreme_first_nan_wins():
+    x = np.array([[1.0, np.nan, 5.0, np.nan]], np.float32).reshape(1, 4, 1)
+    for use_ref in (False, True):
+        y = np.empty((1, 1), np.int64)
+        _kernels.call("arg_extreme_f32", [1, 4, 1, 0, 1], [], [x, y], use_ref=use_ref)
+        assert y[0, 0] == 1

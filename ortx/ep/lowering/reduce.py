@@ -1,5 +1,5 @@
 """Lowerings for the reduce kernel family: ReduceSum/Mean/Max/Min/L2/SumSquare, Softmax/LogSoftmax,
-LayerNormalization.
+LayerNormalization, ArgMax/ArgMin.
 
 Reductions: the reduced axes are collapsed into groups of adjacent axes (size-1 axes dropped); each group is one
 `reduce_f32` step over [outer, length, inner], innermost group first, partial results in workspaces. The first
@@ -7,7 +7,8 @@ step applies the op (sum, sum of squares, max, min), later steps fold partials (
 applies the post op (ReduceMean: x 1/count; ReduceL2: sqrt). keepdims only changes the output shape.
 Softmax/LogSoftmax: opset < 13 coerces the input to 2-D at `axis` ([prod(before), prod(from axis)]); opset >= 13
 normalises along the one axis. LayerNormalization (opset 17): rows are the axes before `axis`; stash_type 1 only;
-claimed only while the Mean/InvStdDev outputs are unused.
+claimed only while the Mean/InvStdDev outputs are unused. ArgMax/ArgMin (float32 in, int64 out) -> one
+`arg_extreme_f32` step (keepdims only changes the output shape).
 """
 from __future__ import annotations
 
@@ -210,9 +211,38 @@ def lower_layer_normalization(node: ir.Node, builder) -> None:
     ])
 
 
+# ArgMax / ArgMin -------------------------------------------------------------------------------------------------
+def check_arg_extreme(node: ir.Node) -> str | None:
+    reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
+    reason = reason or tensor_reason(node, node.outputs[0], ("int64",), "output 0")
+    if reason:
+        return reason
+    shape = static_shape(node.inputs[0])
+    axis = int(attribute(node, "axis", 0))
+    if not -len(shape) <= axis < len(shape) or not shape:
+        return f"{node.op_type}: axis {axis} out of range for rank {len(shape)}"
+    if shape[axis] == 0:
+        return f"{node.op_type}: empty reduction axis"
+    return None
+
+
+def lower_arg_extreme(node: ir.Node, builder) -> None:
+    shape = static_shape(node.inputs[0])
+    axis = int(attribute(node, "axis", 0)) % len(shape)
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    if outer * inner == 0:
+        return
+    builder.emit("arg_extreme_f32", [outer, shape[axis], inner, int(node.op_type == "ArgMin"),
+                                     int(attribute(node, "select_last_index", 0))], [],
+                 [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
 LOWERINGS = {
     **{("", op): (check_reduce, lower_reduce) for op in REDUCTIONS},
     ("", "Softmax"): (check_softmax, lower_softmax),
     ("", "LogSoftmax"): (check_softmax, lower_softmax),
     ("", "LayerNormalization"): (check_layer_normalization, lower_layer_normalization),
+    ("", "ArgMax"): (check_arg_extreme, lower_arg_extreme),
+    ("", "ArgMin"): (check_arg_extreme, lower_arg_extreme),
 }
