@@ -126,12 +126,8 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
     model = specialize(prepared.model, input_shapes)
     decisions = assign(model.graph)
     reports = []
-    # Plain ORT cannot run ai.ortx::FusedConv, so fuse only when OrtxEP claims every Conv (a per-node filter is
-    # the finer rule, once the fusion pass takes one).
-    convs_claimed = all(d.claimed for d in decisions.values() if d.op_type == "Conv")
-    if claim and convs_claimed:
-        reports.append(fuse_conv_epilogue(model))
-        decisions = assign(model.graph)
+    if claim:
+        model, decisions, reports = _fuse_epilogues(model, decisions)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
@@ -154,6 +150,20 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT")
     return CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
+
+
+def _fuse_epilogues(model: ir.Model, decisions: dict[str, Decision]):
+    """Fuses Conv epilogues on a clone (weights are shared, not copied) and keeps the result only if OrtxEP
+    claims every FusedConv it made: plain ORT cannot run ai.ortx ops, so a declined one must never reach it."""
+    fused = model.clone()
+    report = fuse_conv_epilogue(fused)
+    fused_decisions = assign(fused.graph)
+    declined = [d for d in fused_decisions.values() if d.op_type == "FusedConv" and not d.claimed]
+    if declined:
+        logger.info("OrtxEP: epilogue fusion dropped, %d FusedConv declined (first: %s: %s)", len(declined),
+                    declined[0].node, declined[0].reason)
+        return model, decisions, []
+    return fused, fused_decisions, [report]
 
 
 def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],

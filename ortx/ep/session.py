@@ -57,7 +57,10 @@ def _node_arg(info: onnx.ValueInfoProto) -> NodeArg:
     tensor = info.type.tensor_type
     shape = []
     for dim in tensor.shape.dim:
-        shape.append(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None))
+        if dim.HasField("dim_value"):
+            shape.append(dim.dim_value if dim.dim_value >= 0 else None)  # ORT reports -1 dims as None
+        else:
+            shape.append(dim.dim_param or None)
     return NodeArg(info.name, _ONNX_TYPE_NAMES.get(tensor.elem_type, f"tensor({tensor.elem_type})"), shape)
 
 

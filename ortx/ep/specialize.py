@@ -34,16 +34,24 @@ def _fix_input_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]])
                 raise ValueError(f"input {value.name!r}: rank {len(shape)} given, the model has rank "
                                  f"{len(value.shape)}")
             for dim, size in zip(value.shape, shape):
-                if isinstance(dim, int) and dim != size:
+                if isinstance(dim, int) and dim >= 0 and dim != size:  # -1 marks a dynamic dim in some exports
                     raise ValueError(f"input {value.name!r}: shape {tuple(shape)} given where the model has "
                                      f"{value.shape}")
         value.shape = ir.Shape([int(size) for size in shape])
+
+
+def _forget_negative_dims(model: ir.Model) -> None:
+    """Exporters that write -1 for dynamic dims would pin values to -1; make those dims unknown for inference."""
+    for value in list(model.graph.outputs) + [v for node in model.graph for v in node.outputs]:
+        if value.shape is not None and any(isinstance(dim, int) and dim < 0 for dim in value.shape):
+            value.shape = ir.Shape([None if isinstance(dim, int) and dim < 0 else dim for dim in value.shape])
 
 
 def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.Model:
     """A copy of `model` with the given input shapes and every shape they imply made static where possible."""
     specialised = model.clone()
     _fix_input_shapes(specialised, input_shapes)
+    _forget_negative_dims(specialised)
     infer = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
     previous = None
     for _ in range(MAX_ROUNDS):

@@ -19,7 +19,7 @@ def static_shape(value: ir.Value) -> tuple[int, ...]:
         raise NotStatic(f"tensor {value.name!r} has no inferred shape")
     dims = []
     for dim in shape:
-        if not isinstance(dim, int):
+        if not isinstance(dim, int) or dim < 0:  # some exporters write -1 for a dynamic dim
             raise NotStatic(f"tensor {value.name!r} has dynamic shape {shape}")
         dims.append(dim)
     return tuple(dims)
