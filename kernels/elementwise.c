@@ -48,16 +48,27 @@ static int threads_for(int64_t count, int num_threads) {
 }
 
 /* Unary ---------------------------------------------------------------------------------------------------- */
+__attribute__((always_inline)) static inline void unary_loop_portable(int op, float p0, float p1, const float *x,
+                                                                      float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] = ortx_unary_scalar(op, x[i], p0, p1);
+}
+
+/* Cheap ops get a loop with a constant op code, so the compiler drops the switch and vectorises with SSE2. */
 static void unary_range_portable(int op, float p0, float p1, const float *x, float *y, int64_t n) {
     switch (op) {
-        case ORTX_ACT_RELU:
-            for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-            break;
         case ORTX_UNARY_IDENTITY:
             if (x != y) memmove(y, x, (size_t)n * sizeof(float));
             break;
-        default:
-            for (int64_t i = 0; i < n; i++) y[i] = ortx_unary_scalar(op, x[i], p0, p1);
+        case ORTX_ACT_RELU: unary_loop_portable(ORTX_ACT_RELU, p0, p1, x, y, n); break;
+        case ORTX_ACT_LEAKY_RELU: unary_loop_portable(ORTX_ACT_LEAKY_RELU, p0, p1, x, y, n); break;
+        case ORTX_ACT_CLIP: unary_loop_portable(ORTX_ACT_CLIP, p0, p1, x, y, n); break;
+        case ORTX_ACT_HARD_SIGMOID: unary_loop_portable(ORTX_ACT_HARD_SIGMOID, p0, p1, x, y, n); break;
+        case ORTX_ACT_HARD_SWISH: unary_loop_portable(ORTX_ACT_HARD_SWISH, p0, p1, x, y, n); break;
+        case ORTX_UNARY_NEG: unary_loop_portable(ORTX_UNARY_NEG, p0, p1, x, y, n); break;
+        case ORTX_UNARY_ABS: unary_loop_portable(ORTX_UNARY_ABS, p0, p1, x, y, n); break;
+        case ORTX_UNARY_SQRT: unary_loop_portable(ORTX_UNARY_SQRT, p0, p1, x, y, n); break;
+        case ORTX_UNARY_RECIPROCAL: unary_loop_portable(ORTX_UNARY_RECIPROCAL, p0, p1, x, y, n); break;
+        default: unary_loop_portable(op, p0, p1, x, y, n); break;
     }
 }
 

@@ -289,6 +289,10 @@ def test_binary_constant_operand_and_integer_exponent(isa):
     assert_matches_onnxruntime(one_node_model("Mul", {"x": x}, constants={"s": scale}), {"x": x})
     pow_model = one_node_model("Pow", {"x": x}, constants={"e": np.array(3, np.int64)}, opset=15)
     assert_matches_onnxruntime(pow_model, {"x": x})
+    signed = random_normal(rng, (3, 7, 33), 3.0)
+    square = one_node_model("Pow", {"x": signed}, constants={"e": np.array([2.0], np.float32)}, opset=15)
+    assert_matches_onnxruntime(square, {"x": signed})  # lowered as x * x
+    assert run_graph(square, {"x": signed})[0].tobytes() == (signed * signed).tobytes()
 
 
 def test_binary_kernel_fast_matches_reference_bitwise_for_exact_ops(isa):

@@ -218,6 +218,13 @@ def check_binary(node: ir.Node) -> str | None:
 
 def lower_binary(node: ir.Node, builder) -> None:
     a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    exponent = constant_value(b) if node.op_type == "Pow" else None
+    if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) == 2.0 \
+            and static_shape(out) == static_shape(a):
+        # Pow(x, 2) == x * x exactly (both correctly rounded), at the cost of a multiply instead of powf.
+        a_ref, shape = builder.buffer(a), static_shape(a)
+        _emit_binary(builder, "Mul", a_ref, shape, a_ref, shape, builder.buffer(out), shape, "float32")
+        return
     b_ref = builder.buffer(b)
     if node.op_type == "Pow" and numpy_dtype(b).name != "float32":
         b_ref = builder.add_constant(constant_value(b).astype(np.float32), label=f"{b.name}:float32")
