@@ -2,9 +2,10 @@
  * and 2-D transposed convolution (SGEMM + col2im), float32 NCHW, all with the fused epilogue
  * Y = act(conv(X, W) + bias + residual).
  *
- * Case 1, conv2d_f32: per image and group, im2col writes the Cin/g*KH*KW x OH*OW patch matrix into the workspace
- *   (a 1x1, stride-1, unpadded conv uses X itself), and ortx_sgemm multiplies the prepacked weights (the A
- *   operand, M = Cout/g, K = Cin/g*KH*KW) by it, adding bias per row and the residual in its epilogue.
+ * Case 1, conv2d_f32: per image and group, ortx_sgemm multiplies the prepacked weights (the A operand,
+ *   M = Cout/g, K = Cin/g*KH*KW) by the Cin/g*KH*KW x OH*OW patch matrix (im2col), adding bias per row and the
+ *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are built straight into the
+ *   GEMM's packed B panels (im2col_pack_b) in each thread's workspace; a 1x1, stride-1, unpadded conv uses X.
  * Case 2, conv2d_depthwise_f32 (group == Cin == Cout): per channel plane, the input is copied once into
  *   zero-padded column phases (conv.h) so every tap is a contiguous vector load; each output row accumulates
  *   KH*KW broadcast-weight FMAs per vector of columns, then adds bias/residual and activates before storing.
@@ -41,34 +42,64 @@ static int is_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Row (c, ky, kx) of the patch matrix: col[oy*OW + ox] = x[c][oy*sh - pt + ky*dh][ox*sw - pl + kx*dw] or 0. */
-static void im2col_row(const ortx_conv_params *p, const float *channel, int64_t ky, int64_t kx, float *col) {
-    int64_t OH = p->out_height, OW = p->out_width, H = p->in_height, W = p->in_width, sw = p->stride_width;
+typedef struct im2col_context {
+    const ortx_conv_params *params;
+    const float *input;  /* the group's first input channel */
+} im2col_context;
+
+/* Columns [n0, n0+count) of patch-matrix row (c, ky, kx): out[j] = x[c][oy*sh - pt + ky*dh][ox*sw - pl + kx*dw]
+ * for output pixel n0 + j = oy*OW + ox, or 0 outside the image. */
+static void im2col_segment(const ortx_conv_params *p, const float *channel, int64_t ky, int64_t kx, int64_t n0,
+                           int64_t count, float *out) {
+    int64_t OW = p->out_width, H = p->in_height, W = p->in_width, sw = p->stride_width;
     int64_t offset = kx * p->dilation_width - p->pad_left;
-    /* columns with 0 <= ox*sw + offset < W */
+    /* output columns with 0 <= ox*sw + offset < W */
     int64_t first = min64(OW, max64(0, floor_div(-offset + sw - 1, sw)));
     int64_t end = min64(OW, max64(first, floor_div(W - 1 - offset, sw) + 1));
-    for (int64_t oy = 0; oy < OH; oy++) {
-        float *out = col + oy * OW;
+    int64_t oy = n0 / OW, ox = n0 % OW;
+    for (int64_t done = 0; done < count; oy++, ox = 0) {
+        int64_t stop = min64(OW, ox + count - done);  /* this output row's columns: [ox, stop) */
+        float *row = out + done - ox;                 /* row[ox'] is output column ox' of this output row */
+        done += stop - ox;
         int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
         if (iy < 0 || iy >= H) {
-            memset(out, 0, OW * sizeof(float));
+            memset(row + ox, 0, (stop - ox) * sizeof(float));
             continue;
         }
         const float *in = channel + iy * W + offset;
-        for (int64_t ox = 0; ox < first; ox++) out[ox] = 0.0f;
-        if (sw == 1) {
-            memcpy(out + first, in + first, (end - first) * sizeof(float));
-        } else {
-            for (int64_t ox = first; ox < end; ox++) out[ox] = in[ox * sw];
+        int64_t lo = max64(ox, first), hi = min64(stop, end);
+        if (lo >= hi) {
+            memset(row + ox, 0, (stop - ox) * sizeof(float));
+            continue;
         }
-        for (int64_t ox = end; ox < OW; ox++) out[ox] = 0.0f;
+        for (int64_t j = ox; j < lo; j++) row[j] = 0.0f;
+        if (sw == 1) {
+            memcpy(row + lo, in + lo, (hi - lo) * sizeof(float));
+        } else {
+            for (int64_t j = lo; j < hi; j++) row[j] = in[j * sw];
+        }
+        for (int64_t j = hi; j < stop; j++) row[j] = 0.0f;
     }
 }
 
-static int64_t conv2d_col_floats(const ortx_conv_params *p) {
-    if (is_pointwise(p)) return 0;
-    return (p->in_channels / p->group) * p->kernel_height * p->kernel_width * p->out_height * p->out_width;
+/* ortx_gemm_pack_b_fn of the patch matrix: each row segment is built in L1 and copied panel by panel, so the
+ * Cin/g*KH*KW x OH*OW matrix is never written to memory. */
+static void im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    const im2col_context *ctx = context;
+    const ortx_conv_params *p = ctx->params;
+    const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width;
+    const int64_t plane = p->in_height * p->in_width, full = nc / NR * NR;
+    float segment[ORTX_GEMM_NC + ORTX_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t k = 0; k < kc; k++) {
+        int64_t row = k0 + k, channel = row / area, tap = row % area;
+        im2col_segment(p, ctx->input + channel * plane, tap / p->kernel_width, tap % p->kernel_width, n0, nc,
+                       segment);
+        for (int64_t j0 = 0; j0 < full; j0 += NR) memcpy(dst + j0 * kc + k * NR, segment + j0, NR * sizeof(float));
+        if (full < nc) {
+            float *out = dst + full * kc + k * NR;
+            for (int64_t j = 0; j < NR; j++) out[j] = full + j < nc ? segment[full + j] : 0.0f;
+        }
+    }
 }
 
 static void conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -78,22 +109,17 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     float *Y = buffers[2], *workspace = buffers[3];
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
-    int64_t plane = p.in_height * p.in_width, kernel_area = p.kernel_height * p.kernel_width;
-    float *col = workspace;
-    float *gemm_workspace = workspace + (conv2d_col_floats(&p) + 15) / 16 * 16;
+    int64_t plane = p.in_height * p.in_width;
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
-            ortx_gemm_operand B = {x, 0, plane, 1};
+            im2col_context context = {&p, x};
+            ortx_gemm_operand B = {x, 0, plane, 1, NULL, NULL};  /* Case 1x1: X is the patch matrix */
             if (!is_pointwise(&p)) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-                for (int64_t row = 0; row < K; row++)
-                    im2col_row(&p, x + row / kernel_area * plane, row % kernel_area / p.kernel_width,
-                               row % p.kernel_width, col + row * N);
-                B.data = col;
-                B.row_stride = N;
+                B.pack_b = im2col_pack_b;
+                B.pack_context = &context;
             }
-            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(cout_g, K), 1, 0, 0};
+            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(cout_g, K), 1, 0, 0, NULL, NULL};
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = {
                 .alpha = 1.0f,
@@ -106,7 +132,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
                 .param0 = p.param0,
                 .param1 = p.param1,
             };
-            ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, gemm_workspace, threads);
+            ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
         }
     }
 }
@@ -220,8 +246,8 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
     ortx_gemm_epilogue plain = {.alpha = 1.0f};
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
-            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(M, cin_g), 1, 0, 0};
-            ortx_gemm_operand B = {X + (n * p.in_channels + g * cin_g) * in_plane, 0, in_plane, 1};
+            ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(M, cin_g), 1, 0, 0, NULL, NULL};
+            ortx_gemm_operand B = {X + (n * p.in_channels + g * cin_g) * in_plane, 0, in_plane, 1, NULL, NULL};
             ortx_sgemm(M, in_plane, cin_g, &A, &B, col, in_plane, &plain, gemm_workspace, threads);
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
             for (int64_t co = 0; co < cout_g; co++) {
@@ -270,8 +296,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
     int64_t kernel_area = p.kernel_height * p.kernel_width, floats_needed = 0;
     if (ints[0] == 0) {
         int64_t K = cin_g * kernel_area;
-        floats_needed = (conv2d_col_floats(&p) + 15) / 16 * 16 +
-                        ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
+        floats_needed = ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
         out[1] = p.group * ortx_gemm_packed_a_floats(cout_g, K);
     } else if (ints[0] == 1) {
         floats_needed = threads * ortx_depthwise_plane_floats(&p);

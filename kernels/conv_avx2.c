@@ -18,6 +18,14 @@ ORTX_TARGET_AVX2 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const
     int32_t lanes[8];
     for (int i = 0; i < 8; i++) lanes[i] = i < tail ? -1 : 0;
     const __m256i tail_mask = _mm256_loadu_si256((const __m256i *)lanes);
+    /* Offset of each tap in the phase planes, computed once (no divisions in the loops below). */
+    int64_t taps = KH * KW, tap_offsets[taps];
+    for (int64_t ky = 0; ky < KH; ky++)
+        for (int64_t kx = 0; kx < KW; kx++) {
+            int64_t tap = kx * p->dilation_width;
+            tap_offsets[ky * KW + kx] = ky * p->dilation_height * g.phase_width +
+                                        (tap % sw) * g.padded_rows * g.phase_width + tap / sw;
+        }
     for (int64_t oy = 0; oy < p->out_height; oy++) {
         float *out = output + oy * OW;
         const float *res = residual ? residual + oy * OW : NULL;
@@ -25,17 +33,13 @@ ORTX_TARGET_AVX2 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const
         int64_t ox = 0;
         for (; ox + 32 <= OW; ox += 32) {
             __m256 a0 = start, a1 = start, a2 = start, a3 = start;
-            for (int64_t ky = 0; ky < KH; ky++) {
-                const float *row = row_base + ky * p->dilation_height * g.phase_width + ox;
-                for (int64_t kx = 0; kx < KW; kx++) {
-                    int64_t tap = kx * p->dilation_width;
-                    const float *in = row + (tap % sw) * g.padded_rows * g.phase_width + tap / sw;
-                    __m256 w = _mm256_broadcast_ss(weights + ky * KW + kx);
-                    a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in), a0);
-                    a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 8), a1);
-                    a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 16), a2);
-                    a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 24), a3);
-                }
+            for (int64_t t = 0; t < taps; t++) {
+                const float *in = row_base + ox + tap_offsets[t];
+                __m256 w = _mm256_broadcast_ss(weights + t);
+                a0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in), a0);
+                a1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 8), a1);
+                a2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 16), a2);
+                a3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(in + 24), a3);
             }
             if (res) {
                 a0 = _mm256_add_ps(a0, _mm256_loadu_ps(res + ox));
@@ -51,14 +55,9 @@ ORTX_TARGET_AVX2 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const
         for (; ox < OW; ox += 8) {
             int partial = ox + 8 > OW;
             __m256 a0 = start;
-            for (int64_t ky = 0; ky < KH; ky++) {
-                const float *row = row_base + ky * p->dilation_height * g.phase_width + ox;
-                for (int64_t kx = 0; kx < KW; kx++) {
-                    int64_t tap = kx * p->dilation_width;
-                    const float *in = row + (tap % sw) * g.padded_rows * g.phase_width + tap / sw;
-                    a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(weights + ky * KW + kx), _mm256_loadu_ps(in), a0);
-                }
-            }
+            for (int64_t t = 0; t < taps; t++)
+                a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(weights + t), _mm256_loadu_ps(row_base + ox + tap_offsets[t]),
+                                     a0);
             if (res) a0 = _mm256_add_ps(a0, partial ? _mm256_maskload_ps(res + ox, tail_mask) : _mm256_loadu_ps(res + ox));
             a0 = ortx_activation_avx2(a0, activation, p->param0, p->param1);
             if (partial) {

@@ -70,30 +70,33 @@ void ortx_gemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_s
     }
 }
 
-/* Packs B[k0:k0+kc, n0:n0+nc] (raw) into NR-column panels. Row-major B (col_stride 1) copies NR contiguous
- * floats per k, which the compiler vectorises. */
+/* Packs B[k0:k0+kc, n0:n0+nc] (raw) into NR-column panels. Row-major B (col_stride 1) is read row by row, so
+ * reads stream along memory and each write is one whole 64-byte panel row. */
 static void pack_b_block(const ortx_gemm_operand *B, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const int64_t NR = ORTX_GEMM_NR;
+    int64_t full = nc / NR * NR;
+    if (B->col_stride == 1) {
+        for (int64_t k = 0; k < kc; k++) {
+            const float *in = B->data + (k0 + k) * B->row_stride + n0;
+            for (int64_t j0 = 0; j0 < full; j0 += NR) memcpy(dst + j0 * kc + k * NR, in + j0, NR * sizeof(float));
+            if (full < nc) {
+                float *out = dst + full * kc + k * NR;
+                for (int64_t j = 0; j < NR; j++) out[j] = full + j < nc ? in[full + j] : 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         float *out = dst + j0 * kc;
         int64_t width = min64(NR, nc - j0);
         const float *in = B->data + k0 * B->row_stride + (n0 + j0) * B->col_stride;
-        if (B->col_stride == 1 && width == NR) {
-            for (int64_t k = 0; k < kc; k++) memcpy(out + k * NR, in + k * B->row_stride, NR * sizeof(float));
-        } else if (B->col_stride == 1) {
-            for (int64_t k = 0; k < kc; k++) {
-                for (int64_t j = 0; j < width; j++) out[k * NR + j] = in[k * B->row_stride + j];
-                for (int64_t j = width; j < NR; j++) out[k * NR + j] = 0.0f;
+        for (int64_t j = 0; j < NR; j++) {
+            if (j >= width) {
+                for (int64_t k = 0; k < kc; k++) out[k * NR + j] = 0.0f;
+                continue;
             }
-        } else {
-            for (int64_t j = 0; j < NR; j++) {
-                if (j >= width) {
-                    for (int64_t k = 0; k < kc; k++) out[k * NR + j] = 0.0f;
-                    continue;
-                }
-                const float *column = in + j * B->col_stride;
-                for (int64_t k = 0; k < kc; k++) out[k * NR + j] = column[k * B->row_stride];
-            }
+            const float *column = in + j * B->col_stride;
+            for (int64_t k = 0; k < kc; k++) out[k * NR + j] = column[k * B->row_stride];
         }
     }
 }
@@ -150,6 +153,9 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
             const float *b_block;
             if (B->packed) {
                 b_block = B->data + pc * n_padded + jc * kc;
+            } else if (B->pack_b) {
+                B->pack_b(B->pack_context, pc, kc, jc, nc, b_buffer);
+                b_block = b_buffer;
             } else {
                 pack_b_block(B, pc, kc, jc, nc, b_buffer);
                 b_block = b_buffer;
@@ -266,8 +272,8 @@ static void gemm_f32(const int64_t *ints, const float *floats, void *const *buff
     int64_t slice = ortx_sgemm_workspace_floats(M, N, K, 1);
 #pragma omp parallel for schedule(static) num_threads(threads) if (by_batch)
     for (int64_t b = 0; b < batch; b++) {
-        ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6]};
-        ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9]};
+        ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6], NULL, NULL};
+        ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9], NULL, NULL};
         ortx_gemm_epilogue epilogue = {
             .alpha = floats[0],
             .bias_row = ints[10] == 1 ? bias : NULL,

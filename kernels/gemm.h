@@ -20,9 +20,10 @@
 #define ORTX_GEMM_NR 16
 #define ORTX_GEMM_KC 256
 /* MC x KC floats of A (144 KB) sit in the 512 KB L2 of this box's cores next to B's KC x NR micro-panel (16 KB,
- * L1); NC bounds the packed B block (2 MB) to a share of L3. Values follow BLIS's Zen configuration. */
+ * L1); NC bounds the packed B block (1 MB, in L3). MR/NR/KC/MC follow BLIS's Zen configuration; NC is smaller
+ * than BLIS's because convs have few rows (M = output channels) and a smaller block keeps B's packing local. */
 #define ORTX_GEMM_MC 144
-#define ORTX_GEMM_NC 2048
+#define ORTX_GEMM_NC 1024
 
 static inline int64_t ortx_round_up(int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
@@ -38,12 +39,18 @@ static inline int64_t ortx_gemm_packed_index(int64_t row, int64_t k, int64_t row
 static inline int64_t ortx_gemm_packed_a_floats(int64_t M, int64_t K) { return ortx_round_up(M, ORTX_GEMM_MR) * K; }
 static inline int64_t ortx_gemm_packed_b_floats(int64_t K, int64_t N) { return ortx_round_up(N, ORTX_GEMM_NR) * K; }
 
+/* Packs B[k0:k0+kc, n0:n0+nc] into NR-column panels at dst (nc <= ORTX_GEMM_NC); lets a B operand that is never
+ * materialised (conv's im2col) be packed straight from its source. */
+typedef void (*ortx_gemm_pack_b_fn)(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+
 /* An operand: packed (format above) or raw, element (i, k) at data[i*row_stride + k*col_stride] (for B,
- * element (k, n) at data[k*row_stride + n*col_stride]). */
+ * element (k, n) at data[k*row_stride + n*col_stride]), or for B only, produced by pack_b(pack_context, ...). */
 typedef struct ortx_gemm_operand {
     const float *data;
     int packed;
     int64_t row_stride, col_stride;
+    ortx_gemm_pack_b_fn pack_b;
+    const void *pack_context;
 } ortx_gemm_operand;
 
 /* Y = act(alpha * acc + bias_row[m] + bias_col[n] + residual_scale * residual[m*rs + n*cs]).

@@ -65,30 +65,65 @@ ORTX_TARGET_AVX2 void ortx_activation_array_avx2(float *data, int64_t count, int
     for (; i < count; i++) data[i] = ortx_activation_scalar(activation, data[i], param0, param1);
 }
 
-ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
-                                              int64_t col0, const ortx_gemm_epilogue *e) {
-    int plain = e->alpha == 1.0f && !e->bias_row && !e->bias_col && !e->residual;
-    if (plain && e->activation == ORTX_ACT_NONE) return;
+/* The epilogue for one activation code; `activation` is a constant at every call site below, so each case
+ * compiles to its own loop with the switch folded away. Tails use masked loads/stores. */
+ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void epilogue_rows_avx2(
+    float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0, const ortx_gemm_epilogue *e,
+    const int activation) {
+    const float *bias_row = e->bias_row, *bias_col = e->bias_col ? e->bias_col + col0 : NULL;
+    const float *residual = e->residual;
+    const int64_t residual_row_stride = e->residual_row_stride;
+    const int scale_alpha = e->alpha != 1.0f, scale_residual = e->residual_scale != 1.0f;
     const __m256 alpha = _mm256_set1_ps(e->alpha), scale = _mm256_set1_ps(e->residual_scale);
+    const float param0 = e->param0, param1 = e->param1;
+    int32_t lanes[8];
+    for (int i = 0; i < 8; i++) lanes[i] = i < cols % 8 ? -1 : 0;
+    const __m256i tail = _mm256_loadu_si256((const __m256i *)lanes);
     for (int64_t i = 0; i < rows; i++) {
         float *row = c + i * ldc;
-        int64_t m = row0 + i;
-        __m256 row_bias = _mm256_set1_ps(e->bias_row ? e->bias_row[m] : 0.0f);
-        const float *residual = e->residual ? e->residual + m * e->residual_row_stride : NULL;
-        int64_t j = 0;
-        if (e->residual == NULL || e->residual_col_stride == 1) {
-            for (; j + 8 <= cols; j += 8) {
-                __m256 v = _mm256_loadu_ps(row + j);
-                if (!plain) {
-                    v = _mm256_mul_ps(v, alpha);
-                    if (e->bias_row) v = _mm256_add_ps(v, row_bias);
-                    if (e->bias_col) v = _mm256_add_ps(v, _mm256_loadu_ps(e->bias_col + col0 + j));
-                    if (residual) v = _mm256_fmadd_ps(scale, _mm256_loadu_ps(residual + col0 + j), v);
-                }
-                _mm256_storeu_ps(row + j, ortx_activation_avx2(v, e->activation, e->param0, e->param1));
+        const __m256 row_bias = _mm256_set1_ps(bias_row ? bias_row[row0 + i] : 0.0f);
+        const float *res = residual ? residual + (row0 + i) * residual_row_stride + col0 : NULL;
+        for (int64_t j = 0; j < cols; j += 8) {
+            int partial = j + 8 > cols;
+            __m256 v = partial ? _mm256_maskload_ps(row + j, tail) : _mm256_loadu_ps(row + j);
+            if (scale_alpha) v = _mm256_mul_ps(v, alpha);
+            if (bias_row) v = _mm256_add_ps(v, row_bias);
+            if (bias_col)
+                v = _mm256_add_ps(v, partial ? _mm256_maskload_ps(bias_col + j, tail) : _mm256_loadu_ps(bias_col + j));
+            if (res) {
+                __m256 r = partial ? _mm256_maskload_ps(res + j, tail) : _mm256_loadu_ps(res + j);
+                v = scale_residual ? _mm256_fmadd_ps(scale, r, v) : _mm256_add_ps(v, r);
+            }
+            v = ortx_activation_avx2(v, activation, param0, param1);
+            if (partial) {
+                _mm256_maskstore_ps(row + j, tail, v);
+            } else {
+                _mm256_storeu_ps(row + j, v);
             }
         }
-        for (; j < cols; j++) row[j] = ortx_gemm_epilogue_scalar(e, row[j], m, col0 + j);
+    }
+}
+
+ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
+                                              int64_t col0, const ortx_gemm_epilogue *e) {
+    if (e->alpha == 1.0f && !e->bias_row && !e->bias_col && !e->residual && e->activation == ORTX_ACT_NONE) return;
+    if (e->residual && e->residual_col_stride != 1) {  /* broadcast residual columns: the scalar definition */
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                c[i * ldc + j] = ortx_gemm_epilogue_scalar(e, c[i * ldc + j], row0 + i, col0 + j);
+        return;
+    }
+    switch (e->activation) {
+        case ORTX_ACT_RELU: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_RELU); break;
+        case ORTX_ACT_LEAKY_RELU: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_LEAKY_RELU); break;
+        case ORTX_ACT_CLIP: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_CLIP); break;
+        case ORTX_ACT_SIGMOID: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_SIGMOID); break;
+        case ORTX_ACT_HARD_SIGMOID:
+            epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_HARD_SIGMOID);
+            break;
+        case ORTX_ACT_HARD_SWISH: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_HARD_SWISH); break;
+        case ORTX_ACT_TANH: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_TANH); break;
+        default: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_NONE); break;
     }
 }
 

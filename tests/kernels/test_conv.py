@@ -85,6 +85,7 @@ CONV_CASES = [
     ((1, 3, 17, 20), (5, 3, 3, 3), dict(auto_pad="VALID", strides=[1, 2])),
     ((1, 300, 9, 11), (20, 300, 1, 1), dict()),
     ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 4, 40, 53), (7, 4, 3, 3), dict(pads=[1, 2, 0, 1])),  # > 1024 output pixels: several NC blocks
 ]
 
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths

@@ -1,0 +1,172 @@
+"""GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
+
+    python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv]
+
+Every comparison uses the same thread count: OpenBLAS reads OPENBLAS_NUM_THREADS when numpy loads, so this
+script sets it (and drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which can mis-tune OpenBLAS on this machine)
+before importing numpy, for this process only; onnxruntime gets intra_op_num_threads. Timings are medians over
+`repeats` runs after warm-up, each library timed in its own block (see block_medians).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def _parse():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--only", choices=("gemm", "conv"), default=None)
+    return parser.parse_args()
+
+
+ARGS = _parse() if __name__ == "__main__" else None
+if ARGS is not None:
+    os.environ.pop("OPENBLAS_CORETYPE", None)
+    os.environ.pop("OPENBLAS_L2_SIZE", None)
+    os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+
+import numpy as np  # noqa: E402  (after OPENBLAS_NUM_THREADS)
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from ortx import _kernels  # noqa: E402
+from ortx.ep.compile_nodes import compile_graph, infer_shapes  # noqa: E402
+from ortx.ep.lowering._values import numpy_dtype, static_shape  # noqa: E402
+
+
+def block_medians(functions: dict, repeats: int) -> dict:
+    """Median seconds of each callable, timed in consecutive blocks after warm-up. Not interleaved: OpenMP,
+    OpenBLAS and onnxruntime all keep their worker threads spinning for a while after a call, which would
+    steal the cores from whichever library runs next."""
+    medians = {}
+    for name, function in functions.items():
+        for _ in range(3):
+            function()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            function()
+            times.append(time.perf_counter() - start)
+        medians[name] = float(np.median(times))
+    return medians
+
+
+def ortx_runner(model, feeds, threads):
+    """Compiles `model` once and returns a callable that runs the compiled program on `feeds`."""
+    ir_model = infer_shapes(model)
+    compiled = compile_graph(ir_model.graph, num_threads=threads)
+    inputs = [np.ascontiguousarray(feeds[v.name], dtype=numpy_dtype(v)) for v in ir_model.graph.inputs]
+    outputs = [np.empty(static_shape(v), dtype=numpy_dtype(v)) for v in ir_model.graph.outputs]
+    externals = np.array([a.__array_interface__["data"][0] for a in inputs + outputs], dtype=np.uint64)
+    arena = np.empty(max(compiled.arena_bytes, 1), dtype=np.uint8)
+    keep = (inputs, outputs)  # externals holds raw addresses: the arrays must outlive the callable
+
+    def run():
+        compiled.program.run(arena, externals, threads, False)
+        return keep[1]
+    return run
+
+
+def ort_runner(model, feeds, threads):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return lambda: session.run(None, feeds)
+
+
+def one_node_model(op_type, inputs, initializers, attributes, opset=17):
+    node = helper.make_node(op_type, [name for name, _ in inputs] + [i.name for i in initializers], ["y"],
+                            **attributes)
+    graph = helper.make_graph([node], op_type, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                                for n, s in inputs],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10
+    return model
+
+
+def bench_gemm(threads, repeats):
+    rng = np.random.default_rng(0)
+    print(f"SGEMM, {threads} thread(s), GFLOP/s (median of {repeats})")
+    print(f"{'M x N x K':>20} {'ortx':>8} {'numpy':>8} {'ort':>8} {'ortx/numpy':>11}")
+    for M, N, K in [(1024, 1024, 1024), (512, 512, 512), (2048, 2048, 2048), (196, 768, 3072), (3136, 64, 576)]:
+        a = rng.standard_normal((M, K), dtype=np.float32)
+        b = rng.standard_normal((K, N), dtype=np.float32)
+        # MatMul of two inputs: ortx packs both operands at run time, as numpy does
+        model = one_node_model("MatMul", [("a", (M, K)), ("b", (K, N))], [], {})
+        feeds = {"a": a, "b": b}
+        seconds = block_medians({"ortx": ortx_runner(model, feeds, threads), "numpy": lambda: a @ b,
+                                       "ort": ort_runner(model, feeds, threads)}, repeats)
+        flops = 2.0 * M * N * K
+        rates = {name: flops / value / 1e9 for name, value in seconds.items()}
+        print(f"{f'{M}x{N}x{K}':>20} {rates['ortx']:8.1f} {rates['numpy']:8.1f} {rates['ort']:8.1f} "
+              f"{rates['ortx'] / rates['numpy']:11.2f}")
+
+
+# (label, input shape, weight shape, attributes)
+CONV_LAYERS = [
+    ("resnet18 stem 7x7/2", (1, 3, 224, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    ("resnet18 3x3 64 @56", (1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("resnet18 3x3/2 128 @28", (1, 64, 56, 56), (128, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("resnet18 3x3 128 @28", (1, 128, 28, 28), (128, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("resnet18 3x3 256 @14", (1, 256, 14, 14), (256, 256, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("resnet18 3x3 512 @7", (1, 512, 7, 7), (512, 512, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("resnet18 1x1/2 256 @14", (1, 128, 28, 28), (256, 128, 1, 1), dict(strides=[2, 2])),
+    ("mbv2 1x1 16->96 @112", (1, 16, 112, 112), (96, 16, 1, 1), dict()),
+    ("mbv2 1x1 144->24 @56", (1, 144, 56, 56), (24, 144, 1, 1), dict()),
+    ("mbv2 1x1 192->32 @28", (1, 192, 28, 28), (32, 192, 1, 1), dict()),
+    ("mbv2 1x1 960->160 @7", (1, 960, 7, 7), (160, 960, 1, 1), dict()),
+    ("mbv2 dw3x3 32 @112", (1, 32, 112, 112), (32, 1, 3, 3), dict(group=32, pads=[1, 1, 1, 1])),
+    ("mbv2 dw3x3/2 96 @112", (1, 96, 112, 112), (96, 1, 3, 3), dict(group=96, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("mbv2 dw3x3 144 @56", (1, 144, 56, 56), (144, 1, 3, 3), dict(group=144, pads=[1, 1, 1, 1])),
+    ("mbv2 dw3x3 576 @14", (1, 576, 14, 14), (576, 1, 3, 3), dict(group=576, pads=[1, 1, 1, 1])),
+    ("ppocr stem 3x3/2 @640", (1, 3, 640, 640), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("ppocr dw3x3 16 @160", (1, 16, 160, 160), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),
+    ("ppocr dw3x3 64 @160", (1, 64, 160, 160), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),
+    ("ppocr dw5x5 32 @160", (1, 32, 160, 160), (32, 1, 5, 5), dict(group=32, pads=[2, 2, 2, 2])),
+    ("ppocr dw5x5/2 64 @160", (1, 64, 160, 160), (64, 1, 5, 5), dict(group=64, strides=[2, 2], pads=[2, 2, 2, 2])),
+    ("ppocr 1x1 64->64 @160", (1, 64, 160, 160), (64, 64, 1, 1), dict()),
+    ("ppocr convT 2x2/2 64->16", (1, 64, 160, 160), (64, 16, 2, 2), dict(strides=[2, 2])),
+]
+
+
+def bench_conv(threads, repeats):
+    rng = np.random.default_rng(1)
+    print(f"Conv layers, {threads} thread(s), ms (median of {repeats}); ratio < 1 means ortx is faster")
+    print(f"{'layer':>26} {'ortx ms':>9} {'ort ms':>9} {'ortx/ort':>9} {'ortx GFLOP/s':>13}")
+    for label, x_shape, w_shape, attributes in CONV_LAYERS:
+        op_type = "ConvTranspose" if "convT" in label else "Conv"
+        weights = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+        out_channels = w_shape[1] if op_type == "ConvTranspose" else w_shape[0]
+        bias = rng.standard_normal(out_channels).astype(np.float32)
+        model = one_node_model(op_type, [("x", x_shape)], [numpy_helper.from_array(weights, "w"),
+                                                           numpy_helper.from_array(bias, "b")], attributes)
+        feeds = {"x": rng.standard_normal(x_shape, dtype=np.float32)}
+        ort = ort_runner(model, feeds, threads)
+        y_shape = ort()[0].shape
+        seconds = block_medians({"ortx": ortx_runner(model, feeds, threads), "ort": ort}, repeats)
+        if op_type == "Conv":
+            flops = 2.0 * np.prod(y_shape) * np.prod(w_shape[1:])
+        else:
+            flops = 2.0 * np.prod(x_shape) * np.prod(w_shape[1:])
+        print(f"{label:>26} {seconds['ortx'] * 1e3:9.3f} {seconds['ort'] * 1e3:9.3f} "
+              f"{seconds['ortx'] / seconds['ort']:9.2f} {flops / seconds['ortx'] / 1e9:13.1f}")
+
+
+def main():
+    print(f"ortx ISA {_kernels.selected_isa()}, onnxruntime {onnxruntime.__version__}, numpy {np.__version__}, "
+          f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
+    if ARGS.only in (None, "gemm"):
+        bench_gemm(ARGS.threads, ARGS.repeats)
+    if ARGS.only in (None, "conv"):
+        bench_conv(ARGS.threads, ARGS.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
