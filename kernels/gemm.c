@@ -6,7 +6,8 @@
  *   2. per thread: for each NC block of columns, for each KC block of depth, pack B's KC x NC block (or use the
  *      prepacked panels), for each MC block of rows pack A's block (or use prepacked panels), then run the
  *      micro-kernel over every MR x NR tile, B micro-panel outer so it stays in L1;
- *   3. after a tile's last KC block, apply the epilogue to it while it is hot.
+ *   3. after a tile's last KC block, apply the epilogue to it: in the micro-kernel's registers before its only
+ *      store where the ISA supports it (so each output line is written once), else on the tile while in L1.
  * Each output element is summed in the same order whatever the thread split, so results are bitwise identical
  * run to run (and across thread counts). Edge tiles run the full micro-kernel on a scratch tile.
  * The ISA-specific pieces (micro-kernels, epilogue) come from one table indexed by ortx_selected_isa().
@@ -29,6 +30,7 @@ static const ortx_gemm_isa *const isa_table[] = {
 const ortx_gemm_isa *ortx_gemm_select_isa(void) { return isa_table[ortx_selected_isa()]; }
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Per thread: one MC x KC block of A and one KC x NC block of B, plus 64 bytes to align each thread's slice. */
 static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
@@ -122,12 +124,14 @@ static void pack_a_block(const ortx_gemm_operand *A, int64_t m0, int64_t mc, int
     }
 }
 
-/* One tile at c (rows x cols valid) from panels a (MR x kc) and b (kc x NR). */
+/* One tile at c (rows x cols valid) from panels a (MR x kc) and b (kc x NR); epilogue (or NULL) after the last
+ * K block. Edge tiles run the full micro-kernel on a scratch tile. */
 static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a, const float *b, float *c,
-                            int64_t ldc, int64_t rows, int64_t cols, int accumulate) {
+                            int64_t ldc, int64_t rows, int64_t cols, int accumulate,
+                            const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     if (rows == MR && cols == NR) {
-        isa->micro(kc, a, b, c, ldc, accumulate);
+        isa->micro(kc, a, b, c, ldc, accumulate, epilogue, row0, col0);
         return;
     }
     float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
@@ -135,21 +139,50 @@ static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a
         memset(tile, 0, sizeof(tile));
         for (int64_t i = 0; i < rows; i++) memcpy(tile + i * NR, c + i * ldc, cols * sizeof(float));
     }
-    isa->micro(kc, a, b, tile, NR, accumulate);
+    isa->micro(kc, a, b, tile, NR, accumulate, NULL, 0, 0);
     for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * NR, cols * sizeof(float));
+    if (epilogue) isa->epilogue(c, ldc, rows, cols, row0, col0, epilogue);
 }
 
-/* Step 2 of the algorithm for output rows [m0, m1) x columns [n0, n1); m0 % MR == 0 and n0 % NR == 0. */
+/* The tile at (ir, jr) of the current (ic, jc, pc) block; `wide` tiles span two B panels. */
+static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a_block, const float *b_block,
+                              float *C, int64_t ldc, int64_t ic, int64_t jc, int64_t ir, int64_t jr, int64_t mc,
+                              int64_t cols, int wide, int accumulate, const ortx_gemm_epilogue *tile_epilogue) {
+    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
+    int64_t rows = min64(MR, mc - ir), row0 = ic + ir, col0 = jc + jr;
+    float *c = C + row0 * ldc + col0;
+    const float *a = a_block + ir * kc, *b = b_block + jr * kc;
+    if (wide && rows == MR) {
+        isa->micro_wide(kc, a, b, c, ldc, accumulate, tile_epilogue, row0, col0);
+    } else if (wide) {
+        run_tile(isa, kc, a, b, c, ldc, rows, NR, accumulate, tile_epilogue, row0, col0);
+        run_tile(isa, kc, a, b + NR * kc, c + NR, ldc, rows, NR, accumulate, tile_epilogue, row0, col0 + NR);
+    } else {
+        run_tile(isa, kc, a, b, c, ldc, rows, cols, accumulate, tile_epilogue, row0, col0);
+    }
+}
+
+/* Step 2 of the algorithm for output rows [m0, m1) x columns [n0, n1); m0 % MR == 0 and n0 % NR == 0.
+ * Few rows (at most one MC block, typical of convs: M = output channels) means the B block is never reused
+ * across row blocks, so it is cut to an L2-sized width and the tiles are swept row panel by row panel: each
+ * output row is then written in long sequential runs instead of one 64-byte line per row per tile. */
 static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A,
                         const ortx_gemm_operand *B, float *C, int64_t ldc, const ortx_gemm_epilogue *epilogue,
                         int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *a_buffer, float *b_buffer) {
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
-    for (int64_t jc = n0; jc < n1; jc += ORTX_GEMM_NC) {
-        int64_t nc = min64(ORTX_GEMM_NC, n1 - jc);
+    int few_rows = m1 - m0 <= ORTX_GEMM_MC;
+    int64_t block_width = ORTX_GEMM_NC;
+    if (few_rows) {  /* B block of at most 128 KB, at least one panel pair */
+        int64_t kc_max = min64(ORTX_GEMM_KC, K);
+        block_width = min64(ORTX_GEMM_NC, max64(2 * NR, (32768 / kc_max) / NR * NR));
+    }
+    for (int64_t jc = n0; jc < n1; jc += block_width) {
+        int64_t nc = min64(block_width, n1 - jc);
         for (int64_t pc = 0; pc < K; pc += ORTX_GEMM_KC) {
             int64_t kc = min64(ORTX_GEMM_KC, K - pc);
-            int accumulate = pc > 0, last = pc + kc == K;
+            int accumulate = pc > 0;
+            const ortx_gemm_epilogue *tile_epilogue = pc + kc == K ? epilogue : NULL;
             const float *b_block;
             if (B->packed) {
                 b_block = B->data + pc * n_padded + jc * kc;
@@ -169,24 +202,24 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
                     pack_a_block(A, ic, mc, pc, kc, a_buffer);
                     a_block = a_buffer;
                 }
-                for (int64_t jr = 0; jr < nc;) {
-                    int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
-                    int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
-                    for (int64_t ir = 0; ir < mc; ir += MR) {
-                        int64_t rows = min64(MR, mc - ir);
-                        float *c = C + (ic + ir) * ldc + jc + jr;
-                        const float *a = a_block + ir * kc, *b = b_block + jr * kc;
-                        if (wide && rows == MR) {
-                            isa->micro_wide(kc, a, b, c, ldc, accumulate);
-                        } else if (wide) {
-                            run_tile(isa, kc, a, b, c, ldc, rows, NR, accumulate);
-                            run_tile(isa, kc, a, b + NR * kc, c + NR, ldc, rows, NR, accumulate);
-                        } else {
-                            run_tile(isa, kc, a, b, c, ldc, rows, cols, accumulate);
+                if (few_rows) {
+                    for (int64_t ir = 0; ir < mc; ir += MR)
+                        for (int64_t jr = 0; jr < nc;) {
+                            int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
+                            int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
+                            block_tile(isa, kc, a_block, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide, accumulate,
+                                       tile_epilogue);
+                            jr += cols;
                         }
-                        if (last) isa->epilogue(c, ldc, rows, cols, ic + ir, jc + jr, epilogue);
+                } else {
+                    for (int64_t jr = 0; jr < nc;) {
+                        int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
+                        int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
+                        for (int64_t ir = 0; ir < mc; ir += MR)
+                            block_tile(isa, kc, a_block, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide, accumulate,
+                                       tile_epilogue);
+                        jr += cols;
                     }
-                    jr += cols;
                 }
             }
         }

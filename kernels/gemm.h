@@ -67,11 +67,13 @@ typedef struct ortx_gemm_epilogue {
     float param0, param1;
 } ortx_gemm_epilogue;
 
-/* Micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (accumulate ? c : 0) + a_panel * b_panel over kc. */
-typedef void (*ortx_gemm_micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate);
+/* Micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (accumulate ? c : 0) + a_panel * b_panel over kc, then, when
+ * epilogue is not NULL, the epilogue of the tile whose first element is (row0, col0) of the problem (applied to
+ * the registers before the single store where the ISA can, so the output is written once). */
+typedef void (*ortx_gemm_micro_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate,
+                                   const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0);
 /* Same over two adjacent B panels (b and b + NR*kc): an MR x 2NR tile; NULL when the ISA has none. */
-typedef void (*ortx_gemm_micro_wide_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                        int accumulate);
+typedef ortx_gemm_micro_fn ortx_gemm_micro_wide_fn;
 /* Applies the epilogue to the rows x cols tile at c whose first element is (row0, col0) of the problem. */
 typedef void (*ortx_gemm_epilogue_fn)(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
                                       int64_t col0, const ortx_gemm_epilogue *epilogue);

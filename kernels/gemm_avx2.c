@@ -8,54 +8,6 @@
 
 #include "activation.h"
 
-ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                        int accumulate) {
-    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps();
-    __m256 c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps();
-    __m256 c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-#pragma GCC unroll 4
-    for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + 1);
-        c00 = _mm256_fmadd_ps(a0, b0, c00);
-        c01 = _mm256_fmadd_ps(a0, b1, c01);
-        c10 = _mm256_fmadd_ps(a1, b0, c10);
-        c11 = _mm256_fmadd_ps(a1, b1, c11);
-        a0 = _mm256_broadcast_ss(a + 2);
-        a1 = _mm256_broadcast_ss(a + 3);
-        c20 = _mm256_fmadd_ps(a0, b0, c20);
-        c21 = _mm256_fmadd_ps(a0, b1, c21);
-        c30 = _mm256_fmadd_ps(a1, b0, c30);
-        c31 = _mm256_fmadd_ps(a1, b1, c31);
-        a0 = _mm256_broadcast_ss(a + 4);
-        a1 = _mm256_broadcast_ss(a + 5);
-        c40 = _mm256_fmadd_ps(a0, b0, c40);
-        c41 = _mm256_fmadd_ps(a0, b1, c41);
-        c50 = _mm256_fmadd_ps(a1, b0, c50);
-        c51 = _mm256_fmadd_ps(a1, b1, c51);
-        a += ORTX_GEMM_MR;
-        b += ORTX_GEMM_NR;
-    }
-#define ORTX_STORE_ROW(i, lo, hi)                                                      \
-    do {                                                                               \
-        float *row = c + (i) * ldc;                                                    \
-        if (accumulate) {                                                              \
-            lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);                              \
-            hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);                          \
-        }                                                                              \
-        _mm256_storeu_ps(row, lo);                                                     \
-        _mm256_storeu_ps(row + 8, hi);                                                 \
-    } while (0)
-    ORTX_STORE_ROW(0, c00, c01);
-    ORTX_STORE_ROW(1, c10, c11);
-    ORTX_STORE_ROW(2, c20, c21);
-    ORTX_STORE_ROW(3, c30, c31);
-    ORTX_STORE_ROW(4, c40, c41);
-    ORTX_STORE_ROW(5, c50, c51);
-#undef ORTX_STORE_ROW
-}
-
 ORTX_TARGET_AVX2 void ortx_activation_array_avx2(float *data, int64_t count, int activation, float param0,
                                                  float param1) {
     if (activation == ORTX_ACT_NONE) return;
@@ -125,6 +77,91 @@ ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t row
         case ORTX_ACT_TANH: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_TANH); break;
         default: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_NONE); break;
     }
+}
+
+/* Applies the epilogue to one tile row held in two registers (columns col0 .. col0+15). */
+ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void epilogue_registers_avx2(
+    __m256 *lo, __m256 *hi, const ortx_gemm_epilogue *e, int64_t row, int64_t col0) {
+    __m256 v0 = *lo, v1 = *hi;
+    if (e->alpha != 1.0f) {
+        v0 = _mm256_mul_ps(v0, _mm256_set1_ps(e->alpha));
+        v1 = _mm256_mul_ps(v1, _mm256_set1_ps(e->alpha));
+    }
+    if (e->bias_row) {
+        __m256 bias = _mm256_set1_ps(e->bias_row[row]);
+        v0 = _mm256_add_ps(v0, bias);
+        v1 = _mm256_add_ps(v1, bias);
+    }
+    if (e->bias_col) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(e->bias_col + col0));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(e->bias_col + col0 + 8));
+    }
+    if (e->residual) {
+        const float *r = e->residual + row * e->residual_row_stride + col0;
+        __m256 scale = _mm256_set1_ps(e->residual_scale);
+        v0 = _mm256_fmadd_ps(scale, _mm256_loadu_ps(r), v0);
+        v1 = _mm256_fmadd_ps(scale, _mm256_loadu_ps(r + 8), v1);
+    }
+    *lo = ortx_activation_avx2(v0, e->activation, e->param0, e->param1);
+    *hi = ortx_activation_avx2(v1, e->activation, e->param0, e->param1);
+}
+
+ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                        int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                        int64_t col0) {
+    for (int i = 0; i < ORTX_GEMM_MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+    }
+    __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps();
+    __m256 c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
+    __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps();
+    __m256 c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+        __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + 1);
+        c00 = _mm256_fmadd_ps(a0, b0, c00);
+        c01 = _mm256_fmadd_ps(a0, b1, c01);
+        c10 = _mm256_fmadd_ps(a1, b0, c10);
+        c11 = _mm256_fmadd_ps(a1, b1, c11);
+        a0 = _mm256_broadcast_ss(a + 2);
+        a1 = _mm256_broadcast_ss(a + 3);
+        c20 = _mm256_fmadd_ps(a0, b0, c20);
+        c21 = _mm256_fmadd_ps(a0, b1, c21);
+        c30 = _mm256_fmadd_ps(a1, b0, c30);
+        c31 = _mm256_fmadd_ps(a1, b1, c31);
+        a0 = _mm256_broadcast_ss(a + 4);
+        a1 = _mm256_broadcast_ss(a + 5);
+        c40 = _mm256_fmadd_ps(a0, b0, c40);
+        c41 = _mm256_fmadd_ps(a0, b1, c41);
+        c50 = _mm256_fmadd_ps(a1, b0, c50);
+        c51 = _mm256_fmadd_ps(a1, b1, c51);
+        a += ORTX_GEMM_MR;
+        b += ORTX_GEMM_NR;
+    }
+    /* Broadcast residual columns need the scalar definition: store first, then the tile epilogue. */
+    const ortx_gemm_epilogue *fused =
+        epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
+#define ORTX_STORE_ROW(i, lo, hi)                                                      \
+    do {                                                                               \
+        float *row = c + (i) * ldc;                                                    \
+        if (accumulate) {                                                              \
+            lo = _mm256_add_ps(_mm256_loadu_ps(row), lo);                              \
+            hi = _mm256_add_ps(_mm256_loadu_ps(row + 8), hi);                          \
+        }                                                                              \
+        if (fused) epilogue_registers_avx2(&lo, &hi, fused, row0 + (i), col0);        \
+        _mm256_storeu_ps(row, lo);                                                     \
+        _mm256_storeu_ps(row + 8, hi);                                                 \
+    } while (0)
+    ORTX_STORE_ROW(0, c00, c01);
+    ORTX_STORE_ROW(1, c10, c11);
+    ORTX_STORE_ROW(2, c20, c21);
+    ORTX_STORE_ROW(3, c30, c31);
+    ORTX_STORE_ROW(4, c40, c41);
+    ORTX_STORE_ROW(5, c50, c51);
+#undef ORTX_STORE_ROW
+    if (epilogue && !fused) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 const ortx_gemm_isa ortx_gemm_isa_avx2 = {

@@ -1,7 +1,8 @@
 /* AVX-512 pieces of the packed SGEMM: a 6x32 micro-kernel over two adjacent 16-column B panels (12 zmm
  * accumulators, 2 B loads and 6 broadcasts per k step) and a 6x16 one for a lone last panel. The packed format
- * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue and the
- * activations reuse the AVX2 code, which every AVX-512 CPU also runs.
+ * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue (applied to
+ * the stored tile, not fused into the registers) and the activations reuse the AVX2 code, which every AVX-512 CPU
+ * also runs.
  * This box has no AVX-512: the kernels compile here and are checked by tests on machines that have it. */
 #include "gemm_avx2.h"
 
@@ -9,7 +10,8 @@
 #include <immintrin.h>
 
 ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                            int accumulate) {
+                                            int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                            int64_t col0) {
     __m512 acc[ORTX_GEMM_MR];
     for (int i = 0; i < ORTX_GEMM_MR; i++) acc[i] = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -23,10 +25,12 @@ ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const fl
         __m512 v = accumulate ? _mm512_add_ps(_mm512_loadu_ps(row), acc[i]) : acc[i];
         _mm512_storeu_ps(row, v);
     }
+    if (epilogue) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                                 int accumulate) {
+                                                 int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                                 int64_t col0) {
     const float *b_second = b + ORTX_GEMM_NR * kc;  /* the next packed panel */
     __m512 lo[ORTX_GEMM_MR], hi[ORTX_GEMM_MR];
     for (int i = 0; i < ORTX_GEMM_MR; i++) {
@@ -53,6 +57,7 @@ ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, con
         _mm512_storeu_ps(row, v0);
         _mm512_storeu_ps(row + 16, v1);
     }
+    if (epilogue) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, 2 * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 const ortx_gemm_isa ortx_gemm_isa_avx512 = {

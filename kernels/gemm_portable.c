@@ -3,7 +3,11 @@
 #include "activation.h"
 #include "gemm.h"
 
-static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate) {
+static void epilogue_portable(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
+                              const ortx_gemm_epilogue *epilogue);
+
+static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate,
+                           const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
     enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
     float acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kc; k++) {
@@ -13,6 +17,7 @@ static void micro_portable(int64_t kc, const float *a, const float *b, float *c,
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    if (epilogue) epilogue_portable(c, ldc, MR, NR, row0, col0, epilogue);
 }
 
 static void epilogue_portable(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
