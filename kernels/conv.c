@@ -143,27 +143,46 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
 
 void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes) {
     ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    int64_t sw = p->stride_width, W = p->in_width;
-    for (int64_t q = 0; q < g.phases; q++) {
-        /* phase columns j with 0 <= j*sw + q - pl < W */
-        int64_t offset = q - p->pad_left;
-        int64_t first = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
-        int64_t end = min64(g.phase_width, max64(first, floor_div(W - 1 - offset, sw) + 1));
-        for (int64_t r = 0; r < g.padded_rows; r++) {
-            float *out = planes + (q * g.padded_rows + r) * g.phase_width;
-            int64_t iy = r - p->pad_top;
-            if (iy < 0 || iy >= p->in_height) {
-                memset(out, 0, g.phase_width * sizeof(float));
-                continue;
+    int64_t sw = p->stride_width, W = p->in_width, width = g.phases * g.phase_width;
+    float *padded = planes + (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16;
+    /* input columns [first, end) land at padded columns [first + pl, end + pl) < width */
+    int64_t first = min64(W, max64(0, -p->pad_left)), end = max64(first, min64(W, width - p->pad_left));
+    memset(padded, 0, width * sizeof(float));
+    for (int64_t r = 0; r < g.padded_rows; r++) {
+        int64_t iy = r - p->pad_top;
+        if (iy < 0 || iy >= p->in_height) {
+            for (int64_t q = 0; q < g.phases; q++)
+                memset(planes + (q * g.padded_rows + r) * g.phase_width, 0, g.phase_width * sizeof(float));
+            continue;
+        }
+        /* Case stride 2: each phase reads its columns straight from the input (a constant stride the compiler
+         * vectorises). Case stride 1: the padded row is the plane row. Else build the padded row once, then deal
+         * its columns out. */
+        if (sw == 2) {
+            for (int64_t q = 0; q < 2; q++) {
+                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
+                const float *in = input + iy * W + q - p->pad_left;  /* out[j] = in[2j] where 0 <= 2j+q-pl < W */
+                int64_t lo = min64(g.phase_width, max64(0, floor_div(p->pad_left - q + 1, 2)));
+                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 + p->pad_left - q, 2) + 1));
+                for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
+                for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
+                for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
             }
-            const float *in = input + iy * W + offset;
-            for (int64_t j = 0; j < first; j++) out[j] = 0.0f;
-            if (sw == 1) {
-                memcpy(out + first, in + first, (end - first) * sizeof(float));
-            } else {
-                for (int64_t j = first; j < end; j++) out[j] = in[j * sw];
+            continue;
+        }
+        float *row = sw == 1 ? planes + r * g.phase_width : padded;
+        if (sw == 1) {
+            memset(row, 0, width * sizeof(float));
+        }
+        memcpy(row + first + p->pad_left, input + iy * W + first, (end - first) * sizeof(float));
+        if (sw > 2) {
+            for (int64_t q = 0; q < g.phases; q++) {
+                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
+                for (int64_t j = 0; j < g.phase_width; j++) out[j] = padded[j * sw + q];
             }
-            for (int64_t j = end; j < g.phase_width; j++) out[j] = 0.0f;
+        }
+        if (sw > 1) {  /* the scratch row is reused: clear what this row wrote */
+            memset(row + first + p->pad_left, 0, (end - first) * sizeof(float));
         }
     }
 }

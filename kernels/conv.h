@@ -39,12 +39,13 @@ static inline ortx_depthwise_geometry ortx_depthwise_geometry_of(const ortx_conv
     return g;
 }
 
+/* Per-thread scratch: the phase planes plus one zero-padded input row (phases * phase_width floats). */
 static inline int64_t ortx_depthwise_plane_floats(const ortx_conv_params *p) {
     ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    return (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16;
+    return (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16 + (g.phases * g.phase_width + 15) / 16 * 16;
 }
 
-/* Fills the phase planes of one input channel (shared by every ISA). */
+/* Fills the phase planes of one input channel (shared by every ISA); the padded-row scratch follows the planes. */
 void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes);
 
 /* One output channel plane of a depthwise conv: in = phase planes, weights = KH*KW taps. */
