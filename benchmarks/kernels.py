@@ -44,6 +44,7 @@ def block_medians(functions: dict, repeats: int) -> dict:
     steal the cores from whichever library runs next."""
     medians = {}
     for name, function in functions.items():
+        time.sleep(0.2)  # let the previous library's workers stop spinning
         for _ in range(3):
             function()
         times = []
@@ -147,9 +148,9 @@ def bench_conv(threads, repeats):
         model = one_node_model(op_type, [("x", x_shape)], [numpy_helper.from_array(weights, "w"),
                                                            numpy_helper.from_array(bias, "b")], attributes)
         feeds = {"x": rng.standard_normal(x_shape, dtype=np.float32)}
-        ort = ort_runner(model, feeds, threads)
-        y_shape = ort()[0].shape
-        seconds = block_medians({"ortx": ortx_runner(model, feeds, threads), "ort": ort}, repeats)
+        ortx = ortx_runner(model, feeds, threads)
+        y_shape = ortx()[0].shape
+        seconds = block_medians({"ortx": ortx, "ort": ort_runner(model, feeds, threads)}, repeats)
         if op_type == "Conv":
             flops = 2.0 * np.prod(y_shape) * np.prod(w_shape[1:])
         else:

@@ -226,6 +226,8 @@ static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void 
     int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
     int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
     int64_t planes_floats = ortx_depthwise_plane_floats(&p);
+    /* as in ortx_sgemm: small convs (< ~2M multiply-adds) stay on one thread */
+    if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 128) threads = 1;
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
         int thread = 0;

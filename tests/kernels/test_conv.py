@@ -86,6 +86,7 @@ CONV_CASES = [
     ((1, 300, 9, 11), (20, 300, 1, 1), dict()),
     ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 4, 40, 53), (7, 4, 3, 3), dict(pads=[1, 2, 0, 1])),  # > 1024 output pixels: several NC blocks
+    ((1, 16, 40, 53), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),  # > 2M multiply-adds: really split over 2 threads
 ]
 
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
@@ -98,6 +99,7 @@ DEPTHWISE_CASES = [
     ((1, 4, 13, 17), (4, 1, 2, 4), dict(group=4, pads=[0, 1, 1, 2], strides=[1, 3])),
     ((1, 4, 13, 17), (4, 1, 3, 3), dict(group=4, auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 7, 40), (7, 1, 5), dict(group=7, pads=[2, 2])),
+    ((1, 64, 60, 70), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),  # large enough for 2 threads
 ]
 
 
@@ -181,7 +183,7 @@ TRANSPOSE_CASES = [
     ((1, 4, 7, 9), (4, 3, 3, 3), dict(strides=[2, 2], auto_pad="SAME_LOWER")),
     ((1, 4, 7, 9), (4, 3, 4, 4), dict(strides=[2, 2], output_shape=[15, 18])),
     ((1, 5, 30), (5, 3, 4), dict(strides=[2], pads=[1, 1])),
-    ((1, 64, 20, 20), (64, 16, 2, 2), dict(strides=[2, 2])),
+    ((1, 64, 24, 30), (64, 16, 2, 2), dict(strides=[2, 2])),  # large enough for 2 threads
 ]
 
 
