@@ -66,7 +66,7 @@ def run_graph(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, num_threa
     ir_model = infer_shapes(model)
     compiled = compile_graph(ir_model.graph, num_threads=num_threads)
     graph = ir_model.graph
-    inputs = [np.ascontiguousarray(feeds[value.name], dtype=numpy_dtype(value)) for value in graph.inputs]
+    inputs = [np.asarray(feeds[value.name], dtype=numpy_dtype(value), order="C") for value in graph.inputs]
     outputs = [np.empty(static_shape(value), dtype=numpy_dtype(value)) for value in graph.outputs]
     externals = np.array([a.__array_interface__["data"][0] for a in inputs + outputs], dtype=np.uint64)
     arena = np.empty(max(compiled.arena_bytes, 1), dtype=np.uint8)

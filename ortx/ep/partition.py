@@ -19,6 +19,40 @@ import onnx_ir as ir
 _ALIAS_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
 
 
+def _subgraph_nodes(node: ir.Node):
+    """Every node inside `node`'s subgraph attributes (If/Loop/Scan bodies), recursively."""
+    for attribute in node.attributes.values():
+        if attribute.type == ir.AttributeType.GRAPH:
+            graphs = [attribute.value]
+        elif attribute.type == ir.AttributeType.GRAPHS:
+            graphs = list(attribute.value)
+        else:
+            continue
+        for graph in graphs:
+            for inner in graph:
+                yield inner
+                yield from _subgraph_nodes(inner)
+
+
+def node_inputs(node: ir.Node) -> list[ir.Value]:
+    """Explicit inputs plus the outer-scope values its subgraphs capture (they are inputs too, for ordering)."""
+    values = [value for value in node.inputs if value is not None]
+    seen = {id(value) for value in values}
+    inner_outputs = set()
+    inner_nodes = list(_subgraph_nodes(node))
+    for inner in inner_nodes:
+        inner_outputs.update(id(value) for value in inner.outputs)
+    for inner in inner_nodes:
+        for value in inner.inputs:
+            if value is None or id(value) in seen or id(value) in inner_outputs:
+                continue
+            owner = value.graph
+            if owner is not None and owner is node.graph:
+                values.append(value)
+                seen.add(id(value))
+    return values
+
+
 @dataclasses.dataclass
 class Segment:
     claimed: bool
@@ -37,7 +71,7 @@ def _ordered(graph: ir.Graph, claimed: dict[str, bool]) -> list[ir.Node]:
     pending = {id(node): 0 for node in nodes}
     users: dict[int, list[ir.Node]] = collections.defaultdict(list)
     for node in nodes:
-        producers = {id(v.producer()) for v in node.inputs if v is not None and v.producer() is not None}
+        producers = {id(v.producer()) for v in node_inputs(node) if v.producer() is not None}
         producers.discard(id(node))
         for producer_id in producers:
             if producer_id in pending:
@@ -73,14 +107,16 @@ def _connect(graph: ir.Graph, segments: list[Segment]) -> list[Segment]:
     for position, segment in enumerate(segments):
         for node in segment.nodes:
             segment_of_node[id(node)] = position
+            for inner in _subgraph_nodes(node):  # a captured value's use is inside the subgraph
+                segment_of_node[id(inner)] = position
             for value in node.outputs:
                 produced_in[value.name] = position
     graph_outputs = {value.name for value in graph.outputs}
     for position, segment in enumerate(segments):
         seen: set[str] = set()
         for node in segment.nodes:
-            for value in node.inputs:
-                if value is None or value.name in seen or value.const_value is not None:
+            for value in node_inputs(node):
+                if value.name in seen or value.const_value is not None:
                     continue
                 if value.is_graph_input() or produced_in.get(value.name, position) != position:
                     segment.inputs.append(value)

@@ -68,7 +68,7 @@ class SegmentBuilder:
 
     def add_constant(self, array: np.ndarray, *, label: str = "constant") -> BufferRef:
         """A read-only buffer kept alive by the program (initializers, packed weights, tables)."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")
         self._constants.append(array)
         return self._new(CONSTANT, len(self._constants) - 1, array.nbytes, label)
 

@@ -100,8 +100,9 @@ class InferenceSession:
         if not self._choice.use_ortx:
             return ""
         for arg in self._inputs + self._outputs:
-            if not arg.type.startswith("tensor("):
-                return f"graph input/output {arg.name!r} is a {arg.type}, not a tensor: ORT runs the whole model"
+            if not arg.type.startswith("tensor(") or arg.type == "tensor(string)":
+                # onnxruntime cannot wrap string arrays for IOBinding, nor non-tensors at all
+                return f"graph input/output {arg.name!r} is a {arg.type}: ORT runs the whole model"
         return ""
 
     def _interface_proto(self, source, prepared_proto) -> onnx.ModelProto:
@@ -250,7 +251,7 @@ class InferenceSession:
                 if isinstance(dim, int) and size != dim:
                     raise ValueError(f"input {name!r}: got shape {array.shape}, the model expects {arg.shape} "
                                      f"(axis {axis} must be {dim})")
-            feeds[name] = np.ascontiguousarray(array)
+            feeds[name] = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
         return feeds
 
     def _checked_output_names(self, output_names) -> list[str]:
@@ -281,7 +282,7 @@ def _view_of(ort_value, spec) -> np.ndarray:
 def _as_ort_value(value):
     if isinstance(value, onnxruntime.OrtValue):
         return value
-    return onnxruntime.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(value))
+    return onnxruntime.OrtValue.ortvalue_from_numpy(np.asarray(value, order="C"))
 
 
 def _as_numpy(value):

@@ -9,8 +9,9 @@ unused nodes removed; stop when a round changes neither the node count nor the n
 from __future__ import annotations
 
 import onnx_ir as ir
-import onnxscript.optimizer
-from onnx_ir.passes.common import LiftConstantsToInitializersPass, RemoveUnusedNodesPass, ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
+
+from ortx.passes.fold_constants import fold_constants
 
 MAX_ROUNDS = 8
 
@@ -58,8 +59,7 @@ def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.
         infer(specialised)
         if _dynamic_count(specialised) == 0 and previous is not None:
             break
-        onnxscript.optimizer.fold_constants(specialised)
-        LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(specialised)
+        fold_constants(specialised)
         RemoveUnusedNodesPass()(specialised)
         state = (len(specialised.graph), _dynamic_count(specialised))
         if state == previous:

@@ -10,6 +10,7 @@ per-node shape inference so Shape/Size of static tensors fold.
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import onnx_ir as ir
@@ -48,6 +49,34 @@ def _unfolded_notes(graph: ir.Graph, size_limit: int) -> list[str]:
     return notes
 
 
+# Each folder failure excludes one node and restarts; this bounds the restarts.
+MAX_FOLD_FAILURES = 16
+
+
+def _fold_skipping_failures(model: ir.Model, size_limit: int) -> dict[str, str]:
+    """Runs onnxscript's folder; a node whose evaluation raises is excluded and folding restarts without it,
+    so one op the folder cannot evaluate (e.g. SplitToSequence on some inputs) does not stop the pass."""
+    excluded: dict[str, str] = {}
+    for _ in range(MAX_FOLD_FAILURES):
+        try:
+            onnxscript.optimizer.fold_constants(
+                model, onnx_shape_inference=True, input_size_limit=size_limit, output_size_limit=size_limit,
+                should_fold=lambda node: False if node.name in excluded else None)
+            return excluded
+        except Exception as error:  # the folder wraps any evaluation error; find the node it names
+            match = re.search(r"for node '([^']*)'", str(error))
+            if match is None:
+                raise
+            if match.group(1) in excluded:
+                # The folder fails on this node even when told not to fold it (its type inference runs
+                # regardless): leave the model as the last attempt left it, with a note.
+                excluded[match.group(1)] += "; folding stopped there"
+                return excluded
+            excluded[match.group(1)] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            logger.debug("fold_constants: excluding %s after %s", match.group(1), error)
+    return excluded
+
+
 def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     """Folds in place; `size_limit` bounds the elements of any folded input or output tensor."""
     start = time.perf_counter()
@@ -61,8 +90,7 @@ def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     # Constant nodes for values it computed.
     lift = onnx_ir.passes.common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)
     lift(model)
-    onnxscript.optimizer.fold_constants(
-        model, onnx_shape_inference=True, input_size_limit=size_limit, output_size_limit=size_limit)
+    failed = _fold_skipping_failures(model, size_limit)
     lift(model)
 
     remaining = {id(node) for node in graph}
@@ -75,7 +103,8 @@ def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
         "folded_bytes": sum(value.const_value.nbytes for value in new_initializers
                             if value.const_value is not None and value.name not in constant_names),
     }
-    notes = _unfolded_notes(graph, size_limit)
+    notes = [f"{name}: not folded: the folder raised {error}" for name, error in failed.items()]
+    notes += _unfolded_notes(graph, size_limit)
     for note in notes:
         logger.debug(note)
     return PassReport(model, name="fold_constants", counts=counts, notes=notes,

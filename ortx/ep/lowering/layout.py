@@ -314,8 +314,8 @@ def check_depth_space(node: ir.Node) -> str | None:
         return reason
     if len(static_shape(node.inputs[0])) != 4:
         return f"{node.op_type}: only 4-D input"
-    if node.op_type == "DepthToSpace" and string_attribute(node, "mode", "DCR") not in ("DCR", "CRD"):
-        return f"DepthToSpace: mode {string_attribute(node, 'mode', 'DCR')!r}"
+    if string_attribute(node, "mode", "DCR") not in ("DCR", "CRD"):
+        return f"{node.op_type}: mode {string_attribute(node, 'mode', 'DCR')!r}"
     return None
 
 
@@ -331,9 +331,12 @@ def lower_depth_space(node: ir.Node, builder) -> None:
         else:
             strides = [c * h * w, b * b * h * w, w, b * h * w, 1, h * w]
         _emit_strided(builder, node, [n, c_out, h, b, w, b], strides)
-    else:
+    elif string_attribute(node, "mode", "DCR") == "DCR":
         # output viewed as [n, i, j, c, h', w']: out channel (i * b + j) * c + c, input [c, h' * b + i, w' * b + j]
         _emit_strided(builder, node, [n, b, b, c, h // b, w // b], [c * h * w, w, 1, h * w, b * w, b])
+    else:
+        # CRD (SpaceToDepth opset 25): output viewed as [n, c, i, j, h', w'], out channel c * b*b + i * b + j
+        _emit_strided(builder, node, [n, c, b, b, h // b, w // b], [c * h * w, h * w, w, 1, b * w, b])
 
 
 # Gather -----------------------------------------------------------------------------------------------------
