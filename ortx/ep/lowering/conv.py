@@ -148,6 +148,8 @@ def _activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
     if name is None:
         return 0, (0.0, 0.0)
     name = name.decode() if isinstance(name, bytes) else str(name)
+    if name == "":  # the fusion pass writes "" for a residual Add with no activation
+        return 0, (0.0, 0.0)
     if name not in ACTIVATIONS:
         raise Declined(f"activation {name!r} not supported")
     params = [float(v) for v in attribute(node, "activation_params", [])]
