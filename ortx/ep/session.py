@@ -30,6 +30,15 @@ _ONNX_TYPE_NAMES = {
 }
 
 
+_NUMPY_OF_TYPE_NAME = {
+    "tensor(float)": np.dtype(np.float32), "tensor(double)": np.dtype(np.float64),
+    "tensor(float16)": np.dtype(np.float16), "tensor(int8)": np.dtype(np.int8), "tensor(uint8)": np.dtype(np.uint8),
+    "tensor(int16)": np.dtype(np.int16), "tensor(uint16)": np.dtype(np.uint16), "tensor(int32)": np.dtype(np.int32),
+    "tensor(uint32)": np.dtype(np.uint32), "tensor(int64)": np.dtype(np.int64), "tensor(uint64)": np.dtype(np.uint64),
+    "tensor(bool)": np.dtype(np.bool_),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeArg:
     """What onnxruntime.NodeArg tells: name, type string and shape (ints, dim names or None)."""
@@ -80,6 +89,7 @@ class InferenceSession:
         self._inputs = [_node_arg(info) for info in self._interface.graph.input
                         if info.name not in {t.name for t in self._interface.graph.initializer}]
         self._outputs = [_node_arg(info) for info in self._interface.graph.output]
+        self._input_dtypes = [_NUMPY_OF_TYPE_NAME.get(arg.type) for arg in self._inputs]
         self._lock = threading.Lock()
         self._compiled: collections.OrderedDict = collections.OrderedDict()
         self._whole = None
@@ -130,6 +140,9 @@ class InferenceSession:
 
     def _compiled_for(self, shapes: dict):
         key = tuple(sorted((name, tuple(dims)) for name, dims in shapes.items()))
+        compiled = self._compiled.get(key)
+        if compiled is not None and len(self._compiled) == 1:
+            return compiled  # the common case: one specialisation, nothing to reorder
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is not None:
@@ -137,7 +150,7 @@ class InferenceSession:
                 return compiled
             compiled = pipeline.compile_for_shapes(
                 self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
-                use_reference_kernels=self._choice.ortx.reference_kernels)
+                use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options())
             self._compiled[key] = compiled
             while len(self._compiled) > self._choice.ortx.max_specializations:
                 self._compiled.popitem(last=False)
@@ -230,28 +243,29 @@ class InferenceSession:
     def _checked_feeds(self, input_feed) -> dict[str, np.ndarray]:
         if not isinstance(input_feed, dict):
             raise TypeError(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
-        expected = {arg.name: arg for arg in self._inputs}
-        unknown = sorted(set(input_feed) - set(expected))
-        if unknown:
-            raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {list(expected)}")
-        missing = [name for name in expected if name not in input_feed]
-        if missing:
-            raise ValueError(f"missing input(s) {missing}; the model's inputs are {list(expected)}")
+        if len(input_feed) != len(self._inputs) or not all(arg.name in input_feed for arg in self._inputs):
+            expected = [arg.name for arg in self._inputs]
+            unknown = sorted(set(input_feed) - set(expected))
+            if unknown:
+                raise ValueError(f"unknown input name(s) {unknown}; the model's inputs are {expected}")
+            missing = [name for name in expected if name not in input_feed]
+            raise ValueError(f"missing input(s) {missing}; the model's inputs are {expected}")
         feeds = {}
-        for name, value in input_feed.items():
-            arg = expected[name]
-            array = np.asarray(value)
-            type_name = f"tensor({_numpy_type_name(array.dtype)})"
-            if type_name != arg.type:
-                raise ValueError(f"input {name!r}: got {type_name} ({array.dtype}), the model expects {arg.type}")
+        for arg, expected_dtype in zip(self._inputs, self._input_dtypes):
+            array = np.asarray(input_feed[arg.name], order="C")  # ascontiguousarray would make 0-d arrays 1-d
+            if array.dtype != expected_dtype:
+                type_name = f"tensor({_numpy_type_name(array.dtype)})"
+                if type_name != arg.type:
+                    raise ValueError(f"input {arg.name!r}: got {type_name} ({array.dtype}), the model expects "
+                                     f"{arg.type}")
             if array.ndim != len(arg.shape):
-                raise ValueError(f"input {name!r}: got rank {array.ndim} (shape {array.shape}), the model expects "
-                                 f"rank {len(arg.shape)} (shape {arg.shape})")
+                raise ValueError(f"input {arg.name!r}: got rank {array.ndim} (shape {array.shape}), the model "
+                                 f"expects rank {len(arg.shape)} (shape {arg.shape})")
             for axis, (size, dim) in enumerate(zip(array.shape, arg.shape)):
-                if isinstance(dim, int) and size != dim:
-                    raise ValueError(f"input {name!r}: got shape {array.shape}, the model expects {arg.shape} "
+                if size != dim and isinstance(dim, int):
+                    raise ValueError(f"input {arg.name!r}: got shape {array.shape}, the model expects {arg.shape} "
                                      f"(axis {axis} must be {dim})")
-            feeds[name] = np.asarray(array, order="C")  # ascontiguousarray would make 0-d arrays 1-d
+            feeds[arg.name] = array
         return feeds
 
     def _checked_output_names(self, output_names) -> list[str]:
