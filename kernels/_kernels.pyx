@@ -32,6 +32,9 @@ cdef extern from "ortx_kernels.h":
     const ortx_kernel_entry *ortx_kernel_at(int index) nogil
     int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
                          int num_threads, int use_ref, double *step_seconds) nogil
+    ortx_kernel_fn ortx_kernel_function(int index, int use_ref) nogil
+    ctypedef void (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
+                                     const ortx_kernel_fn *kernels, double *step_seconds) noexcept nogil
     int ORTX_MAX_STEP_BUFFERS
 
 ISA_NAMES = ("portable", "avx2", "avx512")
@@ -89,6 +92,16 @@ def call(str name, ints, floats, list buffers, int num_threads=1, bint use_ref=F
     cdef const float *fp = &float_array[0]
     with nogil:
         fn(ip, fp, pointers, num_threads)
+
+
+def kernel_functions(names, bint use_ref=False):
+    """Addresses of the named kernels' step functions (uint64 array), the table a JIT'd segment calls through."""
+    table = np.zeros(max(len(names), 1), dtype=np.uint64)
+    for index, name in enumerate(names):
+        if name not in KERNEL_IDS:
+            raise KeyError(f"ortx kernel {name!r} does not exist; known kernels: {', '.join(KERNEL_NAMES)}")
+        table[index] = <uint64_t>ortx_kernel_function(KERNEL_IDS[name], use_ref)
+    return table
 
 
 cdef class Program:
@@ -161,3 +174,25 @@ cdef class Program:
                                       num_threads, use_ref, seconds)
         if status != 0:
             raise RuntimeError(f"ortx program failed at step {-status - 1}")
+
+    def run_native(self, uint64_t function, kernel_table, arena, externals, int num_threads=1, step_seconds=None):
+        """Runs a JIT'd segment function (an ortx_segment_fn address) over this program's constants; arena,
+        externals and step_seconds as for `run`; kernel_table from `kernel_functions` (already fast or ref)."""
+        if function == 0:
+            raise ValueError("run_native: null segment function")
+        cdef cnp.ndarray[uint64_t, ndim=1] table = np.ascontiguousarray(kernel_table, dtype=np.uint64)
+        cdef cnp.ndarray[uint64_t, ndim=1] external_array = np.ascontiguousarray(externals, dtype=np.uint64)
+        if external_array.shape[0] == 0:
+            external_array = np.zeros(1, np.uint64)
+        cdef char *arena_pointer = <char *>_address(arena) if arena is not None else NULL
+        cdef void *const *external_pointers = <void *const *>&external_array[0]
+        cdef void *const *constant_pointers = <void *const *>_address(self.constant_pointers)
+        cdef const ortx_kernel_fn *kernels = <const ortx_kernel_fn *>&table[0]
+        cdef double *seconds = NULL
+        if step_seconds is not None:
+            if step_seconds.dtype != np.float64 or step_seconds.shape[0] < self.num_steps:
+                raise ValueError("step_seconds must be a float64 array with one entry per step")
+            seconds = <double *>_address(step_seconds)
+        cdef ortx_segment_fn segment = <ortx_segment_fn>function
+        with nogil:
+            segment(arena_pointer, constant_pointers, external_pointers, num_threads, kernels, seconds)

@@ -62,4 +62,14 @@ typedef struct ortx_program {
 int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
                      int num_threads, int use_ref, double *step_seconds);
 
+/* The step function kernel `index` runs, chosen as ortx_program_run chooses it (ref when asked and present);
+ * NULL for an unknown index. JIT'd segments receive their kernels as a table of these, so their shared objects
+ * never link against the extension. */
+ortx_kernel_fn ortx_kernel_function(int index, int use_ref);
+
+/* A JIT'd segment (ortx/codegen/templates/segment.c): the program's steps as straight-line calls with fixed
+ * arguments. kernels[i] is the i-th kernel the rendered source lists; step_seconds is as for ortx_program_run. */
+typedef void (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
+                                const ortx_kernel_fn *kernels, double *step_seconds);
+
 #endif

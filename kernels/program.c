@@ -44,3 +44,9 @@ int ortx_program_run(const ortx_program *p, char *arena, void *const *constants,
     if (table != stack_table) free(table);
     return status;
 }
+
+ortx_kernel_fn ortx_kernel_function(int index, int use_ref) {
+    const ortx_kernel_entry *entry = ortx_kernel_at(index);
+    if (!entry) return NULL;
+    return use_ref && entry->ref ? entry->ref : entry->fast;
+}

@@ -14,6 +14,8 @@ import time
 import onnx
 import onnx_ir as ir
 
+from ortx.codegen.jit import jit_compile
+from ortx.config import Options
 from ortx.ep.assignment import FUSED_FROM_KEY, Assignment, NodeAssignment
 from ortx.ep.capability import Decision, assign
 from ortx.ep.compile_nodes import compile_segment
@@ -95,8 +97,10 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
         return TensorSpec(value.name, None, dtype)
 
 
-def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int):
-    """Partitions and lowers; a node whose lowering raises is declined with the error and we try again."""
+def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int,
+                     jit: Options | None = None):
+    """Partitions and lowers; a node whose lowering raises is declined with the error and we try again. With
+    `jit` (and jit.jit set), each claimed segment is then also compiled to C (ortx.codegen.jit)."""
     for _ in range(MAX_COMPILE_ROUNDS):
         segments = partition(model.graph, claimed)
         programs = {}
@@ -116,12 +120,16 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                 failed = True
                 break
         if not failed:
+            if jit is not None and jit.jit:
+                programs = {position: jit_compile(program, jit) for position, program in programs.items()}
             return segments, programs
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
 
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
-                       num_threads: int, claim: bool = True, use_reference_kernels: bool = False) -> CompiledModel:
+                       num_threads: int, claim: bool = True, use_reference_kernels: bool = False,
+                       jit: Options | None = None) -> CompiledModel:
+    """`jit`: compile claimed segments to C with these options (None: the step interpreter runs them)."""
     start = time.perf_counter()
     model = specialize(prepared.model, input_shapes)
     decisions = assign(model.graph)
@@ -131,7 +139,7 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
-    segments, programs = _compile_claimed(model, claimed, decisions, num_threads)
+    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit)
     proto = ir.serde.serialize_model(model)
     steps = []
     for position, segment in enumerate(segments):

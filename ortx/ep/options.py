@@ -6,6 +6,8 @@ import os
 
 import onnxruntime
 
+from ortx.config import Options
+
 ORTX_PROVIDER = "OrtxEP"
 
 # OrtxEP's provider options: name -> (description, parser).
@@ -44,6 +46,9 @@ PROVIDER_OPTIONS = {
     "input_shapes": ("fix dynamic input dims at creation, e.g. 'x:1x3x640x640'", _parse_shapes),
     "reference_kernels": ("run the naive reference kernels (debugging numerics)", _parse_bool),
     "max_specializations": ("how many input-shape specialisations to keep compiled (default 8)", _parse_positive_int),
+    "jit": ("'on' (default): compile claimed segments to C with the system compiler, cached on disk; 'off': run "
+            "them on the step interpreter", _parse_bool),
+    "jit_cache_dir": ("where JIT'd segments are cached (default: ORTX_CACHE_DIR, else ~/.cache/ortx)", str),
 }
 
 
@@ -52,6 +57,14 @@ class OrtxOptions:
     input_shapes: dict = dataclasses.field(default_factory=dict)
     reference_kernels: bool = False
     max_specializations: int = 8
+    jit: bool = True
+    jit_cache_dir: str = ""
+
+    def jit_options(self) -> Options | None:
+        """What the pipeline needs to JIT claimed segments, or None when the JIT is off."""
+        if not self.jit:
+            return None
+        return Options.from_environment(cache_dir=self.jit_cache_dir or None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,8 +137,13 @@ class ExecutionPlan:
         timings = None
         if step_seconds is not None:
             timings = np.zeros(step.program.program.num_steps, dtype=np.float64)
-        step.program.program.run(arena, np.array(addresses, dtype=np.uint64), self.num_threads,
-                                 self.use_reference_kernels, timings)
+        externals = np.array(addresses, dtype=np.uint64)
+        native = step.program.native
+        if native is not None:  # the JIT'd segment: the same kernel calls with the arguments compiled in
+            step.program.program.run_native(native.address, native.kernel_table(self.use_reference_kernels), arena,
+                                            externals, self.num_threads, timings)
+        else:
+            step.program.program.run(arena, externals, self.num_threads, self.use_reference_kernels, timings)
         if timings is not None:
             for node, seconds in zip(step.program.step_nodes, timings):
                 step_seconds[node] = step_seconds.get(node, 0.0) + float(seconds)

@@ -135,15 +135,49 @@ class SegmentBuilder:
             [b.value for b in self._buffers],
             self._constants,
         )
-        return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants))
+        listing = tuple(
+            StepListing(_kernels.KERNEL_NAMES[kernel_id], tuple(int(v) for v in step_ints), step_floats.copy(),
+                        tuple((self._buffers[i].kind, self._buffers[i].value) for i in step_buffers), node)
+            for (kernel_id, step_ints, step_floats, step_buffers), node in zip(self._steps, self._step_nodes)
+        )
+        constants = tuple(
+            ConstantListing(self._buffers[i].label, str(self._constants[b.value].dtype),
+                            tuple(self._constants[b.value].shape))
+            for i, b in enumerate(self._buffers) if b.kind == CONSTANT
+        )
+        return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants),
+                               listing, constants)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StepListing:
+    """One step as data, for code generation: buffers are (kind, value) pairs as in the program's buffer table."""
+
+    kernel: str
+    ints: tuple[int, ...]
+    floats: np.ndarray  # float32, kept as an array so rendering sees the exact bits
+    buffers: tuple[tuple[int, int], ...]
+    node: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantListing:
+    label: str
+    dtype: str
+    shape: tuple[int, ...]
 
 
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:
+    """`native` is the JIT'd form of the same steps (ortx.codegen.jit.NativeSegment) when one was built."""
+
     program: "_kernels.Program"
     plan: MemoryPlan
     step_nodes: tuple[str, ...]
     constant_bytes: int
+    steps: tuple[StepListing, ...] = ()
+    constants: tuple[ConstantListing, ...] = ()  # in constant-index order
+    native: object = None
 
     @property
     def arena_bytes(self) -> int:
