@@ -21,6 +21,7 @@ sys.path.insert(0, ROOT)
 
 import onnx  # noqa: E402
 
+from benchmarks._report import write_section  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
 from ortx.measure import compare  # noqa: E402
@@ -90,8 +91,6 @@ def main() -> int:
     median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1:len(ratios) // 2 + 1]) / 2
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
-        "# Benchmarks",
-        "",
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
         f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} "
         "interleaved runs after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
@@ -110,8 +109,7 @@ def main() -> int:
             f"{100 * result.claimed_mac_share:.1f}% | {result.segments} | {result.max_relative_error:.1e} | "
             f"{result.cosine:.6f} | {peaks[0]} | {peaks[1]} |")
     lines += ["", f"Median OrtxEP/ORT ratio over these models: {median:.2f}.", ""]
-    with open(args.output, "w") as handle:
-        handle.write("\n".join(lines))
+    write_section(args.output, "OrtxEP vs ONNX Runtime CPU", "\n".join(lines))
     print("\n".join(lines))
     print(json.dumps({"median_ratio": median}))
     return 0

@@ -1,0 +1,21 @@
+"""BENCHMARKS.md is shared by several benchmark scripts: each owns one `## ` section and replaces only it."""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+
+
+def write_section(path: str, heading: str, body: str) -> None:
+    """Replaces (or appends) the section starting with `## {heading}`, atomically."""
+    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+    section = f"## {heading}\n\n{body.strip()}\n"
+    pattern = re.compile(rf"^## {re.escape(heading)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    directory = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
+        handle.write(text.rstrip("\n") + "\n")
+    os.replace(handle.name, path)
