@@ -1,0 +1,61 @@
+/* ortx_segment_5848e01431ef1e19: one ortx segment as straight-line kernel calls (2 steps, arena 8768 bytes).
+ *
+ * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
+ * offsets are fixed; only the memory is passed in:
+ *   arena      8768 bytes, 64-byte aligned, scratch owned by the caller
+ *   constants  pointers to the segment's read-only tensors, in this order:
+ *     [0] 'conv_3:packed_weights': float32[162]
+ *     [1] 'conv_b_2': float32[4]
+ *   externals  pointers to the segment's inputs, then its outputs (indexes below 2)
+ *   kernels    step functions, in this order (ortx: _kernels.kernel_functions(names)):
+ *     [0] conv2d_f32
+ *     [1] unary_f32
+ *   step_seconds  NULL, or one double per step receiving its wall time
+ * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
+ */
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* The ortx step-function ABI (kernels/ortx_kernels.h), repeated so this file needs no ortx header. */
+typedef void (*ortx_kernel_fn)(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+static double ortx_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *floats, void *const *buffers,
+                      int num_threads, double *seconds) {
+    if (!seconds) {
+        kernel(ints, floats, buffers, num_threads);
+        return;
+    }
+    double start = ortx_now_seconds();
+    kernel(ints, floats, buffers, num_threads);
+    *seconds = ortx_now_seconds() - start;
+}
+
+void ortx_segment_5848e01431ef1e19(
+    char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
+    double *step_seconds) {
+    (void)arena;
+    (void)constants;
+    (void)externals;
+    /* step 0: conv2d_f32, node 'conv_3' */
+    {
+        static const int64_t ints[20] = {1, 3, 8, 8, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+        static const float floats[2] = {0x0p+0f, 0x0p+0f};
+        void *const buffers[6] = {externals[0], constants[0], arena + 7744, arena + 0, constants[1],
+            arena + 7744};
+        ortx_step(kernels[0], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 0 : NULL);
+    }
+    /* step 1: unary_f32, node 'relu_4' */
+    {
+        static const int64_t ints[2] = {1, 256};
+        static const float floats[2] = {0x0p+0f, 0x0p+0f};
+        void *const buffers[2] = {arena + 7744, externals[1]};
+        ortx_step(kernels[1], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 1 : NULL);
+    }
+}
