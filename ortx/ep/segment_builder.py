@@ -12,7 +12,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx import _kernels
-from ortx.ep.lowering._values import constant_value, numpy_dtype, size_bytes
+from ortx.ep.lowering._values import constant_value, size_bytes
 from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import os
 
 import numpy as np
 import onnx

@@ -61,3 +61,25 @@ def attribute(node: ir.Node, name: str, default=None):
 
 def size_bytes(value: ir.Value) -> int:
     return int(np.prod(static_shape(value), dtype=np.int64)) * numpy_dtype(value).itemsize
+
+
+def opset_version(node: ir.Node) -> int:
+    """The default-domain opset the node was written for (its own version, else its graph's import)."""
+    if node.version is not None:
+        return int(node.version)
+    graph = node.graph
+    if graph is not None:
+        for domain in ("", "ai.onnx"):
+            if domain in graph.opset_imports:
+                return int(graph.opset_imports[domain])
+    return 1
+
+
+def string_attribute(node: ir.Node, name: str, default: str) -> str:
+    value = attribute(node, name, default)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def is_used(value: ir.Value | None) -> bool:
+    """Whether an output is read by a node or is a graph output (optional outputs may be unnamed)."""
+    return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())

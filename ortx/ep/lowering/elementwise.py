@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
+from ortx.ep.lowering._values import (NotStatic, attribute, constant_value, is_used, numpy_dtype, opset_version, present,
+                                      static_shape, string_attribute)
 
 FLOAT32 = np.dtype(np.float32)
 FLOAT_LOWEST = float(np.finfo(np.float32).min)  # onnxruntime's Clip default bounds: numeric_limits lowest/max
@@ -40,28 +41,6 @@ VARIADIC = {"Sum": "Add", "Mean": "Add", "Max": "Max", "Min": "Min"}
 
 # ONNX TensorProto codes the cast kernel moves between.
 CAST_CODES = {"float32": 1, "int32": 6, "int64": 7, "bool": 9}
-
-
-# Helpers shared with reduce.py ---------------------------------------------------------------------------------
-def opset_version(node: ir.Node) -> int:
-    """The default-domain opset the node was written for (its own version, else its graph's import)."""
-    if node.version is not None:
-        return int(node.version)
-    graph = node.graph
-    if graph is not None:
-        for domain in ("", "ai.onnx"):
-            if domain in graph.opset_imports:
-                return int(graph.opset_imports[domain])
-    return 1
-
-
-def string_attribute(node: ir.Node, name: str, default: str) -> str:
-    value = attribute(node, name, default)
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def is_used(value: ir.Value | None) -> bool:
-    return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())
 
 
 def tensor_reason(node: ir.Node, value: ir.Value | None, dtypes: tuple[str, ...], what: str) -> str | None:

@@ -13,32 +13,11 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx.ep.lowering import _resize
-from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
+from ortx.ep.lowering._values import (NotStatic, attribute, constant_value, is_used, numpy_dtype, opset_version, present,
+                                      static_shape, string_attribute)
 
 # Packed sub-byte types would need bit-level moves.
 _UNSUPPORTED_DTYPES = {"INT4", "UINT4", "FLOAT4E2M1", "STRING"}
-
-
-# Helpers shared with pool.py ---------------------------------------------------------------------------------
-def opset_version(node: ir.Node) -> int:
-    """The default-domain opset the node was written for (its own version, else its graph's import)."""
-    if node.version is not None:
-        return int(node.version)
-    graph = node.graph
-    if graph is not None:
-        for domain in ("", "ai.onnx"):
-            if domain in graph.opset_imports:
-                return int(graph.opset_imports[domain])
-    return 1
-
-
-def string_attribute(node: ir.Node, name: str, default: str) -> str:
-    value = attribute(node, name, default)
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def value_is_used(value: ir.Value | None) -> bool:
-    return value is not None and value.name != "" and (bool(value.uses()) or value.is_graph_output())
 
 
 def _data_reason(*values: ir.Value) -> str | None:
@@ -96,7 +75,7 @@ def check_alias(node: ir.Node) -> str | None:
 
 
 def check_dropout(node: ir.Node) -> str | None:
-    if len(node.outputs) > 1 and value_is_used(node.outputs[1]):
+    if len(node.outputs) > 1 and is_used(node.outputs[1]):
         return "Dropout: mask output is used"
     if opset_version(node) < 7 and int(attribute(node, "is_test", 0)) != 1:
         return "Dropout: is_test=0 (training) before opset 7"

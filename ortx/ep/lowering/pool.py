@@ -11,8 +11,7 @@ import math
 import numpy as np
 import onnx_ir as ir
 
-from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, static_shape
-from ortx.ep.lowering.layout import opset_version, string_attribute, value_is_used
+from ortx.ep.lowering._values import NotStatic, attribute, is_used, numpy_dtype, opset_version, static_shape, string_attribute
 
 
 def _float_input_reason(node: ir.Node) -> str | None:
@@ -97,7 +96,7 @@ def _check_windowed(node: ir.Node) -> str | None:
 
 
 def check_max_pool(node: ir.Node) -> str | None:
-    if len(node.outputs) > 1 and value_is_used(node.outputs[1]):
+    if len(node.outputs) > 1 and is_used(node.outputs[1]):
         return "MaxPool: Indices output is used (not supported)"
     # storage_order only changes the Indices output, which is unused here
     return _check_windowed(node)

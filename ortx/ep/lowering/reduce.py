@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ortx.ep.lowering._values import attribute, constant_value, numpy_dtype, present, static_shape
-from ortx.ep.lowering.elementwise import CAST_CODES, element_count, is_used, opset_version, tensor_reason
+from ortx.ep.lowering._values import attribute, constant_value, present, static_shape
+from ortx.ep.lowering._values import is_used, opset_version
+from ortx.ep.lowering.elementwise import CAST_CODES, element_count, tensor_reason
 
 # op_type -> (first op, fold op for later steps, post op); ORTX_REDUCE_* / ORTX_REDUCE_POST_* of elementwise.h.
 SUM, SUM_SQUARE, MAX, MIN = 0, 1, 2, 3
