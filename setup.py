@@ -32,8 +32,8 @@ extension = Extension(
     "ortx._kernels",
     sources=sources,
     include_dirs=["kernels", numpy.get_include()],
-    extra_compile_args=["-O3", "-std=gnu11", "-fopenmp", "-fno-strict-aliasing", "-Wno-unused-function"],
-    extra_link_args=["-fopenmp"],
+    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function"],
+    extra_link_args=["-pthread"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
 )
 

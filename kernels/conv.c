@@ -15,14 +15,12 @@
  * Known limits: 2-D only (1-D convs are lowered with H = 1); transposed conv has no depthwise fast path.
  */
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "activation.h"
 #include "conv.h"
 #include "gemm.h"
 #include "ortx_kernels.h"
+#include "threadpool.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -217,6 +215,29 @@ static const ortx_depthwise_plane_fn depthwise_table[] = {
     [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx2, /* AVX-512 CPUs run the AVX2 loop; no 16-lane variant yet */
 };
 
+/* Planes [begin, end) of the batch * channels planes, each in one pass through the thread's padded scratch. */
+typedef struct depthwise_job {
+    const ortx_conv_params *p;
+    ortx_depthwise_plane_fn plane_fn;
+    const float *X, *weights, *bias, *residual;
+    float *Y, *workspace;
+    int64_t planes_floats;
+} depthwise_job;
+
+static void depthwise_planes(void *context, int64_t begin, int64_t end, int thread) {
+    const depthwise_job *job = context;
+    const ortx_conv_params *p = job->p;
+    int64_t channels = p->in_channels, kernel_area = p->kernel_height * p->kernel_width;
+    int64_t in_plane = p->in_height * p->in_width, out_plane = p->out_height * p->out_width;
+    float *planes = job->workspace + thread * job->planes_floats;
+    for (int64_t index = begin; index < end; index++) {
+        int64_t c = index % channels;
+        ortx_depthwise_fill_planes(p, job->X + index * in_plane, planes);
+        job->plane_fn(p, planes, job->weights + c * kernel_area, p->has_bias ? job->bias[c] : 0.0f,
+                      p->has_residual ? job->residual + index * out_plane : NULL, job->Y + index * out_plane);
+    }
+}
+
 static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = clamp_threads(num_threads, &p);
@@ -224,25 +245,11 @@ static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void 
     const float *X = buffers[0], *weights = buffers[1], *bias = buffers[4], *residual = buffers[5];
     float *Y = buffers[2], *workspace = buffers[3];
     int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
-    int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
-    int64_t planes_floats = ortx_depthwise_plane_floats(&p);
+    int64_t out_plane = p.out_height * p.out_width, planes_floats = ortx_depthwise_plane_floats(&p);
     /* as in ortx_sgemm: small convs (< ~2M multiply-adds) stay on one thread */
     if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 128) threads = 1;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int thread = 0;
-#ifdef _OPENMP
-        thread = omp_get_thread_num();
-#endif
-        float *planes = workspace + thread * planes_floats;
-#pragma omp for schedule(static)
-        for (int64_t index = 0; index < p.batch * channels; index++) {
-            int64_t c = index % channels;
-            ortx_depthwise_fill_planes(&p, X + index * in_plane, planes);
-            plane_fn(&p, planes, weights + c * kernel_area, p.has_bias ? bias[c] : 0.0f,
-                     p.has_residual ? residual + index * out_plane : NULL, Y + index * out_plane);
-        }
-    }
+    depthwise_job job = {&p, plane_fn, X, weights, bias, residual, Y, workspace, planes_floats};
+    ortx_parallel_range(threads, p.batch * channels, ORTX_TASKS_PER_THREAD * threads, depthwise_planes, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -253,6 +260,52 @@ static int64_t transpose_col_floats(const ortx_conv_params *p) {
     return (p->out_channels / p->group) * p->kernel_height * p->kernel_width * p->in_height * p->in_width;
 }
 
+/* col2im for output channels [begin, end) of group g, image n: each channel is summed by one task, in a fixed
+ * tap order, so results do not depend on the split. */
+typedef struct col2im_job {
+    const ortx_conv_params *p;
+    const ortx_gemm_isa *isa;
+    const float *col, *bias, *residual;
+    float *Y;
+    int64_t n, g;
+} col2im_job;
+
+static void col2im_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const col2im_job *job = context;
+    const ortx_conv_params p = *job->p;
+    const ortx_gemm_isa *isa = job->isa;
+    const float *col = job->col, *bias = job->bias, *residual = job->residual;
+    float *Y = job->Y;
+    int64_t n = job->n, g = job->g, cout_g = p.out_channels / p.group;
+    int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
+    for (int64_t co = begin; co < end; co++) {
+        int64_t channel = g * cout_g + co, y_offset = (n * p.out_channels + channel) * out_plane;
+        float *y = Y + y_offset;
+        float start = p.has_bias ? bias[channel] : 0.0f;
+        for (int64_t i = 0; i < out_plane; i++) y[i] = start;
+        for (int64_t ky = 0; ky < p.kernel_height; ky++) {
+            for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                const float *source = col + ((co * p.kernel_height + ky) * p.kernel_width + kx) * in_plane;
+                int64_t offset = kx * p.dilation_width - p.pad_left, sw = p.stride_width;
+                /* input columns with 0 <= ix*sw + offset < OW */
+                int64_t first = min64(p.in_width, max64(0, floor_div(-offset + sw - 1, sw)));
+                int64_t end = min64(p.in_width, max64(first, floor_div(p.out_width - 1 - offset, sw) + 1));
+                for (int64_t iy = 0; iy < p.in_height; iy++) {
+                    int64_t oy = iy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                    if (oy < 0 || oy >= p.out_height) continue;
+                    float *out = y + oy * p.out_width + offset;
+                    const float *in = source + iy * p.in_width;
+                    for (int64_t ix = first; ix < end; ix++) out[ix * sw] += in[ix];
+                }
+            }
+        }
+        if (p.has_residual)
+            for (int64_t i = 0; i < out_plane; i++) y[i] += residual[y_offset + i];
+        isa->activation(y, out_plane, (int)p.activation, p.param0, p.param1);
+    }
+}
+
 static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = clamp_threads(num_threads, &p);
@@ -261,7 +314,7 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
     float *Y = buffers[2], *workspace = buffers[3];
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t kernel_area = p.kernel_height * p.kernel_width, in_plane = p.in_height * p.in_width;
-    int64_t out_plane = p.out_height * p.out_width, M = cout_g * kernel_area;
+    int64_t M = cout_g * kernel_area;
     float *col = workspace;
     float *gemm_workspace = workspace + (transpose_col_floats(&p) + 15) / 16 * 16;
     ortx_gemm_epilogue plain = {.alpha = 1.0f};
@@ -270,32 +323,8 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
             ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(M, cin_g), 1, 0, 0, NULL, NULL};
             ortx_gemm_operand B = {X + (n * p.in_channels + g * cin_g) * in_plane, 0, in_plane, 1, NULL, NULL};
             ortx_sgemm(M, in_plane, cin_g, &A, &B, col, in_plane, &plain, gemm_workspace, threads);
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-            for (int64_t co = 0; co < cout_g; co++) {
-                int64_t channel = g * cout_g + co, y_offset = (n * p.out_channels + channel) * out_plane;
-                float *y = Y + y_offset;
-                float start = p.has_bias ? bias[channel] : 0.0f;
-                for (int64_t i = 0; i < out_plane; i++) y[i] = start;
-                for (int64_t ky = 0; ky < p.kernel_height; ky++) {
-                    for (int64_t kx = 0; kx < p.kernel_width; kx++) {
-                        const float *source = col + ((co * p.kernel_height + ky) * p.kernel_width + kx) * in_plane;
-                        int64_t offset = kx * p.dilation_width - p.pad_left, sw = p.stride_width;
-                        /* input columns with 0 <= ix*sw + offset < OW */
-                        int64_t first = min64(p.in_width, max64(0, floor_div(-offset + sw - 1, sw)));
-                        int64_t end = min64(p.in_width, max64(first, floor_div(p.out_width - 1 - offset, sw) + 1));
-                        for (int64_t iy = 0; iy < p.in_height; iy++) {
-                            int64_t oy = iy * p.stride_height - p.pad_top + ky * p.dilation_height;
-                            if (oy < 0 || oy >= p.out_height) continue;
-                            float *out = y + oy * p.out_width + offset;
-                            const float *in = source + iy * p.in_width;
-                            for (int64_t ix = first; ix < end; ix++) out[ix * sw] += in[ix];
-                        }
-                    }
-                }
-                if (p.has_residual)
-                    for (int64_t i = 0; i < out_plane; i++) y[i] += residual[y_offset + i];
-                isa->activation(y, out_plane, (int)p.activation, p.param0, p.param1);
-            }
+            col2im_job job = {&p, isa, col, bias, residual, Y, n, g};
+            ortx_parallel_range(threads, cout_g, ORTX_TASKS_PER_THREAD * threads, col2im_channels, &job);
         }
     }
 }

@@ -1,8 +1,9 @@
 /* Family "elementwise": unary ops, broadcasting binary ops, per-channel affine (folded BatchNormalization), Cast.
  *
- * Each kernel here is the dispatcher: it splits the work into fixed blocks (OpenMP over blocks when large; every
- * element is computed independently, so any split gives bitwise the same result) and runs the selected ISA's
- * row function on each block, or the portable loop for ops that ISA does not vectorise.
+ * Each kernel here is the dispatcher: it splits the work into fixed blocks (ranges of blocks are tasks of the
+ * thread pool when large; every element is computed independently, so any split gives bitwise the same result)
+ * and runs the selected ISA's row function on each block, or the portable loop for ops that ISA does not
+ * vectorise.
  *
  * unary_f32: ints = [op, count]; floats = [p0, p1]; buffers = [x, y]. op: ORTX_UNARY_* / ORTX_ACT_* codes
  *   (elementwise.h), p0/p1 their parameters (LeakyRelu alpha, Clip min/max, HardSigmoid alpha/beta, Elu alpha,
@@ -26,8 +27,9 @@
 #include "elementwise.h"
 #include "isa.h"
 #include "ortx_kernels.h"
+#include "threadpool.h"
 
-/* Block of one parallel work item: large enough to amortise the OpenMP split, a multiple of every vector width. */
+/* Block of one parallel work item: large enough to amortise a task, a multiple of every vector width. */
 #define ORTX_ELEMENTWISE_BLOCK 16384
 /* Below this many elements the whole op runs on the calling thread. */
 #define ORTX_ELEMENTWISE_PARALLEL_MIN 65536
@@ -46,6 +48,20 @@ extern void ortx_where_ref(const int64_t *, const float *, void *const *, int);
 static int threads_for(int64_t count, int num_threads) {
     return count >= ORTX_ELEMENTWISE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
 }
+
+/* Splits `items` work items over threads_for(elements) threads, ORTX_TASKS_PER_THREAD chunks per thread. */
+static void split_items(int64_t elements, int num_threads, int64_t items, ortx_range_fn fn, void *job) {
+    int threads = threads_for(elements, num_threads);
+    ortx_parallel_range(threads, items, (int64_t)ORTX_TASKS_PER_THREAD * threads, fn, job);
+}
+
+/* The step's own arguments: most kernels' tasks need nothing else. */
+typedef struct step_job {
+    const int64_t *ints;
+    const float *floats;
+    void *const *buffers;
+    int isa;
+} step_job;
 
 /* Unary ---------------------------------------------------------------------------------------------------- */
 __attribute__((always_inline)) static inline void unary_loop_portable(int op, float p0, float p1, const float *x,
@@ -91,19 +107,24 @@ void ortx_unary_f32_range(int op, float p0, float p1, const float *x, float *y, 
     unary_range(ortx_selected_isa(), op, p0, p1, x, y, n);
 }
 
-static void ortx_unary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    int op = (int)ints[0];
-    int64_t count = ints[1];
-    const float *x = buffers[0];
-    float *y = buffers[1];
-    int isa = ortx_selected_isa();
-    int64_t blocks = (count + ORTX_ELEMENTWISE_BLOCK - 1) / ORTX_ELEMENTWISE_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(threads_for(count, num_threads))
-    for (int64_t block = 0; block < blocks; block++) {
+static void unary_blocks(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t count = job->ints[1];
+    const float *x = job->buffers[0];
+    float *y = job->buffers[1];
+    for (int64_t block = begin; block < end; block++) {
         int64_t start = block * ORTX_ELEMENTWISE_BLOCK;
         int64_t length = count - start < ORTX_ELEMENTWISE_BLOCK ? count - start : ORTX_ELEMENTWISE_BLOCK;
-        unary_range(isa, op, floats[0], floats[1], x + start, y + start, length);
+        unary_range(job->isa, (int)job->ints[0], job->floats[0], job->floats[1], x + start, y + start, length);
     }
+}
+
+static void ortx_unary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int64_t count = ints[1];
+    int64_t blocks = (count + ORTX_ELEMENTWISE_BLOCK - 1) / ORTX_ELEMENTWISE_BLOCK;
+    step_job job = {ints, floats, buffers, ortx_selected_isa()};
+    split_items(count, num_threads, blocks, unary_blocks, &job);
 }
 
 /* Binary --------------------------------------------------------------------------------------------------- */
@@ -164,46 +185,63 @@ static void binary_row_f32(int isa, int op, const float *a, int64_t sa, const fl
     binary_row_f32_portable(op, a, sa, b, sb, y, n);
 }
 
-static void ortx_binary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    broadcast_walk walk = walk_from(ints);
-    const float *a = buffers[0], *b = buffers[1];
-    float *y = buffers[2];
-    int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];
-    int isa = ortx_selected_isa();
-    int64_t items = walk.rows * walk.blocks_per_row;
-#pragma omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))
-    for (int64_t item = 0; item < items; item++) {
-        int64_t row = item / walk.blocks_per_row, start = (item % walk.blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;
-        int64_t length = walk.row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk.row_length - start
-                                                                           : ORTX_ELEMENTWISE_BLOCK;
+/* A broadcasting kernel's walk and buffers, for its tasks. */
+typedef struct walk_job {
+    broadcast_walk walk;
+    void *const *buffers;
+    int isa;
+} walk_job;
+
+static void binary_f32_items(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const walk_job *job = context;
+    const broadcast_walk *walk = &job->walk;
+    const float *a = job->buffers[0], *b = job->buffers[1];
+    float *y = job->buffers[2];
+    int64_t sa = walk->a_strides[walk->rank - 1], sb = walk->b_strides[walk->rank - 1];
+    for (int64_t item = begin; item < end; item++) {
+        int64_t row = item / walk->blocks_per_row, start = (item % walk->blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;
+        int64_t length = walk->row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk->row_length - start
+                                                                            : ORTX_ELEMENTWISE_BLOCK;
         int64_t a_offset, b_offset;
-        row_offsets(&walk, row, &a_offset, &b_offset);
-        binary_row_f32(isa, walk.op, a + a_offset + start * sa, sa, b + b_offset + start * sb, sb,
-                       y + row * walk.row_length + start, length);
+        row_offsets(walk, row, &a_offset, &b_offset);
+        binary_row_f32(job->isa, walk->op, a + a_offset + start * sa, sa, b + b_offset + start * sb, sb,
+                       y + row * walk->row_length + start, length);
     }
 }
 
+static void ortx_binary_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    walk_job job = {walk_from(ints), buffers, ortx_selected_isa()};
+    split_items(job.walk.rows * job.walk.row_length, num_threads, job.walk.rows * job.walk.blocks_per_row,
+                binary_f32_items, &job);
+}
+
 #define ORTX_BINARY_INT_KERNEL(name, type, scalar)                                                            \
+    static void name##_items(void *context, int64_t begin, int64_t end, int thread) {                        \
+        (void)thread;                                                                                         \
+        const walk_job *job = context;                                                                        \
+        const broadcast_walk *walk = &job->walk;                                                              \
+        const type *a = job->buffers[0], *b = job->buffers[1];                                                \
+        type *y = job->buffers[2];                                                                            \
+        int64_t sa = walk->a_strides[walk->rank - 1], sb = walk->b_strides[walk->rank - 1];                   \
+        for (int64_t item = begin; item < end; item++) {                                                      \
+            int64_t row = item / walk->blocks_per_row;                                                        \
+            int64_t start = (item % walk->blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;                           \
+            int64_t length = walk->row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk->row_length - start     \
+                                                                                : ORTX_ELEMENTWISE_BLOCK;     \
+            int64_t a_offset, b_offset;                                                                       \
+            row_offsets(walk, row, &a_offset, &b_offset);                                                     \
+            const type *ar = a + a_offset + start * sa, *br = b + b_offset + start * sb;                      \
+            type *yr = y + row * walk->row_length + start;                                                    \
+            for (int64_t i = 0; i < length; i++) yr[i] = scalar(walk->op, ar[i * sa], br[i * sb]);            \
+        }                                                                                                     \
+    }                                                                                                         \
     static void name(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {       \
         (void)floats;                                                                                         \
-        broadcast_walk walk = walk_from(ints);                                                                \
-        const type *a = buffers[0], *b = buffers[1];                                                          \
-        type *y = buffers[2];                                                                                 \
-        int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];                       \
-        int64_t items = walk.rows * walk.blocks_per_row;                                                      \
-        _Pragma("omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))") \
-        for (int64_t item = 0; item < items; item++) {                                                        \
-            int64_t row = item / walk.blocks_per_row;                                                         \
-            int64_t start = (item % walk.blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;                            \
-            int64_t length = walk.row_length - start < ORTX_ELEMENTWISE_BLOCK ? walk.row_length - start       \
-                                                                               : ORTX_ELEMENTWISE_BLOCK;      \
-            int64_t a_offset, b_offset;                                                                       \
-            row_offsets(&walk, row, &a_offset, &b_offset);                                                    \
-            const type *ar = a + a_offset + start * sa, *br = b + b_offset + start * sb;                      \
-            type *yr = y + row * walk.row_length + start;                                                     \
-            for (int64_t i = 0; i < length; i++) yr[i] = scalar(walk.op, ar[i * sa], br[i * sb]);             \
-        }                                                                                                     \
+        walk_job job = {walk_from(ints), buffers, ORTX_ISA_PORTABLE};                                         \
+        split_items(job.walk.rows * job.walk.row_length, num_threads, job.walk.rows * job.walk.blocks_per_row, \
+                    name##_items, &job);                                                                      \
     }
 ORTX_BINARY_INT_KERNEL(ortx_binary_i64, int64_t, ortx_binary_scalar_i64)
 ORTX_BINARY_INT_KERNEL(ortx_binary_i32, int32_t, ortx_binary_scalar_i32)
@@ -211,39 +249,44 @@ ORTX_BINARY_INT_KERNEL(ortx_binary_i32, int32_t, ortx_binary_scalar_i32)
 
 /* Comparisons and Where ------------------------------------------------------------------------------------ */
 #define ORTX_COMPARE_KERNEL(name, type)                                                                       \
+    static void name##_rows(void *context, int64_t begin, int64_t end, int thread) {                         \
+        (void)thread;                                                                                         \
+        const walk_job *job = context;                                                                        \
+        const broadcast_walk *walk = &job->walk;                                                              \
+        const type *a = job->buffers[0], *b = job->buffers[1];                                                \
+        uint8_t *y = job->buffers[2];                                                                         \
+        int64_t sa = walk->a_strides[walk->rank - 1], sb = walk->b_strides[walk->rank - 1];                   \
+        for (int64_t row = begin; row < end; row++) {                                                         \
+            int64_t a_offset, b_offset;                                                                       \
+            row_offsets(walk, row, &a_offset, &b_offset);                                                     \
+            const type *ar = a + a_offset, *br = b + b_offset;                                                \
+            uint8_t *yr = y + row * walk->row_length;                                                         \
+            for (int64_t i = 0; i < walk->row_length; i++) yr[i] = ortx_compare(walk->op, ar[i * sa], br[i * sb]); \
+        }                                                                                                     \
+    }                                                                                                         \
     static void name(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {       \
         (void)floats;                                                                                         \
-        broadcast_walk walk = walk_from(ints);                                                                \
-        const type *a = buffers[0], *b = buffers[1];                                                          \
-        uint8_t *y = buffers[2];                                                                              \
-        int64_t sa = walk.a_strides[walk.rank - 1], sb = walk.b_strides[walk.rank - 1];                       \
-        _Pragma("omp parallel for schedule(static) num_threads(threads_for(walk.rows * walk.row_length, num_threads))") \
-        for (int64_t row = 0; row < walk.rows; row++) {                                                       \
-            int64_t a_offset, b_offset;                                                                       \
-            row_offsets(&walk, row, &a_offset, &b_offset);                                                    \
-            const type *ar = a + a_offset, *br = b + b_offset;                                                \
-            uint8_t *yr = y + row * walk.row_length;                                                          \
-            for (int64_t i = 0; i < walk.row_length; i++) yr[i] = ortx_compare(walk.op, ar[i * sa], br[i * sb]); \
-        }                                                                                                     \
+        walk_job job = {walk_from(ints), buffers, ORTX_ISA_PORTABLE};                                         \
+        split_items(job.walk.rows * job.walk.row_length, num_threads, job.walk.rows, name##_rows, &job);      \
     }
 ORTX_COMPARE_KERNEL(ortx_compare_f32, float)
 ORTX_COMPARE_KERNEL(ortx_compare_i64, int64_t)
 ORTX_COMPARE_KERNEL(ortx_compare_i32, int32_t)
 #undef ORTX_COMPARE_KERNEL
 
-static void ortx_where(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
+static void where_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    const int64_t *ints = job->ints;
     int64_t bytes = ints[0];
     int rank = (int)ints[1];
     const int64_t *dims = ints + 2, *strides[3] = {ints + 2 + rank, ints + 2 + 2 * rank, ints + 2 + 3 * rank};
-    const uint8_t *condition = buffers[0];
-    const char *x = buffers[1], *y = buffers[2];
-    char *out = buffers[3];
-    int64_t rows = 1, length = dims[rank - 1];
-    for (int axis = 0; axis + 1 < rank; axis++) rows *= dims[axis];
+    const uint8_t *condition = job->buffers[0];
+    const char *x = job->buffers[1], *y = job->buffers[2];
+    char *out = job->buffers[3];
+    int64_t length = dims[rank - 1];
     int64_t sc = strides[0][rank - 1], sx = strides[1][rank - 1], sy = strides[2][rank - 1];
-#pragma omp parallel for schedule(static) num_threads(threads_for(rows * length, num_threads))
-    for (int64_t row = 0; row < rows; row++) {
+    for (int64_t row = begin; row < end; row++) {
         int64_t offsets[3] = {0, 0, 0}, rest = row;
         for (int axis = rank - 2; axis >= 0; axis--) {
             int64_t index = rest % dims[axis];
@@ -264,6 +307,14 @@ static void ortx_where(const int64_t *ints, const float *floats, void *const *bu
     }
 }
 
+static void ortx_where(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int rank = (int)ints[1];
+    int64_t rows = 1, length = ints[2 + rank - 1];
+    for (int axis = 0; axis + 1 < rank; axis++) rows *= ints[2 + axis];
+    step_job job = {ints, floats, buffers, ORTX_ISA_PORTABLE};
+    split_items(rows * length, num_threads, rows, where_rows, &job);
+}
+
 /* Channel affine ------------------------------------------------------------------------------------------- */
 static void affine_row(int isa, const float *x, float scale, float shift, float *y, int64_t n) {
 #if ORTX_HAVE_X86
@@ -274,19 +325,23 @@ static void affine_row(int isa, const float *x, float scale, float shift, float 
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale + shift;
 }
 
+static void affine_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t channels = job->ints[1], inner = job->ints[2];
+    const float *x = job->buffers[0], *scale = job->buffers[1], *shift = job->buffers[2];
+    float *y = job->buffers[3];
+    for (int64_t row = begin; row < end; row++) {
+        int64_t channel = row % channels;
+        affine_row(job->isa, x + row * inner, scale[channel], shift[channel], y + row * inner, inner);
+    }
+}
+
 static void ortx_channel_affine_f32(const int64_t *ints, const float *floats, void *const *buffers,
                                     int num_threads) {
-    (void)floats;
-    int64_t outer = ints[0], channels = ints[1], inner = ints[2];
-    const float *x = buffers[0], *scale = buffers[1], *shift = buffers[2];
-    float *y = buffers[3];
-    int isa = ortx_selected_isa();
-    int64_t rows = outer * channels;
-#pragma omp parallel for schedule(static) num_threads(threads_for(rows * inner, num_threads))
-    for (int64_t row = 0; row < rows; row++) {
-        int64_t channel = row % channels;
-        affine_row(isa, x + row * inner, scale[channel], shift[channel], y + row * inner, inner);
-    }
+    int64_t rows = ints[0] * ints[1];
+    step_job job = {ints, floats, buffers, ortx_selected_isa()};
+    split_items(rows * ints[2], num_threads, rows, affine_rows, &job);
 }
 
 /* Cast ----------------------------------------------------------------------------------------------------- */
@@ -301,20 +356,14 @@ static double load_as_double(int type, const void *x, int64_t i) {
     }
 }
 
-static void ortx_cast(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    int from = (int)ints[0], to = (int)ints[1];
-    int64_t count = ints[2];
-    const void *x = buffers[0];
-    void *y = buffers[1];
-    if (from == to) {
-        size_t width = from == ONNX_BOOL ? 1 : (from == ONNX_INT64 ? 8 : 4);
-        if (x != y) memmove(y, x, (size_t)count * width);
-        return;
-    }
-    /* int64 <-> int32 go through integers (wrap like a C cast) rather than double, which would round above 2^53. */
-#pragma omp parallel for schedule(static) num_threads(threads_for(count, num_threads))
-    for (int64_t i = 0; i < count; i++) {
+/* int64 <-> int32 go through integers (wrap like a C cast) rather than double, which would round above 2^53. */
+static void cast_elements(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int from = (int)job->ints[0], to = (int)job->ints[1];
+    const void *x = job->buffers[0];
+    void *y = job->buffers[1];
+    for (int64_t i = begin; i < end; i++) {
         if (from == ONNX_INT64 && to == ONNX_INT32) {
             ((int32_t *)y)[i] = (int32_t)((const int64_t *)x)[i];
         } else if (from == ONNX_INT64 && to == ONNX_BOOL) {
@@ -331,6 +380,21 @@ static void ortx_cast(const int64_t *ints, const float *floats, void *const *buf
             }
         }
     }
+}
+
+static void ortx_cast(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    int from = (int)ints[0], to = (int)ints[1];
+    int64_t count = ints[2];
+    const void *x = buffers[0];
+    void *y = buffers[1];
+    if (from == to) {
+        size_t width = from == ONNX_BOOL ? 1 : (from == ONNX_INT64 ? 8 : 4);
+        if (x != y) memmove(y, x, (size_t)count * width);
+        return;
+    }
+    step_job job = {ints, floats, buffers, ORTX_ISA_PORTABLE};
+    split_items(count, num_threads, count, cast_elements, &job);
 }
 
 const ortx_kernel_entry ortx_family_elementwise[] = {

@@ -13,13 +13,11 @@
  * The ISA-specific pieces (micro-kernels, epilogue) come from one table indexed by ortx_selected_isa().
  */
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "activation.h"
 #include "gemm.h"
 #include "ortx_kernels.h"
+#include "threadpool.h"
 
 static const ortx_gemm_isa *const isa_table[] = {
     [ORTX_ISA_PORTABLE] = &ortx_gemm_isa_portable,
@@ -226,6 +224,40 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
     }
 }
 
+/* One task per thread: task t of `parts` takes the t-th slice of N (in NR panels) or of M (in MR panels); the
+ * slice depends only on t, and every output element is summed in the same order in any slice. */
+typedef struct sgemm_job {
+    const ortx_gemm_isa *isa;
+    int64_t M, N, K;
+    const ortx_gemm_operand *A, *B;
+    float *C;
+    int64_t ldc;
+    const ortx_gemm_epilogue *epilogue;
+    uintptr_t base;
+    int64_t per_thread, m_panels, n_panels;
+    int split_n, parts;
+} sgemm_job;
+
+static void sgemm_task(void *context, int64_t task, int thread) {
+    const sgemm_job *job = context;
+    int64_t M = job->M, N = job->N, K = job->K;
+    float *a_buffer = (float *)job->base + thread * job->per_thread;
+    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
+    int64_t kc = min64(ORTX_GEMM_KC, K);
+    float *b_buffer = a_buffer + ((mc * kc + 15) & ~(int64_t)15);
+    int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
+    if (job->split_n) {
+        n0 = job->n_panels * task / job->parts * ORTX_GEMM_NR;
+        n1 = min64(N, job->n_panels * (task + 1) / job->parts * ORTX_GEMM_NR);
+    } else {
+        m0 = job->m_panels * task / job->parts * ORTX_GEMM_MR;
+        m1 = min64(M, job->m_panels * (task + 1) / job->parts * ORTX_GEMM_MR);
+    }
+    if (m0 < m1 && n0 < n1)
+        sgemm_range(job->isa, M, N, K, job->A, job->B, job->C, job->ldc, job->epilogue, m0, m1, n0, n1, a_buffer,
+                    b_buffer);
+}
+
 void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, const ortx_gemm_operand *B, float *C,
                 int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads) {
     const ortx_gemm_isa *isa = ortx_gemm_select_isa();
@@ -246,28 +278,8 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
      * needs a few panels per thread for balance. */
     if ((double)M * N * K < 128.0 * 128 * 128) threads = 1;
     int split_n = n_panels >= 4 * threads || n_panels >= m_panels;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-        int thread = 0, count = 1;
-#ifdef _OPENMP
-        thread = omp_get_thread_num();
-        count = omp_get_num_threads();
-#endif
-        float *a_buffer = (float *)base + thread * per_thread;
-        int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
-        int64_t kc = min64(ORTX_GEMM_KC, K);
-        float *b_buffer = a_buffer + ((mc * kc + 15) & ~(int64_t)15);
-        int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
-        if (split_n) {
-            n0 = n_panels * thread / count * ORTX_GEMM_NR;
-            n1 = min64(N, n_panels * (thread + 1) / count * ORTX_GEMM_NR);
-        } else {
-            m0 = m_panels * thread / count * ORTX_GEMM_MR;
-            m1 = min64(M, m_panels * (thread + 1) / count * ORTX_GEMM_MR);
-        }
-        if (m0 < m1 && n0 < n1)
-            sgemm_range(isa, M, N, K, A, B, C, ldc, epilogue, m0, m1, n0, n1, a_buffer, b_buffer);
-    }
+    sgemm_job job = {isa, M, N, K, A, B, C, ldc, epilogue, base, per_thread, m_panels, n_panels, split_n, threads};
+    ortx_parallel_for(threads, threads, sgemm_task, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -293,40 +305,51 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
  *   buffers: [0] int64[3] out: workspace bytes, packed-A floats, packed-B floats
  * ------------------------------------------------------------------------------------------------------------- */
 
+/* One task per batch problem; with by_batch each runs on one thread in that thread's workspace slice. */
+typedef struct gemm_batch_job {
+    const int64_t *ints;
+    const float *floats;
+    void *const *buffers;
+    int64_t slice;
+    int by_batch, threads;
+} gemm_batch_job;
+
+static void gemm_batch_task(void *context, int64_t b, int thread) {
+    const gemm_batch_job *job = context;
+    const int64_t *ints = job->ints;
+    const float *floats = job->floats;
+    int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
+    const float *a_data = job->buffers[0], *b_data = job->buffers[1];
+    float *Y = job->buffers[2], *workspace = job->buffers[3];
+    const float *bias = job->buffers[4], *residual = job->buffers[5];
+    const int64_t *a_offsets = ints + 17, *b_offsets = ints + 17 + batch;
+    ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6], NULL, NULL};
+    ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9], NULL, NULL};
+    ortx_gemm_epilogue epilogue = {
+        .alpha = floats[0],
+        .bias_row = ints[10] == 1 ? bias : NULL,
+        .bias_col = ints[10] == 2 ? bias : NULL,
+        .residual = ints[11] ? residual + b * ints[14] : NULL,
+        .residual_row_stride = ints[12],
+        .residual_col_stride = ints[13],
+        .residual_scale = floats[1],
+        .activation = (int)ints[15],
+        .param0 = floats[2],
+        .param1 = floats[3],
+    };
+    float *scratch = job->by_batch ? workspace + thread * job->slice : workspace;
+    ortx_sgemm(M, N, K, &A, &B, Y + b * M * N, N, &epilogue, scratch, job->by_batch ? 1 : job->threads);
+}
+
 static void gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
-    const float *a_data = buffers[0], *b_data = buffers[1];
-    float *Y = buffers[2], *workspace = buffers[3];
-    const float *bias = buffers[4], *residual = buffers[5];
-    const int64_t *a_offsets = ints + 17, *b_offsets = ints + 17 + batch;
     int threads = num_threads < 1 ? 1 : num_threads;
     if (threads > ints[16]) threads = ints[16] < 1 ? 1 : (int)ints[16];
     /* Many small problems: one per thread (each with its workspace slice); else each uses all threads. */
     int by_batch = threads > 1 && batch > 1 && (batch % threads == 0 || batch >= 4 * threads);
     int64_t slice = ortx_sgemm_workspace_floats(M, N, K, 1);
-#pragma omp parallel for schedule(static) num_threads(threads) if (by_batch)
-    for (int64_t b = 0; b < batch; b++) {
-        ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6], NULL, NULL};
-        ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9], NULL, NULL};
-        ortx_gemm_epilogue epilogue = {
-            .alpha = floats[0],
-            .bias_row = ints[10] == 1 ? bias : NULL,
-            .bias_col = ints[10] == 2 ? bias : NULL,
-            .residual = ints[11] ? residual + b * ints[14] : NULL,
-            .residual_row_stride = ints[12],
-            .residual_col_stride = ints[13],
-            .residual_scale = floats[1],
-            .activation = (int)ints[15],
-            .param0 = floats[2],
-            .param1 = floats[3],
-        };
-        int thread = 0;
-#ifdef _OPENMP
-        if (by_batch) thread = omp_get_thread_num();
-#endif
-        float *scratch = by_batch ? workspace + thread * slice : workspace;
-        ortx_sgemm(M, N, K, &A, &B, Y + b * M * N, N, &epilogue, scratch, by_batch ? 1 : threads);
-    }
+    gemm_batch_job job = {ints, floats, buffers, slice, by_batch, threads};
+    ortx_parallel_for(by_batch ? threads : 1, batch, gemm_batch_task, &job);
 }
 
 static void gemm_pack_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {

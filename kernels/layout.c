@@ -31,6 +31,7 @@
 #include "isa.h"
 #include "layout_internal.h"
 #include "ortx_kernels.h"
+#include "threadpool.h"
 
 void ortx_copy_rows_ref(const int64_t *, const float *, void *const *, int);
 void ortx_strided_copy_ref(const int64_t *, const float *, void *const *, int);
@@ -44,10 +45,32 @@ void ortx_resize_linear_f32_ref(const int64_t *, const float *, void *const *, i
 
 static int threads_for(int64_t nbytes, int num_threads) { return nbytes >= PARALLEL_MIN_BYTES ? num_threads : 1; }
 
+/* Splits `items` independent work items (each writes its own output bytes) over threads_for(nbytes) threads. */
+static void split_items(int64_t nbytes, int num_threads, int64_t items, ortx_range_fn fn, void *job) {
+    int threads = threads_for(nbytes, num_threads);
+    ortx_parallel_range(threads, items, (int64_t)ORTX_TASKS_PER_THREAD * threads, fn, job);
+}
+
+/* The step's own arguments, for kernels whose tasks need nothing else. */
+typedef struct step_job {
+    const int64_t *ints;
+    const float *floats;
+    void *const *buffers;
+} step_job;
+
 static void ortx_copy_bytes(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
     (void)num_threads;
     if (buffers[0] != buffers[1]) memmove(buffers[1], buffers[0], (size_t)ints[0]);
+}
+
+static void copy_rows_range(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    const int64_t row_bytes = job->ints[1], src_stride = job->ints[2], dst_stride = job->ints[3];
+    const char *src = (const char *)job->buffers[0] + job->ints[4];
+    char *dst = (char *)job->buffers[1] + job->ints[5];
+    for (int64_t r = begin; r < end; r++) memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)row_bytes);
 }
 
 static void ortx_copy_rows(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -59,8 +82,8 @@ static void ortx_copy_rows(const int64_t *ints, const float *floats, void *const
         memcpy(dst, src, (size_t)(rows * row_bytes));
         return;
     }
-#pragma omp parallel for num_threads(threads_for(rows * row_bytes, num_threads)) schedule(static)
-    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * dst_stride, src + r * src_stride, (size_t)row_bytes);
+    step_job job = {ints, floats, buffers};
+    split_items(rows * row_bytes, num_threads, rows, copy_rows_range, &job);
 }
 
 /* strided_copy ----------------------------------------------------------------------------------------------- */
@@ -139,6 +162,50 @@ static void transpose_tile(char *d, const char *s, int64_t elem, int64_t r0, int
     }
 }
 
+typedef struct strided_job {
+    const view *v;
+    const char *src;
+    char *dst;
+    int64_t elem;
+    int last, unit;
+    int64_t inner, inner_stride, rows, dst_row, row_tiles, col_tiles;
+} strided_job;
+
+/* Case transpose: tiles [begin, end) of outer x row_tiles x col_tiles. */
+static void transpose_tiles(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const strided_job *job = context;
+    const int64_t elem = job->elem, rows = job->rows, inner = job->inner;
+    for (int64_t task = begin; task < end; task++) {
+        const int64_t o = task / (job->row_tiles * job->col_tiles);
+        const int64_t r0 = (task / job->col_tiles) % job->row_tiles * TILE, c0 = task % job->col_tiles * TILE;
+        const char *s = job->src + outer_offset(job->v, job->last, job->unit, o) * elem;
+        char *d = job->dst + outer_dst_offset(job->v, job->last, job->unit, o) * elem;
+        const int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < inner ? c0 + TILE : inner;
+        transpose_tile(d, s, elem, r0, r1, c0, c1, job->dst_row, job->inner_stride);
+    }
+}
+
+/* Output rows [begin, end) of `inner` elements each. */
+static void strided_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const strided_job *job = context;
+    const int64_t elem = job->elem, inner = job->inner, inner_stride = job->inner_stride;
+    for (int64_t o = begin; o < end; o++) {
+        const char *s = job->src + outer_offset(job->v, job->last, -1, o) * elem;
+        char *d = job->dst + o * inner * elem;
+        if (inner_stride == 1) {
+            /* Case runs: trailing dims unchanged */
+            memcpy(d, s, (size_t)(inner * elem));
+        } else if (inner_stride == 0) {
+            /* Case broadcast: one element repeated */
+            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s, elem);
+        } else {
+            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s + i * inner_stride * elem, elem);
+        }
+    }
+}
+
 static void ortx_strided_copy(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
     const int64_t elem = ints[0];
@@ -161,47 +228,29 @@ static void ortx_strided_copy(const int64_t *ints, const float *floats, void *co
         for (int k = unit + 1; k < v.rank; k++) dst_row *= v.shape[k];
         const int64_t outer = total / (rows * inner);
         const int64_t row_tiles = (rows + TILE - 1) / TILE, col_tiles = (inner + TILE - 1) / TILE;
-#pragma omp parallel for num_threads(threads) schedule(static)
-        for (int64_t task = 0; task < outer * row_tiles * col_tiles; task++) {
-            const int64_t o = task / (row_tiles * col_tiles);
-            const int64_t r0 = (task / col_tiles) % row_tiles * TILE, c0 = task % col_tiles * TILE;
-            const char *s = src + outer_offset(&v, last, unit, o) * elem;
-            char *d = dst + outer_dst_offset(&v, last, unit, o) * elem;
-            const int64_t r1 = r0 + TILE < rows ? r0 + TILE : rows, c1 = c0 + TILE < inner ? c0 + TILE : inner;
-            transpose_tile(d, s, elem, r0, r1, c0, c1, dst_row, inner_stride);
-        }
+        strided_job job = {&v, src, dst, elem, last, unit, inner, inner_stride, rows, dst_row, row_tiles, col_tiles};
+        ortx_parallel_range(threads, outer * row_tiles * col_tiles, (int64_t)ORTX_TASKS_PER_THREAD * threads,
+                            transpose_tiles, &job);
         return;
     }
-    const int64_t outer = total / inner;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t o = 0; o < outer; o++) {
-        const char *s = src + outer_offset(&v, last, -1, o) * elem;
-        char *d = dst + o * inner * elem;
-        if (inner_stride == 1) {
-            /* Case runs: trailing dims unchanged */
-            memcpy(d, s, (size_t)(inner * elem));
-        } else if (inner_stride == 0) {
-            /* Case broadcast: one element repeated */
-            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s, elem);
-        } else {
-            for (int64_t i = 0; i < inner; i++) ortx_copy_element(d + i * elem, s + i * inner_stride * elem, elem);
-        }
-    }
+    strided_job job = {&v, src, dst, elem, last, -1, inner, inner_stride, 0, 0, 0, 0};
+    ortx_parallel_range(threads, total / inner, (int64_t)ORTX_TASKS_PER_THREAD * threads, strided_rows, &job);
 }
 
 /* gather ------------------------------------------------------------------------------------------------------ */
 
-static void ortx_gather(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    const int64_t elem = ints[0], outer = ints[1], axis_dim = ints[2], inner = ints[3], count = ints[4];
-    const int64_t index_bytes = ints[5];
-    const char *data = (const char *)buffers[0];
-    char *out = (char *)buffers[2];
+static void gather_runs(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    const int64_t elem = job->ints[0], axis_dim = job->ints[2], inner = job->ints[3], count = job->ints[4];
+    const int64_t index_bytes = job->ints[5];
+    const char *data = (const char *)job->buffers[0];
+    const void *indices = job->buffers[1];
+    char *out = (char *)job->buffers[2];
     const size_t run = (size_t)(inner * elem);
-#pragma omp parallel for num_threads(threads_for(outer * count * (int64_t)run, num_threads)) schedule(static)
-    for (int64_t task = 0; task < outer * count; task++) {
+    for (int64_t task = begin; task < end; task++) {
         const int64_t o = task / count, i = task % count;
-        int64_t index = index_bytes == 4 ? ((const int32_t *)buffers[1])[i] : ((const int64_t *)buffers[1])[i];
+        int64_t index = index_bytes == 4 ? ((const int32_t *)indices)[i] : ((const int64_t *)indices)[i];
         if (index < 0) index += axis_dim;
         char *d = out + task * (int64_t)run;
         if (index < 0 || index >= axis_dim)
@@ -211,25 +260,35 @@ static void ortx_gather(const int64_t *ints, const float *floats, void *const *b
     }
 }
 
+static void ortx_gather(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    const int64_t elem = ints[0], outer = ints[1], inner = ints[3], count = ints[4];
+    step_job job = {ints, floats, buffers};
+    split_items(outer * count * inner * elem, num_threads, outer * count, gather_runs, &job);
+}
+
 /* pad --------------------------------------------------------------------------------------------------------- */
 
-static void ortx_pad(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    const int64_t elem = ints[0];
-    const int rank = (int)ints[1], mode = (int)ints[2];
-    const int64_t *in = ints + 4, *begin = ints + 4 + rank, *out = ints + 4 + 2 * rank;
+typedef struct pad_job {
+    const char *src;
+    char *dst;
+    const int64_t *in, *begin, *out;
+    int64_t elem;
+    int rank, mode;
+    int64_t out_w, in_w, pad_w, lo, hi;
     char constant[8];
-    memcpy(constant, &ints[3], 8);
-    const char *src = (const char *)buffers[0];
-    char *dst = (char *)buffers[1];
-    const int64_t out_w = out[rank - 1], in_w = in[rank - 1], pad_w = begin[rank - 1];
-    int64_t rows = 1;
-    for (int k = 0; k < rank - 1; k++) rows *= out[k];
-    /* columns [lo, hi) of an output row copy one contiguous run of the source row */
-    int64_t lo = pad_w > 0 ? pad_w : 0, hi = pad_w + in_w < out_w ? pad_w + in_w : out_w;
-    if (hi < lo) hi = lo;
-#pragma omp parallel for num_threads(threads_for(rows * out_w * elem, num_threads)) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
+} pad_job;
+
+/* Output rows [r0, r1): columns [lo, hi) copy one contiguous run of the source row, the rest map one by one. */
+static void pad_rows(void *context, int64_t r0, int64_t r1, int thread) {
+    (void)thread;
+    const pad_job *job = context;
+    const char *src = job->src, *constant = job->constant;
+    char *dst = job->dst;
+    const int64_t *in = job->in, *begin = job->begin, *out = job->out;
+    const int64_t elem = job->elem, out_w = job->out_w, in_w = job->in_w, pad_w = job->pad_w;
+    const int64_t lo = job->lo, hi = job->hi;
+    const int rank = job->rank, mode = job->mode;
+    for (int64_t r = r0; r < r1; r++) {
         char *d = dst + r * out_w * elem;
         int64_t source_row = 0, index = r;
         int outside = 0;
@@ -256,6 +315,24 @@ static void ortx_pad(const int64_t *ints, const float *floats, void *const *buff
             ortx_copy_element(d + c * elem, sc < 0 ? constant : s + sc * elem, elem);
         }
     }
+}
+
+static void ortx_pad(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    const int64_t elem = ints[0];
+    const int rank = (int)ints[1], mode = (int)ints[2];
+    const int64_t *in = ints + 4, *begin = ints + 4 + rank, *out = ints + 4 + 2 * rank;
+    const char *src = (const char *)buffers[0];
+    char *dst = (char *)buffers[1];
+    const int64_t out_w = out[rank - 1], in_w = in[rank - 1], pad_w = begin[rank - 1];
+    int64_t rows = 1;
+    for (int k = 0; k < rank - 1; k++) rows *= out[k];
+    /* columns [lo, hi) of an output row copy one contiguous run of the source row */
+    int64_t lo = pad_w > 0 ? pad_w : 0, hi = pad_w + in_w < out_w ? pad_w + in_w : out_w;
+    if (hi < lo) hi = lo;
+    pad_job job = {src, dst, in, begin, out, elem, rank, mode, out_w, in_w, pad_w, lo, hi, {0}};
+    memcpy(job.constant, &ints[3], 8);
+    split_items(rows * out_w * elem, num_threads, rows, pad_rows, &job);
 }
 
 /* resize ------------------------------------------------------------------------------------------------------ */
@@ -287,6 +364,44 @@ static void nearest_rows(char *d, int64_t copies, const char *s, const int64_t *
     for (int64_t r = 1; r < copies; r++) memcpy(d + r * (int64_t)row_bytes, d, row_bytes);
 }
 
+typedef struct nearest_job {
+    const int64_t *const *maps;
+    const int64_t *in, *out;
+    const char *src;
+    char *dst;
+    int rank;
+    int64_t elem, factor, out_h;
+} nearest_job;
+
+/* Output planes [begin, end) (all dims but the last two); rows repeating the previous source row are copied from
+ * the previous output row. */
+static void nearest_planes(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const nearest_job *job = context;
+    const int64_t *const *maps = job->maps;
+    const int64_t *in = job->in, *out = job->out;
+    const int rank = job->rank;
+    const int64_t elem = job->elem, out_h = job->out_h, out_w = out[rank - 1], in_w = in[rank - 1];
+    const int64_t in_h = rank >= 2 ? in[rank - 2] : 1;
+    for (int64_t plane = begin; plane < end; plane++) {
+        int64_t source_plane = 0, index = plane, step = 1;
+        for (int k = rank - 3; k >= 0; k--) {
+            source_plane += maps[k][index % out[k]] * step;
+            index /= out[k];
+            step *= in[k];
+        }
+        for (int64_t y = 0; y < out_h;) {
+            const int64_t sy = rank >= 2 ? maps[rank - 2][y] : 0;
+            int64_t copies = 1;
+            while (y + copies < out_h && maps[rank - 2][y + copies] == sy) copies++;
+            nearest_rows(job->dst + (plane * out_h + y) * out_w * elem, copies,
+                         job->src + ((source_plane * in_h) + sy) * in_w * elem, maps[rank - 1], out_w, in_w, elem,
+                         job->factor);
+            y += copies;
+        }
+    }
+}
+
 static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
     const int64_t elem = ints[0];
@@ -305,37 +420,20 @@ static void ortx_resize_nearest(const int64_t *ints, const float *floats, void *
     int64_t rows = 1, out_h = rank >= 2 ? out[rank - 2] : 1;
     for (int k = 0; k < rank - 1; k++) rows *= out[k];
     const int64_t planes = rows / out_h;
-    /* one task per output plane (all dims but the last two); rows repeating the previous source row are copied
-     * from the previous output row */
-#pragma omp parallel for num_threads(threads_for(rows * out_w * elem, num_threads)) schedule(static)
-    for (int64_t plane = 0; plane < planes; plane++) {
-        int64_t source_plane = 0, index = plane, step = 1;
-        for (int k = rank - 3; k >= 0; k--) {
-            source_plane += maps[k][index % out[k]] * step;
-            index /= out[k];
-            step *= in[k];
-        }
-        const int64_t in_h = rank >= 2 ? in[rank - 2] : 1;
-        for (int64_t y = 0; y < out_h;) {
-            const int64_t sy = rank >= 2 ? maps[rank - 2][y] : 0;
-            int64_t copies = 1;
-            while (y + copies < out_h && maps[rank - 2][y + copies] == sy) copies++;
-            nearest_rows(dst + (plane * out_h + y) * out_w * elem, copies,
-                         src + ((source_plane * in_h) + sy) * in_w * elem, maps[rank - 1], out_w, in_w, elem, factor);
-            y += copies;
-        }
-    }
+    nearest_job job = {maps, in, out, src, dst, rank, elem, factor, out_h};
+    split_items(rows * out_w * elem, num_threads, planes, nearest_planes, &job);
 }
 
-static void ortx_resize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers,
-                                   int num_threads) {
-    const int64_t outer = ints[0], in_h = ints[1], in_w = ints[2], out_h = ints[3], out_w = ints[4];
+static void linear_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    const int64_t *ints = job->ints;
+    const int64_t in_h = ints[1], in_w = ints[2], out_h = ints[3], out_w = ints[4];
     const int64_t *y0 = ints + 5, *y1 = y0 + out_h, *x0 = y1 + out_h, *x1 = x0 + out_w;
-    const float *wy0 = floats, *wy1 = wy0 + out_h, *wx0 = wy1 + out_h, *wx1 = wx0 + out_w;
-    const float *src = (const float *)buffers[0];
-    float *dst = (float *)buffers[1];
-#pragma omp parallel for num_threads(threads_for(outer * out_h * out_w * 4, num_threads)) schedule(static)
-    for (int64_t row = 0; row < outer * out_h; row++) {
+    const float *wy0 = job->floats, *wy1 = wy0 + out_h, *wx0 = wy1 + out_h, *wx1 = wx0 + out_w;
+    const float *src = (const float *)job->buffers[0];
+    float *dst = (float *)job->buffers[1];
+    for (int64_t row = begin; row < end; row++) {
         const int64_t plane = row / out_h, y = row % out_h;
         const float *top = src + (plane * in_h + y0[y]) * in_w, *bottom = src + (plane * in_h + y1[y]) * in_w;
         float *d = dst + row * out_w;
@@ -346,6 +444,13 @@ static void ortx_resize_linear_f32(const int64_t *ints, const float *floats, voi
             d[x] = a * t + b * u;
         }
     }
+}
+
+static void ortx_resize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                   int num_threads) {
+    const int64_t outer = ints[0], out_h = ints[3], out_w = ints[4];
+    step_job job = {ints, floats, buffers};
+    split_items(outer * out_h * out_w * 4, num_threads, outer * out_h, linear_rows, &job);
 }
 
 const ortx_kernel_entry ortx_family_layout[] = {

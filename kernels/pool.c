@@ -7,7 +7,7 @@
  * global_avgpool_f32, global_maxpool_f32: ints = [channels (N*C), spatial (product of spatial dims)];
  *   buffers = [x, y].
  *
- * Structure: a driver walks (channel, d, h) output rows in an OpenMP loop over channels and hands each row's
+ * Structure: a driver walks (channel, d, h) output rows, ranges of channels as thread-pool tasks, and hands each row's
  * valid input rows to a row function; the AVX2 row function vectorises along the output width for strides 1
  * and 2 with dilation 1 (ISA variant in pool_avx2.c). Every variant reduces taps in the reference's order
  * (d, h, then w), so windowed results match the reference bitwise; global averages use 8-lane partial sums.
@@ -18,6 +18,7 @@
 #include "isa.h"
 #include "ortx_kernels.h"
 #include "pool_internal.h"
+#include "threadpool.h"
 
 void ortx_maxpool_f32_ref(const int64_t *, const float *, void *const *, int);
 void ortx_avgpool_f32_ref(const int64_t *, const float *, void *const *, int);
@@ -91,40 +92,52 @@ static ortx_pool_row_fn select_row_fn(void) {
     return ortx_pool_row_f32_portable;
 }
 
-static void pool_driver(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
-    const ortx_pool_params p = ortx_pool_params_read(ints);
-    const float *x = (const float *)buffers[0];
-    float *y = (float *)buffers[1];
-    const ortx_pool_row_fn row_fn = select_row_fn();
-    const int64_t in_plane = p.in[0] * p.in[1] * p.in[2];
-    const int64_t out_plane = p.out[0] * p.out[1] * p.out[2];
-    const int64_t max_rows = p.kernel[0] * p.kernel[1];
-#pragma omp parallel num_threads(num_threads)
-    {
-        const float **rows = malloc(sizeof(float *) * (size_t)(max_rows > 0 ? max_rows : 1));
-#pragma omp for schedule(static)
-        for (int64_t c = 0; c < p.channels; c++) {
-            const float *xc = x + c * in_plane;
-            float *yc = y + c * out_plane;
-            for (int64_t od = 0; od < p.out[0]; od++) {
-                int64_t d_first, d_last, d_padded;
-                ortx_pool_taps(&p, 0, od, &d_first, &d_last, &d_padded);
-                const int64_t d_start = od * p.stride[0] - p.pad_begin[0];
-                for (int64_t oh = 0; oh < p.out[1]; oh++) {
-                    int64_t h_first, h_last, h_padded;
-                    ortx_pool_taps(&p, 1, oh, &h_first, &h_last, &h_padded);
-                    const int64_t h_start = oh * p.stride[1] - p.pad_begin[1];
-                    int64_t num_rows = 0;
-                    for (int64_t i = d_first; i < d_last; i++)
-                        for (int64_t j = h_first; j < h_last; j++)
-                            rows[num_rows++] = xc + ((d_start + i * p.dilation[0]) * p.in[1] +
-                                                     (h_start + j * p.dilation[1])) * p.in[2];
-                    row_fn(rows, num_rows, d_padded * h_padded, yc + (od * p.out[1] + oh) * p.out[2], &p, is_max);
-                }
+typedef struct pool_job {
+    ortx_pool_params p;
+    const float *x;
+    float *y;
+    ortx_pool_row_fn row_fn;
+    int is_max;
+} pool_job;
+
+/* Channels [begin, end): every output row of each, with one scratch of row pointers per range. */
+static void pool_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const pool_job *job = context;
+    const ortx_pool_params *p = &job->p;
+    const int64_t in_plane = p->in[0] * p->in[1] * p->in[2];
+    const int64_t out_plane = p->out[0] * p->out[1] * p->out[2];
+    const int64_t max_rows = p->kernel[0] * p->kernel[1];
+    const float **rows = malloc(sizeof(float *) * (size_t)(max_rows > 0 ? max_rows : 1));
+    if (!rows) return;
+    for (int64_t c = begin; c < end; c++) {
+        const float *xc = job->x + c * in_plane;
+        float *yc = job->y + c * out_plane;
+        for (int64_t od = 0; od < p->out[0]; od++) {
+            int64_t d_first, d_last, d_padded;
+            ortx_pool_taps(p, 0, od, &d_first, &d_last, &d_padded);
+            const int64_t d_start = od * p->stride[0] - p->pad_begin[0];
+            for (int64_t oh = 0; oh < p->out[1]; oh++) {
+                int64_t h_first, h_last, h_padded;
+                ortx_pool_taps(p, 1, oh, &h_first, &h_last, &h_padded);
+                const int64_t h_start = oh * p->stride[1] - p->pad_begin[1];
+                int64_t num_rows = 0;
+                for (int64_t i = d_first; i < d_last; i++)
+                    for (int64_t j = h_first; j < h_last; j++)
+                        rows[num_rows++] = xc + ((d_start + i * p->dilation[0]) * p->in[1] +
+                                                 (h_start + j * p->dilation[1])) * p->in[2];
+                job->row_fn(rows, num_rows, d_padded * h_padded, yc + (od * p->out[1] + oh) * p->out[2], p,
+                            job->is_max);
             }
         }
-        free(rows);
     }
+    free(rows);
+}
+
+static void pool_driver(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
+    pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], select_row_fn(), is_max};
+    int threads = num_threads < 1 ? 1 : num_threads;
+    ortx_parallel_range(threads, job.p.channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, pool_channels, &job);
 }
 
 static void ortx_maxpool_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -138,9 +151,7 @@ static void ortx_avgpool_f32(const int64_t *ints, const float *floats, void *con
 }
 
 /* Portable global pools: four partial sums per channel so the compiler can keep several adds in flight. */
-static void global_pool_portable(const float *x, float *y, int64_t channels, int64_t spatial, int is_max,
-                                 int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static)
+static void global_pool_portable(const float *x, float *y, int64_t channels, int64_t spatial, int is_max) {
     for (int64_t c = 0; c < channels; c++) {
         const float *xc = x + c * spatial;
         float acc[4];
@@ -164,16 +175,32 @@ static void global_pool_portable(const float *x, float *y, int64_t channels, int
     }
 }
 
-static void global_pool(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
-    const float *x = (const float *)buffers[0];
-    float *y = (float *)buffers[1];
+typedef struct global_pool_job {
+    const float *x;
+    float *y;
+    int64_t spatial;
+    int is_max, isa;
+} global_pool_job;
+
+/* Channels [begin, end), each reduced whole by one task. */
+static void global_pool_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const global_pool_job *job = context;
+    const float *x = job->x + begin * job->spatial;
+    float *y = job->y + begin;
 #if ORTX_HAVE_X86
-    if (ortx_selected_isa() >= ORTX_ISA_AVX2) {
-        ortx_global_pool_f32_avx2(x, y, ints[0], ints[1], is_max, num_threads);
+    if (job->isa >= ORTX_ISA_AVX2) {
+        ortx_global_pool_f32_avx2(x, y, end - begin, job->spatial, job->is_max);
         return;
     }
 #endif
-    global_pool_portable(x, y, ints[0], ints[1], is_max, num_threads);
+    global_pool_portable(x, y, end - begin, job->spatial, job->is_max);
+}
+
+static void global_pool(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
+    global_pool_job job = {buffers[0], buffers[1], ints[1], is_max, ortx_selected_isa()};
+    int threads = num_threads < 1 ? 1 : num_threads;
+    ortx_parallel_range(threads, ints[0], (int64_t)ORTX_TASKS_PER_THREAD * threads, global_pool_channels, &job);
 }
 
 static void ortx_global_avgpool_f32(const int64_t *ints, const float *floats, void *const *buffers,

@@ -58,8 +58,7 @@ ORTX_TARGET_AVX2 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t n
 
 /* Global pools: four 8-lane accumulators over the channel's plane, combined in a fixed order. */
 ORTX_TARGET_AVX2 void ortx_global_pool_f32_avx2(const float *x, float *y, int64_t channels, int64_t spatial,
-                                                int is_max, int num_threads) {
-#pragma omp parallel for num_threads(num_threads) schedule(static)
+                                                int is_max) {
     for (int64_t c = 0; c < channels; c++) {
         const float *xc = x + c * spatial;
         const __m256 init = is_max ? _mm256_set1_ps(-FLT_MAX) : _mm256_setzero_ps();

@@ -70,7 +70,6 @@ void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int6
                                 const ortx_pool_params *p, int is_max);
 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                             const ortx_pool_params *p, int is_max);
-void ortx_global_pool_f32_avx2(const float *x, float *y, int64_t channels, int64_t spatial, int is_max,
-                               int num_threads);
+void ortx_global_pool_f32_avx2(const float *x, float *y, int64_t channels, int64_t spatial, int is_max);
 
 #endif

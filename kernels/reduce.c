@@ -23,6 +23,7 @@
 #include "elementwise.h"
 #include "isa.h"
 #include "ortx_kernels.h"
+#include "threadpool.h"
 
 #define ORTX_REDUCE_BLOCK 4096
 #define ORTX_REDUCE_PARALLEL_MIN 32768
@@ -35,6 +36,21 @@ extern void ortx_arg_extreme_f32_ref(const int64_t *, const float *, void *const
 static int threads_for(int64_t work, int num_threads) {
     return work >= ORTX_REDUCE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
 }
+
+/* Splits `items` work items over threads_for(work) threads. Each output is computed by one item, in an order
+ * that does not depend on the split, so results are the same for any thread count. */
+static void split_items(int64_t work, int num_threads, int64_t items, ortx_range_fn fn, void *job) {
+    int threads = threads_for(work, num_threads);
+    ortx_parallel_range(threads, items, (int64_t)ORTX_TASKS_PER_THREAD * threads, fn, job);
+}
+
+/* The step's own arguments: the tasks read their sizes from ints like the kernel does. */
+typedef struct step_job {
+    const int64_t *ints;
+    const float *floats;
+    void *const *buffers;
+    int isa;
+} step_job;
 
 /* Portable rows ------------------------------------------------------------------------------------------- */
 static float fold_portable(int op, const float *x, int64_t n) {
@@ -138,29 +154,45 @@ static float post_op(int post, float scale, float value) {
 }
 
 /* Kernels ------------------------------------------------------------------------------------------------- */
-static void ortx_reduce_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    int op = (int)ints[0], post = (int)ints[4];
-    int64_t outer = ints[1], length = ints[2], inner = ints[3];
-    float scale = floats[0];
-    const float *x = buffers[0];
-    float *y = buffers[1];
-    int isa = ortx_selected_isa();
-    int threads = threads_for(outer * length * inner, num_threads);
-    if (inner == 1) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t o = 0; o < outer; o++) y[o] = post_op(post, scale, fold(isa, op, x + o * length, length));
-        return;
-    }
+static void reduce_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int op = (int)job->ints[0], post = (int)job->ints[4];
+    int64_t length = job->ints[2];
+    const float *x = job->buffers[0];
+    float *y = job->buffers[1];
+    for (int64_t o = begin; o < end; o++) y[o] = post_op(post, job->floats[0], fold(job->isa, op, x + o * length, length));
+}
+
+/* Items [begin, end) of outer x inner blocks: whole inner rows accumulated r = 0, 1, ... */
+static void reduce_blocks(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int op = (int)job->ints[0], post = (int)job->ints[4];
+    int64_t length = job->ints[2], inner = job->ints[3];
     int64_t blocks = (inner + ORTX_REDUCE_BLOCK - 1) / ORTX_REDUCE_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t item = 0; item < outer * blocks; item++) {
+    const float *x = job->buffers[0];
+    float *y = job->buffers[1];
+    for (int64_t item = begin; item < end; item++) {
         int64_t o = item / blocks, start = (item % blocks) * ORTX_REDUCE_BLOCK;
         int64_t n = inner - start < ORTX_REDUCE_BLOCK ? inner - start : ORTX_REDUCE_BLOCK;
         float *into = y + o * inner + start;
-        for (int64_t r = 0; r < length; r++) accumulate(isa, op, r == 0, x + (o * length + r) * inner + start, into, n);
+        for (int64_t r = 0; r < length; r++)
+            accumulate(job->isa, op, r == 0, x + (o * length + r) * inner + start, into, n);
         if (post != ORTX_REDUCE_POST_NONE)
-            for (int64_t i = 0; i < n; i++) into[i] = post_op(post, scale, into[i]);
+            for (int64_t i = 0; i < n; i++) into[i] = post_op(post, job->floats[0], into[i]);
     }
+}
+
+static void ortx_reduce_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int64_t outer = ints[1], length = ints[2], inner = ints[3];
+    step_job job = {ints, floats, buffers, ortx_selected_isa()};
+    if (inner == 1) {
+        split_items(outer * length, num_threads, outer, reduce_rows, &job);
+        return;
+    }
+    int64_t blocks = (inner + ORTX_REDUCE_BLOCK - 1) / ORTX_REDUCE_BLOCK;
+    split_items(outer * length * inner, num_threads, outer * blocks, reduce_blocks, &job);
 }
 
 /* Softmax along a strided axis (inner > 1): per outer slab, max over r, y = x - max, exp on the whole slab with
@@ -183,47 +215,59 @@ static void softmax_strided(int isa, const float *x, float *y, int64_t length, i
     }
 }
 
+static void softmax_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t length = job->ints[1];
+    const float *x = job->buffers[0];
+    float *y = job->buffers[1];
+    for (int64_t o = begin; o < end; o++) softmax_row(job->isa, x + o * length, y + o * length, length, (int)job->ints[3]);
+}
+
+/* Outer slabs [begin, end), with one scratch of 2 * inner floats per range. */
+static void softmax_slabs(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t length = job->ints[1], inner = job->ints[2];
+    const float *x = job->buffers[0];
+    float *y = job->buffers[1];
+    float *scratch = malloc(sizeof(float) * (size_t)(2 * inner));
+    if (!scratch) return;
+    for (int64_t o = begin; o < end; o++)
+        softmax_strided(job->isa, x + o * length * inner, y + o * length * inner, length, inner, (int)job->ints[3],
+                        scratch);
+    free(scratch);
+}
+
 static void ortx_softmax_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
     int64_t outer = ints[0], length = ints[1], inner = ints[2];
-    int log = (int)ints[3];
-    const float *x = buffers[0];
-    float *y = buffers[1];
-    int isa = ortx_selected_isa();
-    int threads = threads_for(outer * length * inner, num_threads);
-    if (inner == 1) {
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (int64_t o = 0; o < outer; o++) softmax_row(isa, x + o * length, y + o * length, length, log);
-        return;
-    }
-#pragma omp parallel num_threads(threads)
-    {
-        float *scratch = malloc(sizeof(float) * (size_t)(2 * inner));
-#pragma omp for schedule(static)
-        for (int64_t o = 0; o < outer; o++)
-            if (scratch) softmax_strided(isa, x + o * length * inner, y + o * length * inner, length, inner, log, scratch);
-        free(scratch);
-    }
+    step_job job = {ints, floats, buffers, ortx_selected_isa()};
+    split_items(outer * length * inner, num_threads, outer, inner == 1 ? softmax_rows : softmax_slabs, &job);
+}
+
+static void layer_norm_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t length = job->ints[1];
+    const float *x = job->buffers[0], *scale = job->buffers[1], *bias = job->ints[2] ? job->buffers[2] : NULL;
+    float *y = job->buffers[3];
+    for (int64_t row = begin; row < end; row++)
+        layer_norm_row(job->isa, x + row * length, scale, bias, job->floats[0], y + row * length, length);
 }
 
 static void ortx_layer_norm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    int64_t rows = ints[0], length = ints[1];
-    const float *x = buffers[0], *scale = buffers[1], *bias = ints[2] ? buffers[2] : NULL;
-    float *y = buffers[3];
-    int isa = ortx_selected_isa();
-#pragma omp parallel for schedule(static) num_threads(threads_for(rows * length, num_threads))
-    for (int64_t row = 0; row < rows; row++)
-        layer_norm_row(isa, x + row * length, scale, bias, floats[0], y + row * length, length);
+    step_job job = {ints, floats, buffers, ortx_selected_isa()};
+    split_items(ints[0] * ints[1], num_threads, ints[0], layer_norm_rows, &job);
 }
 
-static void ortx_arg_extreme_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    int64_t outer = ints[0], length = ints[1], inner = ints[2];
-    int is_min = (int)ints[3], last = (int)ints[4];
-    const float *x = buffers[0];
-    int64_t *y = buffers[1];
-#pragma omp parallel for schedule(static) num_threads(threads_for(outer * length * inner, num_threads))
-    for (int64_t o = 0; o < outer; o++)
+static void arg_extreme_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const step_job *job = context;
+    int64_t length = job->ints[1], inner = job->ints[2];
+    int is_min = (int)job->ints[3], last = (int)job->ints[4];
+    const float *x = job->buffers[0];
+    int64_t *y = job->buffers[1];
+    for (int64_t o = begin; o < end; o++)
         for (int64_t i = 0; i < inner; i++) {
             const float *column = x + o * length * inner + i;
             float best = column[0];
@@ -238,6 +282,11 @@ static void ortx_arg_extreme_f32(const int64_t *ints, const float *floats, void 
             }
             y[o * inner + i] = best_index;
         }
+}
+
+static void ortx_arg_extreme_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    step_job job = {ints, floats, buffers, ORTX_ISA_PORTABLE};
+    split_items(ints[0] * ints[1] * ints[2], num_threads, ints[0], arg_extreme_rows, &job);
 }
 
 const ortx_kernel_entry ortx_family_reduce[] = {

@@ -1,0 +1,350 @@
+/* Family "threadpool": the kernels' pthread pool (threadpool.h) and a probe kernel that tests drive it with.
+ *
+ * The pool: one job slot, workers 1..W (W grows up to the largest num_threads - 1 requested, at most
+ * ORTX_POOL_MAX_THREADS - 1), the caller is thread 0. A call:
+ *   1. takes the pool (`busy` 0 -> 1); if another caller holds it, or this is a call from inside a task, runs the
+ *      tasks serially on the calling thread instead;
+ *   2. writes the job (task, context, num_tasks, threads, next = done = left = 0), then publishes it with one
+ *      store of `state` = (sequence << 32) | OPEN | joined 0, and wakes workers blocked on the condition variable;
+ *   3. runs tasks itself, claiming indices with fetch_add(next) like every worker, until none is left;
+ *   4. waits until done == num_tasks (only for tasks some thread has claimed and is running);
+ *   5. closes the job: fetch_and(state, ~OPEN) returns the final joined count J; waits until left == J;
+ *   6. releases the pool (busy = 0) and returns.
+ * A worker spins on `state` for up to ORTX_POOL_SPIN_NS (pause in the loop), then blocks on the condition
+ * variable. On a new sequence with OPEN set it joins with compare_exchange(state: s -> s + 1), which succeeds only
+ * while that very job is still open; then it claims and runs tasks like the caller, increments done per task and
+ * finally increments left, after which it touches nothing of the job.
+ *
+ * Why a late worker never touches a finished job: joining and closing are read-modify-writes of the same atomic
+ * word, so they are totally ordered. A worker whose join comes after the close fails its compare_exchange (OPEN is
+ * clear, or the sequence has moved on to a later job), and it has only read job fields, all atomics, as hints.
+ * A worker whose join comes before the close is counted in J, so the caller waits in step 5 until it has left;
+ * that wait is short, because a joined worker is running: it needs only to find `next` exhausted. The job slot is
+ * rewritten only by the next holder of `busy`, after every joined worker has left. Writes by tasks are published by
+ * the seq_cst fetch_add(done) and seen by the caller's seq_cst load of done, so results are visible on return.
+ * Why the caller never waits for a worker that did not start: it waits only for claimed tasks (step 4) and joined
+ * workers (step 5); a descheduled worker that never joined is not counted anywhere, and the caller runs its share.
+ * Why no wake-up is lost: a blocking worker increments `sleepers` and re-reads `state` under the mutex; the caller
+ * stores `state` and then reads `sleepers` (both seq_cst), so either the worker sees the new job or the caller sees
+ * the sleeper and broadcasts under the mutex.
+ * Fork: a child has no workers; pthread_atfork's child handler resets the pool to empty (the workers are recreated
+ * on the child's first parallel call). Threads are never joined or stopped: they live until the process exits.
+ * Known limits: one job at a time (concurrent callers run serially); the sequence is 32 bits, so a worker would
+ * have to sleep through 2^32 jobs without being woken for an ABA (impossible: every publish broadcasts to sleepers).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "threadpool.h"
+
+#define ORTX_POOL_MAX_THREADS 64
+/* How long an idle worker spins before blocking: back-to-back kernel steps are a few us apart, so 100 us catches
+ * the next step of a running segment while a pool idle between runs soon stops using its core. */
+#define ORTX_POOL_SPIN_NS 100000
+/* How long the caller spins waiting for running tasks before it also yields its core between checks. */
+#define ORTX_POOL_WAIT_SPIN_NS 50000
+
+#define STATE_OPEN ((uint64_t)1 << 31)
+#define STATE_JOINED_MASK (STATE_OPEN - 1)
+
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+typedef struct pool {
+    /* owned by the holder of busy */
+    _Alignas(64) atomic_int busy;
+    uint32_t sequence;
+    int workers;  /* started workers, indices 1..workers */
+    ortx_task_fn task;
+    void *context;
+    /* the job; num_tasks and threads are also read (as hints) by workers that have not joined */
+    atomic_llong num_tasks;
+    atomic_int threads;
+    _Alignas(64) atomic_llong next;
+    _Alignas(64) atomic_llong done;
+    _Alignas(64) atomic_ullong state;
+    _Alignas(64) atomic_llong left;
+    atomic_int sleepers;
+    pthread_mutex_t mutex;
+    pthread_cond_t wake;
+} pool;
+
+static pool the_pool = {.mutex = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
+static void reset_after_fork(void) {
+    the_pool.workers = 0;
+    atomic_store(&the_pool.busy, 0);
+    atomic_store(&the_pool.state, 0);
+    atomic_store(&the_pool.sleepers, 0);
+    atomic_store(&the_pool.left, 0);
+    the_pool.sequence = 0;
+    pthread_mutex_init(&the_pool.mutex, NULL);
+    pthread_cond_init(&the_pool.wake, NULL);
+}
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reset_after_fork); }
+
+static inline uint32_t state_sequence(uint64_t state) { return (uint32_t)(state >> 32); }
+
+/* Claims and runs tasks until none is left. */
+static void run_tasks(pool *p, int64_t num_tasks, int thread_index) {
+    for (;;) {
+        int64_t index = atomic_fetch_add(&p->next, 1);
+        if (index >= num_tasks) return;
+        p->task(p->context, index, thread_index);
+        atomic_fetch_add(&p->done, 1);
+    }
+}
+
+/* Returns the first state whose sequence differs from `seen`: spins, then blocks. */
+static uint64_t wait_for_job(pool *p, uint32_t seen) {
+    int64_t start = now_ns();
+    for (unsigned spin = 1;; spin++) {
+        uint64_t state = atomic_load(&p->state);
+        if (state_sequence(state) != seen) return state;
+        cpu_pause();
+        if (spin % 32 == 0 && now_ns() - start > ORTX_POOL_SPIN_NS) break;
+    }
+    pthread_mutex_lock(&p->mutex);
+    atomic_fetch_add(&p->sleepers, 1);
+    uint64_t state;
+    while (state_sequence(state = atomic_load(&p->state)) == seen) pthread_cond_wait(&p->wake, &p->mutex);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mutex);
+    return state;
+}
+
+typedef struct worker_start {
+    int index;
+    uint32_t seen;
+} worker_start;
+
+static void *worker_main(void *argument) {
+    worker_start start = *(worker_start *)argument;
+    free(argument);
+    pool *p = &the_pool;
+    uint32_t seen = start.seen;
+    for (;;) {
+        uint64_t state = wait_for_job(p, seen);
+        seen = state_sequence(state);
+        /* hints (they may already describe a later job; the compare_exchange below decides) */
+        if (start.index >= atomic_load(&p->threads) || atomic_load(&p->next) >= atomic_load(&p->num_tasks))
+            continue;
+        int joined = 0;
+        while ((state & STATE_OPEN) && state_sequence(state) == seen)
+            if (atomic_compare_exchange_weak(&p->state, &state, state + 1)) {
+                joined = 1;
+                break;
+            }
+        if (!joined) continue;
+        /* joined: the job's fields stay as they are until this worker increments left */
+        if (start.index < atomic_load(&p->threads)) run_tasks(p, atomic_load(&p->num_tasks), start.index);
+        atomic_fetch_add(&p->left, 1);
+    }
+    return NULL;
+}
+
+/* Starts workers up to index wanted - 1; called by the holder of busy before it publishes. */
+static void grow(pool *p, int wanted) {
+    if (p->workers + 1 >= wanted) return;
+    pthread_once(&fork_handler_once, register_fork_handler);
+    sigset_t all, previous;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &previous);  /* workers inherit a fully blocked mask: signals go elsewhere */
+    pthread_attr_t attributes;
+    pthread_attr_init(&attributes);
+    pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+    while (p->workers + 1 < wanted) {
+        worker_start *start = malloc(sizeof(worker_start));
+        if (!start) break;
+        start->index = p->workers + 1;
+        start->seen = p->sequence;
+        pthread_t thread;
+        if (pthread_create(&thread, &attributes, worker_main, start) != 0) {
+            free(start);
+            break;
+        }
+        p->workers++;
+    }
+    pthread_attr_destroy(&attributes);
+    pthread_sigmask(SIG_SETMASK, &previous, NULL);
+}
+
+static void run_serially(int64_t num_tasks, ortx_task_fn task, void *context) {
+    for (int64_t index = 0; index < num_tasks; index++) task(context, index, 0);
+}
+
+/* Waits until *counter >= target: pause-spins, then also yields so a preempted task's thread can run here. */
+static void wait_at_least(atomic_llong *counter, int64_t target) {
+    int64_t start = 0;
+    for (unsigned spin = 1; atomic_load(counter) < target; spin++) {
+        cpu_pause();
+        if (spin % 32 != 0) continue;
+        if (start == 0) start = now_ns();
+        else if (now_ns() - start > ORTX_POOL_WAIT_SPIN_NS) sched_yield();
+    }
+}
+
+void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, void *context) {
+    if (num_tasks <= 0) return;
+    if (num_threads <= 1 || num_tasks == 1) {
+        run_serially(num_tasks, task, context);
+        return;
+    }
+    pool *p = &the_pool;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&p->busy, &expected, 1)) {  /* Case busy: another caller, or nested */
+        run_serially(num_tasks, task, context);
+        return;
+    }
+    if (num_threads > ORTX_POOL_MAX_THREADS) num_threads = ORTX_POOL_MAX_THREADS;
+    grow(p, num_threads);
+    int threads = p->workers + 1 < num_threads ? p->workers + 1 : num_threads;
+    if (threads <= 1) {
+        atomic_store(&p->busy, 0);
+        run_serially(num_tasks, task, context);
+        return;
+    }
+    p->task = task;
+    p->context = context;
+    atomic_store(&p->num_tasks, num_tasks);
+    atomic_store(&p->threads, threads);
+    atomic_store(&p->next, 0);
+    atomic_store(&p->done, 0);
+    atomic_store(&p->left, 0);
+    p->sequence++;
+    atomic_store(&p->state, ((uint64_t)p->sequence << 32) | STATE_OPEN);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mutex);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mutex);
+    }
+    run_tasks(p, num_tasks, 0);
+    wait_at_least(&p->done, num_tasks);
+    uint64_t closed = atomic_fetch_and(&p->state, ~STATE_OPEN);
+    int joined = (int)(closed & STATE_JOINED_MASK);
+    wait_at_least(&p->left, joined);
+    atomic_store(&p->busy, 0);
+}
+
+typedef struct range_job {
+    ortx_range_fn fn;
+    void *context;
+    int64_t count, chunks;
+} range_job;
+
+static void range_task(void *context, int64_t task_index, int thread_index) {
+    const range_job *job = context;
+    int64_t begin = job->count * task_index / job->chunks, end = job->count * (task_index + 1) / job->chunks;
+    if (begin < end) job->fn(job->context, begin, end, thread_index);
+}
+
+void ortx_parallel_range(int num_threads, int64_t count, int64_t num_tasks, ortx_range_fn fn, void *context) {
+    if (count <= 0) return;
+    int64_t chunks = num_tasks < count ? num_tasks : count;
+    if (num_threads <= 1 || chunks <= 1) {
+        fn(context, 0, count, 0);
+        return;
+    }
+    range_job job = {fn, context, count, chunks};
+    ortx_parallel_for(num_threads, chunks, range_task, &job);
+}
+
+int ortx_threadpool_workers(void) { return the_pool.workers; }
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Kernel.
+ *
+ * threadpool_probe: exercises ortx_parallel_for. Task t hashes work(t) = base_work * (uneven ? 1 + t % 7 : 1)
+ *   steps of an integer mixer seeded with t; with nested != 0 each task instead sums 3 sub-tasks run through a
+ *   nested ortx_parallel_for (which runs serially). The probe runs `repeats` calls back to back.
+ *   ints:    [0] num_tasks [1] base_work [2] uneven [3] nested [4] repeats
+ *   buffers: [0] int64[num_tasks] hashes out [1] int64[num_tasks] visits out (each task adds 1 per call)
+ *            [2] int64[num_tasks] thread index that ran the task out (the last call's)
+ * ------------------------------------------------------------------------------------------------------------- */
+
+typedef struct probe_job {
+    int64_t base_work;
+    int uneven, nested, num_threads;
+    int64_t *hashes, *visits, *thread_of;
+} probe_job;
+
+static uint64_t mix(uint64_t seed, int64_t steps) {
+    uint64_t h = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < steps; i++) {
+        h ^= h >> 31;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+typedef struct probe_inner {
+    uint64_t seed;
+    int64_t steps;
+    uint64_t parts[3];
+} probe_inner;
+
+static void probe_inner_task(void *context, int64_t task_index, int thread_index) {
+    probe_inner *inner = context;
+    (void)thread_index;
+    inner->parts[task_index] = mix(inner->seed * 3 + (uint64_t)task_index, inner->steps);
+}
+
+static void probe_task(void *context, int64_t task_index, int thread_index) {
+    const probe_job *job = context;
+    int64_t steps = job->base_work * (job->uneven ? 1 + task_index % 7 : 1);
+    uint64_t hash;
+    if (job->nested) {
+        probe_inner inner = {(uint64_t)task_index, steps, {0, 0, 0}};
+        ortx_parallel_for(job->num_threads, 3, probe_inner_task, &inner);
+        hash = inner.parts[0] + inner.parts[1] + inner.parts[2];
+    } else {
+        hash = mix((uint64_t)task_index, steps);
+    }
+    job->hashes[task_index] = (int64_t)hash;
+    job->visits[task_index] += 1;
+    job->thread_of[task_index] = thread_index;
+}
+
+static void probe_run(const int64_t *ints, void *const *buffers, int num_threads, int serial) {
+    probe_job job = {ints[1], (int)ints[2], (int)ints[3], serial ? 1 : num_threads, buffers[0], buffers[1],
+                     buffers[2]};
+    for (int64_t repeat = 0; repeat < ints[4]; repeat++) {
+        if (serial)
+            run_serially(ints[0], probe_task, &job);
+        else
+            ortx_parallel_for(num_threads, ints[0], probe_task, &job);
+    }
+}
+
+static void threadpool_probe(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    probe_run(ints, buffers, num_threads, 0);
+}
+
+static void threadpool_probe_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    probe_run(ints, buffers, num_threads, 1);
+}
+
+const ortx_kernel_entry ortx_family_threadpool[] = {
+    {"threadpool_probe", threadpool_probe, threadpool_probe_ref},
+    {NULL, NULL, NULL},
+};
