@@ -15,7 +15,7 @@ from pathlib import Path
 @dataclasses.dataclass(frozen=True)
 class Options:
     jit: bool = True  # compile claimed segments to C at session creation (when a compiler is found)
-    cache_dir: Path = Path("~/.cache/ortx").expanduser()
+    cache_dir: Path = dataclasses.field(default_factory=lambda: Path.home() / ".cache" / "ortx")
     compiler: str | None = None  # None: look one up (ortx.codegen.jit.find_compiler)
 
     @classmethod

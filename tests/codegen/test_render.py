@@ -5,6 +5,7 @@ regenerate them with `ORTX_REGENERATE_GOLDEN=1 pytest tests/codegen/test_render.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import subprocess
@@ -116,6 +117,5 @@ def test_export_c_writes_the_jit_source(tmp_path):
 
 def test_render_refuses_a_program_without_listing():
     compiled = _compiled(_models.tiny_conv_relu())
-    import dataclasses
     with pytest.raises(ValueError, match="no step listing"):
         render.render(dataclasses.replace(compiled, steps=()))
