@@ -10,13 +10,16 @@ import time
 DESCRIPTION = """\
 ortx: a neural-network compiler toolkit for ONNX models.
 
-  ortx optimize IN.onnx -o OUT.onnx   constant folding, dead-code removal and Conv+BatchNormalization folding;
-                                      the output is standard ONNX that plain onnxruntime runs
+  ortx optimize IN.onnx -o OUT.onnx   graph passes (-O1 cleanup, -O2 standard-ONNX fusions, -O3 ortx ops);
+                                      the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
 OPTIMIZE_EPILOG = """\
-passes (in order): fold_constants, eliminate_dead_code, fuse_conv_batchnorm.
+levels: -O0 a checked copy; -O1 shape inference, constant folding, dead code and no-op removal (no arithmetic
+changes); -O2 (default) also fusions that emit standard ONNX ops (BatchNormalization folding, Gemm, LayerNormalization,
+Gelu, HardSwish, ...); -O3 also ai.ortx fused ops that only OrtxEP (ortx.InferenceSession) runs.
+--input-shape fixes an input's dynamic dims before shape inference (dims left dynamic stay symbolic).
 --check runs onnxruntime on IN and OUT with the same seeded random inputs and requires, per output,
 max|OUT - IN| <= 1e-3 * max|IN| and cosine >= 0.9999. Inputs with dynamic dimensions need --input-shape,
 e.g. --input-shape x:1x3x640x640 (repeat the flag for several inputs).
@@ -48,13 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=OPTIMIZE_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     optimize.add_argument("input", metavar="IN.onnx", help="model to optimize (never modified)")
     optimize.add_argument("-o", "--output", metavar="OUT.onnx", required=True, help="where to write the result")
-    optimize.add_argument("--level", type=int, choices=(0, 1, 2), default=2,
-                          help="0: checked copy; 1: fold constants + remove dead code; 2: also fold "
-                               "BatchNormalization and per-channel Mul/Add into Conv (default)")
+    optimize.add_argument("-O", "--level", type=int, choices=(0, 1, 2, 3), default=2, metavar="LEVEL",
+                          help="-O0 checked copy; -O1 cleanup; -O2 standard-ONNX fusions (default); -O3 ai.ortx "
+                               "fused ops for OrtxEP")
     optimize.add_argument("--check", action="store_true",
                           help="validate the model after every pass and compare IN vs OUT in onnxruntime")
     optimize.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=_input_shape, action="append",
-                          default=[], help="shape for an input with dynamic dims, used by --check")
+                          default=[], help="fixes an input's dynamic dims (shape inference, --check inputs)")
     optimize.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default 0)")
     optimize.add_argument("--report", metavar="REPORT.json", help="also write the pass reports as JSON")
     optimize.set_defaults(handler=_optimize)
@@ -77,13 +80,14 @@ def _fail(message: str) -> int:
 
 
 def render_reports(reports) -> str:
-    """A fixed-width table: pass, nodes before -> after, the non-zero counts, seconds; notes below it."""
-    rows = [("pass", "nodes", "changes", "seconds")]
+    """A fixed-width table: pass, nodes before -> after, bytes saved, seconds, the non-zero counts; notes below."""
+    rows = [("pass", "nodes", "bytes saved", "seconds", "changes")]
     for report in reports:
         changes = ", ".join(f"{key}={value}" for key, value in report.counts.items() if value) or "-"
-        rows.append((report.name, f"{report.nodes_before} -> {report.nodes_after}", changes, f"{report.seconds:.3f}"))
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows]
+        rows.append((report.name, f"{report.nodes_before} -> {report.nodes_after}",
+                     str(report.counts.get("bytes_saved", 0)), f"{report.seconds:.3f}", changes))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:4], widths)) + "  " + row[4] for row in rows]
     for report in reports:
         lines.extend(f"  note [{report.name}] {note}" for note in report.notes)
     return "\n".join(lines)
@@ -110,7 +114,7 @@ def _optimize(args) -> int:
             return _fail(str(error))
     start = time.perf_counter()
     try:
-        model, reports = optimize(args.input, level=args.level, check=args.check)
+        model, reports = optimize(args.input, level=args.level, check=args.check, input_shapes=shapes)
     except (ModelLoadError, PassError) as error:
         return _fail(str(error))
     print(f"optimized {args.input} in {time.perf_counter() - start:.2f} s")

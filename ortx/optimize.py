@@ -1,39 +1,49 @@
 """`optimize`: the graph passes alone, for users who want a faster standard ONNX model and no OrtxEP.
 
-load (a checked copy) -> run_passes(DEFAULT_PASSES) -> serialize. The result uses only standard ONNX ops, keeps
-the input's IR version when onnxruntime reads it, and runs in plain onnxruntime. `compare_with_onnxruntime` is the
+load (a checked copy) -> run_passes(LEVELS[level]) -> serialize. At levels 0-2 (2 is the default) the result uses
+only standard ONNX ops, keeps the input's IR version when onnxruntime reads it, and runs in plain onnxruntime; level 3
+adds ai.ortx ops that only OrtxEP runs. `compare_with_onnxruntime` is the
 `ortx optimize --check` comparison of the original and optimized models.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
 from ortx.model_io import ModelSource, clamp_ir_version, load, to_ort_bytes
-from ortx.passes import DEFAULT_PASSES
+from ortx.passes import LEVELS
 from ortx.passes._report import PassReport, run_passes
+from ortx.passes.infer_shapes import infer_shapes
 
 logger = logging.getLogger(__name__)
 
-# level -> passes. 0 returns a checked copy; 1 only cleans up (no arithmetic changes); 2 adds the BN fold, which
-# changes weights within float rounding.
-LEVELS = {
-    0: (),
-    1: DEFAULT_PASSES[:2],
-    2: DEFAULT_PASSES,
-}
 
-
-def optimize(model: ModelSource, *, level: int = 2, check: bool = False) -> tuple[onnx.ModelProto, list[PassReport]]:
-    """Returns (optimized copy, one PassReport per pass); `check` validates the model after every pass."""
+def level_passes(level: int, input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple:
+    """The passes of `level`, with infer_shapes told the fixed input shapes when there are any."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {sorted(LEVELS)}, not {level!r}")
+    if not input_shapes:
+        return LEVELS[level]
+    fixed = functools.partial(infer_shapes, input_shapes=dict(input_shapes))
+    fixed.__name__ = "infer_shapes"  # run_passes names reports after the pass
+    passes = tuple(fixed if a_pass is infer_shapes else a_pass for a_pass in LEVELS[level])
+    # Level 0 runs nothing, but fixing the shapes was asked for.
+    return passes if infer_shapes in LEVELS[level] else (fixed,) + passes
+
+
+def optimize(model: ModelSource, *, level: int = 2, check: bool = False,
+             input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[onnx.ModelProto, list[PassReport]]:
+    """Returns (optimized copy, one PassReport per pass); `check` validates the model after every pass;
+    `input_shapes` ({input name: dims}) fixes dynamic input dims before shape inference."""
+    passes = level_passes(level, input_shapes)
     ir_model = ir.serde.deserialize_model(load(model))
-    reports = run_passes(ir_model, LEVELS[level], check=check)
+    reports = run_passes(ir_model, passes, check=check)
     return clamp_ir_version(ir.serde.serialize_model(ir_model)), reports
 
 

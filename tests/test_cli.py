@@ -4,6 +4,8 @@ import os
 import pytest
 
 from ortx.cli import main
+from ortx.passes import DEFAULT_PASSES
+from ortx.passes._report import pass_name
 from tests import _models
 
 
@@ -24,7 +26,8 @@ def test_optimize_check_report(model_file, tmp_path, capsys):
     assert "check logits" in printed and ": ok" in printed
     assert model_file.read_bytes() == original
     data = json.loads(report.read_text())
-    assert [p["name"] for p in data["passes"]] == ["fold_constants", "eliminate_dead_code", "fuse_conv_batchnorm"]
+    assert [p["name"] for p in data["passes"]] == [pass_name(p) for p in DEFAULT_PASSES]
+    assert "bytes saved" in printed and all(p["seconds"] > 0 for p in data["passes"])
     assert output.exists()
 
 
@@ -77,3 +80,26 @@ def test_console_script_is_installed():
     assert executable, "the ortx console script is not on PATH (pip install -e .)"
     result = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and "optimize" in result.stdout
+
+
+def test_levels_and_input_shape(tmp_path, capsys):
+    """-O1 leaves BatchNormalization, -O2 folds it, -O3 emits ai.ortx FusedConv; --input-shape fixes the batch."""
+    import onnx
+
+    proto = _models.resnet18_style(size=32)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dynamic.onnx"
+    path.write_bytes(proto.SerializeToString())
+    outputs = {}
+    for level in ("-O1", "-O2", "-O3"):
+        outputs[level] = tmp_path / f"out{level}.onnx"
+        assert main(["optimize", str(path), "-o", str(outputs[level]), level, "--input-shape", "input:2x3x32x32"]) == 0
+    printed = capsys.readouterr().out
+    assert "dims_fixed=1" in printed
+    ops = {level: [node.op_type for node in onnx.load(str(out)).graph.node] for level, out in outputs.items()}
+    assert "BatchNormalization" in ops["-O1"] and "BatchNormalization" not in ops["-O2"]
+    assert "FusedConv" in ops["-O3"] and "FusedConv" not in ops["-O2"]
+    fixed = onnx.load(str(outputs["-O2"])).graph.input[0].type.tensor_type.shape.dim
+    assert [dim.dim_value for dim in fixed] == [2, 3, 32, 32]
+    assert main(["optimize", str(path), "-o", str(tmp_path / "x.onnx"), "--input-shape", "nope:1x3"]) == 2
+    assert "'nope', which is not a graph input" in capsys.readouterr().err

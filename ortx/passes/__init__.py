@@ -1,22 +1,42 @@
 """Graph passes over onnx_ir models, each `verb_object(model, *, options) -> PassReport`, in place.
 
-DEFAULT_PASSES is the order `optimize` and the pipeline run them in; it keeps the model standard ONNX that plain
-onnxruntime runs. fuse_conv_epilogue (ai.ortx FusedConv) is not here: OrtxEP runs it when it compiles.
+The levels are literal tuples, like a compiler's -O flags:
+  LEVEL_1_PASSES  standard cleanup that changes no arithmetic: shapes, folding, dead code
+  LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
+  LEVEL_3_PASSES  adds ai.ortx ops that only OrtxEP runs (FusedConv)
+DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
+(the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
 """
 from ortx.passes._report import PassError, PassReport, run_passes
 from ortx.passes.eliminate_dead_code import eliminate_dead_code
 from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
+from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from ortx.passes.infer_shapes import infer_shapes
 
-DEFAULT_PASSES = (
-    # First: lifts Constant nodes and folds constant subgraphs, so later passes see weights as initializers.
+LEVEL_1_PASSES = (
+    # First: shapes let folding evaluate Shape/Size of static tensors and let the no-op checks compare shapes.
+    infer_shapes,
+    # Lifts Constant nodes and folds constant subgraphs, so later passes see weights as initializers.
     fold_constants,
-    # Second: removes what folding orphaned, and Identity/Dropout that would hide a Conv -> BatchNormalization
-    # pair from the fusion.
+    # Removes what folding orphaned, and Identity/Dropout that would hide a Conv -> BatchNormalization pair.
     eliminate_dead_code,
-    # Last: needs constant initializers for W, B and the BN parameters (made so by fold_constants).
+)
+
+LEVEL_2_PASSES = LEVEL_1_PASSES + (
+    # Needs constant initializers for W, B and the BN parameters (made so by fold_constants).
     fuse_conv_batchnorm,
 )
 
-__all__ = ["DEFAULT_PASSES", "PassError", "PassReport", "run_passes", "fold_constants", "eliminate_dead_code",
-           "fuse_conv_batchnorm"]
+LEVEL_3_PASSES = LEVEL_2_PASSES + (
+    # Last: the epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
+    fuse_conv_epilogue,
+)
+
+DEFAULT_PASSES = LEVEL_2_PASSES
+
+LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
+
+__all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
+           "PassReport", "run_passes", "eliminate_dead_code", "fold_constants", "fuse_conv_batchnorm",
+           "fuse_conv_epilogue", "infer_shapes"]

@@ -2,7 +2,8 @@ import onnx_ir as ir
 import pytest
 
 from ortx.passes import DEFAULT_PASSES
-from ortx.passes._report import PassError, PassReport, run_passes
+from ortx.passes import fold_constants
+from ortx.passes._report import PassError, PassReport, pass_name, run_passes
 from tests import _models
 from tests.passes._helpers import to_ir
 
@@ -16,10 +17,11 @@ def test_modified_is_derived_from_counts():
 def test_run_passes_records_nodes_and_time():
     model = to_ir(_models.mobilenetv2_style(size=32))
     reports = run_passes(model, DEFAULT_PASSES, check=True)
-    assert [r.name for r in reports] == ["fold_constants", "eliminate_dead_code", "fuse_conv_batchnorm"]
-    assert reports[-1].nodes_before == 152 and reports[-1].nodes_after == 100
+    assert [r.name for r in reports] == [pass_name(p) for p in DEFAULT_PASSES]
+    assert reports[0].nodes_before == 152 and reports[-1].nodes_after <= 100
     assert all(r.seconds > 0 for r in reports)
-    assert reports[-1].to_dict()["counts"]["batchnorms_fused"] == 52
+    fusion = next(r for r in reports if r.name == "fuse_conv_batchnorm")
+    assert fusion.nodes_before - fusion.nodes_after == 52 and fusion.to_dict()["counts"]["batchnorms_fused"] == 52
 
 
 def break_graph(model: ir.Model) -> PassReport:
@@ -32,7 +34,7 @@ def break_graph(model: ir.Model) -> PassReport:
 def test_check_names_failing_pass_previous_passes_and_node():
     model = to_ir(_models.tiny_conv_relu())
     with pytest.raises(PassError) as raised:
-        run_passes(model, (DEFAULT_PASSES[0], break_graph), check=True)
+        run_passes(model, (fold_constants, break_graph), check=True)
     error = raised.value
     assert error.pass_name == "break_graph" and error.previous == ["fold_constants"]
     assert error.node == "relu_4"

@@ -1,0 +1,80 @@
+"""Shape inference, with symbolic dims kept symbolic; `input_shapes` fixes the dims of named graph inputs first.
+
+Before: x: float[N, 3, H, W] -> Conv -> Relu (intermediate shapes unknown)
+After:  x: float[1, 3, 640, 640] with input_shapes={"x": (1, 3, 640, 640)}, and every inferable value shaped
+        (dims that depend on N/H/W stay named dims when no shape is given).
+Does not apply to: values onnx.shape_inference cannot infer (custom domains, data-dependent shapes); when
+inference fails as a whole the model keeps its old shapes and the reason is a note. A given shape whose rank or
+fixed dims contradict the model is an error naming the input.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Mapping, Sequence
+
+import onnx_ir as ir
+import onnx_ir.passes.common
+
+from ortx.passes._report import PassReport
+
+logger = logging.getLogger(__name__)
+
+
+def _fix_input_shapes(graph: ir.Graph, input_shapes: Mapping[str, Sequence[int]]) -> int:
+    """Sets the given inputs' shapes; returns the number of dims that were not already those numbers."""
+    inputs = {value.name: value for value in graph.inputs}
+    changed = 0
+    for name, dims in input_shapes.items():
+        if name not in inputs:
+            raise ValueError(f"--input-shape names '{name}', which is not a graph input "
+                             f"(inputs: {', '.join(inputs)})")
+        value, dims = inputs[name], tuple(int(dim) for dim in dims)
+        if value.shape is not None:
+            if len(value.shape) != len(dims):
+                raise ValueError(f"input '{name}' has rank {len(value.shape)}, the given shape {dims} has rank "
+                                 f"{len(dims)}")
+            for axis, (old, new) in enumerate(zip(value.shape, dims)):
+                if isinstance(old, int) and old != new:
+                    raise ValueError(f"input '{name}' dim {axis} is fixed at {old}, the given shape says {new}")
+            changed += sum(1 for old, new in zip(value.shape, dims) if old != new)
+        else:
+            changed += len(dims)
+        value.shape = ir.Shape(dims)
+    return changed
+
+
+def _shaped_values(graph: ir.Graph) -> tuple[int, int]:
+    """(values with a known shape, of which fully static) over node outputs."""
+    shaped = static = 0
+    for node in graph:
+        for output in node.outputs:
+            if output.shape is not None:
+                shaped += 1
+                static += all(isinstance(dim, int) for dim in output.shape)
+    return shaped, static
+
+
+def infer_shapes(model: ir.Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> PassReport:
+    start = time.perf_counter()
+    graph = model.graph
+    notes: list[str] = []
+    dims_fixed = _fix_input_shapes(graph, input_shapes) if input_shapes else 0
+    if dims_fixed:
+        # Intermediate shapes recorded with the old symbolic dims would be merged with, not replaced by, the new
+        # inference; drop them (graph outputs keep their declared shapes, which inference refines).
+        for node in graph:
+            for output in node.outputs:
+                if not output.is_graph_output():
+                    output.shape = None
+    shaped_before, static_before = _shaped_values(graph)
+    try:
+        onnx_ir.passes.common.ShapeInferencePass(strict_mode=False)(model)
+    except Exception as error:  # inference is best effort; later passes check the shapes they rely on
+        notes.append(f"<model>: shape inference failed: {type(error).__name__}: {error}")
+    shaped_after, static_after = _shaped_values(graph)
+    counts = {"dims_fixed": dims_fixed, "values_shaped": max(shaped_after - shaped_before, 0),
+              "values_made_static": max(static_after - static_before, 0)}
+    for note in notes:
+        logger.debug(note)
+    return PassReport(model, name="infer_shapes", counts=counts, notes=notes, seconds=time.perf_counter() - start)
