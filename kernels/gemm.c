@@ -224,7 +224,7 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
     }
 }
 
-/* One task per thread: task t of `parts` takes the t-th slice of N (in NR panels) or of M (in MR panels); the
+/* Task t of `parts` takes the t-th slice of N (in NR panels) or of M (in MR panels); the
  * slice depends only on t, and every output element is summed in the same order in any slice. */
 typedef struct sgemm_job {
     const ortx_gemm_isa *isa;
@@ -235,7 +235,8 @@ typedef struct sgemm_job {
     const ortx_gemm_epilogue *epilogue;
     uintptr_t base;
     int64_t per_thread, m_panels, n_panels;
-    int split_n, parts;
+    int split_n;
+    int64_t parts;
 } sgemm_job;
 
 static void sgemm_task(void *context, int64_t task, int thread) {
@@ -278,8 +279,12 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
      * needs a few panels per thread for balance. */
     if ((double)M * N * K < 128.0 * 128 * 128) threads = 1;
     int split_n = n_panels >= 4 * threads || n_panels >= m_panels;
-    sgemm_job job = {isa, M, N, K, A, B, C, ldc, epilogue, base, per_thread, m_panels, n_panels, split_n, threads};
-    ortx_parallel_for(threads, threads, sgemm_task, &job);
+    /* Up to ORTX_TASKS_PER_THREAD tasks per thread, so a preempted thread's share is picked up in pieces; each task
+     * keeps >= 4 N panels (it repacks A per task when A is raw) or >= 8 M panels (it repacks all of B). */
+    int64_t parts = split_n ? n_panels / 4 : m_panels / 8;
+    parts = max64(threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * threads));
+    sgemm_job job = {isa, M, N, K, A, B, C, ldc, epilogue, base, per_thread, m_panels, n_panels, split_n, parts};
+    ortx_parallel_for(threads, parts, sgemm_task, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
