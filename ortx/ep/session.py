@@ -82,10 +82,10 @@ class InferenceSession:
         self._choice = parse_providers(providers, provider_options)
         self._sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
         self._num_threads = thread_count(sess_options)
-        self._prepared = pipeline.prepare(path_or_bytes, passes=pipeline.DEFAULT_PASSES if self._choice.use_ortx
-                                          else ())
-        original = pipeline.ir_to_proto(self._prepared.model) if self._choice.use_ortx else None
-        self._interface = self._interface_proto(path_or_bytes, original)
+        # The user's model, checked and with every node named: the session's interface, and what ORT runs when
+        # OrtxEP does not (graph passes only ever see a copy).
+        self._interface = pipeline.load(path_or_bytes)
+        pipeline.name_nodes(self._interface)
         self._inputs = [_node_arg(info) for info in self._interface.graph.input
                         if info.name not in {t.name for t in self._interface.graph.initializer}]
         self._outputs = [_node_arg(info) for info in self._interface.graph.output]
@@ -98,6 +98,7 @@ class InferenceSession:
             self._whole = whole_model_session(self._interface, self._sess_options, self._choice.ort_providers,
                                               self._choice.ort_provider_options)
             return
+        self._prepared = pipeline.prepare(self._interface, passes=pipeline.DEFAULT_PASSES)
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
                                          self._choice.ort_providers, self._choice.ort_provider_options)
         fixed = self._static_input_shapes()
@@ -114,12 +115,6 @@ class InferenceSession:
                 # onnxruntime cannot wrap string arrays for IOBinding, nor non-tensors at all
                 return f"graph input/output {arg.name!r} is a {arg.type}: ORT runs the whole model"
         return ""
-
-    def _interface_proto(self, source, prepared_proto) -> onnx.ModelProto:
-        """The user's model as loaded (its inputs and outputs are the session's interface)."""
-        if prepared_proto is not None:
-            return prepared_proto
-        return pipeline.load(source)
 
     def _static_input_shapes(self) -> dict | None:
         shapes = dict(self._choice.ortx.input_shapes)
@@ -192,8 +187,8 @@ class InferenceSession:
         if not self._choice.use_ortx:
             raise RuntimeError("assignment: OrtxEP is not in this session's providers; ORT runs every node")
         if self._whole_reason:
-            return Assignment([NodeAssignment(name, op, self._choice.ort_providers[0], self._whole_reason)
-                               for name, op in self._prepared.original_nodes])
+            return Assignment([NodeAssignment(node.name, node.op_type, self._choice.ort_providers[0],
+                                              self._whole_reason) for node in self._interface.graph.node])
         with self._lock:
             if not self._compiled:
                 raise RuntimeError("assignment: the model has dynamic input shapes and has not run yet; run it "
