@@ -8,11 +8,15 @@ DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline
 (the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
 """
 from ortx.passes._report import PassError, PassReport, run_passes
+from ortx.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
 from ortx.passes.eliminate_dead_code import eliminate_dead_code
 from ortx.passes.fold_constants import fold_constants
+from ortx.passes.fold_reshapes import fold_reshapes
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ortx.passes.infer_shapes import infer_shapes
+from ortx.passes.remove_no_ops import remove_no_ops
+from ortx.passes.share_initializers import share_initializers
 
 LEVEL_1_PASSES = (
     # First: shapes let folding evaluate Shape/Size of static tensors and let the no-op checks compare shapes.
@@ -21,6 +25,13 @@ LEVEL_1_PASSES = (
     fold_constants,
     # Removes what folding orphaned, and Identity/Dropout that would hide a Conv -> BatchNormalization pair.
     eliminate_dead_code,
+    # Needs the shapes and constants above: a Reshape/Slice/Expand is a no-op only against a static input shape.
+    remove_no_ops,
+    # After remove_no_ops, so a no-op link does not count as a chain member that must be kept.
+    fold_reshapes,
+    # Before CSE: CSE only merges nodes whose inputs are the same values, and equal weights become one value here.
+    share_initializers,
+    eliminate_common_subexpressions,
 )
 
 LEVEL_2_PASSES = LEVEL_1_PASSES + (
@@ -38,5 +49,6 @@ DEFAULT_PASSES = LEVEL_2_PASSES
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
-           "PassReport", "run_passes", "eliminate_dead_code", "fold_constants", "fuse_conv_batchnorm",
-           "fuse_conv_epilogue", "infer_shapes"]
+           "PassReport", "run_passes", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
+           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "infer_shapes", "remove_no_ops",
+           "share_initializers"]
