@@ -75,6 +75,8 @@ class ExecutionPlan:
         self.boundary = self._boundary_tensors()
         self.memory_plan = plan_offsets(self._lifetimes())
         self._pool: queue.SimpleQueue[RunContext] = queue.SimpleQueue()
+        # The first arena is allocated now, at session creation; concurrent runs add more on demand.
+        self._pool.put(RunContext(self.memory_plan, self.boundary))
 
     def _boundary_tensors(self) -> dict[str, TensorSpec]:
         outside = set(self.graph_inputs) | set(self.graph_outputs)
