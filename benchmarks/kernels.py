@@ -39,7 +39,7 @@ from ortx.ep.lowering._values import numpy_dtype, static_shape  # noqa: E402
 
 
 def block_medians(functions: dict, repeats: int) -> dict:
-    """Median seconds of each callable, timed in consecutive blocks after warm-up. Not interleaved: OpenMP,
+    """Median seconds of each callable, timed in consecutive blocks after warm-up. Not interleaved: ortx's pool,
     OpenBLAS and onnxruntime all keep their worker threads spinning for a while after a call, which would
     steal the cores from whichever library runs next."""
     medians = {}
