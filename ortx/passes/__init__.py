@@ -14,9 +14,12 @@ from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fold_reshapes import fold_reshapes
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from ortx.passes.fuse_gemm import fuse_gemm
+from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.infer_shapes import infer_shapes
 from ortx.passes.remove_no_ops import remove_no_ops
 from ortx.passes.share_initializers import share_initializers
+from ortx.passes.upgrade_opset import upgrade_opset
 
 LEVEL_1_PASSES = (
     # First: shapes let folding evaluate Shape/Size of static tensors and let the no-op checks compare shapes.
@@ -34,9 +37,19 @@ LEVEL_1_PASSES = (
     eliminate_common_subexpressions,
 )
 
-LEVEL_2_PASSES = LEVEL_1_PASSES + (
-    # Needs constant initializers for W, B and the BN parameters (made so by fold_constants).
+LEVEL_2_PASSES = (
+    # Before the cleanup: the opset converter emits Constants and shape ops that the cleanup then folds.
+    upgrade_opset,
+) + LEVEL_1_PASSES + (
+    # The fusions need constant initializers for weights and parameters (made so by fold_constants).
     fuse_conv_batchnorm,
+    # After fuse_conv_batchnorm has no effect on it; before any pass that would want LayerNormalization.
+    fuse_layer_normalization,
+    # After fuse_layer_normalization: an LN's bias Add must not be mistaken for a Gemm bias (it is not, A is rank 3,
+    # but the order keeps the reasoning local).
+    fuse_gemm,
+    # Last: drops the weights and parameters the fusions replaced.
+    eliminate_dead_code,
 )
 
 LEVEL_3_PASSES = LEVEL_2_PASSES + (
@@ -50,5 +63,5 @@ LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
            "PassReport", "run_passes", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
-           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "infer_shapes", "remove_no_ops",
-           "share_initializers"]
+           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gemm", "fuse_layer_normalization",
+           "infer_shapes", "remove_no_ops", "share_initializers", "upgrade_opset"]

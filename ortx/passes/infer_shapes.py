@@ -35,7 +35,7 @@ def _fix_input_shapes(graph: ir.Graph, input_shapes: Mapping[str, Sequence[int]]
                 raise ValueError(f"input '{name}' has rank {len(value.shape)}, the given shape {dims} has rank "
                                  f"{len(dims)}")
             for axis, (old, new) in enumerate(zip(value.shape, dims)):
-                if isinstance(old, int) and old != new:
+                if isinstance(old, int) and old >= 0 and old != new:  # -1 marks a dynamic dim in some exports
                     raise ValueError(f"input '{name}' dim {axis} is fixed at {old}, the given shape says {new}")
             changed += sum(1 for old, new in zip(value.shape, dims) if old != new)
         else:
