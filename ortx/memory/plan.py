@@ -1,27 +1,26 @@
-"""Static arena offsets from buffer lifetimes: greedy by size, as TFLite Micro's planner does.
+"""Static arena offsets from buffer lifetimes: several planners run, the smallest arena is kept.
 
-1. Sort buffers by size, largest first (ties: earliest first use).
-2. Place each at the lowest 64-byte-aligned offset where it overlaps no already placed buffer whose lifetime
-   intersects its own.
-3. The arena size is the highest end offset.
-Limits: greedy, not optimal; the lower bound (most bytes live at one step) is reported beside it so the gap is
-visible. The full planner (in-place reuse, other heuristics, an exact solver) is issue #6.
+1. Greedy placement (greedy.py) for each order (size as TFLite Micro, conflicts, breadth) x (first, best fit).
+2. Branch and bound (exact.py) seeded with the best greedy order: exact up to EXACT_MAX_BUFFERS buffers (within
+   its node limit), a bounded local search above.
+3. The plan with the smallest arena wins (ties: the earlier planner); every candidate's arena is kept for reports.
+Offsets are multiples of ALIGNMENT and each buffer takes its size rounded up to ALIGNMENT. The lower bound (most
+raw bytes live at one step) is reported beside the arena; the plan prints as a table (`str(plan)`).
+Limits: no reordering of steps (the order is the lowering's), and lifetimes are whole steps.
 """
 from __future__ import annotations
 
 import dataclasses
 
-ALIGNMENT = 64
+from ortx.memory.exact import branch_and_bound
+from ortx.memory.greedy import greedy_candidates
+from ortx.memory.lifetimes import ALIGNMENT, Lifetime, align, check_no_overlap, lower_bound_bytes
 
+__all__ = ["ALIGNMENT", "Lifetime", "MemoryPlan", "lower_bound_bytes", "plan_offsets", "naive_bytes"]
 
-@dataclasses.dataclass(frozen=True)
-class Lifetime:
-    """A buffer live over steps [first, last] inclusive."""
-
-    name: str
-    nbytes: int
-    first: int
-    last: int
+EXACT_MAX_BUFFERS = 12  # full branching below this; n! orders above it are out of reach anyway
+LOCAL_SEARCH_WIDTH = 2  # above EXACT_MAX_BUFFERS: branch on the first 2 unplaced buffers of the seed order
+LOCAL_SEARCH_NODES = 4_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,53 +30,65 @@ class MemoryPlan:
     lower_bound_bytes: int
     naive_bytes: int
     lifetimes: tuple[Lifetime, ...]
+    algorithm: str = "greedy_by_size_first_fit"
+    candidates: tuple[tuple[str, int], ...] = ()  # (planner, arena bytes) for every planner tried
+    optimal: bool = False  # the search proved no smaller arena exists (or the arena equals the lower bound)
 
-    def __str__(self) -> str:
-        lines = [f"arena {self.arena_bytes} B (lower bound {self.lower_bound_bytes} B, naive {self.naive_bytes} B)"]
-        for item in sorted(self.lifetimes, key=lambda t: self.offsets[t.name]):
-            lines.append(f"  {self.offsets[item.name]:>12} +{item.nbytes:<10} steps {item.first}-{item.last}  {item.name}")
+    @property
+    def ratio_to_lower_bound(self) -> float:
+        return self.arena_bytes / self.lower_bound_bytes if self.lower_bound_bytes else 1.0
+
+    def table(self) -> str:
+        lines = [f"arena {self.arena_bytes} B by {self.algorithm} (lower bound {self.lower_bound_bytes} B, "
+                 f"ratio {self.ratio_to_lower_bound:.3f}{', optimal' if self.optimal else ''}; naive "
+                 f"{self.naive_bytes} B)",
+                 f"  {'offset':>12} {'bytes':>10} {'steps':>11}  buffer"]
+        for item in sorted(self.lifetimes, key=lambda t: (self.offsets[t.name], t.first, t.name)):
+            lines.append(f"  {self.offsets[item.name]:>12} {item.nbytes:>10} {item.first:>5}-{item.last:<5}  "
+                         f"{item.name}")
         return "\n".join(lines)
 
-
-def _align(nbytes: int) -> int:
-    return (nbytes + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
-
-
-def lower_bound_bytes(lifetimes: list[Lifetime]) -> int:
-    if not lifetimes:
-        return 0
-    last_step = max(t.last for t in lifetimes)
-    live = [0] * (last_step + 2)
-    for t in lifetimes:
-        live[t.first] += t.nbytes
-        live[t.last + 1] -= t.nbytes
-    peak = running = 0
-    for delta in live:
-        running += delta
-        peak = max(peak, running)
-    return peak
+    def __str__(self) -> str:
+        return self.table()
 
 
-def plan_offsets(lifetimes: list[Lifetime]) -> MemoryPlan:
-    placed: list[tuple[int, int, Lifetime]] = []  # (offset, end, lifetime)
-    offsets: dict[str, int] = {}
-    for item in sorted(lifetimes, key=lambda t: (-t.nbytes, t.first, t.name)):
-        conflicts = sorted(
-            (offset, end) for offset, end, other in placed if other.first <= item.last and item.first <= other.last
-        )
-        candidate = 0
-        size = _align(max(item.nbytes, 1))
-        for offset, end in conflicts:
-            if candidate + size <= offset:
-                break
-            candidate = max(candidate, _align(end))
-        offsets[item.name] = candidate
-        placed.append((candidate, candidate + size, item))
-    arena = max((end for _, end, _ in placed), default=0)
+def naive_bytes(lifetimes) -> int:
+    """One aligned buffer per lifetime, no reuse."""
+    return sum(align(t.nbytes) for t in lifetimes)
+
+
+def plan_offsets(lifetimes, *, node_limit: int | None = None) -> MemoryPlan:
+    lifetimes = list(lifetimes)
+    names = [t.name for t in lifetimes]
+    if len(set(names)) != len(names):
+        raise ValueError("plan_offsets: buffer names must be unique")
+    candidates = []
+    best = None  # (arena, algorithm, offsets, order)
+    for algorithm, order, offsets in greedy_candidates(lifetimes):
+        arena = max((offset + align(t.nbytes) for offset, t in zip(offsets, lifetimes)), default=0)
+        candidates.append((algorithm, arena))
+        if best is None or arena < best[0]:
+            best = (arena, algorithm, offsets, order)
+    optimal = False
+    if lifetimes:
+        small = len(lifetimes) <= EXACT_MAX_BUFFERS
+        limit = node_limit if node_limit is not None else (20_000 if small else LOCAL_SEARCH_NODES)
+        found, arena, optimal = branch_and_bound(lifetimes, best[3], best[0], node_limit=limit,
+                                                 width=None if small else LOCAL_SEARCH_WIDTH)
+        candidates.append(("branch_and_bound", arena))
+        if found is not None:
+            best = (arena, "branch_and_bound", found, best[3])
+    arena, algorithm, offsets, _ = best if best else (0, "none", [], [])
+    offsets_by_name = {t.name: offset for t, offset in zip(lifetimes, offsets)}
+    check_no_overlap(lifetimes, offsets_by_name)
+    lower = lower_bound_bytes(lifetimes)
     return MemoryPlan(
-        offsets=offsets,
+        offsets=offsets_by_name,
         arena_bytes=arena,
-        lower_bound_bytes=lower_bound_bytes(lifetimes),
-        naive_bytes=sum(_align(t.nbytes) for t in lifetimes),
+        lower_bound_bytes=lower,
+        naive_bytes=naive_bytes(lifetimes),
         lifetimes=tuple(lifetimes),
+        algorithm=algorithm,
+        candidates=tuple(candidates),
+        optimal=optimal or arena <= lower,
     )
