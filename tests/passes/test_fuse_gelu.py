@@ -1,0 +1,59 @@
+import pytest
+
+from ortx.passes.fuse_gelu import fuse_gelu
+from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
+from tests.tolerances import assert_close
+
+ERF = {
+    "product": "s = Div (X, sqrt2)\n e = Erf (s)\n b = Add (e, one)\n p = Mul (X, b)\n Y = Mul (p, half)",
+    "x": "s = Mul (X, inv_sqrt2)\n e = Erf (s)\n b = Add (one, e)\n h = Mul (half, X)\n Y = Mul (h, b)",
+    "bracket": "s = Div (X, sqrt2)\n e = Erf (s)\n b = Add (e, one)\n hb = Mul (b, half)\n Y = Mul (X, hb)",
+}
+TANH = ("c = Pow (X, three)\n k = Mul (c, cube)\n i = Add (X, k)\n z = Mul (i, sqrt2pi)\n t = Tanh (z)\n"
+        " b = Add (t, one)\n p = Mul (X, b)\n Y = Mul (p, half)")
+
+
+def _model(body: str, opset: int = 20) -> str:
+    return f"""
+    <ir_version: 10, opset_import: ["" : {opset}]>
+    agraph (float[3,11] X0) => (float[3,11] Y) {{
+        two = Constant <value = float {{2.0}}> ()
+        X = Mul (X0, two)
+        sqrt2 = Constant <value = float {{1.4142135}}> ()
+        inv_sqrt2 = Constant <value = float {{0.70710677}}> ()
+        one = Constant <value = float {{1.0}}> ()
+        half = Constant <value = float {{0.5}}> ()
+        three = Constant <value = float {{3.0}}> ()
+        cube = Constant <value = float {{0.044715}}> ()
+        sqrt2pi = Constant <value = float {{0.7978846}}> ()
+        {body}
+    }}"""
+
+
+def _non_constant(model):
+    return [op for op in op_types(model) if op != "Constant"]
+
+
+@pytest.mark.parametrize("body,approximate", [(ERF[k], "none") for k in sorted(ERF)] + [(TANH, "tanh")])
+def test_fuses_erf_and_tanh_forms(body, approximate):
+    proto = from_text(_model(body))
+    model = to_ir(proto)
+    report = fuse_gelu(model)
+    assert _non_constant(model) == ["Mul", "Gelu"] and report.counts == {"gelus_fused": 1}
+    gelu = [node for node in model.graph if node.op_type == "Gelu"][0]
+    assert gelu.attributes.get_string("approximate", "none") == approximate
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
+
+
+def test_does_not_fire_below_opset_20_or_on_wrong_constants():
+    model = to_ir(from_text(_model(ERF["product"], opset=17)))
+    report = fuse_gelu(model)
+    assert "Gelu" not in op_types(model) and not report.modified and "opset 17 < 20" in report.notes[0]
+    model = to_ir(from_text(_model(ERF["product"].replace("Div (X, sqrt2)", "Div (X, two)"))))
+    assert not fuse_gelu(model).modified and "Erf" in op_types(model)
+
+
+def test_idempotent():
+    model = to_ir(from_text(_model(TANH)))
+    assert fuse_gelu(model).modified and not fuse_gelu(model).modified
