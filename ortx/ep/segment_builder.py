@@ -2,7 +2,8 @@
 
 Buffers are graph tensors (arena), segment inputs/outputs (external, bound per run), constants (initializers and
 packed weights) and workspaces. An arena buffer lives from the first to the last step that names it, so the
-planner needs nothing but the emitted steps.
+planner needs nothing but the emitted steps. In `finish()`, an output may take the bytes of an input that dies at
+its step (ortx.memory.inplace: elementwise kernels, exact aliasing only); the merged buffers are planned as one.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering._values import constant_value, size_bytes
+from ortx.memory.inplace import InPlaceReuse, find_in_place
 from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
 
 
@@ -35,8 +37,10 @@ ARENA, CONSTANT, EXTERNAL = 0, 1, 2
 class SegmentBuilder:
     """The lowering context for one segment; `finish()` turns it into a runnable `CompiledProgram`."""
 
-    def __init__(self, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1):
+    def __init__(self, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
+                 in_place: bool = True):
         self.num_threads = num_threads
+        self.in_place = in_place
         self._buffers: list[_Buffer] = []
         self._by_value: dict[str, BufferRef] = {}
         self._constants: list[np.ndarray] = []
@@ -98,6 +102,7 @@ class SegmentBuilder:
 
     # Result ------------------------------------------------------------------------------------------------
     def lifetimes(self) -> list[Lifetime]:
+        """One lifetime per arena buffer named by a step (before in-place merging), named by buffer index."""
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for step, (_, _, _, buffer_ids) in enumerate(self._steps):
@@ -110,10 +115,34 @@ class SegmentBuilder:
             if self._buffers[index].kind == ARENA
         ]
 
+    def _in_place(self) -> tuple[dict[int, int], list[InPlaceReuse]]:
+        if not self.in_place:
+            return {}, []
+        steps = [(_kernels.KERNEL_NAMES[kernel_id], ints, buffers) for kernel_id, ints, _, buffers in self._steps]
+        return find_in_place(steps, lambda i: self._buffers[i].kind == ARENA, lambda i: self._buffers[i].nbytes,
+                             self._step_nodes)
+
+    def _planned_lifetimes(self, buffer_lifetimes: list[Lifetime], merged: dict[int, int]) -> list[Lifetime]:
+        """Buffer lifetimes with every in-place group folded into its representative's (same size)."""
+        groups: dict[str, Lifetime] = {}
+        for item in buffer_lifetimes:
+            name = str(merged.get(int(item.name), int(item.name)))
+            old = groups.get(name)
+            groups[name] = item if old is None else Lifetime(name, old.nbytes, min(old.first, item.first),
+                                                             max(old.last, item.last))
+        return [dataclasses.replace(item, name=name) for name, item in groups.items()]
+
     def finish(self) -> "CompiledProgram":
-        plan = plan_offsets(self.lifetimes())
-        for name, offset in plan.offsets.items():
-            self._buffers[int(name)].value = offset
+        buffer_lifetimes = self.lifetimes()
+        merged, reuses = self._in_place()
+        plan = plan_offsets(self._planned_lifetimes(buffer_lifetimes, merged))
+        for item in buffer_lifetimes:
+            index = int(item.name)
+            self._buffers[index].value = plan.offsets[str(merged.get(index, index))]
+        tensors = tuple(TensorPlacement(self._buffers[int(t.name)].label, self._buffers[int(t.name)].value, t.nbytes,
+                                        t.first, t.last) for t in buffer_lifetimes)
+        in_place = tuple(InPlaceListing(r.step, r.kernel, r.node, self._buffers[r.input_buffer].label,
+                                        self._buffers[r.output_buffer].label, r.nbytes) for r in reuses)
         ints, floats, buffer_ids = [], [], []
         int_offsets, float_offsets, buffer_offsets = [0], [0], [0]
         for _, step_ints, step_floats, step_buffers in self._steps:
@@ -146,7 +175,8 @@ class SegmentBuilder:
             for i, b in enumerate(self._buffers) if b.kind == CONSTANT
         )
         return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants),
-                               listing, constants)
+                               listing, constants, tensors=tensors, in_place=in_place,
+                               buffer_lifetimes=tuple(buffer_lifetimes))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -158,6 +188,29 @@ class StepListing:
     floats: np.ndarray  # float32, kept as an array so rendering sees the exact bits
     buffers: tuple[tuple[int, int], ...]
     node: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorPlacement:
+    """Where an arena buffer (graph tensor or workspace) lives: offset in the segment's arena, steps it is live."""
+
+    label: str
+    offset: int
+    nbytes: int
+    first: int
+    last: int
+
+
+@dataclasses.dataclass(frozen=True)
+class InPlaceListing:
+    """Step `step` writes `output` over `input`, which dies there (ortx.memory.inplace)."""
+
+    step: int
+    kernel: str
+    node: str
+    input: str
+    output: str
+    nbytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,6 +231,9 @@ class CompiledProgram:
     steps: tuple[StepListing, ...] = ()
     constants: tuple[ConstantListing, ...] = ()  # in constant-index order
     native: object = None
+    tensors: tuple[TensorPlacement, ...] = ()  # every arena buffer, in buffer order
+    in_place: tuple[InPlaceListing, ...] = ()
+    buffer_lifetimes: tuple[Lifetime, ...] = ()  # before in-place merging: the plan's input without reuse
 
     @property
     def arena_bytes(self) -> int:

@@ -1,4 +1,4 @@
-/* ortx_segment_9fc2ab6c48adadbc: one ortx segment as straight-line kernel calls (7 steps, arena 7040 bytes).
+/* ortx_segment_6df1e2faddc60c8e: one ortx segment as straight-line kernel calls (7 steps, arena 7040 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
@@ -45,7 +45,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ortx_segment_9fc2ab6c48adadbc(
+void ortx_segment_6df1e2faddc60c8e(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
@@ -63,35 +63,35 @@ void ortx_segment_9fc2ab6c48adadbc(
     {
         static const int64_t ints[3] = {1, 6, 42};
         static const float floats[1] = {0.0f};
-        void *const buffers[4] = {arena + 6016, constants[1], constants[2], arena + 0};
+        void *const buffers[4] = {arena + 6016, constants[1], constants[2], arena + 6016};
         ortx_step(kernels[1], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 1 : NULL);
     }
     /* step 2: unary_f32, node 'clip_10' */
     {
         static const int64_t ints[2] = {3, 252};
         static const float floats[2] = {0x0p+0f, 0x1.8p+2f};
-        void *const buffers[2] = {arena + 0, arena + 1024};
+        void *const buffers[2] = {arena + 6016, arena + 6016};
         ortx_step(kernels[2], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 2 : NULL);
     }
     /* step 3: maxpool_f32, node 'maxpool_11' */
     {
         static const int64_t ints[23] = {6, 1, 7, 6, 1, 3, 3, 1, 2, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
         static const float floats[1] = {0.0f};
-        void *const buffers[2] = {arena + 1024, arena + 0};
+        void *const buffers[2] = {arena + 6016, arena + 0};
         ortx_step(kernels[3], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 3 : NULL);
     }
     /* step 4: binary_f32, node 'add_12' */
     {
         static const int64_t ints[5] = {0, 1, 54, 1, 1};
         static const float floats[1] = {0.0f};
-        void *const buffers[3] = {arena + 0, arena + 0, arena + 256};
+        void *const buffers[3] = {arena + 0, arena + 0, arena + 0};
         ortx_step(kernels[4], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 4 : NULL);
     }
     /* step 5: global_avgpool_f32, node 'globalaveragepool_13' */
     {
         static const int64_t ints[2] = {6, 9};
         static const float floats[1] = {0.0f};
-        void *const buffers[2] = {arena + 256, arena + 704};
+        void *const buffers[2] = {arena + 0, arena + 704};
         ortx_step(kernels[5], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 5 : NULL);
     }
     /* step 6: gemm_f32, node 'gemm_17' */
