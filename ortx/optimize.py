@@ -16,10 +16,11 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from ortx.model_io import ModelSource, clamp_ir_version, load, to_ort_bytes
+from ortx.model_io import ModelLoadError, ModelSource, clamp_ir_version, load, to_ort_bytes
 from ortx.passes import LEVELS
 from ortx.passes._report import PassReport, run_passes
 from ortx.passes.infer_shapes import infer_shapes
+from ortx.passes.validate_model import describe_structure, validate_model
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +42,32 @@ def optimize(model: ModelSource, *, level: int = 2, check: bool = False,
              input_shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[onnx.ModelProto, list[PassReport]]:
     """Returns (optimized copy, one PassReport per pass); `check` validates the model after every pass;
     `input_shapes` ({input name: dims}) fixes dynamic input dims before shape inference."""
-    passes = level_passes(level, input_shapes)
-    ir_model = ir.serde.deserialize_model(load(model))
+    passes = (validate_model,) + level_passes(level, input_shapes)
+    ir_model = ir.serde.deserialize_model(_load_explained(model))
     reports = run_passes(ir_model, passes, check=check)
     return clamp_ir_version(ir.serde.serialize_model(ir_model)), reports
+
+
+def _load_explained(source: ModelSource) -> onnx.ModelProto:
+    """model_io.load, with onnx.checker's "not topologically sorted" replaced by the cause when it is a cycle or an
+    input nothing defines (both name the node)."""
+    try:
+        return load(source)
+    except ModelLoadError as error:
+        try:
+            if isinstance(source, onnx.ModelProto):
+                raw = source
+            elif isinstance(source, (bytes, bytearray, memoryview)):
+                raw = onnx.load_from_string(bytes(source))
+            else:
+                raw = onnx.load(source, load_external_data=False)
+            problem = describe_structure(raw.graph)
+        except Exception:  # unreadable: the loader's own message is the best there is
+            problem = None
+        if problem is None:
+            raise
+        raise ModelLoadError(f"{error.args[0].split(' fails onnx.checker')[0]} is not a valid graph: {problem}") \
+            from error
 
 
 class CheckInputError(ValueError):

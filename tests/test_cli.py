@@ -26,7 +26,7 @@ def test_optimize_check_report(model_file, tmp_path, capsys):
     assert "check logits" in printed and ": ok" in printed
     assert model_file.read_bytes() == original
     data = json.loads(report.read_text())
-    assert [p["name"] for p in data["passes"]] == [pass_name(p) for p in DEFAULT_PASSES]
+    assert [p["name"] for p in data["passes"]] == ["validate_model"] + [pass_name(p) for p in DEFAULT_PASSES]
     assert "bytes saved" in printed and all(p["seconds"] > 0 for p in data["passes"])
     assert output.exists()
 
