@@ -48,7 +48,13 @@ class OrtStep:
 
 
 class RunContext:
-    """Per-run memory: the arena and numpy views of the boundary tensors planned in it."""
+    """Per-run memory: the arena and numpy views of the boundary tensors planned in it.
+
+    One is made at session creation and returned to the pool after every run, so a steady stream of runs
+    allocates no arena; a new one is made only while more runs are in flight than contexts exist. Graph outputs
+    are the exception by design: they are fresh arrays per run (or the caller's `outputs`), because the caller
+    owns them after `run` returns.
+    """
 
     def __init__(self, plan: MemoryPlan, boundary: dict[str, TensorSpec]):
         raw = np.empty(plan.arena_bytes + 2 * ALIGNMENT, dtype=np.uint8)
