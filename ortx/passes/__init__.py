@@ -19,6 +19,7 @@ from ortx.passes.fuse_gemm import fuse_gemm
 from ortx.passes.fuse_hardswish import fuse_hardswish
 from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.fuse_pad import fuse_pad
+from ortx.passes.fuse_sibling_matmuls import fuse_sibling_matmuls
 from ortx.passes.infer_shapes import infer_shapes
 from ortx.passes.remove_no_ops import remove_no_ops
 from ortx.passes.share_initializers import share_initializers
@@ -51,6 +52,8 @@ LEVEL_2_PASSES = (
     # After fuse_layer_normalization: an LN's bias Add must not be mistaken for a Gemm bias (it is not, A is rank 3,
     # but the order keeps the reasoning local).
     fuse_gemm,
+    # After fuse_gemm, which takes 2-D MatMul + Add as Gemm first; merges attention's Q/K/V projections.
+    fuse_sibling_matmuls,
     fuse_pad,
     # Activations: standard ops that fuse_conv_epilogue (level 3) then takes into FusedConv as its activation.
     fuse_hardswish,
@@ -70,5 +73,5 @@ LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
            "PassReport", "run_passes", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
-           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad",
+           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls",
            "infer_shapes", "remove_no_ops", "share_initializers", "upgrade_opset"]
