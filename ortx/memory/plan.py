@@ -1,8 +1,9 @@
 """Static arena offsets from buffer lifetimes: several planners run, the smallest arena is kept.
 
 1. Greedy placement (greedy.py) for each order (size as TFLite Micro, conflicts, breadth) x (first, best fit).
-2. Branch and bound (exact.py) seeded with the best greedy order: exact up to EXACT_MAX_BUFFERS buffers (within
-   its node limit), a bounded local search above.
+2. Up to EXACT_MAX_BUFFERS buffers: branch and bound (exact.py) seeded with the best greedy order, exact within
+   its node limit. Above: local search (local_search.py) moving buffers earlier in that order, and the same
+   branch and bound branching on only the first LOCAL_WIDTH unplaced buffers for LOCAL_NODES nodes.
 3. The plan with the smallest arena wins (ties: the earlier planner); every candidate's arena is kept for reports.
 Offsets are multiples of ALIGNMENT and each buffer takes its size rounded up to ALIGNMENT. The lower bound (most
 raw bytes live at one step) is reported beside the arena; the plan prints as a table (`str(plan)`).
@@ -12,15 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from ortx.memory.exact import branch_and_bound
+from ortx.memory.exact import NODE_LIMIT, branch_and_bound
 from ortx.memory.greedy import greedy_candidates
 from ortx.memory.lifetimes import ALIGNMENT, Lifetime, align, check_no_overlap, lower_bound_bytes
+from ortx.memory.local_search import improve_order
 
 __all__ = ["ALIGNMENT", "Lifetime", "MemoryPlan", "lower_bound_bytes", "plan_offsets", "naive_bytes"]
 
-EXACT_MAX_BUFFERS = 12  # full branching below this; n! orders above it are out of reach anyway
-LOCAL_SEARCH_WIDTH = 2  # above EXACT_MAX_BUFFERS: branch on the first 2 unplaced buffers of the seed order
-LOCAL_SEARCH_NODES = 4_000
+EXACT_MAX_BUFFERS = 12  # full branch and bound up to here; n! orders above it are out of reach anyway
+LOCAL_WIDTH = 2
+LOCAL_NODES = 4_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,14 +72,23 @@ def plan_offsets(lifetimes, *, node_limit: int | None = None) -> MemoryPlan:
         if best is None or arena < best[0]:
             best = (arena, algorithm, offsets, order)
     optimal = False
-    if lifetimes:
-        small = len(lifetimes) <= EXACT_MAX_BUFFERS
-        limit = node_limit if node_limit is not None else (20_000 if small else LOCAL_SEARCH_NODES)
-        found, arena, optimal = branch_and_bound(lifetimes, best[3], best[0], node_limit=limit,
-                                                 width=None if small else LOCAL_SEARCH_WIDTH)
+    if lifetimes and len(lifetimes) <= EXACT_MAX_BUFFERS:
+        found, arena, optimal = branch_and_bound(lifetimes, best[3], best[0],
+                                                 node_limit=node_limit or NODE_LIMIT)
         candidates.append(("branch_and_bound", arena))
         if found is not None:
             best = (arena, "branch_and_bound", found, best[3])
+    elif lifetimes:
+        seed_arena, seed_order = best[0], best[3]
+        order, offsets, arena = improve_order(lifetimes, seed_order)
+        candidates.append(("local_search", arena))
+        if arena < best[0]:
+            best = (arena, "local_search", offsets, order)
+        found, arena, _ = branch_and_bound(lifetimes, seed_order, seed_arena, node_limit=node_limit or LOCAL_NODES,
+                                           width=LOCAL_WIDTH)
+        candidates.append(("branch_and_bound_local", arena))
+        if found is not None and arena < best[0]:
+            best = (arena, "branch_and_bound_local", found, seed_order)
     arena, algorithm, offsets, _ = best if best else (0, "none", [], [])
     offsets_by_name = {t.name: offset for t, offset in zip(lifetimes, offsets)}
     check_no_overlap(lifetimes, offsets_by_name)
@@ -90,5 +101,5 @@ def plan_offsets(lifetimes, *, node_limit: int | None = None) -> MemoryPlan:
         lifetimes=tuple(lifetimes),
         algorithm=algorithm,
         candidates=tuple(candidates),
-        optimal=optimal or arena <= lower,
+        optimal=optimal or arena <= lower_bound_bytes(lifetimes, aligned=True),
     )

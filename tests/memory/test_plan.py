@@ -126,3 +126,16 @@ def test_branch_and_bound_node_limit_is_reported_as_not_proved():
     _, arena, proved = branch_and_bound(lifetimes, seed, 10 ** 9, node_limit=3)
     assert not proved
     assert arena == 10 ** 9  # three nodes never reach a leaf: nothing beat the seed
+
+
+def test_local_search_repairs_every_copy_of_the_hand_case_above_the_exact_size_limit():
+    base = [("a", 64, 2, 3), ("b", 256, 4, 5), ("c", 128, 3, 4), ("d", 256, 1, 2)]
+    # four time-disjoint copies: 16 buffers, too many for full branch and bound; every greedy order loses
+    lifetimes = [Lifetime(f"{name}{copy}", size, first + 10 * copy, last + 10 * copy)
+                 for copy in range(4) for name, size, first, last in base]
+    plan = plan_offsets(lifetimes)
+    assert dict(plan.candidates)["greedy_by_size_first_fit"] == 448
+    assert plan.algorithm == "local_search"
+    assert plan.arena_bytes == plan.lower_bound_bytes == 384
+    assert {plan.offsets[f"c{copy}"] for copy in range(4)} == {0}
+    check_no_overlap(plan.lifetimes, plan.offsets)
