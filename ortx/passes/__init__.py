@@ -12,6 +12,7 @@ from ortx.passes.eliminate_common_subexpressions import eliminate_common_subexpr
 from ortx.passes.eliminate_dead_code import eliminate_dead_code
 from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fold_reshapes import fold_reshapes
+from ortx.passes.fold_slice_squeezes import fold_slice_squeezes
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu
@@ -36,6 +37,7 @@ LEVEL_1_PASSES = (
     remove_no_ops,
     # After remove_no_ops, so a no-op link does not count as a chain member that must be kept.
     fold_reshapes,
+    fold_slice_squeezes,
     # Before CSE: CSE only merges nodes whose inputs are the same values, and equal weights become one value here.
     share_initializers,
     eliminate_common_subexpressions,
@@ -47,10 +49,8 @@ LEVEL_2_PASSES = (
 ) + LEVEL_1_PASSES + (
     # The fusions need constant initializers for weights and parameters (made so by fold_constants).
     fuse_conv_batchnorm,
-    # After fuse_conv_batchnorm has no effect on it; before any pass that would want LayerNormalization.
+    # Needs the static normalised dims infer_shapes found (and, for opset < 17 models, upgrade_opset).
     fuse_layer_normalization,
-    # After fuse_layer_normalization: an LN's bias Add must not be mistaken for a Gemm bias (it is not, A is rank 3,
-    # but the order keeps the reasoning local).
     fuse_gemm,
     # After fuse_gemm, which takes 2-D MatMul + Add as Gemm first; merges attention's Q/K/V projections.
     fuse_sibling_matmuls,
@@ -72,6 +72,7 @@ DEFAULT_PASSES = LEVEL_2_PASSES
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
-           "PassReport", "run_passes", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
-           "fold_reshapes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls",
-           "infer_shapes", "remove_no_ops", "share_initializers", "upgrade_opset"]
+           "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
+           "fold_slice_squeezes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm",
+           "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "infer_shapes",
+           "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
