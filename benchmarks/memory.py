@@ -1,0 +1,125 @@
+"""Memory of OrtxEP vs ONNX Runtime CPU on the six models of issue #6; writes BENCHMARKS.md's "Memory" section.
+
+Usage: python benchmarks/memory.py [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2,transformer]
+Peak RSS: each engine in a fresh subprocess that builds its session and runs it 5 times, reporting VmHWM from
+/proc/self/status (Linux). Not ru_maxrss: Linux carries a process's maxrss across execve, so a child forked from
+this (large) process would report at least this process's RSS. Both include the interpreter and every library
+both engines load, so the difference between the columns is what matters. Planned bytes: ortx.memory.report at the same shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import onnx  # noqa: E402
+
+import ortx.memory  # noqa: E402
+from benchmarks._report import write_section  # noqa: E402
+from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
+from tests import _models  # noqa: E402
+
+BUILT = {
+    "resnet18": ("ResNet-18-style (random weights)", _models.resnet18_style, (1, 3, 224, 224)),
+    "mobilenetv2": ("MobileNetV2-style (random weights)", _models.mobilenetv2_style, (1, 3, 224, 224)),
+    "transformer": ("BERT-like encoder block (seq 16, dim 64)", _models.transformer_block, None),
+}
+
+
+def models(selected: list[str], directory: str):
+    for key in selected:
+        if key in PACKAGED_MODELS:
+            yield f"PP-OCR {key}", packaged_model_path(key), PACKAGED_MODELS[key][1]
+        elif key in BUILT:
+            name, builder, shape = BUILT[key]
+            proto = builder()
+            path = os.path.join(directory, f"{key}.onnx")
+            onnx.save(proto, path)
+            if shape is None:
+                shape = tuple(d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim)
+            yield name, path, shape
+        else:
+            raise SystemExit(f"unknown model {key!r}")
+
+
+_PEAK_SCRIPT = r"""
+import sys, numpy as np, onnxruntime
+sys.path.insert(0, {root!r})
+import ortx
+from ortx.model_io import load, to_ort_bytes
+options = onnxruntime.SessionOptions(); options.intra_op_num_threads = {threads}
+shape = {shape!r}
+if {use_ortx!r}:
+    session = ortx.InferenceSession({path!r}, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{{"input_shapes": {{"{input}": shape}}}}, {{}}])
+else:
+    session = onnxruntime.InferenceSession(to_ort_bytes(load({path!r})), options, providers=["CPUExecutionProvider"])
+x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype(np.float32)
+for _ in range(5):
+    session.run(None, {{"{input}": x}})
+status = open("/proc/self/status").read()
+print(next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")))
+"""
+
+
+def peak_rss_mib(path: str, input_name: str, shape, threads: int, use_ortx: bool) -> float:
+    script = _PEAK_SCRIPT.format(root=ROOT, threads=threads, shape=tuple(shape), use_ortx=use_ortx, path=path,
+                                 input=input_name)
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    return int(output.strip().splitlines()[-1]) / 1024.0
+
+
+def mib(nbytes: int) -> str:
+    return f"{nbytes / 2 ** 20:.2f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="det,rec,cls,resnet18,mobilenetv2,transformer")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--no-rss", action="store_true", help="skip the peak-RSS subprocesses")
+    args = parser.parse_args()
+    lines = [
+        f"Measured {datetime.date.today()} on commit "
+        f"{subprocess.run(['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}"
+        f", {platform.processor() or platform.machine()}, {args.threads} threads. Activation memory in MiB: naive = "
+        "one buffer per activation tensor; ORT-style = same-size reuse after last use (a model of ORT's planner, "
+        "not its arena); ortx plan = the OrtxEP session arena (kernel workspaces included), lower bound = most "
+        "bytes live at once over that arena's buffers; in place = bytes the in-place rules saved. Peak RSS (MiB) = "
+        "high-water RSS (VmHWM) of a fresh process that builds the session and runs it 5 times (interpreter "
+        "and libraries included). Written by `python benchmarks/memory.py`.",
+        "",
+        "| model | input | naive | ORT-style | ortx plan | lower bound | plan / lower bound | naive / plan | "
+        "in place | peak RSS ORT | peak RSS OrtxEP |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    with tempfile.TemporaryDirectory() as directory:
+        for name, path, shape in models(args.models.split(","), directory):
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            print(f"measuring {name} ...", flush=True)
+            report = ortx.memory.report(path, {input_name: shape}, num_threads=args.threads)
+            peaks = ("-", "-")
+            if not args.no_rss:
+                peaks = (f"{peak_rss_mib(path, input_name, shape, args.threads, False):.0f}",
+                         f"{peak_rss_mib(path, input_name, shape, args.threads, True):.0f}")
+            lines.append(
+                f"| {name} | {'x'.join(map(str, shape))} | {mib(report.naive_bytes)} | {mib(report.ort_style_bytes)} "
+                f"| {mib(report.planned_bytes)} | {mib(report.lower_bound_bytes)} | {report.ratio_to_lower_bound:.3f} "
+                f"| {report.naive_bytes / max(report.planned_bytes, 1):.1f} | {mib(report.in_place_bytes_saved)} "
+                f"| {peaks[0]} | {peaks[1]} |")
+            print(lines[-1], flush=True)
+    write_section(args.output, "Memory", "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
