@@ -6,6 +6,9 @@
  *   M = Cout/g, K = Cin/g*KH*KW) by the Cin/g*KH*KW x OH*OW patch matrix (im2col), adding bias per row and the
  *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are built straight into the
  *   GEMM's packed B panels (im2col_pack_b) in each thread's workspace; a 1x1, stride-1, unpadded conv uses X.
+ * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the input is copied once into
+ *   zero-padded planes (conv.h) where every patch-matrix row is a constant offset from the output pixel, and
+ *   6x16 tiles read B in place from there (no per-task packing), all of K in registers, epilogue fused.
  * Case 2, conv2d_depthwise_f32 (group == Cin == Cout): per channel plane, the input is copied once into
  *   zero-padded column phases (conv.h) so every tap is a contiguous vector load; each output row accumulates
  *   KH*KW broadcast-weight FMAs per vector of columns, then adds bias/residual and activates before storing.
@@ -14,6 +17,7 @@
  *   thread so the sums keep a fixed order; residual and activation follow.
  * Known limits: 2-D only (1-D convs are lowered with H = 1); transposed conv has no depthwise fast path.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "activation.h"
@@ -25,6 +29,9 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+/* Most output channels (per group) for which conv2d_f32 takes the direct path (Case 1b, see use_direct). */
+#define ORTX_DIRECT_MAX_CHANNELS 32
 
 static int clamp_threads(int num_threads, const ortx_conv_params *p) {
     int threads = num_threads < 1 ? 1 : num_threads;
@@ -73,6 +80,8 @@ static void im2col_segment(const ortx_conv_params *p, const float *channel, int6
         for (int64_t j = ox; j < lo; j++) row[j] = 0.0f;
         if (sw == 1) {
             memcpy(row + lo, in + lo, (hi - lo) * sizeof(float));
+        } else if (sw == 2) {  /* a constant stride the compiler vectorises (stride-2 stems spend most time here) */
+            for (int64_t j = lo; j < hi; j++) row[j] = in[2 * j];
         } else {
             for (int64_t j = lo; j < hi; j++) row[j] = in[j * sw];
         }
@@ -100,6 +109,162 @@ static void im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n
     }
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Case 1b: direct (implicit GEMM) over phase planes, see conv.h.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static const ortx_conv_direct_tile_fn direct_tile_table[] = {
+    [ORTX_ISA_PORTABLE] = ortx_conv_direct_tile_portable,
+    [ORTX_ISA_AVX2] = ortx_conv_direct_tile_avx2,
+    [ORTX_ISA_AVX512] = ortx_conv_direct_tile_avx2, /* AVX-512 CPUs run the AVX2 tile; no 16-lane variant yet */
+};
+
+void ortx_conv_direct_tile_portable(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
+                                    const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
+                                    const ortx_gemm_epilogue *epilogue, int64_t col0) {
+    enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
+    float acc[MR][NR] = {{0}};
+    for (int64_t k0 = 0; k0 < K; k0 += ORTX_GEMM_KC) {
+        int64_t kc = min64(ORTX_GEMM_KC, K - k0);
+        const float *a = weights + k0 * m_padded + row0 * kc;
+        for (int64_t k = 0; k < kc; k++) {
+            const float *b = x + offsets[k0 + k];
+            for (int i = 0; i < MR; i++)
+                for (int j = 0; j < NR; j++) acc[i][j] += a[k * MR + i] * b[j];
+        }
+    }
+    for (int64_t i = 0; i < rows; i++)
+        for (int j = 0; j < NR; j++)
+            c[i * ldc + j] = epilogue ? ortx_gemm_epilogue_scalar(epilogue, acc[i][j], row0 + i, col0 + j) : acc[i][j];
+}
+
+/* Whether conv2d_f32 takes the direct path: it reads B in place instead of packing an im2col block per task,
+ * which is what dominates when few output channels share each packed block (PP-OCRv4 det's 96 -> 24 3x3 convs:
+ * 1.45x -> ~1.3x onnxruntime's time); it pays for the discarded virtual columns (phase_width - OW of every
+ * phase_width), one copy of the input and B loads that straddle cache lines, which lose to the packed GEMM with
+ * 64 output channels or more, with stride 2 and with short K (measured on a Zen 2 EPYC, benchmarks/kernels.py).
+ * Depends on the shape only, so the choice (and the sums) are the same for every thread count. */
+static int use_direct(const ortx_conv_params *p) {
+    if (is_pointwise(p) || p->stride_height != 1 || p->stride_width != 1) return 0;
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    int64_t cin_g = p->in_channels / p->group, cout_g = p->out_channels / p->group;
+    int64_t K = cin_g * p->kernel_height * p->kernel_width;
+    if (cin_g * g.channel_floats + g.virtual_pixels + 64 > INT32_MAX) return 0;
+    /* discarded columns cost at most 1/8 of the work */
+    return cout_g <= ORTX_DIRECT_MAX_CHANNELS && K >= 64 && 8 * (g.phase_width - p->out_width) <= g.phase_width;
+}
+
+typedef struct direct_job {
+    const ortx_conv_params *p;
+    ortx_conv_direct_geometry g;
+    const float *x;       /* fill: the group's first input channel */
+    float *planes;
+    const int32_t *offsets;
+    const float *weights; /* the group's packed A */
+    float *y;             /* the group's first output channel */
+    const ortx_gemm_epilogue *epilogue;
+    const ortx_gemm_isa *isa;
+    ortx_conv_direct_tile_fn tile;
+    int64_t K, M;
+} direct_job;
+
+/* Phase planes of input channels [begin, end). */
+static void direct_fill(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const ortx_conv_direct_geometry g = job->g;
+    int64_t H = p->in_height, W = p->in_width, sh = p->stride_height, sw = p->stride_width;
+    for (int64_t c = begin; c < end; c++) {
+        const float *channel = job->x + c * H * W;
+        float *out = job->planes + c * g.channel_floats;
+        for (int64_t qy = 0; qy < g.phases_y; qy++)
+            for (int64_t qx = 0; qx < g.phases_x; qx++) {
+                /* columns j with 0 <= j*sw + qx - pl < W read the input */
+                int64_t offset = qx - p->pad_left;
+                int64_t lo = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
+                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 - offset, sw) + 1));
+                for (int64_t r = 0; r < g.phase_rows; r++, out += g.phase_width) {
+                    int64_t iy = r * sh + qy - p->pad_top;
+                    if (iy < 0 || iy >= H || lo >= hi) {
+                        memset(out, 0, g.phase_width * sizeof(float));
+                        continue;
+                    }
+                    const float *in = channel + iy * W + offset;
+                    for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
+                    if (sw == 1) {
+                        memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
+                    } else if (sw == 2) {
+                        for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
+                    } else {
+                        for (int64_t j = lo; j < hi; j++) out[j] = in[j * sw];
+                    }
+                    for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
+                }
+            }
+    }
+}
+
+/* Virtual-pixel tiles [begin, end) (16 pixels each), every row panel of each. A tile inside one output row
+ * is stored straight into Y with the fused epilogue; one that crosses a row end (or the last row) goes through
+ * a scratch tile whose valid runs are copied out, then get the epilogue in place. */
+static void direct_tiles(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, OW = p->out_width, Wq = job->g.phase_width;
+    const int64_t N = p->out_height * OW, M = job->M, m_padded = ortx_round_up(M, MR);
+    float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
+    for (int64_t t = begin; t < end; t++) {
+        int64_t v0 = t * NR, oy = v0 / Wq, ox = v0 % Wq;
+        const float *x = job->planes + v0;
+        if (ox + NR <= OW) {
+            int64_t col0 = oy * OW + ox;
+            for (int64_t m0 = 0; m0 < M; m0 += MR)
+                job->tile(job->K, job->weights, m_padded, m0, x, job->offsets, job->y + m0 * N + col0, N,
+                          min64(MR, M - m0), job->epilogue, col0);
+            continue;
+        }
+        for (int64_t m0 = 0; m0 < M; m0 += MR) {
+            int64_t rows = min64(MR, M - m0);
+            job->tile(job->K, job->weights, m_padded, m0, x, job->offsets, tile, NR, rows, NULL, 0);
+            for (int64_t j = 0, row = oy, column = ox; j < NR && row < p->out_height; row++, column = 0) {
+                int64_t run = min64(NR - j, OW - column);  /* valid columns of this output row */
+                if (run > 0) {
+                    int64_t col0 = row * OW + column;
+                    float *out = job->y + m0 * N + col0;
+                    for (int64_t i = 0; i < rows; i++) memcpy(out + i * N, tile + i * NR + j, run * sizeof(float));
+                    job->isa->epilogue(out, N, rows, run, m0, col0, job->epilogue);
+                }
+                j += Wq - column;  /* skip the discarded columns to the next row's start */
+            }
+        }
+    }
+}
+
+/* One image and group: fill the planes (split over channels), then the tiles (split over pixels). */
+static void conv2d_direct(const ortx_conv_params *p, const float *x, const float *weights, float *y,
+                          const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    int64_t cin_g = p->in_channels / p->group, area = p->kernel_height * p->kernel_width;
+    int64_t K = cin_g * area, M = p->out_channels / p->group;
+    float *planes = workspace;
+    int32_t *offsets = (int32_t *)(workspace + (cin_g * g.channel_floats + 32 + 15) / 16 * 16);
+    memset(planes + cin_g * g.channel_floats, 0, 32 * sizeof(float));
+    for (int64_t k = 0; k < K; k++) {
+        int64_t c = k / area, ky = (k % area) / p->kernel_width, kx = k % p->kernel_width;
+        int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
+        int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
+        offsets[k] = (int32_t)(c * g.channel_floats + (phase * g.phase_rows + dy / g.phases_y) * g.phase_width +
+                               dx / g.phases_x);
+    }
+    direct_job job = {p, g, x, planes, offsets, weights, y, epilogue, ortx_gemm_select_isa(),
+                      direct_tile_table[ortx_selected_isa()], K, M};
+    ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
+    int64_t tiles = (g.virtual_pixels + ORTX_GEMM_NR - 1) / ORTX_GEMM_NR;
+    ortx_parallel_range(threads, tiles, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_tiles, &job);
+}
+
 static void conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = clamp_threads(num_threads, &p);
@@ -108,6 +273,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
+    int direct = use_direct(&p);
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
@@ -130,7 +296,11 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
                 .param0 = p.param0,
                 .param1 = p.param1,
             };
-            ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
+            if (direct) {
+                conv2d_direct(&p, x, A.data, Y + y_offset, &epilogue, workspace, threads);
+            } else {
+                ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
+            }
         }
     }
 }
@@ -347,6 +517,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
     if (ints[0] == 0) {
         int64_t K = cin_g * kernel_area;
         floats_needed = ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
+        if (use_direct(&p)) floats_needed = max64(floats_needed, ortx_conv_direct_floats(&p));
         out[1] = p.group * ortx_gemm_packed_a_floats(cout_g, K);
     } else if (ints[0] == 1) {
         floats_needed = threads * ortx_depthwise_plane_floats(&p);

@@ -57,6 +57,49 @@ void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *plane
 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
                                const float *residual, float *output);
 
+/* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
+ * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
+ * j*sw + qx). With output pixel (oy, ox) numbered v = oy*phase_width + ox ("virtual" pixels; columns
+ * ox >= OW are computed and discarded), patch-matrix row k = (c, ky, kx) of pixel v is planes[offset[k] + v]:
+ * 16 consecutive virtual pixels are one contiguous load, so the GEMM's B operand is read in place. */
+typedef struct ortx_conv_direct_geometry {
+    int64_t phase_rows, phase_width, phases_y, phases_x, channel_floats, virtual_pixels;
+} ortx_conv_direct_geometry;
+
+static inline ortx_conv_direct_geometry ortx_conv_direct_geometry_of(const ortx_conv_params *p) {
+    ortx_conv_direct_geometry g;
+    g.phases_y = p->stride_height;
+    g.phases_x = p->stride_width;
+    g.phase_rows = p->out_height + ((p->kernel_height - 1) * p->dilation_height) / p->stride_height;
+    g.phase_width = p->out_width + ((p->kernel_width - 1) * p->dilation_width) / p->stride_width;
+    g.channel_floats = g.phases_y * g.phases_x * g.phase_rows * g.phase_width;
+    g.virtual_pixels = p->out_height * g.phase_width;
+    return g;
+}
+
+/* Workspace floats of the direct path: the planes of one image and group, 32 floats of zeroed slack that the
+ * last 16-pixel tile's discarded lanes may read, and the int32 offset table (K entries). */
+static inline int64_t ortx_conv_direct_floats(const ortx_conv_params *p) {
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width;
+    return (p->in_channels / p->group * g.channel_floats + 32 + 15) / 16 * 16 + (K + 15) / 16 * 16;
+}
+
+/* One 6-row x 16-pixel tile of the direct conv: acc[i][j] = sum over k of A[row0 + i][k] * x[offsets[k] + j]
+ * with A the prepacked weights (gemm.h panels, m_padded rows, depth K), all K in registers; stores `rows` rows
+ * of 16 floats at c (row stride ldc), applying the epilogue of (row0 + i, col0 + j) first when it is not NULL. */
+struct ortx_gemm_epilogue;
+typedef void (*ortx_conv_direct_tile_fn)(int64_t K, const float *weights, int64_t m_padded, int64_t row0,
+                                         const float *x, const int32_t *offsets, float *c, int64_t ldc,
+                                         int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+
+void ortx_conv_direct_tile_portable(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
+                                    const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
+                                    const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+void ortx_conv_direct_tile_avx2(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
+                                const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
+                                const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+
 /* Reference kernels (kernels/ref/conv_ref.c). */
 void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

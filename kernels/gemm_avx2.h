@@ -59,6 +59,34 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_activation_avx2(__m256 x, int activat
     }
 }
 
+/* Applies the epilogue to one tile row held in two registers (columns col0 .. col0+15); the gemm micro-kernel
+ * and conv's direct tiles fuse it before their single store. */
+ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void epilogue_registers_avx2(
+    __m256 *lo, __m256 *hi, const ortx_gemm_epilogue *e, int64_t row, int64_t col0) {
+    __m256 v0 = *lo, v1 = *hi;
+    if (e->alpha != 1.0f) {
+        v0 = _mm256_mul_ps(v0, _mm256_set1_ps(e->alpha));
+        v1 = _mm256_mul_ps(v1, _mm256_set1_ps(e->alpha));
+    }
+    if (e->bias_row) {
+        __m256 bias = _mm256_set1_ps(e->bias_row[row]);
+        v0 = _mm256_add_ps(v0, bias);
+        v1 = _mm256_add_ps(v1, bias);
+    }
+    if (e->bias_col) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(e->bias_col + col0));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(e->bias_col + col0 + 8));
+    }
+    if (e->residual) {
+        const float *r = e->residual + row * e->residual_row_stride + col0;
+        __m256 scale = _mm256_set1_ps(e->residual_scale);
+        v0 = _mm256_fmadd_ps(scale, _mm256_loadu_ps(r), v0);
+        v1 = _mm256_fmadd_ps(scale, _mm256_loadu_ps(r + 8), v1);
+    }
+    *lo = ortx_activation_avx2(v0, e->activation, e->param0, e->param1);
+    *hi = ortx_activation_avx2(v1, e->activation, e->param0, e->param1);
+}
+
 ORTX_TARGET_AVX2 void ortx_activation_array_avx2(float *data, int64_t count, int activation, float param0,
                                                  float param1);
 ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,

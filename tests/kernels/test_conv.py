@@ -89,6 +89,17 @@ CONV_CASES = [
     ((1, 16, 40, 53), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),  # > 2M multiply-adds: really split over 2 threads
 ]
 
+# Dense convs on conv2d_f32's direct path (stride 1, <= 32 output channels per group, K >= 64, few discarded
+# columns; kernels/conv.c use_direct): row panels not multiples of 6, tiles that cross output rows and the last
+# row, dilation, asymmetric pads, groups, batch 2, 5x5, and one case large enough to split over 2 threads.
+DIRECT_CASES = [
+    ((1, 12, 17, 30), (13, 12, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 8, 21, 40), (7, 8, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((2, 16, 15, 37), (10, 8, 3, 3), dict(group=2, pads=[0, 1, 2, 1])),
+    ((1, 4, 18, 50), (32, 4, 5, 5), dict(pads=[2, 2, 2, 2])),
+    ((1, 96, 20, 41), (24, 96, 3, 3), dict(pads=[1, 1, 1, 1])),
+]
+
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
 DEPTHWISE_CASES = [
     ((1, 16, 21, 45), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),
@@ -103,7 +114,7 @@ DEPTHWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CONV_CASES + DEPTHWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+@pytest.mark.parametrize("case", CONV_CASES + DIRECT_CASES + DEPTHWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
 def test_conv_matches_onnxruntime(isa, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 3)
@@ -134,7 +145,8 @@ FUSED_ACTIVATIONS = [
 
 
 @pytest.mark.parametrize("activation,explicit,params", FUSED_ACTIVATIONS, ids=lambda v: str(v)[:12])
-@pytest.mark.parametrize("case", [CONV_CASES[1], DEPTHWISE_CASES[0]], ids=["dense", "depthwise"])
+@pytest.mark.parametrize("case", [CONV_CASES[1], DIRECT_CASES[2], DEPTHWISE_CASES[0]],
+                         ids=["dense", "direct", "depthwise"])
 def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, params, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 4)
