@@ -106,3 +106,30 @@ def test_runs_reuse_the_pooled_arena(monkeypatch):
     assert all(c.arena.nbytes == compiled.plan.memory_plan.arena_bytes + ALIGNMENT for c in constructed)
     reference = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(first[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def _split_model():
+    """conv-relu-conv-relu | Sin (ORT runs it) | conv-relu-conv: two claimed segments and boundary tensors."""
+    builder = _models.GraphBuilder("split", 0)
+    x = builder.node("Relu", [builder.conv("input", 3, 8, 3)])
+    x = builder.node("Sin", [builder.node("Relu", [builder.conv(x, 8, 8, 3)])])
+    y = builder.conv(builder.node("Relu", [builder.conv(x, 8, 8, 3)]), 8, 8, 3)
+    return builder.finish([_models._float_input("input", [1, 3, 16, 16])], [_models._float_input(y, [1, 8, 16, 16])])
+
+
+def test_report_with_boundary_tensors_between_segments():
+    model = _split_model()
+    report = ortx.memory.report(model, {"input": (1, 3, 16, 16)})
+    assert len(report.segments) == 2
+    assert len(report.boundary_offsets) == 2  # Relu -> Sin and Sin -> Conv
+    plan = report.session_plan
+    check_no_overlap(plan.lifetimes, plan.offsets)
+    assert report.lower_bound_bytes <= report.planned_bytes <= 1.05 * report.lower_bound_bytes
+    for segment in report.segments:
+        assert plan.offsets[segment.name] == segment.session_offset
+    session = ortx.InferenceSession(model.SerializeToString(), providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"input_shapes": {"input": (1, 3, 16, 16)}}, {}])
+    reference = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {"input": np.random.default_rng(2).uniform(-1, 1, size=(1, 3, 16, 16)).astype(np.float32)}
+    for _ in range(2):  # the second run reuses the arena the first wrote boundary tensors into
+        np.testing.assert_allclose(session.run(None, feeds)[0], reference.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
