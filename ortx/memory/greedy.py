@@ -43,7 +43,7 @@ ORDERS = {"size": by_size, "conflicts": by_conflicts, "breadth": by_breadth}
 
 
 def lowest_offset(size: int, ranges: list[tuple[int, int]], best_fit: bool = False) -> int:
-    """An aligned offset where [offset, offset + size) meets none of `ranges` (each [start, end))."""
+    """An aligned offset where [offset, offset + size) meets none of `ranges` (each [start, end), both aligned)."""
     candidate, best, best_gap = 0, None, None
     for start, end in sorted(ranges):
         if candidate + size <= start:
@@ -52,17 +52,20 @@ def lowest_offset(size: int, ranges: list[tuple[int, int]], best_fit: bool = Fal
             gap = start - candidate
             if best_gap is None or gap < best_gap:
                 best, best_gap = candidate, gap
-        candidate = max(candidate, align(end))
+        if end > candidate:
+            candidate = end
     return candidate if best is None else best
 
 
-def place(lifetimes, order: list[int], conflicts, *, best_fit: bool = False) -> list[int]:
-    """Offsets (indexed like `lifetimes`) from placing buffers in `order`."""
-    offsets = [-1] * len(lifetimes)
+def place(lifetimes, order: list[int], conflicts, *, best_fit: bool = False, placed: list[int] | None = None,
+          sizes: list[int] | None = None) -> list[int]:
+    """Offsets (indexed like `lifetimes`) from placing buffers in `order`, after those already at `placed`
+    offsets (-1: not placed), which stay where they are."""
+    sizes = sizes or [align(t.nbytes) for t in lifetimes]
+    offsets = list(placed) if placed is not None else [-1] * len(lifetimes)
     for i in order:
-        size = align(lifetimes[i].nbytes)
-        ranges = [(offsets[j], offsets[j] + align(lifetimes[j].nbytes)) for j in conflicts[i] if offsets[j] >= 0]
-        offsets[i] = lowest_offset(size, ranges, best_fit)
+        ranges = [(offsets[j], offsets[j] + sizes[j]) for j in conflicts[i] if offsets[j] >= 0]
+        offsets[i] = lowest_offset(sizes[i], ranges, best_fit)
     return offsets
 
 

@@ -3,11 +3,13 @@
 1. Greedy placement (greedy.py) for each order (size as TFLite Micro, conflicts, breadth) x (first, best fit).
 2. Up to EXACT_MAX_BUFFERS buffers: branch and bound (exact.py) seeded with the best greedy order, exact within
    its node limit. Above: local search (local_search.py) moving buffers earlier in that order, and the same
-   branch and bound branching on only the first LOCAL_WIDTH unplaced buffers for LOCAL_NODES nodes.
+   branch and bound branching on only the first LOCAL_WIDTH unplaced buffers for LOCAL_NODES nodes (up to
+   LOCAL_MAX_BUFFERS: the search recurses once per buffer).
 3. The plan with the smallest arena wins (ties: the earlier planner); every candidate's arena is kept for reports.
 Offsets are multiples of ALIGNMENT and each buffer takes its size rounded up to ALIGNMENT. The lower bound (most
 raw bytes live at one step) is reported beside the arena; the plan prints as a table (`str(plan)`).
-Limits: no reordering of steps (the order is the lowering's), and lifetimes are whole steps.
+Limits: no reordering of steps (the order is the lowering's), and lifetimes are whole steps. The search budgets
+shrink with the buffer count (LOCAL_WORK placements in all) so planning stays well under a second.
 """
 from __future__ import annotations
 
@@ -16,13 +18,15 @@ import dataclasses
 from ortx.memory.exact import NODE_LIMIT, branch_and_bound
 from ortx.memory.greedy import greedy_candidates
 from ortx.memory.lifetimes import ALIGNMENT, Lifetime, align, check_no_overlap, lower_bound_bytes
-from ortx.memory.local_search import improve_order
+from ortx.memory.local_search import MAX_EVALUATIONS, improve_order
 
 __all__ = ["ALIGNMENT", "Lifetime", "MemoryPlan", "lower_bound_bytes", "plan_offsets", "naive_bytes"]
 
 EXACT_MAX_BUFFERS = 12  # full branch and bound up to here; n! orders above it are out of reach anyway
 LOCAL_WIDTH = 2
 LOCAL_NODES = 4_000
+LOCAL_MAX_BUFFERS = 400  # below Python's default recursion limit of 1000 with room for the caller's frames
+LOCAL_WORK = 50_000  # whole-order placements' worth of work for the local search: 400 orders of 125 buffers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,15 +84,17 @@ def plan_offsets(lifetimes, *, node_limit: int | None = None) -> MemoryPlan:
             best = (arena, "branch_and_bound", found, best[3])
     elif lifetimes:
         seed_arena, seed_order = best[0], best[3]
-        order, offsets, arena = improve_order(lifetimes, seed_order)
+        budget = max(10, min(MAX_EVALUATIONS, LOCAL_WORK // len(lifetimes)))
+        order, offsets, arena = improve_order(lifetimes, seed_order, max_evaluations=budget)
         candidates.append(("local_search", arena))
         if arena < best[0]:
             best = (arena, "local_search", offsets, order)
-        found, arena, _ = branch_and_bound(lifetimes, seed_order, seed_arena, node_limit=node_limit or LOCAL_NODES,
-                                           width=LOCAL_WIDTH)
-        candidates.append(("branch_and_bound_local", arena))
-        if found is not None and arena < best[0]:
-            best = (arena, "branch_and_bound_local", found, seed_order)
+        if len(lifetimes) <= LOCAL_MAX_BUFFERS:
+            found, arena, _ = branch_and_bound(lifetimes, seed_order, seed_arena,
+                                               node_limit=node_limit or LOCAL_NODES, width=LOCAL_WIDTH)
+            candidates.append(("branch_and_bound_local", arena))
+            if found is not None and arena < best[0]:
+                best = (arena, "branch_and_bound_local", found, seed_order)
     arena, algorithm, offsets, _ = best if best else (0, "none", [], [])
     offsets_by_name = {t.name: offset for t, offset in zip(lifetimes, offsets)}
     check_no_overlap(lifetimes, offsets_by_name)

@@ -139,3 +139,12 @@ def test_local_search_repairs_every_copy_of_the_hand_case_above_the_exact_size_l
     assert plan.arena_bytes == plan.lower_bound_bytes == 384
     assert {plan.offsets[f"c{copy}"] for copy in range(4)} == {0}
     check_no_overlap(plan.lifetimes, plan.offsets)
+
+
+def test_large_problem_plans_without_deep_recursion():
+    # 1500 buffers: past the local branch and bound's recursion cap, the local search budget shrinks
+    lifetimes = [Lifetime(f"t{i}", 64 * (1 + (i * 37) % 97), i // 2, i // 2 + (i * 13) % 9) for i in range(1500)]
+    plan = plan_offsets(lifetimes)
+    check_no_overlap(plan.lifetimes, plan.offsets)
+    assert "branch_and_bound_local" not in dict(plan.candidates)
+    assert plan.lower_bound_bytes <= plan.arena_bytes <= 1.05 * plan.lower_bound_bytes
