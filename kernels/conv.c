@@ -119,12 +119,13 @@ static const ortx_conv_direct_tile_fn direct_tile_table[] = {
     [ORTX_ISA_AVX512] = ortx_conv_direct_tile_avx2, /* AVX-512 CPUs run the AVX2 tile; no 16-lane variant yet */
 };
 
-void ortx_conv_direct_tile_portable(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
-                                    const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
-                                    const ortx_gemm_epilogue *epilogue, int64_t col0) {
+void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
+                                    int64_t row0, const float *x, const int32_t *offsets, const float *partial,
+                                    float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
+                                    int64_t col0) {
     enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
     float acc[MR][NR] = {{0}};
-    for (int64_t k0 = 0; k0 < K; k0 += ORTX_GEMM_KC) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += ORTX_GEMM_KC) {
         int64_t kc = min64(ORTX_GEMM_KC, K - k0);
         const float *a = weights + k0 * m_padded + row0 * kc;
         for (int64_t k = 0; k < kc; k++) {
@@ -134,8 +135,10 @@ void ortx_conv_direct_tile_portable(int64_t K, const float *weights, int64_t m_p
         }
     }
     for (int64_t i = 0; i < rows; i++)
-        for (int j = 0; j < NR; j++)
-            c[i * ldc + j] = epilogue ? ortx_gemm_epilogue_scalar(epilogue, acc[i][j], row0 + i, col0 + j) : acc[i][j];
+        for (int j = 0; j < NR; j++) {
+            float value = partial ? partial[i * NR + j] + acc[i][j] : acc[i][j];
+            c[i * ldc + j] = epilogue ? ortx_gemm_epilogue_scalar(epilogue, value, row0 + i, col0 + j) : value;
+        }
 }
 
 /* Whether conv2d_f32 takes the direct path: it reads B in place instead of packing an im2col block per task,
@@ -205,38 +208,56 @@ static void direct_fill(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
-/* Virtual-pixel tiles [begin, end) (16 pixels each), every row panel of each. A tile inside one output row
- * is stored straight into Y with the fused epilogue; one that crosses a row end (or the last row) goes through
- * a scratch tile whose valid runs are copied out, then get the epilogue in place. */
+/* Copies the valid columns of a 16-pixel scratch tile (rows x 16) starting at virtual pixel (oy, ox) into Y,
+ * then applies the epilogue to them in place. */
+static void direct_scatter(const direct_job *job, const float *tile, int64_t rows, int64_t m0, int64_t oy,
+                           int64_t ox) {
+    const ortx_conv_params *p = job->p;
+    const int64_t NR = ORTX_GEMM_NR, OW = p->out_width, Wq = job->g.phase_width, N = p->out_height * OW;
+    for (int64_t j = 0, row = oy, column = ox; j < NR && row < p->out_height; row++, column = 0) {
+        int64_t run = min64(NR - j, OW - column);  /* valid columns of this output row */
+        if (run > 0) {
+            int64_t col0 = row * OW + column;
+            float *out = job->y + m0 * N + col0;
+            for (int64_t i = 0; i < rows; i++) memcpy(out + i * N, tile + i * NR + j, run * sizeof(float));
+            job->isa->epilogue(out, N, rows, run, m0, col0, job->epilogue);
+        }
+        j += Wq - column;  /* skip the discarded columns to the next row's start */
+    }
+}
+
+/* Virtual-pixel tiles [begin, end) (16 pixels each). Each KC block of depth runs over every row panel before
+ * the next block, so the tile's B lines (KC scattered plane rows) stay in L1 across the panels; partial sums wait
+ * in a scratch column block. After the last block, a tile inside one output row is stored straight into Y with
+ * the fused epilogue; one that crosses a row end (or the last row) goes through direct_scatter. */
 static void direct_tiles(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const direct_job *job = context;
     const ortx_conv_params *p = job->p;
-    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, OW = p->out_width, Wq = job->g.phase_width;
-    const int64_t N = p->out_height * OW, M = job->M, m_padded = ortx_round_up(M, MR);
+    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, KC = ORTX_GEMM_KC, OW = p->out_width;
+    const int64_t Wq = job->g.phase_width, N = p->out_height * OW, M = job->M, K = job->K;
+    const int64_t m_padded = ortx_round_up(M, MR);
     float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
+    float partial[ortx_round_up(ORTX_DIRECT_MAX_CHANNELS, ORTX_GEMM_MR) * ORTX_GEMM_NR] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
-        int64_t v0 = t * NR, oy = v0 / Wq, ox = v0 % Wq;
+        int64_t v0 = t * NR, oy = v0 / Wq, ox = v0 % Wq, col0 = oy * OW + ox;
+        int clean = ox + NR <= OW;
         const float *x = job->planes + v0;
-        if (ox + NR <= OW) {
-            int64_t col0 = oy * OW + ox;
-            for (int64_t m0 = 0; m0 < M; m0 += MR)
-                job->tile(job->K, job->weights, m_padded, m0, x, job->offsets, job->y + m0 * N + col0, N,
-                          min64(MR, M - m0), job->epilogue, col0);
-            continue;
-        }
-        for (int64_t m0 = 0; m0 < M; m0 += MR) {
-            int64_t rows = min64(MR, M - m0);
-            job->tile(job->K, job->weights, m_padded, m0, x, job->offsets, tile, NR, rows, NULL, 0);
-            for (int64_t j = 0, row = oy, column = ox; j < NR && row < p->out_height; row++, column = 0) {
-                int64_t run = min64(NR - j, OW - column);  /* valid columns of this output row */
-                if (run > 0) {
-                    int64_t col0 = row * OW + column;
-                    float *out = job->y + m0 * N + col0;
-                    for (int64_t i = 0; i < rows; i++) memcpy(out + i * N, tile + i * NR + j, run * sizeof(float));
-                    job->isa->epilogue(out, N, rows, run, m0, col0, job->epilogue);
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+            int64_t k1 = min64(K, k0 + KC);
+            for (int64_t m0 = 0; m0 < M; m0 += MR) {
+                int64_t rows = min64(MR, M - m0);
+                const float *in = k0 > 0 ? partial + m0 * NR : NULL;
+                if (k1 < K) {
+                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, partial + m0 * NR, NR,
+                              rows, NULL, 0);
+                } else if (clean) {
+                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, job->y + m0 * N + col0, N,
+                              rows, job->epilogue, col0);
+                } else {
+                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, tile, NR, rows, NULL, 0);
+                    direct_scatter(job, tile, rows, m0, oy, ox);
                 }
-                j += Wq - column;  /* skip the discarded columns to the next row's start */
             }
         }
     }

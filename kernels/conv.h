@@ -85,20 +85,24 @@ static inline int64_t ortx_conv_direct_floats(const ortx_conv_params *p) {
     return (p->in_channels / p->group * g.channel_floats + 32 + 15) / 16 * 16 + (K + 15) / 16 * 16;
 }
 
-/* One 6-row x 16-pixel tile of the direct conv: acc[i][j] = sum over k of A[row0 + i][k] * x[offsets[k] + j]
- * with A the prepacked weights (gemm.h panels, m_padded rows, depth K), all K in registers; stores `rows` rows
- * of 16 floats at c (row stride ldc), applying the epilogue of (row0 + i, col0 + j) first when it is not NULL. */
+/* One 6-row x 16-pixel tile of the direct conv over depth [k_begin, k_end) (multiples of ORTX_GEMM_KC, or K):
+ * acc[i][j] = sum over k of A[row0 + i][k] * x[offsets[k] + j] with A the prepacked weights (gemm.h panels,
+ * m_padded rows, depth K), in registers; then partial[i][j] + acc[i][j] when partial (row stride 16) is not NULL
+ * (the gemm micro-kernel's accumulate order); stores `rows` rows of 16 floats at c (row stride ldc), applying the
+ * epilogue of (row0 + i, col0 + j) first when it is not NULL. */
 struct ortx_gemm_epilogue;
-typedef void (*ortx_conv_direct_tile_fn)(int64_t K, const float *weights, int64_t m_padded, int64_t row0,
-                                         const float *x, const int32_t *offsets, float *c, int64_t ldc,
-                                         int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+typedef void (*ortx_conv_direct_tile_fn)(int64_t K, int64_t k_begin, int64_t k_end, const float *weights,
+                                         int64_t m_padded, int64_t row0, const float *x, const int32_t *offsets,
+                                         const float *partial, float *c, int64_t ldc, int64_t rows,
+                                         const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
-void ortx_conv_direct_tile_portable(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
-                                    const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
-                                    const struct ortx_gemm_epilogue *epilogue, int64_t col0);
-void ortx_conv_direct_tile_avx2(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
-                                const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
-                                const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
+                                    int64_t row0, const float *x, const int32_t *offsets, const float *partial,
+                                    float *c, int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue,
+                                    int64_t col0);
+void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
+                                int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
+                                int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
 /* Reference kernels (kernels/ref/conv_ref.c). */
 void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

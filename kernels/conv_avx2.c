@@ -97,13 +97,14 @@ ORTX_TARGET_AVX2 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const
  * packed weights and 2 loads per k), with B loaded in place from the phase planes at x + offsets[k]. A's packed
  * panels change address at each KC block boundary (gemm.h layout); the accumulators carry over. */
 ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void direct_tile_avx2(
-    int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x, const int32_t *offsets, float *c,
-    int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t col0, const int prefetch) {
+    int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded, int64_t row0, const float *x,
+    const int32_t *offsets, const float *partial, float *c, int64_t ldc, int64_t rows,
+    const ortx_gemm_epilogue *epilogue, int64_t col0, const int prefetch) {
     __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps(), c10 = _mm256_setzero_ps();
     __m256 c11 = _mm256_setzero_ps(), c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
     __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps(), c40 = _mm256_setzero_ps();
     __m256 c41 = _mm256_setzero_ps(), c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-    for (int64_t k0 = 0; k0 < K; k0 += ORTX_GEMM_KC) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += ORTX_GEMM_KC) {
         int64_t kc = K - k0 < ORTX_GEMM_KC ? K - k0 : ORTX_GEMM_KC;
         const float *a = weights + k0 * m_padded + row0 * kc;
         const int32_t *offset = offsets + k0;
@@ -139,6 +140,10 @@ ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void direct_tile_a
     do {                                                                               \
         if ((i) < rows) {                                                              \
             float *row = c + (i) * ldc;                                                \
+            if (partial) {                                                             \
+                lo = _mm256_add_ps(_mm256_loadu_ps(partial + (i) * ORTX_GEMM_NR), lo);     \
+                hi = _mm256_add_ps(_mm256_loadu_ps(partial + (i) * ORTX_GEMM_NR + 8), hi); \
+            }                                                                          \
             if (fused) epilogue_registers_avx2(&lo, &hi, fused, row0 + (i), col0);    \
             _mm256_storeu_ps(row, lo);                                                 \
             _mm256_storeu_ps(row + 8, hi);                                             \
@@ -156,13 +161,16 @@ ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void direct_tile_a
 
 /* The first row panel of a tile also prefetches the next tile's B lines: the planes are read at K scattered
  * rows, too many streams for the hardware prefetcher, and the later panels find them in L1/L2. */
-ORTX_TARGET_AVX2 void ortx_conv_direct_tile_avx2(int64_t K, const float *weights, int64_t m_padded, int64_t row0,
-                                                const float *x, const int32_t *offsets, float *c, int64_t ldc,
+ORTX_TARGET_AVX2 void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const float *weights,
+                                                int64_t m_padded, int64_t row0, const float *x,
+                                                const int32_t *offsets, const float *partial, float *c, int64_t ldc,
                                                 int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t col0) {
     if (row0 == 0) {
-        direct_tile_avx2(K, weights, m_padded, row0, x, offsets, c, ldc, rows, epilogue, col0, 1);
+        direct_tile_avx2(K, k_begin, k_end, weights, m_padded, row0, x, offsets, partial, c, ldc, rows, epilogue,
+                         col0, 1);
     } else {
-        direct_tile_avx2(K, weights, m_padded, row0, x, offsets, c, ldc, rows, epilogue, col0, 0);
+        direct_tile_avx2(K, k_begin, k_end, weights, m_padded, row0, x, offsets, partial, c, ldc, rows, epilogue,
+                         col0, 0);
     }
 }
 
@@ -173,9 +181,10 @@ void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, c
     ortx_depthwise_plane_portable(p, planes, weights, bias, residual, output);
 }
 
-void ortx_conv_direct_tile_avx2(int64_t K, const float *weights, int64_t m_padded, int64_t row0, const float *x,
-                                const int32_t *offsets, float *c, int64_t ldc, int64_t rows,
-                                const struct ortx_gemm_epilogue *epilogue, int64_t col0) {
-    ortx_conv_direct_tile_portable(K, weights, m_padded, row0, x, offsets, c, ldc, rows, epilogue, col0);
+void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
+                                int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
+                                int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0) {
+    ortx_conv_direct_tile_portable(K, k_begin, k_end, weights, m_padded, row0, x, offsets, partial, c, ldc, rows,
+                                   epilogue, col0);
 }
 #endif
