@@ -5,7 +5,8 @@ Usage: python benchmarks/passes.py [--runs 20] [--threads 2] [--models det,rec,c
 Every tool gets the same input: the model with its input shape fixed (PP-OCR's dynamic dims set to the demo
 shapes), so shape-dependent simplifications are open to all. ORT's optimizer is run at ORT_ENABLE_BASIC with
 optimized_model_filepath (its output is standard ONNX). Latency: one ORT CPU session per variant, runs interleaved
-variant by variant after warm-up, median per variant. onnxsim/onnxslim are optional (pip install onnxsim onnxslim);
+variant by variant after warm-up (the starting
+variant rotates each round), median per variant. onnxsim/onnxslim are optional (pip install onnxsim onnxslim);
 a tool that is missing or fails is reported as such in its cell.
 """
 from __future__ import annotations
@@ -101,8 +102,11 @@ def interleaved_medians(sessions: dict, feeds: dict, runs: int) -> dict:
         for _ in range(3):
             current.run(None, feeds)
     times = {name: [] for name in sessions}
-    for _ in range(runs):
-        for name, current in sessions.items():
+    names = list(sessions)
+    for round_index in range(runs):
+        # Rotate who goes first each round, so no variant always runs right after the same neighbour.
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            current = sessions[name]
             start = time.perf_counter()
             current.run(None, feeds)
             times[name].append(time.perf_counter() - start)
