@@ -4,7 +4,7 @@ in onnxruntime on seeded non-zero inputs.
 Each example grows a graph from X[1, C, H, W] by drawing ops whose inputs are earlier tensors, so shapes stay
 static and known: Conv (1x1, 3x3), BatchNormalization, Relu, Clip, per-channel or tensor Add/Mul, MatMul by a
 constant, Transpose pairs, Reshape round trips, Concat, decomposed HardSwish, Identity, same-dtype Cast, Pad.
-Bounded (max_examples=30, no deadline) so it runs in CI in seconds.
+Bounded (max_examples=30, no deadline) so it runs in CI in seconds; derandomized, so CI runs the same examples.
 """
 import numpy as np
 import onnx
@@ -80,7 +80,8 @@ def _apply(graph: _Graph, op: str, source: str, other: str) -> None:
         graph.add(builder.node("Div", [product, builder.constant(np.array(6.0, np.float32), "six")]), shape)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_optimized_random_graph_matches_original(data):
     seed = data.draw(st.integers(0, 2**16), label="seed")
