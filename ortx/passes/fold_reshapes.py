@@ -15,7 +15,7 @@ import time
 import numpy as np
 import onnx_ir as ir
 
-from ortx.passes._report import PassReport, unique_initializer_name
+from ortx.passes._report import PassReport, record_fused_from, unique_initializer_name
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,7 @@ def fold_reshapes(model: ir.Model) -> PassReport:
         replacement = ir.node("Reshape", [source, _shape_initializer(graph, target, shapes)], name=node.name)
         replacement.outputs[0].shape = node.outputs[0].shape
         replacement.outputs[0].type = node.outputs[0].type
+        record_fused_from(replacement, [first, node])
         ir.convenience.replace_nodes_and_values(graph, node, [node], [replacement], node.outputs,
                                                 replacement.outputs)
         folded += 1

@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter._ir_utils import get_numpy_value
 
-from ortx.passes._report import PassReport, unique_initializer_name
+from ortx.passes._report import PassReport, record_fused_from, unique_initializer_name
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def fold_slice_squeezes(model: ir.Model) -> PassReport:
         gather = ir.node("Gather", [slice_node.inputs[0], index_value], attributes={"axis": axis},
                          name=squeeze.name)
         gather.outputs[0].shape, gather.outputs[0].type = squeeze.outputs[0].shape, squeeze.outputs[0].type
+        record_fused_from(gather, [slice_node, squeeze])
         ir.convenience.replace_nodes_and_values(graph, squeeze, [slice_node, squeeze], [gather],
                                                 squeeze.outputs, gather.outputs)
         folded += 1

@@ -18,7 +18,7 @@ from onnxscript.rewriter import RewriteRuleClassBase, pattern
 from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter._ir_utils import get_singleton_value
 
-from ortx.passes._report import PassReport, apply_fusions
+from ortx.passes._report import PassReport, apply_fusions, record_fused_from
 from ortx.passes.fuse_layer_normalization import default_opset
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ class GeluFusion(RewriteRuleClassBase):
 
     def check(self, context, x, c_inner, one, half, scaling=None, c_cube=None, three=None, **_) -> MatchResult:
         result = MatchResult()
+        self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
         if default_opset(context.graph_or_function) < GELU_OPSET:
             return result.fail(f"opset < {GELU_OPSET}")
         if not (_is(one, 1.0) and _is(half, 0.5)):
@@ -68,9 +69,9 @@ class GeluFusion(RewriteRuleClassBase):
         return result
 
     def rewrite(self, op, x, **_):
-        if self.approximation == "tanh":
-            return op.Gelu(x, approximate="tanh")
-        return op.Gelu(x)
+        output = op.Gelu(x, approximate="tanh") if self.approximation == "tanh" else op.Gelu(x)
+        record_fused_from(output.producer(), self.matched)
+        return output
 
 
 def fuse_gelu(model: ir.Model) -> PassReport:

@@ -20,7 +20,7 @@ from onnxscript.rewriter import RewriteRuleClassBase
 from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter._ir_utils import get_singleton_value
 
-from ortx.passes._report import PassReport, apply_fusions
+from ortx.passes._report import PassReport, apply_fusions, record_fused_from
 from ortx.passes.fuse_layer_normalization import default_opset
 
 logger = logging.getLogger(__name__)
@@ -60,10 +60,13 @@ class HardSigmoidFusion(RewriteRuleClassBase):
     def check(self, context, x, add_constant, low, high, scale_constant) -> MatchResult:
         result = MatchResult()
         reason = _hard_sigmoid_checks(add_constant, low, high, scale_constant, self.scale_op)
+        self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
         return result.fail(reason) if reason else result
 
     def rewrite(self, op, x, add_constant, low, high, scale_constant):
-        return op.HardSigmoid(x, alpha=1.0 / 6.0, beta=0.5)
+        output = op.HardSigmoid(x, alpha=1.0 / 6.0, beta=0.5)
+        record_fused_from(output.producer(), self.matched)
+        return output
 
 
 class HardSwishFusion(RewriteRuleClassBase):
@@ -84,6 +87,7 @@ class HardSwishFusion(RewriteRuleClassBase):
               **_) -> MatchResult:
         result = MatchResult()
         opset = self.opset
+        self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
         if self.form == "HardSigmoid":
             attributes = gate.producer().attributes
             if opset < HARDSWISH_OPSET:
@@ -97,8 +101,14 @@ class HardSwishFusion(RewriteRuleClassBase):
 
     def rewrite(self, op, x, **_):
         if self.opset >= HARDSWISH_OPSET:
-            return op.HardSwish(x)
-        return op.Mul(x, op.HardSigmoid(x, alpha=1.0 / 6.0, beta=0.5))
+            output = op.HardSwish(x)
+            record_fused_from(output.producer(), self.matched)
+            return output
+        gate = op.HardSigmoid(x, alpha=1.0 / 6.0, beta=0.5)
+        output = op.Mul(x, gate)
+        for node in (gate.producer(), output.producer()):
+            record_fused_from(node, self.matched)
+        return output
 
 
 def fuse_hardswish(model: ir.Model) -> PassReport:

@@ -21,7 +21,7 @@ from onnxscript.rewriter import RewriteRuleClassBase, pattern
 from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter._ir_utils import get_numpy_value, get_singleton_value
 
-from ortx.passes._report import PassReport, apply_fusions, unique_initializer_name
+from ortx.passes._report import PassReport, apply_fusions, record_fused_from, unique_initializer_name
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ class LayerNormalizationFusion(RewriteRuleClassBase):
                 return self._fail(result, context, f"{role} dtype {array.dtype} differs from x")
         self._axis = normalized[0] - rank
         self._normalized_shape = normalized_shape
+        self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
         return result
 
     def _parameter(self, op, graph, x, value, fill: float, base: str):
@@ -128,6 +129,7 @@ class LayerNormalizationFusion(RewriteRuleClassBase):
             inputs.append(self._parameter(op, graph, x, bias, 0.0, f"{x.name}_ln_bias"))
         output = op.LayerNormalization(*inputs, axis=self._axis, epsilon=float(get_singleton_value(epsilon)),
                                        stash_type=1)
+        record_fused_from(output.producer(), self.matched)
         return output
 
 

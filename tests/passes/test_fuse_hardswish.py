@@ -39,6 +39,8 @@ def test_fuses_forms_into_hardswish_at_opset_14(form):
     report = fuse_hardswish(model)
     assert _non_constant(model) == ["Mul", "HardSwish"]
     assert report.counts["hardswishes_fused"] == 1
+    hardswish = [node for node in model.graph if node.op_type == "HardSwish"][0]
+    assert len(hardswish.metadata_props["ortx.fused_from"].split(",")) >= 2
     feeds = feeds_for(proto)
     assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
 

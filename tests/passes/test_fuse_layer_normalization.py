@@ -103,5 +103,9 @@ def test_ppocr_rec_layer_norms_fuse_after_the_upgrade():
     assert op_types(model).count("Softmax") == 3 and "Flatten" not in op_types(model)
     infer_shapes(model, input_shapes={"x": (1, 3, 48, 320)})
     assert fuse_layer_normalization(model).counts == {"layer_norms_fused": 5}
+    # Each LayerNormalization names the 9 nodes it replaced (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul,
+    # Add), so an ortx.InferenceSession reports them as fused rather than removed.
+    fused = [node for node in model.graph if node.op_type == "LayerNormalization"]
+    assert all(len(node.metadata_props["ortx.fused_from"].split(",")) == 9 for node in fused)
     feeds = {"x": np.random.default_rng(0).standard_normal((1, 3, 48, 320)).astype(np.float32)}
     assert_model_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
