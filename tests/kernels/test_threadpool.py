@@ -138,8 +138,9 @@ def median_seconds(run, repeats):
 
 def test_two_threads_with_a_competing_busy_process_are_not_much_slower_than_one():
     """The OpenMP barrier made a 70 us GEMM take ~9 ms whenever another thread held a core; the pool's caller runs
-    the tasks no worker has claimed, so 2 threads stay within a small factor of 1 thread (bound generous: the
-    machine is shared)."""
+    the tasks no worker has claimed, so 2 threads stay within a small factor of 1 thread. A worker preempted while
+    it holds a claimed task still delays its call by part of a scheduler slice (CI saw a 16-task probe at 81 us on
+    one thread, 410 us on two), so the bound is 3x plus 1 ms: generous for that, far below the barrier's ~9 ms."""
     M = N = K = 160  # ~4M multiply-adds: above gemm's one-thread threshold, ~100 us on one core
     a, b = random((M, K), 3), random((K, N), 4)
     expected = gemm(a, b, M, N, K, threads=1)
@@ -163,4 +164,4 @@ def test_two_threads_with_a_competing_busy_process_are_not_much_slower_than_one(
     for label, (one, two) in medians.items():
         print(f"{label} with a competing busy process: 1 thread {one * 1e6:.0f} us, 2 threads {two * 1e6:.0f} us")
     for label, (one, two) in medians.items():
-        assert two < 3 * one, f"{label}: 2 threads {two * 1e6:.0f} us vs 1 thread {one * 1e6:.0f} us"
+        assert two < 3 * one + 1e-3, f"{label}: 2 threads {two * 1e6:.0f} us vs 1 thread {one * 1e6:.0f} us"
