@@ -2,8 +2,8 @@
 
 Usage: python benchmarks/run.py [--runs 30] [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2]
 Latency: interleaved runs after warm-up, medians (ortx.measure.compare). Peak memory: each engine in a fresh
-subprocess that builds its session and runs it 5 times, reporting ru_maxrss (the high-water RSS, which includes
-the Python interpreter and the libraries both engines load).
+subprocess that builds its session and runs it 5 times, reporting VmHWM (benchmarks/memory.py's peak_rss_mib; the
+high-water RSS, which includes the Python interpreter and the libraries both engines load).
 """
 from __future__ import annotations
 
@@ -22,36 +22,11 @@ sys.path.insert(0, ROOT)
 import onnx  # noqa: E402
 
 from benchmarks._report import write_section  # noqa: E402
+from benchmarks.memory import peak_rss_mib  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
 from ortx.measure import compare  # noqa: E402
 from tests import _models  # noqa: E402
-
-_PEAK_SCRIPT = r"""
-import resource, sys, numpy as np, onnxruntime
-sys.path.insert(0, {root!r})
-import ortx
-options = onnxruntime.SessionOptions(); options.intra_op_num_threads = {threads}
-shape = {shape!r}
-if {use_ortx!r}:
-    session = ortx.InferenceSession({path!r}, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                    provider_options=[{{"input_shapes": {{"{input}": shape}}}}, {{}}])
-else:
-    from ortx.model_io import to_ort_bytes, load
-    session = onnxruntime.InferenceSession(to_ort_bytes(load({path!r})), options, providers=["CPUExecutionProvider"])
-x = np.random.default_rng(0).uniform(-1, 1, size=shape).astype(np.float32)
-for _ in range(5):
-    session.run(None, {{"{input}": x}})
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-"""
-
-
-def peak_rss_mib(path: str, input_name: str, shape, threads: int, use_ortx: bool) -> float:
-    script = _PEAK_SCRIPT.format(root=ROOT, threads=threads, shape=tuple(shape), use_ortx=use_ortx, path=path,
-                                 input=input_name)
-    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    return int(output.strip().splitlines()[-1]) / 1024.0
-
 
 def models(selected: list[str], directory: str):
     for key in selected:
@@ -94,7 +69,7 @@ def main() -> int:
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
         f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} "
         "interleaved runs after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
-        "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = max RSS of a fresh process that builds the session and runs "
+        "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
         "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
         "",
         "| model | input | ORT ms | OrtxEP ms | ratio | OrtxEP GFLOP/s | ORT GFLOP/s | claimed MACs | segments | "

@@ -7,11 +7,14 @@ import os
 import sys
 import time
 
+from ortx.cli_args import input_shape
+
 DESCRIPTION = """\
 ortx: a neural-network compiler toolkit for ONNX models.
 
   ortx optimize IN.onnx -o OUT.onnx   graph passes (-O1 cleanup, -O2 standard-ONNX fusions, -O3 ortx ops);
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
+  ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
@@ -26,18 +29,6 @@ e.g. --input-shape x:1x3x640x640 (repeat the flag for several inputs).
 The input file is never modified; OUT is written atomically (temp file + rename) and must differ from IN;
 OUT is written even when --check fails, so it can be inspected.
 exit status: 0 ok, 1 check failed, 2 usage or input error."""
-
-
-def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    name, separator, dims = text.rpartition(":")
-    try:
-        shape = tuple(int(dim) for dim in dims.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not separator or not name or not shape or any(dim <= 0 for dim in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME:D1xD2x... with positive dims, e.g. x:1x3x640x640, "
-                                         f"got {text!r}")
-    return name, shape
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                                "fused ops for OrtxEP")
     optimize.add_argument("--check", action="store_true",
                           help="validate the model after every pass and compare IN vs OUT in onnxruntime")
-    optimize.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=_input_shape, action="append",
+    optimize.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append",
                           default=[], help="fixes an input's dynamic dims (shape inference, --check inputs)")
     optimize.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default 0)")
     optimize.add_argument("--report", metavar="REPORT.json", help="also write the pass reports as JSON")
@@ -71,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--runs", type=int, default=20, help="timed runs per model (default 20)")
     demo.add_argument("--threads", type=int, default=2, help="threads for OrtxEP and onnxruntime (default 2)")
     demo.set_defaults(handler=_demo)
+
+    from ortx.memory.command import add_memory_command
+
+    add_memory_command(commands)
     return parser
 
 

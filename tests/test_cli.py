@@ -103,3 +103,27 @@ def test_levels_and_input_shape(tmp_path, capsys):
     assert [dim.dim_value for dim in fixed] == [2, 3, 32, 32]
     assert main(["optimize", str(path), "-o", str(tmp_path / "x.onnx"), "--input-shape", "nope:1x3"]) == 2
     assert "'nope', which is not a graph input" in capsys.readouterr().err
+
+
+def test_memory_command(model_file, capsys):
+    assert main(["memory", str(model_file)]) == 0
+    printed = capsys.readouterr().out
+    assert "ortx plan" in printed and "x lower bound" in printed and "segment0.arena" in printed
+    assert main(["memory", str(model_file), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["planned_bytes"] >= data["lower_bound_bytes"] > 0
+
+
+def test_memory_command_names_dynamic_inputs_and_unknown_shapes(tmp_path, capsys):
+    proto = _models.tiny_conv_relu()
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    path = tmp_path / "dynamic.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert main(["memory", str(path)]) == 2
+    assert "--input-shape X:Nx3x8x8" in capsys.readouterr().err
+    assert main(["memory", str(path), "--input-shape", "Y:1x3x8x8"]) == 2
+    error = capsys.readouterr().err
+    assert "'Y', which is not an input" in error and "its inputs: X" in error
+    assert main(["memory", str(path), "--input-shape", "X:2x3x8x8"]) == 0
+    assert main(["memory", str(tmp_path / "missing.onnx")]) == 2
+    assert "missing.onnx" in capsys.readouterr().err

@@ -1,49 +1,61 @@
 """`ortx memory MODEL [--input-shape NAME:D1xD2x...] [--json] [--plan]`: the memory report of one model.
 
-The lead wires `add_memory_command(subparsers)` into ortx/cli.py and dispatches to `run_memory_command(args)`;
-all logic is in ortx.memory.summary, this only parses and renders.
+ortx/cli.py adds it with `add_memory_command(subparsers)`; all logic is in ortx.memory.summary, this only parses
+and renders.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from ortx.cli_args import input_shape
 
-def _input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    name, separator, dims = text.rpartition(":")
-    try:
-        shape = tuple(int(dim) for dim in dims.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not separator or not name or not shape or any(dim <= 0 for dim in shape):
-        raise argparse.ArgumentTypeError(f"expected NAME:D1xD2x... with positive dims, e.g. x:1x3x640x640, "
-                                         f"got {text!r}")
-    return name, shape
+
+DESCRIPTION = """\
+Plans the activation memory of a model as ortx.InferenceSession would (OrtxEP first, static shapes) and prints,
+per claimed segment and in total: naive bytes (every tensor its own buffer), ORT-style reuse (a freed buffer of
+the same size is reused), the ortx plan (lifetime-based offsets in one arena, in-place ops applied), and the lower
+bound (the largest set of tensors alive at once), with plan / lower bound and naive / plan ratios.
+--json prints the same report with every tensor's offset, size and lifetime; --plan prints each segment's plan.
+Dynamic input dims need --input-shape. exit status: 0 ok, 2 usage or input error."""
 
 
 def add_memory_command(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "memory", help="activation memory: naive, ORT-style reuse, the ortx plan and its lower bound",
-        description=__doc__.splitlines()[0])
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="ONNX model path")
-    parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=_input_shape, action="append", default=[],
+    parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append", default=[],
                         help="fix an input's shape (repeat for several inputs); needed for dynamic dims")
     parser.add_argument("--threads", type=int, default=1, help="threads the segments are compiled for (workspace "
                         "sizes depend on it)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON (offsets per tensor)")
     parser.add_argument("--plan", action="store_true", help="also print each segment's plan as a table")
-    parser.set_defaults(run=run_memory_command)
+    parser.set_defaults(handler=run_memory_command)
     return parser
 
 
 def run_memory_command(args, out=None) -> int:
     from ortx.memory.summary import report
 
+    from ortx.model_io import ModelLoadError, load
+    from ortx.optimize import CheckInputError, random_feeds
+
     out = out or sys.stdout
+    shapes = dict(args.input_shape)
     try:
-        result = report(args.model, dict(args.input_shape), num_threads=args.threads)
-    except (OSError, ValueError) as error:
-        print(f"ortx memory: {error}", file=sys.stderr)
+        model = load(args.model)
+        inputs = [value.name for value in model.graph.input
+                  if value.name not in {tensor.name for tensor in model.graph.initializer}]
+        unknown = sorted(set(shapes) - set(inputs))
+        if unknown:
+            raise CheckInputError(f"--input-shape names {', '.join(map(repr, unknown))}, which "
+                                  f"{'is' if len(unknown) == 1 else 'are'} not an input of {args.model}; "
+                                  f"its inputs: {', '.join(inputs)}")
+        random_feeds(model, shapes)  # a plan needs every dim: names the dynamic input and the flag that fixes it
+        result = report(model, shapes, num_threads=args.threads)
+    except (OSError, ValueError, ModelLoadError, CheckInputError) as error:
+        print(f"ortx memory: error: {error}", file=sys.stderr)
         return 2
     if args.json:
         out.write(result.to_json(indent=1) + "\n")

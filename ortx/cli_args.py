@@ -1,0 +1,17 @@
+"""Argument types shared by the `ortx` subcommands."""
+from __future__ import annotations
+
+import argparse
+
+
+def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """NAME:D1xD2x... -> (name, dims); an argparse type, so a bad value is a usage error naming the flag."""
+    name, separator, dims = text.rpartition(":")
+    try:
+        shape = tuple(int(dim) for dim in dims.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not separator or not name or not shape or any(dim <= 0 for dim in shape):
+        raise argparse.ArgumentTypeError(f"expected NAME:D1xD2x... with positive dims, e.g. x:1x3x640x640, "
+                                         f"got {text!r}")
+    return name, shape
