@@ -1,7 +1,7 @@
 """OrtxEP vs ONNX Runtime CPU, side by side in one run, on the five CNNs of issue #2; writes BENCHMARKS.md.
 
 Usage: python benchmarks/run.py [--runs 30] [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2]
-Latency: interleaved runs after warm-up, medians (ortx.measure.compare). Peak memory: each engine in a fresh
+Latency: runs interleaved in blocks after warm-up, medians (ortx.measure.compare). Peak memory: each engine in a fresh
 subprocess that builds its session and runs it 5 times, reporting VmHWM (benchmarks/memory.py's peak_rss_mib; the
 high-water RSS, which includes the Python interpreter and the libraries both engines load).
 """
@@ -67,8 +67,8 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
-        f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} "
-        "interleaved runs after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
+        f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} runs "
+        "interleaved in blocks of 4 (each block after one uncounted switch-over run, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
         "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
         "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
         "",

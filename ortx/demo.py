@@ -32,7 +32,7 @@ def main(args) -> int:
     runs = int(getattr(args, "runs", 20))
     threads = int(getattr(args, "threads", 2))
     rows = []
-    print(f"ORT CPU vs OrtxEP, {threads} threads each, median of {runs} interleaved runs after warm-up, "
+    print(f"ORT CPU vs OrtxEP, {threads} threads each, median of {runs} runs interleaved in blocks after warm-up, "
           "random inputs (seed 0)", flush=True)
     for key in keys:
         path = packaged_model_path(key)
