@@ -33,7 +33,8 @@ enum {
     ORTX_UNARY_GELU = 28,      /* 0.5 x (1 + erf(x / sqrt 2)) */
     ORTX_UNARY_GELU_TANH = 29, /* 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) */
     ORTX_UNARY_SIGN = 30,
-    ORTX_UNARY_COUNT = 31,
+    ORTX_UNARY_SILU = 31,      /* p0 = alpha: x * sigmoid(alpha x) (ONNX Swish, onnxruntime's QuickGelu) */
+    ORTX_UNARY_COUNT = 32,
 };
 
 enum {
@@ -89,6 +90,7 @@ static inline float ortx_unary_scalar(int op, float x, float p0, float p1) {
             return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
         }
         case ORTX_UNARY_SIGN: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x);
+        case ORTX_UNARY_SILU: return x * ortx_activation_scalar(ORTX_ACT_SIGMOID, p0 * x, 0.0f, 0.0f);
         default: return ortx_activation_scalar(op, x, p0, p1);
     }
 }

@@ -17,7 +17,7 @@ int ortx_unary_f32_avx2_supports(int op) {
         case ORTX_ACT_RELU: case ORTX_ACT_LEAKY_RELU: case ORTX_ACT_CLIP: case ORTX_ACT_SIGMOID:
         case ORTX_ACT_HARD_SIGMOID: case ORTX_ACT_HARD_SWISH: case ORTX_ACT_TANH: case ORTX_UNARY_EXP:
         case ORTX_UNARY_ERF: case ORTX_UNARY_GELU: case ORTX_UNARY_GELU_TANH: case ORTX_UNARY_NEG:
-        case ORTX_UNARY_ABS:
+        case ORTX_UNARY_ABS: case ORTX_UNARY_SILU:
             return 1;
         default:
             return 0;
@@ -51,6 +51,7 @@ ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline __m256 unary_vecto
                                          _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, x));
             return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, ortx_tanh_avx2(inner)));
         }
+        case ORTX_UNARY_SILU: return _mm256_mul_ps(x, ortx_sigmoid_avx2(_mm256_mul_ps(p0, x)));
         case ORTX_UNARY_NEG: return _mm256_xor_ps(x, _mm256_set1_ps(-0.0f));
         default: return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); /* ORTX_UNARY_ABS */
     }
@@ -81,6 +82,7 @@ ORTX_TARGET_AVX2 void ortx_unary_f32_avx2(int op, float p0, float p1, const floa
         case ORTX_UNARY_ERF: unary_loop(ORTX_UNARY_ERF, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU: unary_loop(ORTX_UNARY_GELU, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU_TANH: unary_loop(ORTX_UNARY_GELU_TANH, p0, p1, x, y, n); break;
+        case ORTX_UNARY_SILU: unary_loop(ORTX_UNARY_SILU, p0, p1, x, y, n); break;
         case ORTX_UNARY_NEG: unary_loop(ORTX_UNARY_NEG, p0, p1, x, y, n); break;
         default: unary_loop(ORTX_UNARY_ABS, p0, p1, x, y, n); break;
     }

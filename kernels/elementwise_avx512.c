@@ -36,6 +36,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline __m512 unary_vec
                                          _mm512_fmadd_ps(_mm512_set1_ps(0.044715f), cube, x));
             return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, ortx_tanh_avx512(inner)));
         }
+        case ORTX_UNARY_SILU: return _mm512_mul_ps(x, ortx_sigmoid_avx512(_mm512_mul_ps(p0, x)));
         case ORTX_UNARY_NEG: return _mm512_xor_ps(x, _mm512_set1_ps(-0.0f));
         default: return _mm512_abs_ps(x); /* ORTX_UNARY_ABS */
     }
@@ -66,6 +67,7 @@ ORTX_TARGET_AVX512 void ortx_unary_f32_avx512(int op, float p0, float p1, const 
         case ORTX_UNARY_ERF: unary_loop(ORTX_UNARY_ERF, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU: unary_loop(ORTX_UNARY_GELU, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU_TANH: unary_loop(ORTX_UNARY_GELU_TANH, p0, p1, x, y, n); break;
+        case ORTX_UNARY_SILU: unary_loop(ORTX_UNARY_SILU, p0, p1, x, y, n); break;
         case ORTX_UNARY_NEG: unary_loop(ORTX_UNARY_NEG, p0, p1, x, y, n); break;
         default: unary_loop(ORTX_UNARY_ABS, p0, p1, x, y, n); break;
     }

@@ -3,7 +3,8 @@
 The levels are literal tuples, like a compiler's -O flags:
   LEVEL_1_PASSES  standard cleanup that changes no arithmetic: shapes, folding, dead code
   LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
-  LEVEL_3_PASSES  adds ai.ortx ops that only OrtxEP runs (FusedConv)
+  LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv) and onnxruntime contrib ops
+                  (com.microsoft QuickGelu) that OrtxEP and plain onnxruntime both run
 DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
 (the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
 """
@@ -21,6 +22,7 @@ from ortx.passes.fuse_hardswish import fuse_hardswish
 from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.fuse_pad import fuse_pad
 from ortx.passes.fuse_sibling_matmuls import fuse_sibling_matmuls
+from ortx.passes.fuse_silu import fuse_silu, fuse_silu_extended
 from ortx.passes.infer_shapes import infer_shapes
 from ortx.passes.remove_no_ops import remove_no_ops
 from ortx.passes.share_initializers import share_initializers
@@ -58,11 +60,15 @@ LEVEL_2_PASSES = (
     # Activations: standard ops that fuse_conv_epilogue (level 3) then takes into FusedConv as its activation.
     fuse_hardswish,
     fuse_gelu,
+    # After fuse_hardswish: x * HardSigmoid(x) is HardSwish's, not SiLU's (this pass matches only Sigmoid).
+    fuse_silu,
     # Last: drops the weights and parameters the fusions replaced.
     eliminate_dead_code,
 )
 
 LEVEL_3_PASSES = LEVEL_2_PASSES + (
+    # Below opset 24 (no Swish): x * Sigmoid(x) -> com.microsoft QuickGelu.
+    fuse_silu_extended,
     # Last: the epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
     fuse_conv_epilogue,
 )
@@ -74,5 +80,5 @@ LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
            "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
            "fold_slice_squeezes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm",
-           "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "infer_shapes",
-           "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
+           "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
+           "fuse_silu_extended", "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]

@@ -8,7 +8,7 @@ Does not apply when: a constant is not the expected value (within 1e-4 relative:
 Clip's bounds are attributes (opset < 11) or not constant; an intermediate has another reader; HardSigmoid has
 other alpha/beta (e.g. the 0.2 of squeeze-excitation gates). x * clip(x+3, 0, 6) / 6 equals
 x * max(0, min(1, x/6 + 1/2)) exactly in real arithmetic; float results differ by an ulp or so.
-SiLU (x * Sigmoid(x)) is not fused: ONNX has no SiLU op below opset 24 (Swish), which onnxruntime cannot yet load.
+SiLU (x * Sigmoid(x)) is fuse_silu's.
 """
 from __future__ import annotations
 

@@ -150,7 +150,7 @@ ALL_UNARY = [
     (0, 0, 0, 5), (1, 0, 0, 5), (2, 0.1, 0, 5), (3, -0.5, 2.5, 5), (4, 0, 0, 30), (5, 0.2, 0.5, 8), (6, 0, 0, 8),
     (7, 0, 0, 12), (16, 0, 0, 10), (17, 0, 0, -1), (18, 0, 0, -1), (19, 0, 0, 5), (20, 0, 0, 5), (21, 0, 0, -1),
     (22, 0, 0, 5), (23, 0, 0, 5), (24, 0, 0, 5), (25, 0, 0, 30), (26, 1.3, 0, 5), (27, 1.67, 1.05, 5),
-    (28, 0, 0, 6), (29, 0, 0, 6), (30, 0, 0, 5),
+    (28, 0, 0, 6), (29, 0, 0, 6), (30, 0, 0, 5), (31, 1.0, 0, 12), (31, 1.702, 0, 12),
 ]
 
 
@@ -191,6 +191,36 @@ def test_unary_node_matches_onnxruntime(isa, op_type, attributes, scale):
 def test_gelu_opset20_matches_onnxruntime(isa, approximate):
     x = random_normal(np.random.default_rng(20), (3, 1000), 4.0)
     assert_matches_onnxruntime(one_node_model("Gelu", {"x": x}, opset=20, approximate=approximate), {"x": x})
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5])
+def test_swish_opset24_matches_onnxruntime(isa, alpha):
+    x = random_normal(np.random.default_rng(24), (3, 1001), 8.0)
+    assert_matches_onnxruntime(one_node_model("Swish", {"x": x}, opset=24, alpha=alpha), {"x": x})
+
+
+@pytest.mark.parametrize("op_type, attributes", [("Gelu", {}), ("FastGelu", {}), ("QuickGelu", {"alpha": 1.0}),
+                                                 ("QuickGelu", {})])
+def test_contrib_activations_match_onnxruntime(isa, op_type, attributes):
+    """onnxruntime's com.microsoft activations that level 3 emits (Gelu, QuickGelu) or exporters write."""
+    x = random_normal(np.random.default_rng(len(op_type)), (2, 9, 131), 6.0)
+    model = one_node_model(op_type, {"x": x}, domain="com.microsoft", **attributes)
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    # onnx's shape inference does not know contrib ops: the output shape is declared, as the fusions leave it.
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", FLOAT, x.shape))
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_contrib_fast_gelu_bias_and_old_swish_reasons():
+    x = np.ones((2, 4), np.float32)
+    model = one_node_model("FastGelu", {"x": x}, constants={"bias": np.ones(4, np.float32)}, domain="com.microsoft")
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    assert check_reason(model) == "FastGelu: the bias input is not supported"
+    graph = ir.serde.deserialize_model(one_node_model("Swish", {"x": x}, opset=24)).graph
+    graph.opset_imports[""] = 23
+    node = next(iter(graph))
+    node.version = None
+    assert check_node(node) == "Swish: needs opset 24"
 
 
 CLIP_CASES = [

@@ -5,7 +5,8 @@ one `binary_<dtype>` step over collapsed broadcast axes (`broadcast_layout`); va
 left to right through workspaces, Mean then divides by the input count. BatchNormalization (inference, constant
 statistics) -> `channel_affine_f32` with scale and shift folded here in float64. Cast between float32, int32,
 int64 and bool -> `cast`. Equal/Less/Greater/LessOrEqual/GreaterOrEqual -> `compare_<dtype>` (bool output);
-Where -> `where` with three-way broadcasting. Only float32 is claimed for unary ops; every other case gets a
+Where -> `where` with three-way broadcasting. onnxruntime's contrib activations Gelu, FastGelu (no bias) and
+QuickGelu (com.microsoft, which level-3 fusions emit) are unary steps too. Only float32 is claimed for unary ops; every other case gets a
 reason from `check`.
 """
 from __future__ import annotations
@@ -24,9 +25,15 @@ FLOAT_MAX = float(np.finfo(np.float32).max)
 UNARY_CODES = {
     "Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7,
     "Exp": 16, "Log": 17, "Sqrt": 18, "Neg": 19, "Abs": 20, "Reciprocal": 21, "Erf": 22, "Floor": 23, "Ceil": 24,
-    "Softplus": 25, "Elu": 26, "Selu": 27, "Gelu": 28, "Sign": 30,
+    "Softplus": 25, "Elu": 26, "Selu": 27, "Gelu": 28, "Sign": 30, "Swish": 31,
 }
 GELU_TANH_CODE = 29
+# onnxruntime's contrib activations (com.microsoft) that are one of our unary codes: Gelu is the erf form, FastGelu
+# the tanh form (claimed without its optional bias input), QuickGelu is x * sigmoid(alpha x) (SiLU at alpha 1).
+CONTRIB_DOMAIN = "com.microsoft"
+CONTRIB_UNARY_CODES = {"Gelu": 28, "FastGelu": GELU_TANH_CODE, "QuickGelu": 31}
+# The opset each standard unary op that is newer than opset 7 appeared in.
+UNARY_OPSETS = {"Gelu": 20, "Swish": 24}
 IDENTITY_CODE = 0
 
 BINARY_CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Max": 5, "Min": 6}
@@ -89,7 +96,12 @@ def _clip_bounds(node: ir.Node) -> tuple[float, float] | str:
 def _unary_parameters(node: ir.Node) -> tuple[int, float, float] | str:
     """(kernel op code, p0, p1), or the reason the node's attributes are not supported."""
     op = node.op_type
+    if node.domain == CONTRIB_DOMAIN:
+        alpha = float(attribute(node, "alpha", 1.702)) if op == "QuickGelu" else 0.0  # ORT's QuickGelu default
+        return CONTRIB_UNARY_CODES[op], alpha, 0.0
     code = UNARY_CODES[op]
+    if op == "Swish":
+        return code, float(attribute(node, "alpha", 1.0)), 0.0
     if op == "LeakyRelu":
         return code, float(attribute(node, "alpha", 0.01)), 0.0
     if op == "HardSigmoid":
@@ -113,8 +125,10 @@ def _unary_parameters(node: ir.Node) -> tuple[int, float, float] | str:
 
 
 def check_unary(node: ir.Node) -> str | None:
-    if node.op_type == "Gelu" and opset_version(node) < 20:
-        return "Gelu: needs opset 20"
+    if node.domain != CONTRIB_DOMAIN and opset_version(node) < UNARY_OPSETS.get(node.op_type, 0):
+        return f"{node.op_type}: needs opset {UNARY_OPSETS[node.op_type]}"
+    if node.domain == CONTRIB_DOMAIN and any(value is not None and value.name for value in node.inputs[1:]):
+        return f"{node.op_type}: the bias input is not supported"
     reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
     reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
     if reason:
@@ -362,6 +376,7 @@ def lower_cast(node: ir.Node, builder) -> None:
 
 LOWERINGS = {
     **{("", op): (check_unary, lower_unary) for op in UNARY_CODES},
+    **{(CONTRIB_DOMAIN, op): (check_unary, lower_unary) for op in CONTRIB_UNARY_CODES},
     **{("", op): (check_binary, lower_binary) for op in ("Add", "Sub", "Mul", "Div", "Pow")},
     **{("", op): (check_variadic, lower_variadic) for op in VARIADIC},
     ("", "BatchNormalization"): (check_batch_normalization, lower_batch_normalization),
