@@ -15,6 +15,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx optimize IN.onnx -o OUT.onnx   graph passes (-O1 cleanup, -O2 standard-ONNX fusions, -O3 ortx ops);
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
+  ortx tune IN.onnx                   records, per claimed segment, whether OrtxEP or ORT is faster here
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
@@ -64,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     from ortx.memory.command import add_memory_command
+    from ortx.tune.command import add_tune_command
 
     add_memory_command(commands)
+    add_tune_command(commands)
     return parser
 
 

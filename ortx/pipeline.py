@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 
 import onnx
@@ -47,9 +48,13 @@ class PreparedModel:
 class OrtSettings:
     """How declined segments are run: the ORT providers after OrtxEP, their options, the session options."""
 
-    sess_options: object
+    sess_options: object  # for sub-sessions that share the cores with OrtxEP's segments
     providers: list[str]
     provider_options: list[dict]
+    solo_sess_options: object = None  # for a plan with no claimed segment (ORT alone: its threads may spin)
+
+    def options_for(self, any_claimed: bool):
+        return self.sess_options if any_claimed or self.solo_sess_options is None else self.solo_sess_options
 
 
 @dataclasses.dataclass
@@ -76,7 +81,12 @@ def ir_to_proto(model: ir.Model) -> onnx.ModelProto:
 
 
 def prepare(source, *, passes=DEFAULT_PASSES) -> PreparedModel:
-    proto = load(source)
+    return prepare_loaded(load(source), passes=passes)
+
+
+def prepare_loaded(proto: onnx.ModelProto, *, passes=DEFAULT_PASSES) -> PreparedModel:
+    """`prepare` for a model the caller already loaded (a private checked copy from `load`) and keeps: the ir
+    model reads its tensors from `proto` (read-only) instead of from a second copy, so the weights are held once."""
     name_nodes(proto)
     original_nodes = [(node.name, node.op_type) for node in proto.graph.node]
     model = ir.serde.deserialize_model(proto)
@@ -126,30 +136,81 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
 
 
+@dataclasses.dataclass(frozen=True)
+class TuningSettings:
+    """How compile_for_shapes chooses between OrtxEP and ORT per segment (ortx.tune.engine_choice)."""
+
+    mode: str  # one of ortx.tune.engine_choice.MODES
+    database_path: str  # the SQLite tuning database
+
+
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
                        num_threads: int, claim: bool = True, use_reference_kernels: bool = False,
-                       jit: Options | None = None) -> CompiledModel:
-    """`jit`: compile claimed segments to C with these options (None: the step interpreter runs them)."""
+                       jit: Options | None = None, tuning: TuningSettings | None = None) -> CompiledModel:
+    """`jit`: compile claimed segments to C with these options (None: the step interpreter runs them).
+    `tuning`: give claimed segments that ORT runs faster (measured or recorded) back to ORT, and compile again."""
+    start = time.perf_counter()
+    compiled, model, standard = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
+                                         use_reference_kernels=use_reference_kernels, jit=jit)
+    if claim and tuning is not None and tuning.mode != "off":
+        choices = _choose_engines(compiled, model, standard, ort, tuning)
+        given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
+        if given_back:
+            compiled, _, _ = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
+                                      use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back)
+        compiled.assignment.engine_choices = tuple(choices)
+    compiled.compile_seconds = time.perf_counter() - start
+    return compiled
+
+
+def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model, ort: OrtSettings,
+                    tuning: TuningSettings):
+    from ortx.tune import engine_choice
+    from ortx.tune.fingerprint import current
+    from ortx.tune.records import TuningDatabase
+
+    def choose(database):
+        return engine_choice.choose_engines(compiled.plan, model, standard, mode=tuning.mode, database=database,
+                                            fingerprint=current(), ort_settings=ort, fused_from_key=FUSED_FROM_KEY)
+
+    if tuning.mode == "cached" and not os.path.exists(tuning.database_path):
+        return choose(None)  # nothing recorded yet; reading must not create files
+    with TuningDatabase(tuning.database_path) as database:
+        return choose(database)
+
+
+def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
+             num_threads: int, claim: bool, use_reference_kernels: bool, jit: Options | None,
+             given_back: dict | None = None) -> tuple[CompiledModel, ir.Model, ir.Model]:
+    """(compiled model, the graph it was compiled from, that graph before ai.ortx fusions). `given_back`: user-graph
+    node name -> the EngineChoice that sent it to ORT."""
     start = time.perf_counter()
     model = specialize(prepared.model, input_shapes)
+    standard = model
     decisions = assign(model.graph)
     reports = []
+    given_back = given_back or {}
+    decisions = _decline_given_back(decisions, given_back)
     if claim:
-        model, decisions, reports = _fuse_epilogues(model, decisions)
+        model, decisions, reports = _fuse_epilogues(model, decisions, frozenset(given_back))
+        decisions = _decline_given_back(decisions, given_back)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
     segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit)
-    proto = ir.serde.serialize_model(model)
+    proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
+    sess_options = ort.options_for(any(segment.claimed for segment in segments))
     for position, segment in enumerate(segments):
         inputs = [value.name for value in segment.inputs]
         outputs = [value.name for value in segment.outputs]
         if segment.claimed:
-            steps.append(ClaimedStep(programs[position], inputs, outputs, f"segment{position}.arena"))
+            steps.append(ClaimedStep(programs[position], inputs, outputs, f"segment{position}.arena",
+                                     tuple(node.name for node in segment.nodes)))
         else:
+            proto = proto if proto is not None else ir.serde.serialize_model(model)
             sub_model = segment_model(proto, [node.name for node in segment.nodes], inputs, outputs)
-            steps.append(OrtStep(OrtSegment(sub_model, ort.sess_options, ort.providers, ort.provider_options),
+            steps.append(OrtStep(OrtSegment(sub_model, sess_options, ort.providers, ort.provider_options),
                                  inputs, outputs))
     tensors = {}
     for value in list(model.graph.inputs) + [v for node in model.graph for v in node.outputs]:
@@ -157,14 +218,25 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
     plan = ExecutionPlan(steps, tensors, [v.name for v in model.graph.inputs], [v.name for v in model.graph.outputs],
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT")
-    return CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
+    compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
+    return compiled, model, standard
 
 
-def _fuse_epilogues(model: ir.Model, decisions: dict[str, Decision]):
+def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dict[str, Decision]:
+    for name, choice in given_back.items():
+        decision = decisions.get(name)
+        if decision is not None and decision.claimed:
+            decisions[name] = Decision(decision.node, decision.op_type, False,
+                                       f"given back to ORT, faster here: {choice.describe}")
+    return decisions
+
+
+def _fuse_epilogues(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
     """Fuses Conv epilogues on a clone (weights are shared, not copied) and keeps the result only if OrtxEP
-    claims every FusedConv it made: plain ORT cannot run ai.ortx ops, so a declined one must never reach it."""
+    claims every FusedConv it made: plain ORT cannot run ai.ortx ops, so a declined one must never reach it.
+    `excluded` nodes (given back to ORT) are never fused."""
     fused = model.clone()
-    report = fuse_conv_epilogue(fused)
+    report = fuse_conv_epilogue(fused, excluded=excluded)
     fused_decisions = assign(fused.graph)
     declined = [d for d in fused_decisions.values() if d.op_type == "FusedConv" and not d.claimed]
     if declined:

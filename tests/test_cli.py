@@ -127,3 +127,21 @@ def test_memory_command_names_dynamic_inputs_and_unknown_shapes(tmp_path, capsys
     assert main(["memory", str(path), "--input-shape", "X:2x3x8x8"]) == 0
     assert main(["memory", str(tmp_path / "missing.onnx")]) == 2
     assert "missing.onnx" in capsys.readouterr().err
+
+
+def test_tune_command_records_and_exports(tmp_path, capsys):
+    path = tmp_path / "mobilenet.onnx"
+    path.write_bytes(_models.mobilenetv2_style(size=32).SerializeToString())
+    cache, exported = tmp_path / "cache", tmp_path / "records.json"
+    assert main(["tune", str(path), "--cache-dir", str(cache), "--export", str(exported)]) == 0
+    printed = capsys.readouterr().out
+    assert "(measured) ->" in printed and "wrote 2 records" in printed
+    assert main(["tune", "--import", str(exported), "--cache-dir", str(tmp_path / "other")]) == 0
+    assert "imported 2 new records" in capsys.readouterr().out
+    proto = _models.tiny_conv_relu()
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    dynamic = tmp_path / "dynamic.onnx"
+    dynamic.write_bytes(proto.SerializeToString())
+    assert main(["tune", str(dynamic), "--cache-dir", str(cache)]) == 2
+    assert "--input-shape X:Nx3x8x8" in capsys.readouterr().err
+    assert main(["tune", "--cache-dir", str(cache)]) == 2

@@ -25,6 +25,7 @@ class Assignment(tuple):
         self.claimed_macs = claimed_macs
         self.total_macs = total_macs
         self.segments = segments
+        self.engine_choices = ()  # ortx.tune.engine_choice.EngineChoice per claimed segment, when tuning is on
         return self
 
     @property
@@ -46,4 +47,7 @@ class Assignment(tuple):
         summary = ", ".join(f"{provider}: {count}" for provider, count in sorted(self.by_provider().items()))
         lines.append(f"{len(self)} nodes ({summary}); {self.segments} segments; "
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs")
+        for choice in self.engine_choices:
+            lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
+                         f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")
         return "\n".join(lines)

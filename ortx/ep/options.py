@@ -42,13 +42,26 @@ def _parse_positive_int(value) -> int:
     return number
 
 
+def _parse_tuning(value) -> str:
+    from ortx.tune.engine_choice import MODES
+
+    text = str(value).strip().lower()
+    if text not in MODES:
+        raise ValueError(f"expected one of {', '.join(MODES)}, got {value!r}")
+    return text
+
+
 PROVIDER_OPTIONS = {
     "input_shapes": ("fix dynamic input dims at creation, e.g. 'x:1x3x640x640'", _parse_shapes),
     "reference_kernels": ("run the naive reference kernels (debugging numerics)", _parse_bool),
     "max_specializations": ("how many input-shape specialisations to keep compiled (default 8)", _parse_positive_int),
     "jit": ("'on' (default): compile claimed segments to C with the system compiler, cached on disk; 'off': run "
             "them on the step interpreter", _parse_bool),
-    "jit_cache_dir": ("where JIT'd segments are cached (default: ORTX_CACHE_DIR, else ~/.cache/ortx)", str),
+    "jit_cache_dir": ("where JIT'd segments and the tuning database are kept (default: ORTX_CACHE_DIR, else "
+                      "~/.cache/ortx)", str),
+    "tuning": ("per claimed segment, OrtxEP or ORT, whichever is faster here: 'cached' (default) uses recorded "
+               "times only, 'quick'/'full' also measure both at session creation and record them, 'off' never "
+               "gives a segment back", _parse_tuning),
 }
 
 
@@ -59,6 +72,14 @@ class OrtxOptions:
     max_specializations: int = 8
     jit: bool = True
     jit_cache_dir: str = ""
+    tuning: str = "cached"
+
+    def tuning_settings(self):
+        """Where and how the pipeline chooses OrtxEP or ORT per segment (ortx.pipeline.TuningSettings)."""
+        from ortx.pipeline import TuningSettings
+
+        cache_dir = Options.from_environment(cache_dir=self.jit_cache_dir or None).cache_dir
+        return TuningSettings(self.tuning, str(cache_dir / "tuning.sqlite"))
 
     def jit_options(self) -> Options | None:
         """What the pipeline needs to JIT claimed segments, or None when the JIT is off."""

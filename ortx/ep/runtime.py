@@ -38,6 +38,7 @@ class ClaimedStep:
     inputs: list[str]
     outputs: list[str]
     arena_name: str
+    node_names: tuple[str, ...] = ()  # the segment's nodes (in the compiled graph), aliases without steps included
 
 
 @dataclasses.dataclass

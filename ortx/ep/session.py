@@ -83,7 +83,8 @@ class InferenceSession:
         self._sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
         self._num_threads = thread_count(sess_options)
         # The user's model, checked and with every node named: the session's interface, and what ORT runs when
-        # OrtxEP does not (graph passes only ever see a copy).
+        # OrtxEP does not. The graph passes work on an onnx_ir model that reads its weights from this proto (read-only
+        # numpy views) rather than from a second copy: never mutated, held once.
         self._interface = pipeline.load(path_or_bytes)
         pipeline.name_nodes(self._interface)
         self._inputs = [_node_arg(info) for info in self._interface.graph.input
@@ -98,9 +99,10 @@ class InferenceSession:
             self._whole = whole_model_session(self._interface, self._sess_options, self._choice.ort_providers,
                                               self._choice.ort_provider_options)
             return
-        self._prepared = pipeline.prepare(self._interface, passes=pipeline.DEFAULT_PASSES)
+        self._prepared = pipeline.prepare_loaded(self._interface, passes=pipeline.DEFAULT_PASSES)
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
-                                         self._choice.ort_providers, self._choice.ort_provider_options)
+                                         self._choice.ort_providers, self._choice.ort_provider_options,
+                                         sub_session_options(self._sess_options, shares_cores_with_ortx=False))
         fixed = self._static_input_shapes()
         if fixed is not None:
             self._compiled_for(fixed)
@@ -145,7 +147,8 @@ class InferenceSession:
                 return compiled
             compiled = pipeline.compile_for_shapes(
                 self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
-                use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options())
+                use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options(),
+                tuning=self._choice.ortx.tuning_settings())
             self._compiled[key] = compiled
             while len(self._compiled) > self._choice.ortx.max_specializations:
                 self._compiled.popitem(last=False)

@@ -71,9 +71,10 @@ class _ConvEpilogueBase(RewriteRuleClassBase):
     activation = ""  # the op type of the activation node, "HardSwish" for the decomposed forms, "" for none
     residual = False
 
-    def __init__(self, notes: dict[str, str], name: str) -> None:
+    def __init__(self, notes: dict[str, str], name: str, excluded: frozenset[str] = frozenset()) -> None:
         super().__init__(name=name)
         self.notes = notes  # conv name -> first reason a candidate around it was not fused
+        self.excluded = excluded  # node names that must stay standard ONNX (they are to run on ORT)
 
     def _fail(self, result: MatchResult, conv: ir.Node, reason: str) -> MatchResult:
         self.notes.setdefault(conv.name, reason)
@@ -102,6 +103,9 @@ class _ConvEpilogueBase(RewriteRuleClassBase):
         if bias is not None and bias.is_graph_input():
             return self._fail(result, conv, f"bias '{bias.name}' is a graph input")
         nodes = self._nodes(bindings)
+        kept = [node.name for node in nodes if node.name in self.excluded]
+        if kept:
+            return self._fail(result, conv, f"'{kept[0]}' is excluded (it runs on ONNX Runtime)")
         final = bindings["act_out"] if bindings.get("act_out") is not None else bindings["sum_out"]
         # Every intermediate is read only inside the pattern. The decomposed HardSwish reads its input twice.
         inside = {id(node) for node in nodes}
@@ -234,20 +238,20 @@ class ConvResidualHardSwishSigmoidFusion(_HardSwishSigmoidBase):
         return op.Mul(summed, op.HardSigmoid(summed, _outputs=["gate_out"]), _outputs=["act_out"])
 
 
-def _fusions(notes: dict[str, str]) -> list[_ConvEpilogueBase]:
+def _fusions(notes: dict[str, str], excluded: frozenset[str]) -> list[_ConvEpilogueBase]:
     """Longest patterns first: the rewriter visits nodes in order and takes the first rule that matches at a node,
     and every rule is rooted at its last node, so an activation is never split from its residual Add. The
     residual-only rule runs in a second sweep, after every activation had its chance."""
     rules: list[_ConvEpilogueBase] = [
-        ConvResidualHardSwishClipFusion(notes, "ConvResidualHardSwishClipFusion"),
-        ConvResidualHardSwishSigmoidFusion(notes, "ConvResidualHardSwishSigmoidFusion"),
-        ConvHardSwishClipFusion(notes, "ConvHardSwishClipFusion"),
-        ConvHardSwishSigmoidFusion(notes, "ConvHardSwishSigmoidFusion"),
+        ConvResidualHardSwishClipFusion(notes, "ConvResidualHardSwishClipFusion", excluded),
+        ConvResidualHardSwishSigmoidFusion(notes, "ConvResidualHardSwishSigmoidFusion", excluded),
+        ConvHardSwishClipFusion(notes, "ConvHardSwishClipFusion", excluded),
+        ConvHardSwishSigmoidFusion(notes, "ConvHardSwishSigmoidFusion", excluded),
     ]
     for residual in (True, False):
         for activation in ACTIVATIONS:
             rule_class = _activation_rule(activation, residual)
-            rules.append(rule_class(notes, rule_class.__name__))
+            rules.append(rule_class(notes, rule_class.__name__, excluded))
     return rules
 
 
@@ -261,12 +265,14 @@ def _ensure_shapes(model: ir.Model) -> None:
         logger.debug("shape inference failed (%s); residual fusions need static shapes", error)
 
 
-def fuse_conv_epilogue(model: ir.Model) -> PassReport:
+def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> PassReport:
+    """`excluded`: names of nodes that must not be fused (OrtxEP gives them to ORT, which cannot run FusedConv)."""
     start = time.perf_counter()
     _ensure_shapes(model)
     notes: dict[str, str] = {}
-    count = apply_fusions(model, _fusions(notes), commute=True)
-    count += apply_fusions(model, [ConvResidualFusion(notes, "ConvResidualFusion")], commute=True)
+    excluded = frozenset(excluded)
+    count = apply_fusions(model, _fusions(notes, excluded), commute=True)
+    count += apply_fusions(model, [ConvResidualFusion(notes, "ConvResidualFusion", excluded)], commute=True)
     fused = [node for node in model.graph if node.domain == ORTX_DOMAIN and node.op_type == FUSED_CONV]
     if count:
         model.opset_imports.setdefault(ORTX_DOMAIN, 1)

@@ -152,3 +152,19 @@ def test_resnet_numerics_and_idempotence():
     feeds = feeds_for(proto)
     assert_model_close(run_ort(expand_fused_conv(model), feeds)[0], run_ort(proto, feeds)[0])
     assert not fuse_conv_epilogue(model).modified
+
+
+def test_excluded_nodes_are_not_fused():
+    """Nodes OrtxEP gives back to ORT must stay standard ONNX; any excluded node of a pattern stops its fusion."""
+    proto = _epilogue_model("Relu", residual=True)
+    activation = proto.graph.node[-1].name
+    model = to_ir(proto)
+    report = fuse_conv_epilogue(model, excluded=frozenset({activation}))
+    assert op_types(model) == ["FusedConv", "Relu"]  # the residual Add still fuses; the excluded Relu stays
+    assert report.counts == {"convs_fused": 1, "activations_fused": 0, "residuals_fused": 1}
+    feeds = feeds_for(proto)
+    assert_close(run_ort(expand_fused_conv(model), feeds)[0], run_ort(proto, feeds)[0])
+    model = to_ir(proto)
+    report = fuse_conv_epilogue(model, excluded=frozenset(node.name for node in proto.graph.node))
+    assert op_types(model) == [node.op_type for node in proto.graph.node] and not report.modified
+    assert any("is excluded (it runs on ONNX Runtime)" in note for note in report.notes)

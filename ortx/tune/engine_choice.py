@@ -1,0 +1,209 @@
+"""Never slower than ORT: per claimed segment, OrtxEP's compiled code or ONNX Runtime, whichever measured faster here.
+
+1. A segment's signature hashes, per node in order, its op, attributes and input/output shapes and dtypes, plus
+   the thread count: what its time depends on. Weight values are left out on purpose (dense fp32 kernels take the
+   same time for any values), so one record serves every model with the same layers.
+2. Records live in the tuning database (ortx.tune.records) under this machine's fingerprint, template ENGINE_TEMPLATE,
+   schedule {"engine": "ortx"} or {"engine": "ort"}, each with its median.
+3. Modes: "off" measures nothing and reads nothing; "cached" (the default) decides from records only, and a segment
+   without both records stays on OrtxEP; "quick" / "full" also measure what has no record (QUICK_RUNS / FULL_RUNS
+   timed runs per engine after warm-up, interleaved in blocks like ortx.measure) and store both.
+4. ORT's time is measured on the segment's standard-ONNX nodes (before ai.ortx fusions), in an ORT sub-session made
+   by ortx.ep.fallback with the options the session gives its sub-sessions; inputs are seeded random values
+   (floats in [-1, 1), integers in [0, 10)), never zeros.
+5. A segment goes back to ORT only when ORT's median is below OrtxEP's by more than MARGIN: on a tie it stays.
+Limits: a segment is timed alone, not with its neighbours (boundary tensors, caches); a segment whose inputs are
+not all numeric tensors is never measured.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import statistics
+import time
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx.ep.fallback import OrtSegment, segment_model
+from ortx.ep.runtime import ClaimedStep, ExecutionPlan
+from ortx.tune.fingerprint import HardwareFingerprint
+from ortx.tune.records import TuningDatabase, TuningRecord
+
+logger = logging.getLogger(__name__)
+
+MODES = ("off", "cached", "quick", "full")
+ENGINE_TEMPLATE = "engine-choice-1"
+MARGIN = 0.02
+QUICK_RUNS = 8
+FULL_RUNS = 24
+_BLOCK = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineChoice:
+    """The decision for one claimed segment; times are None when nothing was measured or recorded."""
+
+    first_node: str
+    nodes: tuple[str, ...]  # the segment's node names in the compiled graph
+    original_nodes: frozenset[str]  # the nodes they stand for in the graph before ai.ortx fusions
+    signature: str
+    engine: str  # "ortx" or "ort"
+    ortx_ms: float | None
+    ort_ms: float | None
+    source: str  # "measured", "records", or "no records"
+
+    @property
+    def describe(self) -> str:
+        if self.ortx_ms is None or self.ort_ms is None:
+            return f"{self.source}: stays on OrtxEP"
+        return f"OrtxEP {self.ortx_ms:.3f} ms vs ORT {self.ort_ms:.3f} ms ({self.source})"
+
+
+def _attribute_text(attribute: ir.Attr) -> str:
+    value = attribute.value
+    if isinstance(value, ir.TensorProtocol):
+        array = value.numpy()
+        return f"tensor{array.shape}:{array.dtype}:{hashlib.sha256(array.tobytes()).hexdigest()[:16]}"
+    return repr(value)
+
+
+def _value_text(value: ir.Value | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value.dtype}{list(value.shape) if value.shape is not None else '?'}"
+
+
+def segment_signature(nodes, num_threads: int) -> str:
+    digest = hashlib.sha256(f"threads={num_threads}".encode())
+    for node in nodes:
+        attributes = ",".join(f"{name}={_attribute_text(attribute)}" for name, attribute in sorted(node.attributes.items()))
+        digest.update(f"|{node.domain}::{node.op_type}({attributes})".encode())
+        digest.update((" in " + " ".join(_value_text(v) for v in node.inputs)).encode())
+        digest.update((" out " + " ".join(_value_text(v) for v in node.outputs)).encode())
+    return digest.hexdigest()
+
+
+def standard_names(node: ir.Node, standard: set[str], fused_from_key: str) -> list[str]:
+    """The nodes of the standard-ONNX graph that `node` stands for: itself, or those an ai.ortx fusion replaced."""
+    if node.domain in ("", "ai.onnx") and node.name in standard:
+        return [node.name]
+    fused = [name for name in node.metadata_props.get(fused_from_key, "").split(",") if name in standard]
+    if not fused:
+        raise ValueError(f"node {node.name!r} ({node.op_type}) is in neither the standard graph nor its fused_from")
+    return fused
+
+
+def _random_feeds(plan_tensors: dict, names: list[str], seed: int) -> dict[str, np.ndarray] | None:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name in names:
+        spec = plan_tensors.get(name)
+        if spec is None or spec.shape is None or spec.dtype is None:
+            return None
+        dtype = np.dtype(spec.dtype)
+        if dtype.kind == "f":
+            feeds[name] = rng.uniform(-1.0, 1.0, spec.shape).astype(dtype)
+        elif dtype.kind in "iu":
+            feeds[name] = rng.integers(0, 10, spec.shape).astype(dtype)
+        else:
+            return None
+    return feeds
+
+
+def _median_ms(run, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: list[str], ort_settings,
+             runs: int) -> tuple[float, float] | None:
+    """(OrtxEP ms, ORT ms) of one segment, or None when its inputs cannot be made up."""
+    feeds = _random_feeds(plan.tensors, step.inputs, seed=0)
+    if feeds is None:
+        return None
+    alone = ExecutionPlan([step], plan.tensors, list(step.inputs), list(step.outputs), plan.num_threads,
+                          plan.use_reference_kernels)
+    sub_model = segment_model(standard_proto, original, list(step.inputs), list(step.outputs))
+    alone_in_plan = len(plan.steps) == 1  # given back, ORT would run the whole model: its threads may spin
+    ort = OrtSegment(sub_model, ort_settings.options_for(not alone_in_plan), ort_settings.providers,
+                     ort_settings.provider_options)
+
+    def run_ort():
+        ort.run(dict(feeds), {})
+
+    def run_ortx():
+        alone.run(feeds)
+
+    for _ in range(2):  # warm-up: first-run allocations, page faults, thread start
+        run_ort()
+        run_ortx()
+    ortx_times, ort_times = [], []
+    while len(ortx_times) < runs:
+        count = min(_BLOCK, runs - len(ortx_times))
+        for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
+            run()  # switch-over run, not counted (see ortx.measure)
+            medians.append(_median_ms(run, count))
+    return statistics.median(ortx_times), statistics.median(ort_times)
+
+
+def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model: ir.Model, *, mode: str,
+                   database: TuningDatabase | None, fingerprint: HardwareFingerprint, ort_settings,
+                   fused_from_key: str) -> list[EngineChoice]:
+    """One EngineChoice per claimed step of `compiled_plan` (compiled from `model`). `standard_model`: the same
+    specialised graph before ai.ortx fusions (ORT is measured on it; given-back nodes are named in it)."""
+    if mode not in MODES:
+        raise ValueError(f"OrtxEP option tuning: {mode!r} is not one of {', '.join(MODES)}")
+    if mode == "off":
+        return []
+    nodes_by_name = {node.name: node for node in model.graph}
+    standard_order = {node.name: position for position, node in enumerate(standard_model.graph)}
+    standard = set(standard_order)
+    standard_proto = ir.serde.serialize_model(standard_model) if mode != "cached" else None
+    if database is not None:
+        database.add_fingerprint(fingerprint)
+    choices = []
+    for step in compiled_plan.steps:
+        if not isinstance(step, ClaimedStep):
+            continue
+        nodes = [nodes_by_name[name] for name in step.node_names]
+        names = tuple(step.node_names)
+        original = sorted({name for node in nodes for name in standard_names(node, standard, fused_from_key)},
+                          key=standard_order.__getitem__)
+        signature = segment_signature(nodes, compiled_plan.num_threads)
+        times = _recorded(database, signature, fingerprint)
+        source = "records" if times else "no records"
+        if times is None and mode in ("quick", "full") and standard_proto is not None:
+            measured = _measure(step, compiled_plan, standard_proto, original, ort_settings,
+                                QUICK_RUNS if mode == "quick" else FULL_RUNS)
+            if measured is not None:
+                times = measured
+                source = "measured"
+                if database is not None:
+                    for engine, median in zip(("ortx", "ort"), measured):
+                        database.add(TuningRecord(signature, fingerprint.key, ENGINE_TEMPLATE, {"engine": engine},
+                                                  "ok", median, source=f"engine_choice:{mode}"))
+        ortx_ms, ort_ms = times if times else (None, None)
+        engine = "ort" if times and ort_ms < ortx_ms * (1 - MARGIN) else "ortx"
+        choices.append(EngineChoice(names[0] if names else step.arena_name, names, frozenset(original), signature,
+                                    engine, ortx_ms, ort_ms, source))
+        logger.info("OrtxEP segment at %s: %s -> %s", choices[-1].first_node, choices[-1].describe, engine)
+    return choices
+
+
+def _recorded(database: TuningDatabase | None, signature: str, fingerprint: HardwareFingerprint):
+    if database is None:
+        return None
+    medians = {}
+    for engine in ("ortx", "ort"):
+        best = min((r.median_ms for r in database.records(signature, fingerprint.key, ENGINE_TEMPLATE)
+                    if r.status == "ok" and r.schedule == {"engine": engine}), default=None)
+        if best is None:
+            return None
+        medians[engine] = best
+    return medians["ortx"], medians["ort"]

@@ -1,0 +1,101 @@
+"""Per-segment engine choice (ortx.tune.engine_choice through ortx.InferenceSession's `tuning` option): a claimed
+segment that ORT runs faster here goes back to ORT, with both times in sess.assignment."""
+import numpy as np
+import onnxruntime
+import pytest
+
+import ortx
+from ortx.tune.engine_choice import ENGINE_TEMPLATE
+from ortx.tune.fingerprint import current
+from ortx.tune.records import TuningDatabase, TuningRecord
+from tests import _models
+from tests.tolerances import assert_close
+
+
+def session(model, cache_dir, tuning):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    return ortx.InferenceSession(model.SerializeToString(), options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                 provider_options=[{"tuning": tuning, "jit_cache_dir": str(cache_dir)}, {}])
+
+
+def check_numerics(sess, model, seed=0):
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feeds = {model.graph.input[0].name: np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert_close(sess.run(None, feeds)[0], expected.run(None, feeds)[0])
+
+
+def record_times(cache_dir, signature, ortx_ms, ort_ms):
+    fingerprint = current()
+    with TuningDatabase(cache_dir / "tuning.sqlite") as database:
+        database.add_fingerprint(fingerprint)
+        for engine, median in (("ortx", ortx_ms), ("ort", ort_ms)):
+            database.add(TuningRecord(signature, fingerprint.key, ENGINE_TEMPLATE, {"engine": engine}, "ok", median,
+                                      source="test"))
+
+
+def test_quick_measures_records_and_cached_reuses_without_measuring(tmp_path):
+    model = _models.resnet18_style(size=32)
+    measured = session(model, tmp_path, "quick")
+    (choice,) = measured.assignment.engine_choices
+    assert choice.source == "measured" and choice.ortx_ms > 0 and choice.ort_ms > 0
+    assert choice.engine == ("ort" if choice.ort_ms < 0.98 * choice.ortx_ms else "ortx")
+    check_numerics(measured, model)
+    with TuningDatabase(tmp_path / "tuning.sqlite") as database:
+        rows = database.records(choice.signature)
+    assert sorted(r.schedule["engine"] for r in rows) == ["ort", "ortx"]
+    assert {r.median_ms for r in rows} == {choice.ortx_ms, choice.ort_ms}
+    cached = session(model, tmp_path, "cached")
+    (again,) = cached.assignment.engine_choices
+    assert again.source == "records" and again.engine == choice.engine
+    assert (again.ortx_ms, again.ort_ms) == (choice.ortx_ms, choice.ort_ms)
+    with TuningDatabase(tmp_path / "tuning.sqlite") as database:
+        assert len(database.records()) == 2  # nothing measured again
+
+
+def test_a_segment_recorded_slower_than_ort_goes_back_with_both_times_in_the_assignment(tmp_path):
+    model = _models.mobilenetv2_style(size=32)
+    (choice,) = session(model, tmp_path, "cached").assignment.engine_choices
+    assert choice.source == "no records" and choice.engine == "ortx"
+    record_times(tmp_path, choice.signature, ortx_ms=2.0, ort_ms=1.0)
+    sess_given_back = session(model, tmp_path, "cached")
+    assignment = sess_given_back.assignment
+    assert assignment.claimed_mac_share == 0.0
+    assert {row.provider for row in assignment if row.provider != "(removed)"} == {"CPUExecutionProvider"}
+    reasons = {row.reason for row in assignment if row.provider == "CPUExecutionProvider"}
+    given_back = {reason for reason in reasons if not reason.startswith("fused into ")}  # BN folded into a Conv
+    assert given_back == {"given back to ORT, faster here: OrtxEP 2.000 ms vs ORT 1.000 ms (records)"}
+    assert "-> ORT" in str(assignment).splitlines()[-1]
+    check_numerics(sess_given_back, model, seed=1)
+
+
+def test_ties_and_off_stay_on_ortx(tmp_path):
+    model = _models.mobilenetv2_style(size=32)
+    (choice,) = session(model, tmp_path, "cached").assignment.engine_choices
+    record_times(tmp_path, choice.signature, ortx_ms=1.0, ort_ms=0.99)  # within MARGIN: stays
+    (tie,) = session(model, tmp_path, "cached").assignment.engine_choices
+    assert tie.engine == "ortx" and tie.source == "records"
+    off = session(model, tmp_path, "off")
+    assert off.assignment.engine_choices == () and off.assignment.claimed_mac_share == 1.0
+
+
+def test_only_the_slower_segment_of_several_goes_back(tmp_path):
+    model = _models.lstm_classifier()  # claimed, LSTM on ORT, claimed
+    choices = session(model, tmp_path, "cached").assignment.engine_choices
+    assert len(choices) == 2
+    record_times(tmp_path, choices[1].signature, ortx_ms=5.0, ort_ms=1.0)
+    sess = session(model, tmp_path, "cached")
+    engines = [c.engine for c in sess.assignment.engine_choices]
+    assert engines == ["ortx", "ort"]  # the decisions, per segment of the first compile
+    ortx_rows = {row.name for row in sess.assignment if row.provider == "OrtxEP"}
+    assert ortx_rows and ortx_rows.isdisjoint(choices[1].original_nodes)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feeds = {"X": np.random.default_rng(2).uniform(-1, 1, shape).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert_close(sess.run(None, feeds)[0], expected.run(None, feeds)[0])
+
+
+def test_unknown_tuning_mode_lists_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="tuning.*off, cached, quick, full"):
+        session(_models.tiny_conv_relu(), tmp_path, "fastest")
