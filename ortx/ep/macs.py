@@ -8,8 +8,14 @@ from ortx.ep.lowering._values import NotStatic, static_shape
 
 
 def node_macs(node: ir.Node) -> int:
-    """MACs of Conv/ConvTranspose/FusedConv/Gemm/MatMul nodes with static shapes; 0 for everything else."""
+    """MACs of Conv/ConvTranspose/FusedConv/Gemm/MatMul/ScaledDotProductAttention nodes with static shapes; 0 for
+    everything else."""
     try:
+        if node.op_type == "ScaledDotProductAttention":  # Q @ KT, then probabilities @ V
+            output = static_shape(node.outputs[0])
+            rows = int(np.prod(output[:-1], dtype=np.int64))
+            depth, length = static_shape(node.inputs[1])[-2:]
+            return rows * int(length) * (int(depth) + int(output[-1]))
         if node.op_type in ("Conv", "FusedConv"):
             output = static_shape(node.outputs[0])
             weight = static_shape(node.inputs[1])

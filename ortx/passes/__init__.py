@@ -4,11 +4,13 @@ The levels are literal tuples, like a compiler's -O flags:
   LEVEL_1_PASSES  standard cleanup that changes no arithmetic: shapes, folding, dead code
   LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
   LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv) and onnxruntime contrib ops
-                  (com.microsoft QuickGelu) that OrtxEP and plain onnxruntime both run
+                  (com.microsoft QuickGelu) that OrtxEP and plain onnxruntime both run; ai.ortx also has
+                  ScaledDotProductAttention
 DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
 (the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
 """
 from ortx.passes._report import PassError, PassReport, run_passes
+from ortx.passes.fuse_attention import fuse_attention, fuse_attention_extended
 from ortx.passes.eliminate_common_subexpressions import eliminate_common_subexpressions
 from ortx.passes.eliminate_dead_code import eliminate_dead_code
 from ortx.passes.fold_constants import fold_constants
@@ -62,6 +64,8 @@ LEVEL_2_PASSES = (
     fuse_gelu,
     # After fuse_hardswish: x * HardSigmoid(x) is HardSwish's, not SiLU's (this pass matches only Sigmoid).
     fuse_silu,
+    # Standard Attention at opset >= 23 only; after fold_reshapes/remove_no_ops, which leave Q/K/V's own shape ops.
+    fuse_attention,
     # Last: drops the weights and parameters the fusions replaced.
     eliminate_dead_code,
 )
@@ -69,6 +73,8 @@ LEVEL_2_PASSES = (
 LEVEL_3_PASSES = LEVEL_2_PASSES + (
     # Below opset 24 (no Swish): x * Sigmoid(x) -> com.microsoft QuickGelu.
     fuse_silu_extended,
+    # Where level 2 emitted no standard Attention: ai.ortx ScaledDotProductAttention.
+    fuse_attention_extended,
     # Last: the epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
     fuse_conv_epilogue,
 )
@@ -78,7 +84,7 @@ DEFAULT_PASSES = LEVEL_2_PASSES
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
-           "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
+           "PassReport", "fuse_attention", "fuse_attention_extended", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
            "fold_slice_squeezes", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_gelu", "fuse_gemm",
            "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
            "fuse_silu_extended", "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]

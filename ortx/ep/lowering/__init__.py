@@ -6,7 +6,7 @@ functions in its own module; this table is the only place they are gathered.
 """
 from __future__ import annotations
 
-from ortx.ep.lowering import conv, elementwise, layout, pool, reduce
+from ortx.ep.lowering import attention, conv, elementwise, layout, pool, reduce
 
 LOWERINGS = {
     **conv.LOWERINGS,
@@ -14,4 +14,5 @@ LOWERINGS = {
     **reduce.LOWERINGS,
     **pool.LOWERINGS,
     **layout.LOWERINGS,
+    **attention.LOWERINGS,
 }

@@ -1,0 +1,104 @@
+"""Lowering of ai.ortx::ScaledDotProductAttention (ortx/passes/fuse_attention.py documents the op) to 3 kernel steps.
+
+0. Only for a mask whose batch dims the GEMM cannot stride through (e.g. [B, 1, 1, L] over B x heads):
+   binary_f32 expands it into a [batch, S, L] workspace.
+1. gemm_f32: scores[b] = scale * Q[b] @ KT[b] + mask[b] into an arena workspace [batch, S, L] (the scale is the
+   GEMM's alpha, the mask its broadcast residual, so scores are written once).
+2. softmax_f32 over the last axis, in place on the workspace (each row is read before it is written).
+3. gemm_f32: Y[b] = scores[b] @ V[b].
+Batch dims of Q, KT, V broadcast as MatMul's (per-batch offsets); a mask that maps batch b to b * stride (all
+broadcast, or laid out like the output's) is read in place by the GEMM. float32 only.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, present, static_shape
+from ortx.ep.lowering.conv import _batch_offsets, _emit_gemm
+from ortx.ep.lowering.elementwise import _emit_binary
+
+
+class Declined(ValueError):
+    pass
+
+
+def _plan(node: ir.Node) -> dict:
+    values = [present(node, index) for index in range(4)]
+    q, kt, v, mask = values
+    if q is None or kt is None or v is None:
+        raise Declined("Q, KT and V are required")
+    for index, value in enumerate(values + [node.outputs[0]]):
+        if value is not None and numpy_dtype(value).name != "float32":
+            raise Declined(f"tensor {index} is {numpy_dtype(value).name}, only float32 is supported")
+    q_shape, kt_shape, v_shape = static_shape(q), static_shape(kt), static_shape(v)
+    if min(len(q_shape), len(kt_shape), len(v_shape)) < 2:
+        raise Declined("Q, KT and V need rank >= 2")
+    S, D = q_shape[-2:]
+    D2, L = kt_shape[-2:]
+    L2, Dv = v_shape[-2:]
+    if D != D2 or L != L2:
+        raise Declined(f"Q {q_shape}, KT {kt_shape}, V {v_shape} do not chain")
+    try:
+        batch = tuple(np.broadcast_shapes(q_shape[:-2], kt_shape[:-2], v_shape[:-2]))
+    except ValueError:
+        raise Declined(f"batch dims of {q_shape}, {kt_shape}, {v_shape} do not broadcast") from None
+    if static_shape(node.outputs[0]) != batch + (S, Dv):
+        raise Declined(f"output shape {static_shape(node.outputs[0])} != {batch + (S, Dv)}")
+    mask_strides = None
+    if mask is not None:
+        mask_shape = (1,) * (len(batch) + 2 - len(static_shape(mask))) + static_shape(mask)
+        if len(mask_shape) != len(batch) + 2 or mask_shape[-2] not in (1, S) or mask_shape[-1] not in (1, L):
+            raise Declined(f"mask {static_shape(mask)} does not broadcast to {batch + (S, L)}")
+        try:
+            offsets = _batch_offsets(mask_shape[:-2], batch, mask_shape[-2] * mask_shape[-1])
+        except ValueError:
+            raise Declined(f"mask {static_shape(mask)} does not broadcast to {batch + (S, L)}") from None
+        stride = offsets[1] - offsets[0] if len(offsets) > 1 else 0
+        if offsets == [index * stride for index in range(len(offsets))]:
+            mask_strides = (mask_shape[-1] if mask_shape[-2] == S and S > 1 else 0,
+                            1 if mask_shape[-1] == L and L > 1 else 0, stride)
+    return dict(S=S, D=D, L=L, Dv=Dv, batch=batch, q_shape=q_shape, kt_shape=kt_shape, v_shape=v_shape,
+                mask_strides=mask_strides, scale=float(attribute(node, "scale", 1.0)))
+
+
+def check_attention(node: ir.Node) -> str | None:
+    try:
+        _plan(node)
+    except (Declined, NotStatic) as error:
+        return f"{node.op_type}: {error}"
+    return None
+
+
+def lower_attention(node: ir.Node, builder) -> None:
+    plan = _plan(node)
+    S, D, L, Dv, batch = plan["S"], plan["D"], plan["L"], plan["Dv"], plan["batch"]
+    count = int(np.prod(batch, dtype=np.int64))
+    if count * S * Dv == 0:
+        return
+    scores = builder.workspace(max(count * S * L * 4, 4), label="scores")
+    mask = present(node, 3)
+    mask_ref, mask_strides = (builder.buffer(mask), plan["mask_strides"]) if mask is not None else (None, None)
+    if mask is not None and mask_strides is None:  # 0. a mask the GEMM cannot stride through, expanded once
+        mask_ref, mask_strides = builder.workspace(count * S * L * 4, label="mask"), (L, 1, S * L)
+        zero = builder.add_constant(np.zeros(1, np.float32), label=f"{node.name}:zero")
+        _emit_binary(builder, "Add", builder.buffer(mask), static_shape(mask), zero, (1,), mask_ref, batch + (S, L),
+                     "float32")
+    # 1. scale * Q @ KT (+ mask as the GEMM's residual) into the scores workspace.
+    _emit_gemm(builder, M=S, N=L, K=D, a=builder.buffer(node.inputs[0]), a_packed=False, a_strides=(D, 1),
+               b=builder.buffer(node.inputs[1]), b_packed=False, b_strides=(L, 1), output=scores,
+               alpha=plan["scale"], residual=mask_ref, residual_strides=mask_strides or (0, 0, 0),
+               a_offsets=_batch_offsets(plan["q_shape"][:-2], batch, S * D),
+               b_offsets=_batch_offsets(plan["kt_shape"][:-2], batch, D * L))
+    # 2. softmax over each row of L scores, in place.
+    builder.emit("softmax_f32", [count * S, L, 1, 0], [], [scores, scores])
+    # 3. probabilities @ V.
+    _emit_gemm(builder, M=S, N=Dv, K=L, a=scores, a_packed=False, a_strides=(L, 1), b=builder.buffer(node.inputs[2]),
+               b_packed=False, b_strides=(Dv, 1), output=builder.buffer(node.outputs[0]),
+               a_offsets=[index * S * L for index in range(count)],
+               b_offsets=_batch_offsets(plan["v_shape"][:-2], batch, L * Dv))
+
+
+LOWERINGS = {
+    ("ai.ortx", "ScaledDotProductAttention"): (check_attention, lower_attention),
+}
