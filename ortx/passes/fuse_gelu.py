@@ -2,10 +2,13 @@
 
 Case 1 (erf):  0.5 * x * (1 + Erf(x / sqrt(2)))                              -> Gelu(x)
 Case 2 (tanh): 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))       -> Gelu(x, approximate="tanh")
-The 0.5 may multiply x, the bracket or the product (three outer forms); x / sqrt(2) may be x * (1/sqrt(2)); x^3 may
-be Pow(x, 3) or x * x * x is not matched. Does not apply when: the default opset is below 20 (Gelu does not exist;
-the model is left as is rather than upgraded, see upgrade_opset: raising 17 -> 20 touches every Reduce op for one
-activation); a constant differs from the formula's by more than 1e-4 relative; an intermediate has other readers.
+Below opset 20 with `extended` (level 3), onnxruntime's contrib ops instead: Case 1 -> com.microsoft::Gelu(x),
+Case 2 -> com.microsoft::FastGelu(x); plain onnxruntime and OrtxEP both run them.
+The 0.5 may multiply x, the bracket or the product (three outer forms); x / sqrt(2) may be x * (1/sqrt(2)); x^3 is
+Pow(x, 3) (x * x * x is not matched). Does not apply when: the default opset is below 20 and `extended` is off (Gelu
+does not exist; the model is left as is rather than upgraded, see upgrade_opset: raising 17 -> 20 touches every
+Reduce op for one activation); a constant differs from the formula's by more than 1e-4 relative; an intermediate
+has other readers.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from ortx.passes.fuse_layer_normalization import default_opset
 logger = logging.getLogger(__name__)
 
 GELU_OPSET = 20
+CONTRIB_DOMAIN = "com.microsoft"
 _CONSTANT_RTOL = 1e-4
 
 
@@ -36,9 +40,9 @@ class GeluFusion(RewriteRuleClassBase):
     """approximation "none" (Case 1) or "tanh" (Case 2); outer in {"product", "x", "bracket"} says what the 0.5
     multiplies."""
 
-    def __init__(self, approximation: str, outer: str) -> None:
+    def __init__(self, approximation: str, outer: str, extended: bool = False) -> None:
         super().__init__(name=f"GeluFusion_{approximation}_{outer}")
-        self.approximation, self.outer = approximation, outer
+        self.approximation, self.outer, self.extended = approximation, outer, extended
 
     def pattern(self, op, x, c_inner, one, half, c_cube, three):
         if self.approximation == "none":
@@ -57,7 +61,8 @@ class GeluFusion(RewriteRuleClassBase):
     def check(self, context, x, c_inner, one, half, scaling=None, c_cube=None, three=None, **_) -> MatchResult:
         result = MatchResult()
         self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
-        if default_opset(context.graph_or_function) < GELU_OPSET:
+        self.opset = default_opset(context.graph_or_function)
+        if self.opset < GELU_OPSET and not self.extended:
             return result.fail(f"opset < {GELU_OPSET}")
         if not (_is(one, 1.0) and _is(half, 0.5)):
             return result.fail("the 1 or the 0.5 is not that constant")
@@ -69,20 +74,35 @@ class GeluFusion(RewriteRuleClassBase):
         return result
 
     def rewrite(self, op, x, **_):
-        output = op.Gelu(x, approximate="tanh") if self.approximation == "tanh" else op.Gelu(x)
+        if self.opset < GELU_OPSET:  # extended: onnxruntime's contrib ops
+            output = op.FastGelu(x, _domain=CONTRIB_DOMAIN) if self.approximation == "tanh" else \
+                op.Gelu(x, _domain=CONTRIB_DOMAIN)
+        else:
+            output = op.Gelu(x, approximate="tanh") if self.approximation == "tanh" else op.Gelu(x)
         record_fused_from(output.producer(), self.matched)
         return output
 
 
-def fuse_gelu(model: ir.Model) -> PassReport:
+def fuse_gelu(model: ir.Model, *, extended: bool = False) -> PassReport:
+    """extended: below opset 20, emit com.microsoft Gelu / FastGelu (level 3) instead of leaving the chain."""
     start = time.perf_counter()
     opset = default_opset(model)
-    if opset < GELU_OPSET:
+    if opset < GELU_OPSET and not extended:
         has_erf = any(node.op_type == "Erf" for node in model.graph)
         notes = [f"<model>: opset {opset} < {GELU_OPSET}: Erf-based GELU left decomposed"] if has_erf else []
         return PassReport(model, name="fuse_gelu", counts={"gelus_fused": 0}, notes=notes,
                           seconds=time.perf_counter() - start)
-    fusions = [GeluFusion(approximation, outer) for approximation in ("none", "tanh")
+    fusions = [GeluFusion(approximation, outer, extended) for approximation in ("none", "tanh")
                for outer in ("product", "x", "bracket")]
     count = apply_fusions(model, fusions, commute=True)
+    if count and opset < GELU_OPSET:
+        model.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
+        model.graph.opset_imports.setdefault(CONTRIB_DOMAIN, 1)
     return PassReport(model, name="fuse_gelu", counts={"gelus_fused": count}, seconds=time.perf_counter() - start)
+
+
+def fuse_gelu_extended(model: ir.Model) -> PassReport:
+    """Level 3's fuse_gelu: below opset 20, onnxruntime's contrib Gelu / FastGelu."""
+    report = fuse_gelu(model, extended=True)
+    report.name = "fuse_gelu_extended"
+    return report

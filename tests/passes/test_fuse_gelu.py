@@ -1,6 +1,7 @@
 import pytest
 
-from ortx.passes.fuse_gelu import fuse_gelu
+from ortx.pipeline import name_nodes
+from ortx.passes.fuse_gelu import fuse_gelu, fuse_gelu_extended
 from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
 from tests.tolerances import assert_close
 
@@ -57,3 +58,23 @@ def test_does_not_fire_below_opset_20_or_on_wrong_constants():
 def test_idempotent():
     model = to_ir(from_text(_model(TANH)))
     assert fuse_gelu(model).modified and not fuse_gelu(model).modified
+
+
+@pytest.mark.parametrize("body,contrib_op", [(ERF["product"], "Gelu"), (ERF["x"], "Gelu"), (TANH, "FastGelu")])
+def test_level_3_below_opset_20_emits_onnxruntime_contrib_ops(body, contrib_op):
+    proto = from_text(_model(body, opset=17))
+    name_nodes(proto)
+    model = to_ir(proto)
+    report = fuse_gelu_extended(model)
+    assert _non_constant(model) == ["Mul", contrib_op] and report.counts == {"gelus_fused": 1}
+    assert report.name == "fuse_gelu_extended" and model.opset_imports["com.microsoft"] == 1
+    gelu = [node for node in model.graph if node.op_type == contrib_op][0]
+    assert gelu.domain == "com.microsoft" and len(gelu.metadata_props["ortx.fused_from"].split(",")) == len(body.split("\n"))
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])  # plain onnxruntime runs contrib ops
+    assert not fuse_gelu_extended(model).modified
+
+
+def test_level_3_does_not_fire_on_wrong_constants():
+    model = to_ir(from_text(_model(ERF["product"].replace("Div (X, sqrt2)", "Div (X, two)"), opset=17)))
+    assert not fuse_gelu_extended(model).modified and "Erf" in op_types(model)
