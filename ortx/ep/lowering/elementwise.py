@@ -6,8 +6,8 @@ left to right through workspaces, Mean then divides by the input count. BatchNor
 statistics) -> `channel_affine_f32` with scale and shift folded here in float64. Cast between float32, int32,
 int64 and bool -> `cast`. Equal/Less/Greater/LessOrEqual/GreaterOrEqual -> `compare_<dtype>` (bool output);
 Where -> `where` with three-way broadcasting. onnxruntime's contrib activations Gelu, FastGelu (no bias) and
-QuickGelu (com.microsoft, which level-3 fusions emit) are unary steps too. Only float32 is claimed for unary ops; every other case gets a
-reason from `check`.
+QuickGelu (com.microsoft, which level-3 fusions emit) are unary steps too. Only float32 is claimed for unary ops;
+every other case gets a reason from `check`.
 """
 from __future__ import annotations
 
