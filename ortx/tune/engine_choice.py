@@ -13,7 +13,8 @@
    (floats in [-1, 1), integers in [0, 10)), never zeros.
 5. A segment goes back to ORT only when ORT's median is below OrtxEP's by more than MARGIN: on a tie it stays.
 Limits: a segment is timed alone, not with its neighbours (boundary tensors, caches); a segment whose inputs are
-not all numeric tensors is never measured.
+not all numeric tensors, or that holds ai.ortx ops the user's model already had (ORT cannot run them), is never
+measured and stays on OrtxEP.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from ortx.tune.records import TuningDatabase, TuningRecord
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "cached", "quick", "full")
+ORTX_DOMAIN = "ai.ortx"
 ENGINE_TEMPLATE = "engine-choice-1"
 MARGIN = 0.02
 QUICK_RUNS = 8
@@ -85,9 +87,11 @@ def segment_signature(nodes, num_threads: int) -> str:
     return digest.hexdigest()
 
 
-def standard_names(node: ir.Node, standard: set[str], fused_from_key: str) -> list[str]:
-    """The nodes of the standard-ONNX graph that `node` stands for: itself, or those an ai.ortx fusion replaced."""
-    if node.domain in ("", "ai.onnx") and node.name in standard:
+def standard_names(node: ir.Node, standard: dict[str, ir.Node], fused_from_key: str) -> list[str]:
+    """The nodes of the graph before OrtxEP's own fusions that `node` stands for: itself (when it is there as the
+    same op, e.g. an ai.ortx op the user's model already had), or the nodes the fusion replaced."""
+    before = standard.get(node.name)
+    if before is not None and (before.domain, before.op_type) == (node.domain, node.op_type):
         return [node.name]
     fused = [name for name in node.metadata_props.get(fused_from_key, "").split(",") if name in standard]
     if not fused:
@@ -163,7 +167,7 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         return []
     nodes_by_name = {node.name: node for node in model.graph}
     standard_order = {node.name: position for position, node in enumerate(standard_model.graph)}
-    standard = set(standard_order)
+    standard = {node.name: node for node in standard_model.graph}
     standard_proto = ir.serde.serialize_model(standard_model) if mode != "cached" else None
     if database is not None:
         database.add_fingerprint(fingerprint)
@@ -178,7 +182,10 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         signature = segment_signature(nodes, compiled_plan.num_threads)
         times = _recorded(database, signature, fingerprint)
         source = "records" if times else "no records"
-        if times is None and mode in ("quick", "full") and standard_proto is not None:
+        ortx_only = sorted({standard[name].op_type for name in original if standard[name].domain == ORTX_DOMAIN})
+        if ortx_only:  # ORT cannot run these: the segment stays on OrtxEP whatever was recorded
+            times, source = None, f"{', '.join(ortx_only)} runs only on OrtxEP"
+        elif times is None and mode in ("quick", "full") and standard_proto is not None:
             measured = _measure(step, compiled_plan, standard_proto, original, ort_settings,
                                 QUICK_RUNS if mode == "quick" else FULL_RUNS)
             if measured is not None:

@@ -99,3 +99,25 @@ def test_only_the_slower_segment_of_several_goes_back(tmp_path):
 def test_unknown_tuning_mode_lists_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="tuning.*off, cached, quick, full"):
         session(_models.tiny_conv_relu(), tmp_path, "fastest")
+
+
+def test_a_model_already_holding_ai_ortx_ops_stays_on_ortx(tmp_path):
+    """A model saved by `ortx optimize -O3` has FusedConv nodes of its own: ORT cannot run them, so they are never
+    measured against ORT nor given back, whatever the records say."""
+    import onnx_ir as ir
+
+    from ortx import pipeline
+    from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+
+    model = pipeline.prepare(_models.resnet18_style(size=32)).model  # BatchNorm folded, so epilogues fuse
+    assert fuse_conv_epilogue(model).counts["convs_fused"] > 0
+    proto = ir.serde.serialize_model(model)
+    for mode in ("cached", "quick"):
+        sess = session(proto, tmp_path, mode)
+        (choice,) = sess.assignment.engine_choices
+        assert choice.engine == "ortx" and choice.source == "FusedConv runs only on OrtxEP"
+        assert sess.assignment.claimed_mac_share == 1.0
+    record_times(tmp_path, choice.signature, ortx_ms=9.0, ort_ms=1.0)
+    (choice,) = session(proto, tmp_path, "cached").assignment.engine_choices
+    assert choice.engine == "ortx"
+    check_numerics(sess, _models.resnet18_style(size=32))
