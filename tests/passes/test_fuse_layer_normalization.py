@@ -7,7 +7,7 @@ import rapidocr_onnxruntime
 
 from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.infer_shapes import infer_shapes
-from ortx.passes.upgrade_opset import upgrade_opset
+from ortx.passes.upgrade_opset import WITHHELD_MIN_BYTES, upgrade_opset
 from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
 from tests.tolerances import assert_close, assert_model_close
 
@@ -77,7 +77,7 @@ def test_upgrade_opset_fires_only_for_decomposed_layer_norms():
     proto = _decomposed(opset=12)
     model = to_ir(proto)
     report = upgrade_opset(model)
-    assert report.counts == {"opset_raised": 5, "softmaxes_restored": 0} and model.opset_imports[""] == 17
+    assert report.counts == {"opset_raised": 5, "softmaxes_restored": 0, "constants_lifted": 4} and model.opset_imports[""] == 17
     assert not upgrade_opset(model).modified  # idempotent
     infer_shapes(model)
     assert fuse_layer_normalization(model).counts == {"layer_norms_fused": 1}
@@ -93,13 +93,40 @@ def test_upgrade_opset_fires_only_for_decomposed_layer_norms():
     assert not report.modified and plain.opset_imports[""] == 12 and "no decomposed" in report.notes[0]
 
 
+def test_upgrade_opset_keeps_the_weight_tensors_it_withheld_from_the_converter():
+    """Weights of WITHHELD_MIN_BYTES or more go to the converter as graph inputs (no data) and come back as the same
+    initializer tensors, not copies; small ones (the LayerNorm constants) go through the converter."""
+    proto = _decomposed(opset=12)
+    weight = np.random.default_rng(1).uniform(-1, 1, (10, 10)).astype(np.float32)
+    table = np.random.default_rng(2).uniform(-1, 1, (256,)).astype(np.float32)  # 1 KiB: withheld
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(weight, "W"),
+                                    onnx.numpy_helper.from_array(table, "table")])
+    proto.graph.node.extend([onnx.helper.make_node("MatMul", ["Y", "W"], ["projected"]),
+                             onnx.helper.make_node("Neg", ["table"], ["negated"])])
+    del proto.graph.output[:]
+    proto.graph.output.extend([onnx.helper.make_tensor_value_info("projected", onnx.TensorProto.FLOAT, [2, 3, 10]),
+                               onnx.helper.make_tensor_value_info("negated", onnx.TensorProto.FLOAT, [256])])
+    onnx.checker.check_model(proto)
+    model = to_ir(proto)
+    big = model.graph.initializers["table"].const_value
+    assert big.nbytes >= WITHHELD_MIN_BYTES
+    report = upgrade_opset(model)
+    assert report.counts == {"opset_raised": 5, "softmaxes_restored": 0, "constants_lifted": 4}
+    assert [value.name for value in model.graph.inputs] == ["X"]
+    assert model.graph.initializers["table"].const_value is big
+    assert "W" in model.graph.initializers
+    feeds = feeds_for(proto)
+    for got, want in zip(run_ort(model, feeds), run_ort(proto, feeds)):
+        assert_close(got, want)
+
+
 def test_ppocr_rec_layer_norms_fuse_after_the_upgrade():
     """PP-OCRv4 rec is opset 12 with 5 decomposed LayerNorms; the converter's Softmax rewrites are undone."""
     path = os.path.join(os.path.dirname(rapidocr_onnxruntime.__file__), "models", "ch_PP-OCRv4_rec_infer.onnx")
     proto = onnx.load(path)
     model = to_ir(proto)
     upgrade = upgrade_opset(model)
-    assert upgrade.counts == {"opset_raised": 5, "softmaxes_restored": 3}
+    assert upgrade.counts == {"opset_raised": 5, "softmaxes_restored": 3, "constants_lifted": 420}
     assert op_types(model).count("Softmax") == 3 and "Flatten" not in op_types(model)
     infer_shapes(model, input_shapes={"x": (1, 3, 48, 320)})
     assert fuse_layer_normalization(model).counts == {"layer_norms_fused": 5}
