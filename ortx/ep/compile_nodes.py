@@ -10,8 +10,11 @@ import onnx
 import onnx_ir as ir
 
 from ortx.ep.lowering import LOWERINGS
-from ortx.ep.lowering._values import numpy_dtype, static_shape
+from ortx.ep.lowering._values import NotStatic, numpy_dtype, size_bytes, static_shape
+from ortx.ep.lowering.layout import lower_alias
+from ortx.ep.partition import node_inputs
 from ortx.ep.segment_builder import CompiledProgram, SegmentBuilder
+from ortx.memory.schedule import Step, memory_order
 
 
 class NotClaimable(ValueError):
@@ -35,13 +38,45 @@ class LoweringError(RuntimeError):
         self.node_name = node_name
 
 
+def _lowering(node: ir.Node):
+    return LOWERINGS.get((node.domain if node.domain != "ai.onnx" else "", node.op_type))
+
+
+def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> list[ir.Node]:
+    """`nodes` in the order ortx.memory.schedule finds with a lower arena peak (or as given). Only arena tensors
+    count: segment inputs and outputs are bound externally, constants live in the program; an alias (Reshape and
+    the like) shares its input's buffer unless its output is bound externally (then it is a copy)."""
+    nodes = list(nodes)
+    external = {value.name for value in list(inputs) + list(outputs)}
+    buffer_of: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    steps = []
+    for node in nodes:
+        reads = tuple(value.name for value in node_inputs(node))
+        writes = tuple(value.name for value in node.outputs if value.name)
+        entry = _lowering(node)
+        if entry is not None and entry[1] is lower_alias and writes[0] not in external and node.inputs[0] is not None:
+            buffer_of[writes[0]] = buffer_of.get(node.inputs[0].name, node.inputs[0].name)
+        for value in node.outputs:
+            if value.name in external or value.name in buffer_of or node.op_type == "Constant":  # not in the arena
+                continue
+            try:
+                sizes[value.name] = size_bytes(value)
+            except (NotStatic, TypeError):
+                sizes[value.name] = 0  # not lowerable anyway: compile_segment declines the node
+        steps.append(Step(reads, writes))
+    return [nodes[index] for index in memory_order(steps, sizes, buffer_of)]
+
+
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1) -> CompiledProgram:
-    """Lowers `nodes` (in execution order) into one program reading `inputs` and writing `outputs`."""
-    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads)
+    """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
+    in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
             raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
+    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads)
+    for node in memory_ordered(nodes, inputs, outputs):
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
         try:

@@ -8,7 +8,8 @@
 3. The plan with the smallest arena wins (ties: the earlier planner); every candidate's arena is kept for reports.
 Offsets are multiples of ALIGNMENT and each buffer takes its size rounded up to ALIGNMENT. The lower bound (most
 raw bytes live at one step) is reported beside the arena; the plan prints as a table (`str(plan)`).
-Limits: no reordering of steps (the order is the lowering's), and lifetimes are whole steps. The search budgets
+Limits: the step order is given (compile_segment picks it first, with schedule.memory_order), and lifetimes are
+whole steps. The search budgets
 shrink with the buffer count (LOCAL_WORK placements in all) so planning stays well under a second.
 """
 from __future__ import annotations
