@@ -1,7 +1,8 @@
 """THE data path, one function per stage, read top to bottom.
 
 prepare:   model = load(source) -> unique node names -> run_passes(model, DEFAULT_PASSES)
-compile:   specialize(model, input shapes) -> fuse_conv_epilogue -> assign (capability) -> partition
+compile:   specialize(model, input shapes) -> OrtxEP's fusions (attention, Gelu, Conv epilogues) -> assign
+           (capability) -> partition
            -> compile claimed segments (lowering + arena plan) / build ORT sub-sessions -> ExecutionPlan
 The session, the CLI and the benchmarks all go through these two functions.
 """
@@ -29,7 +30,10 @@ from ortx.ep.specialize import specialize
 from ortx.model_io import load
 from ortx.passes import DEFAULT_PASSES
 from ortx.passes._report import PassReport, run_passes
-from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from ortx.passes.fuse_attention import fuse_attention_extended
+from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
+from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_silu import fuse_silu_extended
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +175,8 @@ def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model
 
     def choose(database):
         return engine_choice.choose_engines(compiled.plan, model, standard, mode=tuning.mode, database=database,
-                                            fingerprint=current(), ort_settings=ort, fused_from_key=FUSED_FROM_KEY)
+                                            fingerprint=current() if database is not None else None,
+                                            ort_settings=ort, fused_from_key=FUSED_FROM_KEY)
 
     if tuning.mode == "cached" and not os.path.exists(tuning.database_path):
         return choose(None)  # nothing recorded yet; reading must not create files
@@ -192,7 +197,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     given_back = given_back or {}
     decisions = _decline_given_back(decisions, given_back)
     if claim:
-        model, decisions, reports = _fuse_epilogues(model, decisions, frozenset(given_back))
+        model, decisions, reports = _fuse_for_ortxep(model, decisions, frozenset(given_back))
         decisions = _decline_given_back(decisions, given_back)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
@@ -231,19 +236,34 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-def _fuse_epilogues(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
-    """Fuses Conv epilogues on a clone (weights are shared, not copied) and keeps the result only if OrtxEP
-    claims every FusedConv it made: plain ORT cannot run ai.ortx ops, so a declined one must never reach it.
-    `excluded` nodes (given back to ORT) are never fused."""
+# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone.
+ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+
+
+def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
+    """Runs OrtxEP's fusions (contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a clone (weights
+    are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
+    cannot run ai.ortx ops, so a declined one, or one made from `excluded` nodes (given back to ORT), must never
+    reach it. Conv epilogues skip `excluded` nodes themselves."""
+    before = {node.name for node in model.graph if node.domain == ORTX_DOMAIN}
     fused = model.clone()
-    report = fuse_conv_epilogue(fused, excluded=excluded)
+    reports = [fusion(fused) for fusion in ORTXEP_FUSIONS]
+    reports.append(fuse_conv_epilogue(fused, excluded=excluded))
     fused_decisions = assign(fused.graph)
-    declined = [d for d in fused_decisions.values() if d.op_type == "FusedConv" and not d.claimed]
-    if declined:
-        logger.info("OrtxEP: epilogue fusion dropped, %d FusedConv declined (first: %s: %s)", len(declined),
-                    declined[0].node, declined[0].reason)
+    problems = []
+    for node in fused.graph:
+        if node.domain != ORTX_DOMAIN or node.name in before:
+            continue
+        decision = fused_decisions[node.name]
+        if not decision.claimed:
+            problems.append(f"{node.name} ({node.op_type}) declined: {decision.reason}")
+        sources = set(node.metadata_props.get(FUSED_FROM_KEY, "").split(",")) & excluded
+        if sources:
+            problems.append(f"{node.name} ({node.op_type}) made from {sorted(sources)[0]}, which runs on ORT")
+    if problems:
+        logger.info("OrtxEP: its fusions dropped, %d problem(s), first: %s", len(problems), problems[0])
         return model, decisions, []
-    return fused, fused_decisions, [report]
+    return fused, fused_decisions, [report for report in reports if report.modified]
 
 
 def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],

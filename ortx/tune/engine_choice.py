@@ -157,10 +157,11 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: l
 
 
 def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model: ir.Model, *, mode: str,
-                   database: TuningDatabase | None, fingerprint: HardwareFingerprint, ort_settings,
+                   database: TuningDatabase | None, fingerprint: HardwareFingerprint | None, ort_settings,
                    fused_from_key: str) -> list[EngineChoice]:
     """One EngineChoice per claimed step of `compiled_plan` (compiled from `model`). `standard_model`: the same
-    specialised graph before ai.ortx fusions (ORT is measured on it; given-back nodes are named in it)."""
+    specialised graph before ai.ortx fusions (ORT is measured on it; given-back nodes are named in it).
+    `database` None: nothing is read or stored (then `fingerprint` may be None too)."""
     if mode not in MODES:
         raise ValueError(f"OrtxEP option tuning: {mode!r} is not one of {', '.join(MODES)}")
     if mode == "off":
@@ -169,7 +170,7 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
     standard_order = {node.name: position for position, node in enumerate(standard_model.graph)}
     standard = {node.name: node for node in standard_model.graph}
     standard_proto = ir.serde.serialize_model(standard_model) if mode != "cached" else None
-    if database is not None:
+    if database is not None and fingerprint is not None:
         database.add_fingerprint(fingerprint)
     choices = []
     for step in compiled_plan.steps:
@@ -191,7 +192,7 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
             if measured is not None:
                 times = measured
                 source = "measured"
-                if database is not None:
+                if database is not None and fingerprint is not None:
                     for engine, median in zip(("ortx", "ort"), measured):
                         database.add(TuningRecord(signature, fingerprint.key, ENGINE_TEMPLATE, {"engine": engine},
                                                   "ok", median, source=f"engine_choice:{mode}"))
@@ -203,8 +204,8 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
     return choices
 
 
-def _recorded(database: TuningDatabase | None, signature: str, fingerprint: HardwareFingerprint):
-    if database is None:
+def _recorded(database: TuningDatabase | None, signature: str, fingerprint: HardwareFingerprint | None):
+    if database is None or fingerprint is None:
         return None
     medians = {}
     for engine in ("ortx", "ort"):
