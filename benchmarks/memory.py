@@ -30,6 +30,8 @@ BUILT = {
     "resnet18": ("ResNet-18-style (random weights)", _models.resnet18_style, (1, 3, 224, 224)),
     "mobilenetv2": ("MobileNetV2-style (random weights)", _models.mobilenetv2_style, (1, 3, 224, 224)),
     "transformer": ("BERT-like encoder block (seq 16, dim 64)", _models.transformer_block, None),
+    "bert": ("BERT-like encoder block (seq 128, dim 256, 4 heads)",
+             lambda: _models.transformer_block(seq=128, dim=256, heads=4), None),
 }
 
 

@@ -80,8 +80,10 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, warmup: int = 3,
-            seed: int = 0, progress=None) -> Comparison:
-    """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved."""
+            seed: int = 0, progress=None, tuning: str = "off") -> Comparison:
+    """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved. `tuning` is
+    OrtxEP's option: "off" (default) measures OrtxEP's own kernels on every segment it can claim, whatever tuning
+    records this machine holds."""
     proto = load(model)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -91,7 +93,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     ortx_options.intra_op_num_threads = threads
     input_shapes = {k: v.shape for k, v in feeds.items()}
     ortx_session = InferenceSession(proto, ortx_options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                    provider_options=[{"input_shapes": input_shapes}, {}])
+                                    provider_options=[{"input_shapes": input_shapes, "tuning": tuning}, {}])
     expected = ort_session.run(None, feeds)
     actual = ortx_session.run(None, feeds)
     errors, relative, cosines = [], [], []
