@@ -16,6 +16,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
   ortx tune IN.onnx                   records, per claimed segment, whether OrtxEP or ORT is faster here
+  ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
@@ -66,9 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ortx.memory.command import add_memory_command
     from ortx.tune.command import add_tune_command
+    from ortx.quantization.command import add_quantize_command
 
     add_memory_command(commands)
     add_tune_command(commands)
+    add_quantize_command(commands)
     return parser
 
 
