@@ -38,7 +38,8 @@ def model_inputs(model: onnx.ModelProto) -> list[ModelInput]:
             continue
         tensor_type = value.type.tensor_type
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
-        shape = tuple(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None)
+        # exporters sometimes write dim_value -1 (or 0) for a dynamic dim: only positive values are fixed
+        shape = tuple(dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else (dim.dim_param or None)
                       for dim in tensor_type.shape.dim)
         inputs.append(ModelInput(value.name, dtype, shape))
     return inputs

@@ -114,7 +114,7 @@ def quantize(model: ModelSource, calibration: object, *, method: str = "percenti
               "biases_int32": sum(record.int32 for record in insertion.biases),
               "qdq_nodes_added": insertion.nodes_added, "bytes_before": proto.ByteSize(),
               "bytes_after": quantized.ByteSize()}
-    samples_seen = next(iter(statistics.values())).samples if statistics else 0
+    samples_seen = next(iter(statistics.values())).samples if statistics else (samples.count or 0)
     report = QuantizationReport(
         method, activation_dtype, samples_seen, time.perf_counter() - start,
         _tensor_records(plan, statistics, ranges, parameters), insertion.weights, insertion.biases, plan.excluded,

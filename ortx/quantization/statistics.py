@@ -104,7 +104,6 @@ def collect_statistics(model: onnx.ModelProto, tensor_names: Sequence[str], samp
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
-    options.log_severity_level = 3  # the added outputs make ORT warn about unused value infos; not actionable
     session = onnxruntime.InferenceSession(to_ort_bytes(statistics_model(model, tensor_names)), options,
                                            providers=["CPUExecutionProvider"])
     names = list(dict.fromkeys(tensor_names))

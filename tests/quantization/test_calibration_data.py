@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from ortx.quantization import CalibrationDataError, quantize
-from ortx.quantization.calibration_data import calibration_set
+from ortx.quantization.calibration_data import calibration_set, model_inputs
 from tests import _models
 
 
@@ -62,3 +62,12 @@ def test_bad_files_name_the_file(model, tmp_path):
         quantize(model, {"X": _samples(2), "Z": _samples(3)})
     with pytest.raises(CalibrationDataError, match="must be an .npz path"):
         quantize(model, 42)
+
+
+def test_negative_dim_value_is_dynamic(model):
+    """Paddle exports write dim_value -1 for dynamic dims (PP-OCR cls); only positive dims are checked."""
+    model = type(model)()
+    model.CopyFrom(_models.tiny_conv_relu())
+    model.graph.input[0].type.tensor_type.shape.dim[3].dim_value = -1
+    assert model_inputs(model)[0].shape == (1, 3, 8, None)
+    assert len(list(calibration_set({"X": _samples(2)[..., :5]}, model))) == 2
