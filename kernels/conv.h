@@ -104,8 +104,20 @@ void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
+/* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the zero-padded input planes
+ * (padded_rows x padded_width per channel, every tap of every output pixel inside), the packed im2col^T A
+ * operand (pixels x depth) and the [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */
+typedef struct ortx_pixel_rows_geometry {
+    int64_t padded_rows, padded_width, pixels, depth, planes_floats, packed_floats, scratch_floats;
+} ortx_pixel_rows_geometry;
+
+ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p);
+int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p);
+void ortx_conv2d_pixel_rows_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
 /* Reference kernels (kernels/ref/conv_ref.c). */
 void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_pixel_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_transpose2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 

@@ -283,6 +283,7 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
      * keeps >= 4 N panels (it repacks A per task when A is raw) or >= 8 M panels (it repacks all of B). */
     int64_t parts = split_n ? n_panels / 4 : m_panels / 8;
     parts = max64(threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * threads));
+    parts = parts / threads * threads;  /* equal shares: 3 parts on 2 threads would take 2/3 of the 1-thread time */
     sgemm_job job = {isa, M, N, K, A, B, C, ldc, epilogue, base, per_thread, m_panels, n_panels, split_n, parts};
     ortx_parallel_for(threads, parts, sgemm_task, &job);
 }

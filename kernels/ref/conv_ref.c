@@ -9,9 +9,9 @@ static float finish(const ortx_conv_params *p, float value, const float *residua
     return ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
 }
 
-/* Layouts: see conv.c. */
-void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)num_threads;
+/* Layouts: see conv.c. weight_panel is the packed weights' panel height: MR for conv2d_f32's A panels of W_g,
+ * NR for conv2d_pixel_rows_f32's B panels of W_g^T (the same index function: row = output channel). */
+static void conv2d_ref(const int64_t *ints, const float *floats, void *const *buffers, int64_t weight_panel) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
     float *Y = buffers[2];
@@ -20,7 +20,7 @@ void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g;
-            const float *weights = packed + g * ortx_gemm_packed_a_floats(cout_g, K);
+            const float *weights = packed + g * ortx_round_up(cout_g, weight_panel) * K;
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     float acc = 0.0f;
@@ -31,7 +31,8 @@ void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *
                                 int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
-                                float w = weights[ortx_gemm_packed_index(co - g * cout_g, k, cout_g, K, ORTX_GEMM_MR)];
+                                int64_t local = co - g * cout_g;
+                                float w = weights[ortx_gemm_packed_index(local, k, cout_g, K, weight_panel)];
                                 acc += w * X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
                             }
                     if (p.has_bias) acc += bias[co];
@@ -39,6 +40,16 @@ void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *
                     Y[index] = finish(&p, acc, residual, index);
                 }
         }
+}
+
+void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    conv2d_ref(ints, floats, buffers, ORTX_GEMM_MR);
+}
+
+void ortx_conv2d_pixel_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    conv2d_ref(ints, floats, buffers, ORTX_GEMM_NR);
 }
 
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {

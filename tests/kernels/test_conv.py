@@ -100,6 +100,17 @@ DIRECT_CASES = [
     ((1, 96, 20, 41), (24, 96, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
 
+# Dense convs run as conv2d_pixel_rows_f32 (few output pixels, many output channels; kernels/conv.c
+# use_pixel_rows): pixel counts not multiples of 6, an odd number of 16-channel panels (a lone last panel next to
+# the 6x32 tiles), channel counts not multiples of 16, stride, dilation, asymmetric pads, batch 2, a strided 1x1,
+# and depth over several KC blocks; the first is large enough to split over 2 threads.
+PIXEL_ROWS_CASES = [
+    ((1, 128, 10, 10), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 32, 9, 7), (272, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 120, 15, 13), (88, 120, 3, 3), dict(strides=[2, 2], pads=[1, 0, 2, 1], dilations=[2, 1])),
+    ((1, 300, 13, 11), (260, 300, 1, 1), dict(strides=[2, 2])),
+]
+
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
 DEPTHWISE_CASES = [
     ((1, 16, 21, 45), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1])),
@@ -114,7 +125,8 @@ DEPTHWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CONV_CASES + DIRECT_CASES + DEPTHWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+@pytest.mark.parametrize("case", CONV_CASES + DIRECT_CASES + PIXEL_ROWS_CASES + DEPTHWISE_CASES,
+                         ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
 def test_conv_matches_onnxruntime(isa, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 3)
@@ -131,6 +143,21 @@ def test_depthwise_and_pointwise_use_their_fast_paths():
     assert compile_graph(infer_shapes(dense).graph).program.kernel_names == ("conv2d_f32",)
 
 
+@pytest.mark.parametrize("case", PIXEL_ROWS_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+def test_few_pixel_many_channel_convs_run_as_pixel_rows(case):
+    from ortx.ep.compile_nodes import compile_graph
+    model = conv_model("Conv", *case)
+    assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_pixel_rows_f32",)
+
+
+def test_many_pixel_or_few_channel_convs_keep_channel_rows():
+    from ortx.ep.compile_nodes import compile_graph
+    many_pixels = conv_model("Conv", (1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]))
+    pointwise_14 = conv_model("Conv", (1, 384, 14, 14), (64, 384, 1, 1), dict())
+    for model in (many_pixels, pointwise_14):
+        assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_f32",)
+
+
 # (activation, ONNX node factory for the explicit graph, activation_params)
 FUSED_ACTIVATIONS = [
     (None, None, []),
@@ -145,8 +172,8 @@ FUSED_ACTIVATIONS = [
 
 
 @pytest.mark.parametrize("activation,explicit,params", FUSED_ACTIVATIONS, ids=lambda v: str(v)[:12])
-@pytest.mark.parametrize("case", [CONV_CASES[1], DIRECT_CASES[2], DEPTHWISE_CASES[0]],
-                         ids=["dense", "direct", "depthwise"])
+@pytest.mark.parametrize("case", [CONV_CASES[1], DIRECT_CASES[2], PIXEL_ROWS_CASES[2], DEPTHWISE_CASES[0]],
+                         ids=["dense", "direct", "pixel_rows", "depthwise"])
 def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, params, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 4)

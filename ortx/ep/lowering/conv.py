@@ -246,9 +246,10 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
     group = ints[15]
     if kind == 1:  # Case depthwise: weights as given
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
-    elif kind == 0:  # Case conv: A panels of each group's (Cout/g) x (Cin/g*KH*KW) weights
+    elif kind in (0, 3):  # Case conv: A panels (kind 0) or pixel rows' B panels (kind 3) of each group's
+        # (Cout/g) x (Cin/g*KH*KW) weights
         matrix = plan.weights.reshape(group, out_channels // group, -1)
-        parts = [_pack(m, m.shape[0], m.shape[1], m.shape[1], 1, 0) for m in matrix]
+        parts = [_pack(m, m.shape[0], m.shape[1], m.shape[1], 1, 0 if kind == 0 else 1) for m in matrix]
         weights = builder.add_constant(np.concatenate(parts), label=f"{node.name}:packed_weights")
     else:  # Case transpose: A panels of each group's W_g^T, (Cout/g*KH*KW) x (Cin/g)
         matrix = plan.weights.reshape(group, in_channels // group, -1)
@@ -266,6 +267,8 @@ def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
     if plan.depthwise:
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
+    elif _sizes("conv_sizes_f32", [0, *plan.ints, builder.num_threads])[2]:  # the kernels' shape rule
+        _lower_conv_like(node, builder, plan, 3, "conv2d_pixel_rows_f32")
     else:
         _lower_conv_like(node, builder, plan, 0, "conv2d_f32")
 

@@ -1,0 +1,224 @@
+/* Dense conv in the "pixels as rows" form: per image and group, C^T[pixels, Cout/g] = im2col^T * W^T, so the
+ * GEMM's vector dimension (NR = 16 columns) runs over output channels instead of output pixels.
+ *
+ * Why: conv2d_f32 (conv.c Case 1) puts pixels on the vector dimension; a 7x7 output (49 pixels) then pads to 64
+ * columns (31% of the multiply-adds wasted) and has too few column panels to split between threads, so it splits
+ * rows and every task re-packs the whole im2col block. Here the weights are the GEMM's B operand, packed once at
+ * compile time as NR-column panels of W^T, and the pixels are rows: 49 pixels pad to 54 (MR = 6) and the 512
+ * output channels give 32 column panels for the threads to share.
+ *
+ * Steps, per image and group:
+ *   1. copy the group's input into zero-padded planes (every tap of every output pixel lands inside, so step 2
+ *      needs no bounds checks), split over channels;
+ *   2. pack im2col^T into the GEMM's MR-row A panels (gemm.h's packed format over the whole operand), each
+ *      panel element one load from the planes at (tap offset + pixel offset), split over row panels;
+ *   3. run the packed micro-kernels over blocks of (row panels x column panel pairs) into a [pixels, Cout/g]
+ *      scratch, one block per task: column pairs first, and the rows too when there are few pairs;
+ *   4. each task then transposes its block into Y's channel planes and applies the epilogue (bias, residual,
+ *      activation) there with the gemm family's vectorised epilogue.
+ * Every output element is summed in the packed GEMM's order (KC blocks, k ascending in each), so results do not
+ * depend on the thread count and equal conv2d_f32's bit for bit.
+ * Known limits: steps 1, 2 and 4 are extra passes over the input and output, cheap next to the GEMM only when
+ * Cout/g and the depth are large, which is when conv.c picks this form (use_pixel_rows).
+ */
+#include <string.h>
+
+#include "conv.h"
+#include "gemm.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p) {
+    ortx_pixel_rows_geometry g;
+    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
+    g.padded_width = (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1;
+    g.pixels = p->out_height * p->out_width;
+    g.depth = p->in_channels / p->group * p->kernel_height * p->kernel_width;
+    int64_t channels = p->in_channels / p->group, cout_g = p->out_channels / p->group;
+    g.planes_floats = ortx_round_up(channels * g.padded_rows * g.padded_width, 16);
+    g.packed_floats = ortx_round_up(ortx_gemm_packed_a_floats(g.pixels, g.depth), 16);
+    g.scratch_floats = ortx_round_up(g.pixels, ORTX_GEMM_MR) * ortx_round_up(cout_g, ORTX_GEMM_NR);
+    return g;
+}
+
+int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p) {
+    ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
+    return g.planes_floats + g.packed_floats + g.scratch_floats;
+}
+
+typedef struct pixel_rows_job {
+    const ortx_conv_params *p;
+    ortx_pixel_rows_geometry g;
+    const float *x;         /* the group's first input channel */
+    const float *weights;   /* the group's packed B panels */
+    float *planes, *packed, *scratch;
+    float *y;               /* the group's first output channel */
+    const ortx_gemm_epilogue *epilogue;
+    const ortx_gemm_isa *isa;
+    int64_t column_parts, row_parts;  /* steps 3-4: tasks = column_parts * row_parts blocks */
+} pixel_rows_job;
+
+/* Step 1 for input channels [begin, end): plane row r, column j holds x[r - pad_top][j - pad_left] or 0. */
+static void fill_planes(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const pixel_rows_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const int64_t H = p->in_height, W = p->in_width, rows = job->g.padded_rows, width = job->g.padded_width;
+    /* input columns [first, last) land inside the plane row */
+    int64_t first = min64(W, max64(0, -p->pad_left)), last = max64(first, min64(W, width - p->pad_left));
+    for (int64_t c = begin; c < end; c++) {
+        const float *channel = job->x + c * H * W;
+        float *out = job->planes + c * rows * width;
+        for (int64_t r = 0; r < rows; r++, out += width) {
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= H || first >= last) {
+                memset(out, 0, width * sizeof(float));
+                continue;
+            }
+            int64_t lo = first + p->pad_left, hi = last + p->pad_left;
+            memset(out, 0, lo * sizeof(float));
+            memcpy(out + lo, channel + iy * W + first, (hi - lo) * sizeof(float));
+            memset(out + hi, 0, (width - hi) * sizeof(float));
+        }
+    }
+}
+
+/* Step 2 for row panels [begin, end): panel element (k, r) of depth block k0 is im2col^T[pixel i*MR + r][k0 + k]
+ * = planes[tap[k0 + k] + pixel_offset[r]], pixels past the end read pixel 0's (their rows are never stored). */
+static void pack_panels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const pixel_rows_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const ortx_pixel_rows_geometry g = job->g;
+    enum { MR = ORTX_GEMM_MR };
+    const int64_t OW = p->out_width, area = p->kernel_height * p->kernel_width;
+    const int64_t plane = g.padded_rows * g.padded_width, m_padded = ortx_round_up(g.pixels, MR);
+    for (int64_t panel = begin; panel < end; panel++) {
+        int64_t offset[MR];
+        for (int r = 0; r < MR; r++) {
+            int64_t pixel = panel * MR + r < g.pixels ? panel * MR + r : 0;
+            offset[r] = pixel / OW * p->stride_height * g.padded_width + pixel % OW * p->stride_width;
+        }
+        for (int64_t k0 = 0; k0 < g.depth; k0 += ORTX_GEMM_KC) {
+            int64_t kc = min64(ORTX_GEMM_KC, g.depth - k0);
+            float *out = job->packed + k0 * m_padded + panel * MR * kc;
+            int64_t c = k0 / area, tap = k0 % area;
+            for (int64_t k = 0; k < kc; k++, out += MR) {
+                int64_t ky = tap / p->kernel_width, kx = tap % p->kernel_width;
+                const float *in = job->planes + c * plane + ky * p->dilation_height * g.padded_width +
+                                  kx * p->dilation_width;
+                for (int r = 0; r < MR; r++) out[r] = in[offset[r]];
+                if (++tap == area) {
+                    tap = 0;
+                    c++;
+                }
+            }
+        }
+    }
+}
+
+/* Steps 3 and 4 for task t: a block of row panels x column panels. Columns go in units of two panels (so the
+ * AVX-512 6x32 tile runs), rows in row panels; few column pairs (Cout/g < 32 * tasks) also split the rows, so
+ * 2 threads get even work. For each depth block, each panel pair stays in L1 while the tile runs down the block's
+ * row panels (the A block, a few KB per row panel, streams from L2); the scratch holds m_padded x n_padded partial
+ * sums, so padded rows and columns need no edge tiles. Then the block is transposed into Y with the epilogue. */
+static void gemm_block(void *context, int64_t task, int thread) {
+    (void)thread;
+    const pixel_rows_job *job = context;
+    const ortx_gemm_isa *isa = job->isa;
+    enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, KC = ORTX_GEMM_KC };
+    const int64_t P = job->g.pixels, K = job->g.depth, cout_g = job->p->out_channels / job->p->group;
+    const int64_t m_padded = ortx_round_up(P, MR), n_padded = ortx_round_up(cout_g, NR);
+    const int64_t pairs = (n_padded / NR + 1) / 2, row_panels = m_padded / MR;
+    const int64_t column_part = task % job->column_parts, row_part = task / job->column_parts;
+    const int64_t first = pairs * column_part / job->column_parts * 2;
+    const int64_t last = min64(n_padded / NR, pairs * (column_part + 1) / job->column_parts * 2);
+    const int64_t row_begin = row_panels * row_part / job->row_parts * MR;
+    const int64_t row_end = row_panels * (row_part + 1) / job->row_parts * MR;
+    float *scratch = job->scratch;
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        int64_t kc = min64(KC, K - k0);
+        const float *a_block = job->packed + k0 * m_padded, *b_block = job->weights + k0 * n_padded;
+        for (int64_t panel = first; panel < last; panel += 2) {
+            int wide = isa->micro_wide != NULL && panel + 1 < last;
+            const float *b = b_block + panel * NR * kc;
+            for (int64_t row = row_begin; row < row_end; row += MR) {
+                float *c = scratch + row * n_padded + panel * NR;
+                const float *a = a_block + row * kc;
+                if (wide) {
+                    isa->micro_wide(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
+                } else {
+                    isa->micro(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
+                    if (panel + 1 < last) isa->micro(kc, a, b + NR * kc, c + NR, n_padded, k0 > 0, NULL, 0, 0);
+                }
+            }
+        }
+    }
+    /* Step 4: Y[c][pixel] = epilogue(scratch[pixel][c]) for the block's channels (16 at a time) and pixels. */
+    int64_t pixel_end = min64(P, row_end);
+    if (row_begin >= pixel_end) return;
+    for (int64_t c0 = first * NR; c0 < min64(cout_g, last * NR); c0 += NR) {
+        int64_t count = min64(NR, cout_g - c0);
+        float *y = job->y + c0 * P;
+        const float *s = scratch + row_begin * n_padded + c0;
+        for (int64_t pixel = row_begin; pixel < pixel_end; pixel++, s += n_padded)
+            for (int64_t c = 0; c < count; c++) y[c * P + pixel] = s[c];
+        isa->epilogue(y + row_begin, P, count, pixel_end - row_begin, c0, row_begin, job->epilogue);
+    }
+}
+
+/* One image and group. */
+static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const float *weights, float *y,
+                              const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
+    ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
+    int64_t cin_g = p->in_channels / p->group, cout_g = p->out_channels / p->group;
+    float *planes = workspace, *packed = planes + g.planes_floats, *scratch = packed + g.packed_floats;
+    /* below ~2M multiply-adds a second thread costs more than it saves (as in ortx_sgemm) */
+    if ((double)g.pixels * cout_g * g.depth < 128.0 * 128 * 128) threads = 1;
+    int64_t pairs = (ortx_round_up(cout_g, ORTX_GEMM_NR) / ORTX_GEMM_NR + 1) / 2;
+    int64_t row_panels = ortx_round_up(g.pixels, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+    int64_t wanted = (int64_t)ORTX_TASKS_PER_THREAD * threads;
+    int64_t column_parts = min64(pairs, wanted);
+    int64_t row_parts = threads == 1 ? 1 : min64(row_panels, (wanted + column_parts - 1) / column_parts);
+    pixel_rows_job job = {p, g, x, weights, planes, packed, scratch, y, epilogue, ortx_gemm_select_isa(),
+                          column_parts, row_parts};
+    ortx_parallel_range(threads, cin_g, wanted, fill_planes, &job);
+    ortx_parallel_range(threads, row_panels, wanted, pack_panels, &job);
+    ortx_parallel_for(threads, column_parts * row_parts, gemm_block, &job);
+}
+
+/* Kernel conv2d_pixel_rows_f32: conv.c's ints, floats and buffers (see its entry table), with weights packed per
+ * group as gemm_pack_f32 B panels of W_g^T, i.e. NR-column panels of the (Cout/g) x (Cin/g*KH*KW) matrix W_g,
+ * groups consecutive (each ortx_gemm_packed_b_floats(Cin/g*KH*KW, Cout/g) floats). */
+void ortx_conv2d_pixel_rows_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = num_threads < 1 ? 1 : num_threads;
+    if (threads > p.workspace_threads) threads = (int)max64(1, p.workspace_threads);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
+    int64_t plane = p.in_height * p.in_width;
+    for (int64_t n = 0; n < p.batch; n++) {
+        for (int64_t g = 0; g < p.group; g++) {
+            int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
+            ortx_gemm_epilogue epilogue = {
+                .alpha = 1.0f,
+                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
+                .residual = p.has_residual ? residual + y_offset : NULL,
+                .residual_row_stride = N,
+                .residual_col_stride = 1,
+                .residual_scale = 1.0f,
+                .activation = (int)p.activation,
+                .param0 = p.param0,
+                .param1 = p.param1,
+            };
+            conv2d_pixel_rows(&p, X + (n * p.in_channels + g * cin_g) * plane,
+                              packed + g * ortx_gemm_packed_b_floats(K, cout_g), Y + y_offset, &epilogue, workspace,
+                              threads);
+        }
+    }
+}
