@@ -1,17 +1,32 @@
 /* AVX-512 pieces of the packed SGEMM: a 6x32 micro-kernel over two adjacent 16-column B panels (12 zmm
  * accumulators, 2 B loads and 6 broadcasts per k step) and a 6x16 one for a lone last panel. The packed format
- * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue (applied to
- * the stored tile, not fused into the registers) and the activations reuse the AVX2 code, which every AVX-512 CPU
- * also runs.
- * This box has no AVX-512: the kernels compile here and are checked by tests on machines that have it. */
+ * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue runs on the
+ * registers before the single store (as in the AVX2 kernel), through the AVX2 register epilogue on each 8-lane
+ * half, so it matches the AVX2 tile epilogue that edge tiles use bit for bit; the activations reuse the AVX2
+ * code, which every AVX-512 CPU also runs. */
 #include "gemm_avx2.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
 
+/* Applies the epilogue to one 16-column tile row in a register: each 8-lane half runs the AVX2 register
+ * epilogue, so the fused tiles and ortx_gemm_epilogue_avx2 (edge tiles) give bitwise equal results. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 epilogue_register_avx512(
+    __m512 v, const ortx_gemm_epilogue *e, int64_t row, int64_t col0) {
+    __m256 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    epilogue_registers_avx2(&lo, &hi, e, row, col0);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+/* Broadcast residual columns need the scalar definition: those tiles store first, then run the tile epilogue. */
+static inline const ortx_gemm_epilogue *fusable(const ortx_gemm_epilogue *epilogue) {
+    return epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
+}
+
 ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                             int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                             int64_t col0) {
+    for (int i = 0; i < ORTX_GEMM_MR; i++) _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
     __m512 acc[ORTX_GEMM_MR];
     for (int i = 0; i < ORTX_GEMM_MR; i++) acc[i] = _mm512_setzero_ps();
 #pragma GCC unroll 4
@@ -20,17 +35,23 @@ ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const fl
         const float *ak = a + k * ORTX_GEMM_MR;
         for (int i = 0; i < ORTX_GEMM_MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), b0, acc[i]);
     }
+    const ortx_gemm_epilogue *fused = fusable(epilogue);
     for (int i = 0; i < ORTX_GEMM_MR; i++) {
         float *row = c + i * ldc;
         __m512 v = accumulate ? _mm512_add_ps(_mm512_loadu_ps(row), acc[i]) : acc[i];
+        if (fused) v = epilogue_register_avx512(v, fused, row0 + i, col0);
         _mm512_storeu_ps(row, v);
     }
-    if (epilogue) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, ORTX_GEMM_NR, row0, col0, epilogue);
+    if (epilogue && !fused) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                                  int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                                  int64_t col0) {
+    for (int i = 0; i < ORTX_GEMM_MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
     const float *b_second = b + ORTX_GEMM_NR * kc;  /* the next packed panel */
     __m512 lo[ORTX_GEMM_MR], hi[ORTX_GEMM_MR];
     for (int i = 0; i < ORTX_GEMM_MR; i++) {
@@ -47,6 +68,7 @@ ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, con
             hi[i] = _mm512_fmadd_ps(broadcast, b1, hi[i]);
         }
     }
+    const ortx_gemm_epilogue *fused = fusable(epilogue);
     for (int i = 0; i < ORTX_GEMM_MR; i++) {
         float *row = c + i * ldc;
         __m512 v0 = lo[i], v1 = hi[i];
@@ -54,10 +76,14 @@ ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, con
             v0 = _mm512_add_ps(_mm512_loadu_ps(row), v0);
             v1 = _mm512_add_ps(_mm512_loadu_ps(row + 16), v1);
         }
+        if (fused) {
+            v0 = epilogue_register_avx512(v0, fused, row0 + i, col0);
+            v1 = epilogue_register_avx512(v1, fused, row0 + i, col0 + 16);
+        }
         _mm512_storeu_ps(row, v0);
         _mm512_storeu_ps(row + 16, v1);
     }
-    if (epilogue) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, 2 * ORTX_GEMM_NR, row0, col0, epilogue);
+    if (epilogue && !fused) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, 2 * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 const ortx_gemm_isa ortx_gemm_isa_avx512 = {
