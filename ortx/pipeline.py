@@ -112,9 +112,10 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
 
 
 def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int,
-                     jit: Options | None = None):
+                     jit: Options | None = None, tuning: "TuningSettings | None" = None):
     """Partitions and lowers; a node whose lowering raises is declined with the error and we try again. With
-    `jit` (and jit.jit set), each claimed segment is then also compiled to C (ortx.codegen.jit)."""
+    `jit` (and jit.jit set), each claimed segment is then also compiled to C (ortx.codegen.jit), with the per-step
+    thread counts `tuning` tunes or finds recorded (ortx.tune.step_threads)."""
     for _ in range(MAX_COMPILE_ROUNDS):
         segments = partition(model.graph, claimed)
         programs = {}
@@ -135,9 +136,51 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                 break
         if not failed:
             if jit is not None and jit.jit:
-                programs = {position: jit_compile(program, jit) for position, program in programs.items()}
+                schedules = _step_threads(programs, segments, num_threads, jit, tuning)
+                programs = {position: jit_compile(program, jit, schedules.get(position))
+                            for position, program in programs.items()}
             return segments, programs
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
+
+
+def _step_threads(programs: dict, segments: list[Segment], num_threads: int, jit: Options,
+                  tuning: "TuningSettings | None") -> dict[int, tuple]:
+    """Per claimed segment position, its per-step thread schedule: searched and recorded now (tuning "quick" or
+    "full"), read from the records ("cached"), or none (the default: every step on the session's count)."""
+    if tuning is None or tuning.mode == "off" or not programs:
+        return {}
+    if tuning.mode == "cached" and not os.path.exists(tuning.database_path):
+        return {}  # nothing recorded yet; reading must not create files
+    from ortx.codegen.jit import JitError
+    from ortx.tune import step_threads
+    from ortx.tune.fingerprint import current
+    from ortx.tune.records import TuningDatabase
+    from ortx.tune.runner import TimingSettings
+
+    settings = TimingSettings(timed_runs=10 if tuning.mode == "quick" else 30)
+    schedules = {}
+    with TuningDatabase(tuning.database_path) as database:
+        fingerprint = current(jit)
+        for position, program in programs.items():
+            if tuning.mode == "cached":
+                schedule = step_threads.recorded_schedule(program, num_threads, database, fingerprint)
+            else:
+                specs = [_tensor_spec(value) for value in segments[position].inputs + segments[position].outputs]
+                if not all(spec.static and spec.dtype.kind == "f" for spec in specs):
+                    continue  # random integers could be out-of-range indices (step_threads' limits)
+                shapes = [step_threads.TensorShape(spec.shape, spec.dtype) for spec in specs]
+                inputs = shapes[:len(segments[position].inputs)]
+                try:
+                    tuned = step_threads.tune_segment(program, inputs, shapes[len(inputs):], num_threads=num_threads,
+                                                      options=jit, database=database, fingerprint=fingerprint,
+                                                      settings=settings, source=f"step_threads:{tuning.mode}")
+                except JitError as error:
+                    logger.warning("OrtxEP: per-step threads not tuned: %s", error)
+                    continue
+                schedule = tuned.step_threads
+            if schedule is not None:
+                schedules[position] = schedule
+    return schedules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,13 +198,14 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
     `tuning`: give claimed segments that ORT runs faster (measured or recorded) back to ORT, and compile again."""
     start = time.perf_counter()
     compiled, model, standard = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
-                                         use_reference_kernels=use_reference_kernels, jit=jit)
+                                         use_reference_kernels=use_reference_kernels, jit=jit, tuning=tuning)
     if claim and tuning is not None and tuning.mode != "off":
         choices = _choose_engines(compiled, model, standard, ort, tuning)
         given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
         if given_back:
             compiled, _, _ = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
-                                      use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back)
+                                      use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back,
+                                      tuning=tuning)
         compiled.assignment.engine_choices = tuple(choices)
     compiled.compile_seconds = time.perf_counter() - start
     return compiled
@@ -186,7 +230,8 @@ def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model
 
 def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
              num_threads: int, claim: bool, use_reference_kernels: bool, jit: Options | None,
-             given_back: dict | None = None) -> tuple[CompiledModel, ir.Model, ir.Model]:
+             given_back: dict | None = None,
+             tuning: "TuningSettings | None" = None) -> tuple[CompiledModel, ir.Model, ir.Model]:
     """(compiled model, the graph it was compiled from, that graph before ai.ortx fusions). `given_back`: user-graph
     node name -> the EngineChoice that sent it to ORT."""
     start = time.perf_counter()
@@ -202,7 +247,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
-    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit)
+    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit, tuning)
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
     sess_options = ort.options_for(any(segment.claimed for segment in segments))

@@ -10,8 +10,9 @@
 4. Load with ctypes. A process keeps each loaded path for its lifetime, as the dynamic loader does anyway (dlopen
    of an already-loaded path returns the loaded copy without reading the file again).
 No compiler, a compile error or an unusable cache directory: a warning, `build` returns None, and the step
-interpreter runs the same kernels. Limit: like any shared library, a loaded .so truncated in place by another
-process crashes this one on its next call; the cache itself only ever replaces files, never rewrites them.
+interpreter runs the same kernels (`build_or_raise` raises JitError instead, for the tuner). Limit: like any shared
+library, a loaded .so truncated in place by another process crashes this one on its next call; the cache itself
+only ever replaces files, never rewrites them.
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ class NativeSegment:
     library: ctypes.CDLL = dataclasses.field(repr=False)
     fast_table: np.ndarray = dataclasses.field(repr=False)
     ref_table: np.ndarray = dataclasses.field(repr=False)
+    step_threads: tuple[int | None, ...] | None = None  # the per-step thread schedule it was rendered with
 
     def kernel_table(self, use_ref: bool) -> np.ndarray:
         return self.ref_table if use_ref else self.fast_table
@@ -194,34 +196,44 @@ def _load_or_compile(rendered: RenderedSegment, compiler: Compiler, cache_dir: P
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def build(rendered: RenderedSegment, options: Options) -> NativeSegment | None:
-    """The rendered segment compiled (or found in the cache) and loaded; None, with a warning, when it cannot be."""
+class JitError(Exception):
+    """Why a rendered segment could not be built (no compiler, compile error, unusable cache directory)."""
+
+
+def build_or_raise(rendered: RenderedSegment, options: Options) -> NativeSegment:
+    """The rendered segment compiled (or found in the cache) and loaded; JitError says why it cannot be (the
+    tuner records that as a failed candidate)."""
     start = time.perf_counter()
     compiler = find_compiler(options)
     if compiler is None:
-        logger.warning("ortx JIT: no C compiler found (%s); claimed segments run on the step interpreter",
-                       options.compiler or "looked for sysconfig CC, cc, gcc, clang")
-        return None
+        raise JitError(f"no C compiler found ({options.compiler or 'looked for sysconfig CC, cc, gcc, clang'})")
     try:
         options.cache_dir.mkdir(parents=True, exist_ok=True)
         library, address, origin, path = _load_or_compile(rendered, compiler, options.cache_dir)
     except OSError as error:
-        logger.warning("ortx JIT: cache directory %s is not usable (%s); claimed segments run on the step "
-                       "interpreter (set ORTX_CACHE_DIR or the provider option jit_cache_dir)", options.cache_dir,
-                       error)
-        return None
+        raise JitError(f"cache directory {options.cache_dir} is not usable ({error}); set ORTX_CACHE_DIR or the "
+                       f"provider option jit_cache_dir") from error
     except (RuntimeError, subprocess.SubprocessError, _Corrupt) as error:
-        logger.warning("ortx JIT: %s could not be built (%s); it runs on the step interpreter", rendered.symbol,
-                       error)
-        return None
+        raise JitError(f"{rendered.symbol} could not be built ({error})") from error
     seconds = time.perf_counter() - start
     logger.info("ortx JIT: %s %s in %.3f s (%s)", rendered.symbol, origin, seconds, path)
     return NativeSegment(rendered.symbol, path, address, rendered.kernel_names, origin, seconds, library,
                          _kernels.kernel_functions(rendered.kernel_names, False),
-                         _kernels.kernel_functions(rendered.kernel_names, True))
+                         _kernels.kernel_functions(rendered.kernel_names, True), rendered.step_threads)
 
 
-def jit_compile(compiled: CompiledProgram, options: Options) -> CompiledProgram:
-    """`compiled` with its native form attached, or unchanged when it cannot be built (the interpreter runs it)."""
-    native = build(render(compiled), options)
+def build(rendered: RenderedSegment, options: Options) -> NativeSegment | None:
+    """The rendered segment compiled (or found in the cache) and loaded; None, with a warning, when it cannot be."""
+    try:
+        return build_or_raise(rendered, options)
+    except JitError as error:
+        logger.warning("ortx JIT: %s; claimed segments run on the step interpreter", error)
+        return None
+
+
+def jit_compile(compiled: CompiledProgram, options: Options,
+                step_threads: tuple[int | None, ...] | None = None) -> CompiledProgram:
+    """`compiled` with its native form attached, or unchanged when it cannot be built (the interpreter runs it).
+    `step_threads`: per-step thread counts (ortx.codegen.render.render); None runs every step on the session's."""
+    native = build(render(compiled, step_threads), options)
     return compiled if native is None else dataclasses.replace(compiled, native=native)

@@ -3,8 +3,10 @@
 CompiledProgram -> C source of one function `ortx_segment_<hash>(arena, constants, externals, num_threads,
 kernels, step_seconds)` that makes exactly the interpreter's kernel calls, in the same order, with the same
 arguments: ints and floats become static arrays (floats as hex literals, so every bit survives), buffers become
-`arena + offset`, `constants[i]` or `externals[i]`. Kernels are called through a table the caller passes in, listed
-by name in the file, so the object never links against ortx and the source holds no build-specific kernel ids.
+`arena + offset`, `constants[i]` or `externals[i]`. Each step runs on `num_threads` threads, or, with a
+`step_threads` schedule (ortx.tune.step_threads), on min(its count, num_threads). Kernels are called through a
+table the caller passes in, listed by name in the file, so the object never links against ortx and the source
+holds no build-specific kernel ids.
 The symbol's hash is of the rest of the source, so equal programs render byte-identical files.
 """
 from __future__ import annotations
@@ -27,7 +29,7 @@ _STEP = string.Template("""\
         static const int64_t ints[${num_ints}] = {${ints}};
         static const float floats[${num_floats}] = {${floats}};
         void *const buffers[${num_buffers}] = {${buffers}};
-        ortx_step(kernels[${slot}], ints, floats, buffers, num_threads, step_seconds ? step_seconds + ${index} : NULL);
+        ortx_step(kernels[${slot}], ints, floats, buffers, ${threads}, step_seconds ? step_seconds + ${index} : NULL);
     }""")
 
 _ITEMS_WIDTH = 72  # characters of arguments per line: with the indent, lines stay within the repo's 120 columns
@@ -38,6 +40,7 @@ class RenderedSegment:
     symbol: str
     source: str
     kernel_names: tuple[str, ...]  # the `kernels` table the function expects, in order
+    step_threads: tuple[int | None, ...] | None = None  # the schedule it was rendered with (None: num_threads)
 
 
 def _template() -> string.Template:
@@ -86,9 +89,21 @@ def _comment_text(text: str) -> str:
     return repr(text).replace("*/", "*\\/")
 
 
-def render(compiled: CompiledProgram) -> RenderedSegment:
+def _c_threads(count: int | None) -> str:
+    if count is None:
+        return "num_threads"
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"render: a step's thread count must be a positive int or None, got {count!r}")
+    return "1" if count == 1 else f"ortx_threads_at_most({count}, num_threads)"
+
+
+def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | None = None) -> RenderedSegment:
+    """`step_threads`: None (every step on the session's num_threads) or one entry per step, None for the session's
+    count or a positive int (at most that many threads)."""
     if len(compiled.steps) != compiled.program.num_steps:
         raise ValueError("render: the program carries no step listing (build it with SegmentBuilder.finish)")
+    if step_threads is not None and len(step_threads) != len(compiled.steps):
+        raise ValueError(f"render: {len(step_threads)} step thread counts for {len(compiled.steps)} steps")
     kernel_names: list[str] = []
     blocks = []
     externals = 0
@@ -109,6 +124,7 @@ def render(compiled: CompiledProgram) -> RenderedSegment:
             num_buffers=max(len(step.buffers), 1),
             buffers=_wrapped([_c_buffer(kind, value) for kind, value in step.buffers] or ["NULL"], indent),
             slot=kernel_names.index(step.kernel),
+            threads=_c_threads(None if step_threads is None else step_threads[index]),
         ))
     constant_lines = [f" *     [{i}] {_comment_text(c.label)}: {c.dtype}{list(c.shape)}"
                       for i, c in enumerate(compiled.constants)] or [" *     (none)"]
@@ -125,7 +141,8 @@ def render(compiled: CompiledProgram) -> RenderedSegment:
     template = _template()
     digest = hashlib.sha256(template.substitute(fields, symbol="ortx_segment").encode()).hexdigest()
     symbol = f"ortx_segment_{digest[:16]}"
-    return RenderedSegment(symbol, template.substitute(fields, symbol=symbol), tuple(kernel_names))
+    schedule = None if step_threads is None or all(count is None for count in step_threads) else tuple(step_threads)
+    return RenderedSegment(symbol, template.substitute(fields, symbol=symbol), tuple(kernel_names), schedule)
 
 
 def export_c(compiled: CompiledProgram, path) -> RenderedSegment:

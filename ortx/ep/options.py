@@ -59,9 +59,10 @@ PROVIDER_OPTIONS = {
             "them on the step interpreter", _parse_bool),
     "jit_cache_dir": ("where JIT'd segments and the tuning database are kept (default: ORTX_CACHE_DIR, else "
                       "~/.cache/ortx)", str),
-    "tuning": ("per claimed segment, OrtxEP or ORT, whichever is faster here: 'cached' (default) uses recorded "
-               "times only, 'quick'/'full' also measure both at session creation and record them, 'off' never "
-               "gives a segment back", _parse_tuning),
+    "tuning": ("per claimed segment, OrtxEP or ORT, whichever is faster here, and per kernel step its thread "
+               "count: 'cached' (default) applies recorded measurements only, 'quick'/'full' also measure at "
+               "session creation and record them, 'off' neither gives a segment back nor changes a step's "
+               "threads", _parse_tuning),
 }
 
 

@@ -1,8 +1,8 @@
 """`ortx tune MODEL`: measures, per claimed segment, OrtxEP against ORT here and records the faster engine.
 
 Sessions created later on this machine (provider option tuning="cached", the default) read those records and run
-each segment on the engine that was faster. Schedule search per kernel is not built yet (issue #4): today a record
-is the choice between OrtxEP's compiled segment and ORT.
+each segment on the engine that was faster. The session it runs also searches each kernel step's thread count
+(ortx.tune.step_threads) and records it; the other schedule knobs of issue #4 are not built yet.
 """
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from ortx.cli_args import input_shape
 DESCRIPTION = """\
 Measures each segment OrtxEP claims in MODEL against ONNX Runtime running the same nodes (same threads, seeded
 random inputs, medians after warm-up) and stores both times in the tuning database under this machine's
-hardware fingerprint. Later sessions (OrtxEP option tuning="cached", the default) give a segment back to ORT when
+hardware fingerprint; before that, it measures every kernel step of OrtxEP's segments on 1, 2, 4 ... up to --threads
+threads and records each time. Later sessions (OrtxEP option tuning="cached", the default) run a step on fewer
+threads where that was faster and the whole segment was validated faster, and give a segment back to ORT when
 ORT was faster by more than 2%. --mode full measures longer than quick; --export writes the records of this model's
 segments to a JSON file that ships with the model, --import merges such a file (records measured on another
 machine are kept but never used here). exit status: 0 ok, 2 usage or input error."""

@@ -1,4 +1,4 @@
-/* ortx_segment_6df1e2faddc60c8e: one ortx segment as straight-line kernel calls (7 steps, arena 7040 bytes).
+/* ortx_segment_e947afe6b3763ebc: one ortx segment as straight-line kernel calls (7 steps, arena 7040 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
@@ -19,6 +19,7 @@
  *     [5] global_avgpool_f32
  *     [6] gemm_f32
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
 #include <stddef.h>
@@ -34,6 +35,11 @@ static double ortx_now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A step scheduled for at most `wanted` threads: never more than the session's count. */
+static inline int ortx_threads_at_most(int wanted, int num_threads) {
+    return wanted < num_threads ? wanted : num_threads;
+}
+
 static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *floats, void *const *buffers,
                       int num_threads, double *seconds) {
     if (!seconds) {
@@ -45,7 +51,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ortx_segment_6df1e2faddc60c8e(
+void ortx_segment_e947afe6b3763ebc(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;

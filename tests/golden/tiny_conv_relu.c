@@ -1,4 +1,4 @@
-/* ortx_segment_5848e01431ef1e19: one ortx segment as straight-line kernel calls (2 steps, arena 8768 bytes).
+/* ortx_segment_0952c08fa4be69ac: one ortx segment as straight-line kernel calls (2 steps, arena 8768 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
@@ -11,6 +11,7 @@
  *     [0] conv2d_f32
  *     [1] unary_f32
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
 #include <stddef.h>
@@ -26,6 +27,11 @@ static double ortx_now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A step scheduled for at most `wanted` threads: never more than the session's count. */
+static inline int ortx_threads_at_most(int wanted, int num_threads) {
+    return wanted < num_threads ? wanted : num_threads;
+}
+
 static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *floats, void *const *buffers,
                       int num_threads, double *seconds) {
     if (!seconds) {
@@ -37,7 +43,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ortx_segment_5848e01431ef1e19(
+void ortx_segment_0952c08fa4be69ac(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;

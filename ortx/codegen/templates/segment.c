@@ -9,6 +9,7 @@ ${constant_lines}
  *   kernels    step functions, in this order (ortx: _kernels.kernel_functions(names)):
 ${kernel_lines}
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
 #include <stddef.h>
@@ -22,6 +23,11 @@ static double ortx_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A step scheduled for at most `wanted` threads: never more than the session's count. */
+static inline int ortx_threads_at_most(int wanted, int num_threads) {
+    return wanted < num_threads ? wanted : num_threads;
 }
 
 static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *floats, void *const *buffers,

@@ -1,0 +1,149 @@
+"""ortx.tune.search and ortx.tune.runner: known bests in synthetic spaces, guided vs random, failures as rows,
+resumption without re-measuring, determinism with a seed."""
+import math
+import time
+
+import numpy as np
+import pytest
+
+from ortx.tune.fingerprint import current
+from ortx.tune.records import TuningDatabase
+from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
+from ortx.tune.search import EvolutionarySearch, Exhaustive, RandomSearch, Task, search
+from ortx.tune.space import Space
+
+# A tile-like space (464 valid of 1024) and a cost with one optimum (tile_m 32, tile_n 8, unroll 4, order mn):
+# a bowl in log2 of each tile, a kink in unroll, a constant penalty for the other order.
+SPACE = Space("synthetic", {"tile_m": (1, 2, 4, 8, 16, 32, 64, 128), "tile_n": (1, 2, 4, 8, 16, 32, 64, 128),
+                            "unroll": (1, 2, 4, 8), "order": ("mn", "nm")},
+              valid=lambda s: s["tile_m"] * s["tile_n"] <= 2048)
+
+
+def synthetic_ms(schedule) -> float:
+    return math.exp(0.3 * (math.log2(schedule["tile_m"]) - 5) ** 2 + 0.2 * (math.log2(schedule["tile_n"]) - 3) ** 2
+                    + 0.5 * abs(math.log2(schedule["unroll"]) - 2) + (0.3 if schedule["order"] == "nm" else 0.0))
+
+
+class SyntheticRunner:
+    """Times are the synthetic cost; counts what it was asked to measure."""
+
+    def __init__(self):
+        self.measured = []
+
+    def __call__(self, schedules):
+        self.measured.extend(schedules)
+        return [MeasureResult(s, "ok", synthetic_ms(s)) for s in schedules]
+
+
+@pytest.fixture
+def database(tmp_path):
+    with TuningDatabase(tmp_path / "tuning.sqlite") as opened:
+        yield opened
+
+
+def run(strategy, database, trials, runner=None, space=SPACE, signature="synthetic"):
+    return search(Task(signature, space, "test-template"), strategy, runner or SyntheticRunner(), database,
+                  current(), trials=trials)
+
+
+def test_exhaustive_finds_the_known_best(database):
+    small = Space("small", {"tile_m": (4, 8, 16, 32, 64), "unroll": (1, 2, 4, 8), "tile_n": (8,), "order": ("mn",)})
+    expected = min(small.enumerate(), key=synthetic_ms)
+    result = run(Exhaustive(small), database, trials=100, space=small)
+    assert result.measured == 20 and result.best.schedule == expected
+    assert result.best.median_ms == synthetic_ms(expected) == pytest.approx(1.0)
+
+
+def test_guided_search_finds_the_known_best_with_a_seed(database):
+    expected = min(SPACE.enumerate(), key=synthetic_ms)
+    result = run(EvolutionarySearch(SPACE, seed=0), database, trials=64)
+    assert result.best.schedule == expected  # 64 of 464 valid schedules measured
+
+
+def test_search_is_deterministic_given_a_seed(tmp_path):
+    orders = []
+    for attempt in range(2):
+        for make in (lambda: RandomSearch(SPACE, seed=3), lambda: EvolutionarySearch(SPACE, seed=3)):
+            runner = SyntheticRunner()
+            with TuningDatabase(tmp_path / f"{attempt}-{len(orders)}.sqlite") as database:
+                run(make(), database, trials=24, runner=runner)
+            orders.append(runner.measured)
+    assert orders[0] == orders[2] and orders[1] == orders[3]
+    assert len(set(orders[0])) == 24  # never the same schedule twice
+
+
+def test_guided_search_reaches_the_random_search_result_in_fewer_trials(tmp_path):
+    trials = 64
+    needed = []
+    for seed in range(4):
+        with TuningDatabase(tmp_path / f"random{seed}.sqlite") as database:
+            random_best = run(RandomSearch(SPACE, seed=seed), database, trials).best.median_ms
+        with TuningDatabase(tmp_path / f"guided{seed}.sqlite") as database:
+            guided = run(EvolutionarySearch(SPACE, seed=seed), database, trials)
+        reached = [trial for trial, best in enumerate(guided.best_so_far_ms, 1) if best <= random_best]
+        assert reached, f"seed {seed}: guided never reached random's {random_best}"
+        needed.append(reached[0])
+    assert max(needed) < trials and sum(needed) <= len(needed) * trials / 2, needed
+
+
+def slow_sum(milliseconds):
+    def run(inputs):
+        time.sleep(milliseconds / 1e3)
+        return [inputs[0].sum(axis=1)]
+    return run
+
+
+def build_candidate(schedule):
+    """Five kinds of candidate by `variant`: a correct one, a wrong one, one that fails to compile, one that raises
+    when run, and one too slow for the timeout."""
+    variant = schedule["variant"]
+    if variant == "compile_error":
+        raise CompileError("error: expected ';' before '}' token")
+    if variant == "wrong_result":
+        return lambda inputs: [inputs[0].sum(axis=1) + 1e-3]
+    if variant == "error":
+        def crash(inputs):
+            raise MemoryError("arena exhausted")
+        return crash
+    return slow_sum(300 if variant == "timeout" else 0)
+
+
+def test_failures_are_stored_as_rows_and_never_raise(database):
+    inputs = [np.random.default_rng(0).uniform(-1, 1, (64, 32)).astype(np.float32)]
+    runner = FunctionRunner(build_candidate, inputs, [inputs[0].sum(axis=1)],
+                            TimingSettings(warmup_runs=1, timed_runs=5, rotations=3, timeout_seconds=0.2))
+    space = Space("variants", {"variant": ("ok", "wrong_result", "compile_error", "error", "timeout")})
+    result = run(Exhaustive(space), database, trials=10, runner=runner, space=space, signature="variants")
+    rows = {r.schedule["variant"]: r for r in database.records("variants", current().key, "test-template")}
+    assert {name: row.status for name, row in rows.items()} == {
+        "ok": "ok", "wrong_result": "wrong_result", "compile_error": "compile_error", "error": "error",
+        "timeout": "timeout"}
+    assert rows["ok"].median_ms > 0 and all(r.median_ms is None for n, r in rows.items() if n != "ok")
+    assert "expected ';'" in rows["compile_error"].detail and "MemoryError" in rows["error"].detail
+    assert "differ" in rows["wrong_result"].detail
+    assert result.failures == 4 and result.best.schedule["variant"] == "ok"
+
+
+def test_resume_never_measures_a_recorded_schedule_again(database):
+    first = SyntheticRunner()
+    run(EvolutionarySearch(SPACE, seed=1), database, trials=16, runner=first)
+    second = SyntheticRunner()
+    resumed = run(EvolutionarySearch(SPACE, seed=1), database, trials=40, runner=second)
+    assert len(first.measured) == 16 and len(second.measured) == 24
+    assert not set(first.measured) & set(second.measured)
+    assert (resumed.recorded, resumed.measured) == (16, 24)
+    third = SyntheticRunner()
+    again = run(EvolutionarySearch(SPACE, seed=1), database, trials=40, runner=third)
+    assert third.measured == [] and again.recorded == 40 and again.best == resumed.best
+    assert len(database.records("synthetic")) == 40
+
+
+def test_records_of_another_fingerprint_are_not_resumed(database):
+    import dataclasses
+
+    other = dataclasses.replace(current(), cpu_model="another machine")
+    search(Task("synthetic", SPACE, "test-template"), RandomSearch(SPACE, seed=0), SyntheticRunner(), database,
+           other, trials=8)
+    runner = SyntheticRunner()
+    result = run(RandomSearch(SPACE, seed=0), database, trials=8, runner=runner)
+    assert result.recorded == 0 and len(runner.measured) == 8
