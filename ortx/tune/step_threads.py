@@ -12,7 +12,8 @@ thread than paying the thread pool's wake-up and split.
    of a step is timed under the same machine load), records stored per signature; then the
    chosen schedule (per step, the recorded count faster than the session's by more than MARGIN) is validated
    end to end against the default (interleaved medians) and that comparison is recorded under the segment's
-   signature: sessions with tuning "cached" (`recorded_schedule`) apply a schedule only if it was validated faster.
+   signature: sessions with tuning "cached" (`recorded_schedule`) apply a schedule only if it was validated faster
+   by more than MARGIN.
 Limits: a step is timed inside one build with its neighbours at their candidate counts, so a pool woken after a
 one-thread neighbour is seen only by the end-to-end validation; segments with non-float inputs are not tuned
 (random integers could be out-of-range indices).
@@ -40,7 +41,7 @@ from ortx.tune.search import Exhaustive, Task, tune
 from ortx.tune.space import Schedule, Space
 
 THREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-MARGIN = 0.02  # a step leaves the session's count only when faster by more than this share
+MARGIN = 0.02  # a step leaves the session's count, and a segment its default, only when faster by more than this
 VALIDATION_RUNS_FACTOR = 3  # the end-to-end check decides for the whole segment: more runs than a candidate gets
 TEMPLATE = "step-threads:" + hashlib.sha256(
     resources.files("ortx.codegen").joinpath("templates/segment.c").read_bytes()).hexdigest()[:16]
@@ -233,7 +234,7 @@ def recorded_schedule(compiled: CompiledProgram, num_threads: int, database: Tun
     if chosen is None:
         return None
     validated = _validated(database, segment_signature(compiled, num_threads), fingerprint, chosen)
-    return chosen if validated is not None and validated[1] < validated[0] else None
+    return chosen if validated is not None and validated[1] < validated[0] * (1 - MARGIN) else None
 
 
 def _interleaved_medians(memory: NativeRun, natives: list, settings: TimingSettings) -> list[float]:
@@ -281,6 +282,6 @@ def tune_segment(compiled: CompiledProgram, inputs: list[TensorShape], outputs: 
                                               source=f"{source}:validation"))
         if validated is not None:
             default_ms, tuned_ms = validated
-            chosen = chosen if tuned_ms < default_ms else None
+            chosen = chosen if tuned_ms < default_ms * (1 - MARGIN) else None
     return SegmentTuning(chosen, default_ms, tuned_ms, len(tasks), sum(r.measured for r in results),
                          sum(r.recorded for r in results), runner.invocations, time.perf_counter() - start)
