@@ -4,8 +4,9 @@
  *
  * Case 1, conv2d_f32: per image and group, ortx_sgemm multiplies the prepacked weights (the A operand,
  *   M = Cout/g, K = Cin/g*KH*KW) by the Cin/g*KH*KW x OH*OW patch matrix (im2col), adding bias per row and the
- *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are built straight into the
- *   GEMM's packed B panels (im2col_pack_b) in each thread's workspace; a 1x1, stride-1, unpadded conv uses X.
+ *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are packed straight into the
+ *   GEMM's B panels in each thread's workspace, with stride 1 from zero-padded copies of the input planes
+ *   (conv_planes.c, use_planes), else row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
  * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the input is copied once into
  *   zero-padded planes (conv.h) where every patch-matrix row is a constant offset from the output pixel, and
  *   6x16 tiles read B in place from there (no per-task packing), all of K in registers, epilogue fused.
@@ -110,6 +111,34 @@ static void im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n
             for (int64_t j = 0; j < NR; j++) out[j] = full + j < nc ? segment[full + j] : 0.0f;
         }
     }
+}
+
+/* Whether Case 1 packs B from padded planes (conv_planes.c): with stride 1 a panel row inside an output row is one
+ * 64-byte copy there (ResNet-18's 64 @56x56 3x3: 2.82 -> 2.57 ms at 1 thread). Strided convs (the 7x7/2 and 3x3/2
+ * stems: 3.0 -> 3.4 ms) and outputs under 32 columns wide (most panels cross a row end; 256 @14x14 3x3: 2.5 ->
+ * 2.8 ms) gather element by element from the planes and keep im2col_pack_b's long row runs. */
+static int use_direct(const ortx_conv_params *p);
+
+static int use_planes(const ortx_conv_params *p) {
+    return !is_pointwise(p) && p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR && !use_direct(p);
+}
+
+/* Workspace floats of Case 1 past ortx_sgemm's: the padded planes and their offset tables (conv_planes.c). */
+static int64_t planes_workspace_floats(const ortx_conv_params *p) {
+    int64_t N = p->out_height * p->out_width;
+    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
+}
+
+typedef struct fill_job {
+    const ortx_conv_params *p;
+    const float *x;
+    float *planes;
+} fill_job;
+
+static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const fill_job *job = context;
+    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -297,13 +326,28 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
-    int direct = use_direct(&p);
+    int direct = use_direct(&p), from_planes = use_planes(&p);
+    /* Case 1 with planes: the GEMM's workspace, then the planes and their offset tables */
+    ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
+    if (from_planes) {
+        float *planes_data = workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, threads), 16);
+        int32_t *pixel_offsets = (int32_t *)(planes_data + planes.geometry.floats);
+        planes.planes = planes_data;
+        planes.pixel_offsets = pixel_offsets;
+        planes.panel_offsets = pixel_offsets + N;
+        ortx_conv_planes_offsets(&p, pixel_offsets, pixel_offsets + N);
+    }
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
-            im2col_context context = {&p, x};
             ortx_gemm_operand B = {x, 0, plane, 1, NULL, NULL};  /* Case 1x1: X is the patch matrix */
-            if (!is_pointwise(&p)) {
+            im2col_context context = {&p, x};
+            if (from_planes) {
+                fill_job fill = {&p, x, (float *)planes.planes};
+                ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &fill);
+                B.pack_b = ortx_conv_planes_pack_b;
+                B.pack_context = &planes;
+            } else if (!is_pointwise(&p)) {
                 B.pack_b = im2col_pack_b;
                 B.pack_context = &context;
             }
@@ -556,7 +600,11 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
     if (ints[0] == 0) {
         int64_t K = cin_g * kernel_area;
         floats_needed = ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
-        if (use_direct(&p)) floats_needed = max64(floats_needed, ortx_conv_direct_floats(&p));
+        if (use_direct(&p)) {
+            floats_needed = max64(floats_needed, ortx_conv_direct_floats(&p));
+        } else if (use_planes(&p)) {
+            floats_needed = ortx_round_up(floats_needed, 16) + planes_workspace_floats(&p);
+        }
         out[1] = p.group * ortx_gemm_packed_a_floats(cout_g, K);
         out[2] = use_pixel_rows(&p);
     } else if (ints[0] == 3) {

@@ -104,6 +104,31 @@ void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
+/* Zero-padded input planes of one image and group (conv_planes.c): padded_rows x padded_width per channel
+ * (plane floats), every tap of every output pixel inside; floats = all channels' planes rounded to 16. */
+typedef struct ortx_conv_planes_geometry {
+    int64_t padded_rows, padded_width, plane, floats;
+} ortx_conv_planes_geometry;
+
+ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p);
+/* Fills the planes of the group's input channels [begin, end); x is the group's first input channel. */
+void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin, int64_t end);
+/* pixel_offsets[n] (OH*OW entries): output pixel n's offset in a plane; panel_offsets[n / NR] (one per 16-pixel
+ * panel): the first pixel's offset when the panel's 16 pixels lie in one output row (so pixel j of the panel is
+ * at that offset + j * stride_width), else -1. */
+void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
+
+/* The pack_b context of the patch matrix read from filled planes. */
+typedef struct ortx_conv_planes_context {
+    const ortx_conv_params *params;
+    ortx_conv_planes_geometry geometry;
+    const float *planes;
+    const int32_t *pixel_offsets, *panel_offsets;
+} ortx_conv_planes_context;
+
+/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes. */
+void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+
 /* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the zero-padded input planes
  * (padded_rows x padded_width per channel, every tap of every output pixel inside), the packed im2col^T A
  * operand (pixels x depth) and the [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */

@@ -33,12 +33,13 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p) {
     ortx_pixel_rows_geometry g;
-    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
-    g.padded_width = (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1;
+    ortx_conv_planes_geometry planes = ortx_conv_planes_geometry_of(p);
+    g.padded_rows = planes.padded_rows;
+    g.padded_width = planes.padded_width;
     g.pixels = p->out_height * p->out_width;
     g.depth = p->in_channels / p->group * p->kernel_height * p->kernel_width;
-    int64_t channels = p->in_channels / p->group, cout_g = p->out_channels / p->group;
-    g.planes_floats = ortx_round_up(channels * g.padded_rows * g.padded_width, 16);
+    int64_t cout_g = p->out_channels / p->group;
+    g.planes_floats = planes.floats;
     g.packed_floats = ortx_round_up(ortx_gemm_packed_a_floats(g.pixels, g.depth), 16);
     g.scratch_floats = ortx_round_up(g.pixels, ORTX_GEMM_MR) * ortx_round_up(cout_g, ORTX_GEMM_NR);
     return g;
@@ -61,29 +62,11 @@ typedef struct pixel_rows_job {
     int64_t column_parts, row_parts;  /* steps 3-4: tasks = column_parts * row_parts blocks */
 } pixel_rows_job;
 
-/* Step 1 for input channels [begin, end): plane row r, column j holds x[r - pad_top][j - pad_left] or 0. */
+/* Step 1 for input channels [begin, end) (conv_planes.c). */
 static void fill_planes(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const pixel_rows_job *job = context;
-    const ortx_conv_params *p = job->p;
-    const int64_t H = p->in_height, W = p->in_width, rows = job->g.padded_rows, width = job->g.padded_width;
-    /* input columns [first, last) land inside the plane row */
-    int64_t first = min64(W, max64(0, -p->pad_left)), last = max64(first, min64(W, width - p->pad_left));
-    for (int64_t c = begin; c < end; c++) {
-        const float *channel = job->x + c * H * W;
-        float *out = job->planes + c * rows * width;
-        for (int64_t r = 0; r < rows; r++, out += width) {
-            int64_t iy = r - p->pad_top;
-            if (iy < 0 || iy >= H || first >= last) {
-                memset(out, 0, width * sizeof(float));
-                continue;
-            }
-            int64_t lo = first + p->pad_left, hi = last + p->pad_left;
-            memset(out, 0, lo * sizeof(float));
-            memcpy(out + lo, channel + iy * W + first, (hi - lo) * sizeof(float));
-            memset(out + hi, 0, (width - hi) * sizeof(float));
-        }
-    }
+    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
 }
 
 /* Step 2 for row panels [begin, end): panel element (k, r) of depth block k0 is im2col^T[pixel i*MR + r][k0 + k]
