@@ -450,7 +450,7 @@ void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *plane
 static const ortx_depthwise_plane_fn depthwise_table[] = {
     [ORTX_ISA_PORTABLE] = ortx_depthwise_plane_portable,
     [ORTX_ISA_AVX2] = ortx_depthwise_plane_avx2,
-    [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx2, /* AVX-512 CPUs run the AVX2 loop; no 16-lane variant yet */
+    [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx512,
 };
 
 /* Planes [begin, end) of the batch * channels planes, each in one pass through the thread's padded scratch. */

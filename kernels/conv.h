@@ -56,6 +56,8 @@ void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *plane
                                    const float *residual, float *output);
 void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
                                const float *residual, float *output);
+void ortx_depthwise_plane_avx512(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
+                                 const float *residual, float *output);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
