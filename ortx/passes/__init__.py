@@ -20,6 +20,7 @@ from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu, fuse_gelu_extended
 from ortx.passes.fuse_gemm import fuse_gemm
 from ortx.passes.fuse_hardswish import fuse_hardswish
+from ortx.passes.fuse_input_affine import fuse_input_affine
 from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.fuse_pad import fuse_pad
 from ortx.passes.fuse_sibling_matmuls import fuse_sibling_matmuls
@@ -52,6 +53,9 @@ LEVEL_2_PASSES = (
 ) + LEVEL_1_PASSES + (
     # The fusions need constant initializers for weights and parameters (made so by fold_constants).
     fuse_conv_batchnorm,
+    # After fuse_conv_batchnorm, which folds an affine into the Conv before it (always exact); what is left is
+    # an affine after an activation, folded forward into the next Conv's weights where that Conv does not pad.
+    fuse_input_affine,
     # Needs the static normalised dims infer_shapes found (and, for opset < 17 models, upgrade_opset).
     fuse_layer_normalization,
     fuse_gemm,
