@@ -102,13 +102,15 @@ DIRECT_CASES = [
 
 # Dense convs run as conv2d_pixel_rows_f32 (few output pixels, many output channels; kernels/conv.c
 # use_pixel_rows): pixel counts not multiples of 6, an odd number of 16-channel panels (a lone last panel next to
-# the 6x32 tiles), channel counts not multiples of 16, stride, dilation, asymmetric pads, batch 2, a strided 1x1,
-# and depth over several KC blocks; the first is large enough to split over 2 threads.
+# the 6x32 tiles), channel counts not multiples of 16, stride, dilation, asymmetric pads, batch 2, strided and
+# unstrided 1x1s, and depth over several KC blocks; the first is large enough to split over 2 threads.
 PIXEL_ROWS_CASES = [
     ((1, 128, 10, 10), (64, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 32, 9, 7), (272, 32, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((2, 120, 15, 13), (88, 120, 3, 3), dict(strides=[2, 2], pads=[1, 0, 2, 1], dilations=[2, 1])),
     ((1, 300, 13, 11), (260, 300, 1, 1), dict(strides=[2, 2])),
+    ((1, 300, 14, 12), (256, 300, 1, 1), dict(strides=[2, 2])),  # the last input row and column unused
+    ((1, 320, 7, 7), (272, 320, 1, 1), dict()),
 ]
 
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
