@@ -484,10 +484,8 @@ static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void 
     float *Y = buffers[2], *workspace = buffers[3];
     int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
     int64_t out_plane = p.out_height * p.out_width, planes_floats = ortx_depthwise_plane_floats(&p);
-    /* Small convs stay on one thread, below ~15 us of work: depthwise runs at ~10 GFLOP/s on one core (it is
-     * load-bound, 1 FMA per input vector per tap), so ortx_sgemm's 2M multiply-add bound (~60 us of GEMM) kept
-     * MobileNetV2's 14x14 and 7x7 depthwise convs (0.13-0.23 ms) on one thread. */
-    if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 8) threads = 1;
+    /* as in ortx_sgemm: small convs (< ~2M multiply-adds) stay on one thread */
+    if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 128) threads = 1;
     depthwise_job job = {&p, plane_fn, X, weights, bias, residual, Y, workspace, planes_floats};
     ortx_parallel_range(threads, p.batch * channels, ORTX_TASKS_PER_THREAD * threads, depthwise_planes, &job);
 }
