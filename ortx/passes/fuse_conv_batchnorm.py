@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 _FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16)
 
 
-def _constant_array(value: ir.Value | None) -> np.ndarray | None:
+def constant_array(value: ir.Value | None) -> np.ndarray | None:
     """The value's numpy array when it is a constant initializer (not overridable as a graph input)."""
     if value is None or value.const_value is None or value.is_graph_input():
         return None
@@ -69,7 +69,7 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
                             ("var", var)):
             if value is None:
                 continue
-            if _constant_array(value) is None:
+            if constant_array(value) is None:
                 return self._fail(result, batchnorm, f"{role} '{value.name}' is not a constant initializer")
         if w.const_value.dtype not in _FLOAT_TYPES:
             return self._fail(result, batchnorm, f"weight dtype {w.const_value.dtype} is not floating point")
@@ -83,12 +83,12 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
     def rewrite(self, op, x, w, scale, shift, mean, var, conv_out, bn_out):
         conv, batchnorm = conv_out.producer(), bn_out.producer()
         epsilon = batchnorm.attributes.get_float("epsilon", 1e-5)
-        weight = _constant_array(w)
-        factor = _constant_array(scale).astype(np.float64) / np.sqrt(_constant_array(var).astype(np.float64) + epsilon)
+        weight = constant_array(w)
+        factor = constant_array(scale).astype(np.float64) / np.sqrt(constant_array(var).astype(np.float64) + epsilon)
         bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
-        bias = _constant_array(bias_value).astype(np.float64) if bias_value is not None else 0.0
+        bias = constant_array(bias_value).astype(np.float64) if bias_value is not None else 0.0
         new_weight = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
-        new_bias = (bias - _constant_array(mean).astype(np.float64)) * factor + _constant_array(shift)
+        new_bias = (bias - constant_array(mean).astype(np.float64)) * factor + constant_array(shift)
         graph = conv.graph
         self.replaced_values.extend(value for value in (w, bias_value, scale, shift, mean, var) if value is not None)
         weight_name = unique_initializer_name(graph, f"{w.name}_bn")
@@ -106,15 +106,16 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
         return result
 
 
-def _per_channel(value: ir.Value, channels: int, output_rank: int) -> np.ndarray | None:
-    """The constant as a float64 vector over output channels, or None when it broadcasts along other axes."""
-    array = _constant_array(value)
-    if array is None or array.ndim > output_rank:
+def per_channel(value: ir.Value, channels: int, rank: int) -> np.ndarray | None:
+    """The constant as a float64 vector over axis 1 (channels) of a rank-`rank` tensor, or None when it
+    broadcasts along other axes."""
+    array = constant_array(value)
+    if array is None or array.ndim > rank:
         return None
     if array.size == 1:
         return np.full(channels, float(array.reshape(())), np.float64)
     # Right-aligned broadcasting: the channel axis (1) of the Conv output is axis 1 - (rank - ndim) of the constant.
-    shape = (1,) * (output_rank - array.ndim) + tuple(array.shape)
+    shape = (1,) * (rank - array.ndim) + tuple(array.shape)
     if shape[1] != channels or any(dim != 1 for axis, dim in enumerate(shape) if axis != 1):
         return None
     return array.reshape(channels).astype(np.float64)
@@ -138,17 +139,17 @@ class ConvAffineFusion(RewriteRuleClassBase):
         del context, x
         result = MatchResult()
         conv, affine = conv_out.producer(), affine_out.producer()
-        if _constant_array(constant) is None:
+        if constant_array(constant) is None:
             return result.fail("not a constant", affine)  # an ordinary Add/Mul of two tensors: no note
         reason = None
         bias = conv.inputs[2] if len(conv.inputs) > 2 else None
         if len(conv_out.uses()) != 1 or conv_out.is_graph_output():
             reason = f"Conv '{conv.name}' output has other consumers"
-        elif _constant_array(w) is None or (bias is not None and _constant_array(bias) is None):
+        elif constant_array(w) is None or (bias is not None and constant_array(bias) is None):
             reason = f"Conv '{conv.name}' weight or bias is not a constant initializer"
         elif w.const_value.dtype not in _FLOAT_TYPES or constant.const_value.dtype != w.const_value.dtype:
             reason = f"dtypes differ or are not floating point ({w.const_value.dtype}, {constant.const_value.dtype})"
-        elif _per_channel(constant, w.const_value.shape[0], len(w.const_value.shape)) is None:
+        elif per_channel(constant, w.const_value.shape[0], len(w.const_value.shape)) is None:
             reason = f"constant '{constant.name}' shape {tuple(constant.const_value.shape)} is not per-channel"
         if reason:
             self.notes.append(f"{affine.name} ({self.op_type}): not folded into Conv: {reason}")
@@ -157,11 +158,11 @@ class ConvAffineFusion(RewriteRuleClassBase):
 
     def rewrite(self, op, x, w, constant, conv_out, affine_out):
         conv = conv_out.producer()
-        weight = _constant_array(w)
+        weight = constant_array(w)
         channels = weight.shape[0]
         bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
-        bias = _constant_array(bias_value).astype(np.float64) if bias_value is not None else np.zeros(channels)
-        vector = _per_channel(constant, channels, weight.ndim)
+        bias = constant_array(bias_value).astype(np.float64) if bias_value is not None else np.zeros(channels)
+        vector = per_channel(constant, channels, weight.ndim)
         new_weight = weight
         if self.op_type == "Mul":
             new_weight = (weight.astype(np.float64) * vector.reshape((-1,) + (1,) * (weight.ndim - 1)))

@@ -21,29 +21,12 @@ from onnxscript.rewriter._basics import MatchResult
 
 from ortx.passes._report import (PassReport, apply_fusions, record_fused_from, remove_if_unused,
                                  unique_initializer_name)
+from ortx.passes.fuse_conv_batchnorm import constant_array as _constant
+from ortx.passes.fuse_conv_batchnorm import per_channel as _per_channel
 
 logger = logging.getLogger(__name__)
 
 _FLOAT_TYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE)
-
-
-def _constant(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or value.const_value is None or value.is_graph_input():
-        return None
-    return value.const_value.numpy()
-
-
-def _per_input_channel(value: ir.Value, channels: int, input_rank: int) -> np.ndarray | None:
-    """The constant as a float64 vector over the Conv's input channels (axis 1), or None."""
-    array = _constant(value)
-    if array is None or array.ndim > input_rank:
-        return None
-    if array.size == 1:
-        return np.full(channels, float(array.reshape(())), np.float64)
-    shape = (1,) * (input_rank - array.ndim) + tuple(array.shape)
-    if shape[1] != channels or any(dim != 1 for axis, dim in enumerate(shape) if axis != 1):
-        return None
-    return array.reshape(channels).astype(np.float64)
 
 
 def _unpadded(conv: ir.Node) -> bool:
@@ -92,7 +75,7 @@ class _InputAffineBase(RewriteRuleClassBase):
             return self._fail(result, conv, "the Conv pads its input (a shifted border is not zero)")
         channels = weight.shape[1] * conv.attributes.get_int("group", 1)
         for value in (scale, shift):
-            if value is not None and _per_input_channel(value, channels, weight.ndim) is None:
+            if value is not None and _per_channel(value, channels, weight.ndim) is None:
                 return self._fail(result, conv, f"constant '{value.name}' is not per input channel")
         return result
 
@@ -110,10 +93,10 @@ class _InputAffineBase(RewriteRuleClassBase):
         new_weight = weight.astype(np.float64)
         scale, shift = bindings.get("scale"), bindings.get("shift")
         if shift is not None:
-            vector = _per_input_channel(shift, channels, weight.ndim)
+            vector = _per_channel(shift, channels, weight.ndim)
             bias = bias + (new_weight * vector[index].reshape(index.shape + taps)).reshape(out_channels, -1).sum(1)
         if scale is not None:
-            vector = _per_input_channel(scale, channels, weight.ndim)
+            vector = _per_channel(scale, channels, weight.ndim)
             new_weight = new_weight * vector[index].reshape(index.shape + taps)
         new_weight, new_bias = new_weight.astype(weight.dtype), bias.astype(weight.dtype)
         graph = conv.graph
