@@ -14,13 +14,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, present, static_shape
-from ortx.ep.lowering.conv import _batch_offsets, _emit_gemm
+from ortx.ep.lowering._values import attribute, numpy_dtype, present, static_shape
+from ortx.ep.lowering.conv import Declined, _batch_offsets, _checked, _emit_gemm
 from ortx.ep.lowering.elementwise import _emit_binary
-
-
-class Declined(ValueError):
-    pass
 
 
 def _plan(node: ir.Node) -> dict:
@@ -62,14 +58,6 @@ def _plan(node: ir.Node) -> dict:
                 mask_strides=mask_strides, scale=float(attribute(node, "scale", 1.0)))
 
 
-def check_attention(node: ir.Node) -> str | None:
-    try:
-        _plan(node)
-    except (Declined, NotStatic) as error:
-        return f"{node.op_type}: {error}"
-    return None
-
-
 def lower_attention(node: ir.Node, builder) -> None:
     plan = _plan(node)
     S, D, L, Dv, batch = plan["S"], plan["D"], plan["L"], plan["Dv"], plan["batch"]
@@ -100,5 +88,5 @@ def lower_attention(node: ir.Node, builder) -> None:
 
 
 LOWERINGS = {
-    ("ai.ortx", "ScaledDotProductAttention"): (check_attention, lower_attention),
+    ("ai.ortx", "ScaledDotProductAttention"): (_checked(_plan), lower_attention),
 }
