@@ -87,13 +87,32 @@ def segment_signature(nodes, num_threads: int) -> str:
     return digest.hexdigest()
 
 
-def standard_names(node: ir.Node, standard: dict[str, ir.Node], fused_from_key: str) -> list[str]:
-    """The nodes of the graph before OrtxEP's own fusions that `node` stands for: itself (when it is there as the
-    same op, e.g. an ai.ortx op the user's model already had), or the nodes the fusion replaced."""
-    before = standard.get(node.name)
-    if before is not None and (before.domain, before.op_type) == (node.domain, node.op_type):
+def standard_index(standard_model: ir.Model, fused_from_key: str) -> dict[str, tuple[ir.Node, ...]]:
+    """Name -> (node,) for the graph before OrtxEP's own fusions, plus each original node name that a graph pass
+    already fused -> the standard nodes holding it (from their fused_from). Fused nodes' fused_from name the user's
+    original nodes (nested fusions expanded): e.g. a FusedConv from Conv@0,...,Div@0,Mul@0,Clip@0,Add@0, whose
+    hardswish fuse_hardswish had already made into node_HardSigmoid_1 and node_Mul_2 (both fused_from
+    Div@0,Mul@0,Clip@0,Add@0), stands for Conv@0 and both of those."""
+    holders: dict[str, list[ir.Node]] = {}
+    for node in standard_model.graph:
+        for original in node.metadata_props.get(fused_from_key, "").split(","):
+            if original:
+                holders.setdefault(original, []).append(node)
+    index = {original: tuple(nodes) for original, nodes in holders.items()}
+    index.update({node.name: (node,) for node in standard_model.graph})
+    return index
+
+
+def standard_names(node: ir.Node, standard: dict[str, tuple[ir.Node, ...]], fused_from_key: str) -> list[str]:
+    """The nodes of the graph before OrtxEP's own fusions that `node` stands for (`standard`: standard_index):
+    itself (when it is there as the same op, e.g. an ai.ortx op the user's model already had), or the nodes the
+    fusion replaced."""
+    before = standard.get(node.name, (None,))[0]
+    if before is not None and before.name == node.name and (before.domain, before.op_type) == (node.domain,
+                                                                                                  node.op_type):
         return [node.name]
-    fused = [name for name in node.metadata_props.get(fused_from_key, "").split(",") if name in standard]
+    fused = list(dict.fromkeys(holder.name for name in node.metadata_props.get(fused_from_key, "").split(",")
+                               for holder in standard.get(name, ())))
     if not fused:
         raise ValueError(f"node {node.name!r} ({node.op_type}) is in neither the standard graph nor its fused_from")
     return fused
@@ -168,7 +187,7 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         return []
     nodes_by_name = {node.name: node for node in model.graph}
     standard_order = {node.name: position for position, node in enumerate(standard_model.graph)}
-    standard = {node.name: node for node in standard_model.graph}
+    standard = standard_index(standard_model, fused_from_key)
     standard_proto = ir.serde.serialize_model(standard_model) if mode != "cached" else None
     if database is not None and fingerprint is not None:
         database.add_fingerprint(fingerprint)
@@ -183,7 +202,8 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         signature = segment_signature(nodes, compiled_plan.num_threads)
         times = _recorded(database, signature, fingerprint)
         source = "records" if times else "no records"
-        ortx_only = sorted({standard[name].op_type for name in original if standard[name].domain == ORTX_DOMAIN})
+        ortx_only = sorted({standard[name][0].op_type for name in original
+                            if standard[name][0].domain == ORTX_DOMAIN})
         if ortx_only:  # ORT cannot run these: the segment stays on OrtxEP whatever was recorded
             times, source = None, f"{', '.join(ortx_only)} runs only on OrtxEP"
         elif times is None and mode in ("quick", "full") and standard_proto is not None:

@@ -121,3 +121,36 @@ def test_a_model_already_holding_ai_ortx_ops_stays_on_ortx(tmp_path):
     (choice,) = session(proto, tmp_path, "cached").assignment.engine_choices
     assert choice.engine == "ortx"
     check_numerics(sess, _models.resnet18_style(size=32))
+
+
+def conv_decomposed_hardswish_conv():
+    """X -> Conv -> x * Clip(x + 3, 0, 6) / 6 (PaddlePaddle's export) -> Conv -> Y at opset 13: fuse_hardswish makes
+    the four nodes HardSigmoid + Mul (no HardSwish below opset 14), then OrtxEP fuses both into the first Conv."""
+    from onnx import helper
+
+    builder = _models.GraphBuilder("conv_hardswish_conv", seed=0)
+    x = builder.conv("X", 3, 8, 3, bias=True)
+    shifted = builder.node("Add", [x, builder.constant(np.array(3.0, np.float32))])
+    product = builder.node("Mul", [x, builder.clip6(shifted)])
+    hardswish = builder.node("Div", [product, builder.constant(np.array(6.0, np.float32))])
+    builder.node("Conv", [hardswish, builder.constant(
+        builder.rng.standard_normal((4, 8, 1, 1)).astype(np.float32), "conv_w")], kernel_shape=[1, 1])
+    builder.nodes[-1].output[0] = "Y"
+    proto = builder.finish([helper.make_tensor_value_info("X", 1, [1, 3, 16, 16])],
+                           [helper.make_tensor_value_info("Y", 1, [1, 4, 16, 16])])
+    proto.opset_import[0].version = 13
+    return proto
+
+
+def test_a_fused_node_holding_a_graph_pass_fusion_is_measured_on_the_nodes_it_stands_for(tmp_path):
+    """The FusedConv's fused_from names the user's Div/Mul/Clip/Add; the graph ORT is measured on holds
+    fuse_hardswish's HardSigmoid and Mul instead (fused_from the same four): ORT's segment needs both (PP-OCR cls
+    and rec failed with 'hardswish_0.tmp_0 is not a graph input' before)."""
+    model = conv_decomposed_hardswish_conv()
+    sess = session(model, tmp_path, "quick")
+    (choice,) = sess.assignment.engine_choices
+    assert choice.source == "measured" and choice.ortx_ms > 0 and choice.ort_ms > 0
+    assert sorted(name.split("_")[1] for name in choice.original_nodes if name.startswith("node_")) == [
+        "HardSigmoid", "Mul"]
+    assert len(choice.original_nodes) == 4  # two Convs, HardSigmoid, Mul
+    check_numerics(sess, model)
