@@ -173,7 +173,8 @@ def _step_threads(programs: dict, segments: list[Segment], num_threads: int, jit
                 try:
                     tuned = step_threads.tune_segment(program, inputs, shapes[len(inputs):], num_threads=num_threads,
                                                       options=jit, database=database, fingerprint=fingerprint,
-                                                      settings=settings, source=f"step_threads:{tuning.mode}")
+                                                      settings=settings, source=f"step_threads:{tuning.mode}",
+                                                      search=tuning.search_step_threads)
                 except JitError as error:
                     logger.warning("OrtxEP: per-step threads not tuned: %s", error)
                     continue
@@ -189,6 +190,8 @@ class TuningSettings:
 
     mode: str  # one of ortx.tune.engine_choice.MODES
     database_path: str  # the SQLite tuning database
+    search_step_threads: bool = True  # False: "quick"/"full" validate the recorded per-step thread counts without
+    #                                   searching more (ortx tune's task scheduler searched them under a budget)
 
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,

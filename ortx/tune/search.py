@@ -16,6 +16,8 @@ Strategies (each deterministic given its seed):
   proposal is the candidate with the lowest time predicted by a ridge regression on Space.features -> log(ms),
   refitted on every measurement so far; candidates are the neighbours of the best `population` schedules,
   crossovers of pairs of them and random samples; with probability `epsilon` a random sample instead (exploration).
+The pieces are public so ortx.tune.scheduler can run rounds of chosen tasks: TaskProgress (one task's measured
+set, best and best-so-far, resumed from records) and measure_round (one measure call, every result a row).
 Limit: the cost model learns from one task's schedule features only (no transfer across shapes).
 """
 from __future__ import annotations
@@ -40,6 +42,11 @@ class Task:
     signature: str  # the records key, e.g. a kernel name and its ints
     space: Space
     template: str  # hash or name of the code the schedule parameterises (records key too)
+    # For the task scheduler (ortx.tune.scheduler); tune() ignores them.
+    weight: float = 1.0  # calls per model run: the scheduler minimises the sum of weight x best ms over tasks
+    default: Schedule | None = None  # the untuned schedule: measured in the task's first round, the gain's baseline
+    prior_ms: float | None = None  # one call's untuned time measured beforehand (a profile): orders the first
+    #                                rounds and stands in for the task's time until it has a measurement
 
 
 @dataclasses.dataclass
@@ -186,28 +193,55 @@ def _recorded_results(database: TuningDatabase, task: Task, fingerprint: Hardwar
     return results
 
 
-class _Progress:
-    """One task's state across rounds."""
+class TaskProgress:
+    """One task's state across rounds: what was measured (recorded or new), the best, best-so-far per trial."""
 
     def __init__(self, task: Task, strategy):
         self.task = task
         self.strategy = strategy
         self.measured: set[Schedule] = set()
         self.best: MeasureResult | None = None
+        self.ok_ms: dict[Schedule, float] = {}  # every ok schedule's fastest time
         self.new = self.recorded = self.failures = 0
         self.best_so_far: list[float] = []
+
+    def resume(self, database: TuningDatabase, fingerprint: HardwareFingerprint) -> None:
+        """Shows the task's records (this fingerprint and template) to the strategy as measured."""
+        for result in _recorded_results(database, self.task, fingerprint):
+            self.observe(result, recorded=True)
 
     def observe(self, result: MeasureResult, *, recorded: bool) -> None:
         first_time = result.schedule not in self.measured
         self.measured.add(result.schedule)
         self.strategy.observe(result)
-        if result.ok and (self.best is None or result.median_ms < self.best.median_ms):
-            self.best = result
+        if result.ok:
+            self.ok_ms[result.schedule] = min(self.ok_ms.get(result.schedule, math.inf), result.median_ms)
+            if self.best is None or result.median_ms < self.best.median_ms:
+                self.best = result
         if first_time:
             self.recorded += recorded
             self.new += not recorded
             self.failures += not result.ok
             self.best_so_far.append(self.best.median_ms if self.best else math.inf)
+
+    def result(self) -> TaskResult:
+        return TaskResult(self.task, self.best, self.new, self.recorded, self.failures, self.best_so_far)
+
+
+def measure_round(pairs: Sequence[tuple[TaskProgress, Schedule]], measure: Callable[[list[tuple[Task, Schedule]]],
+                  list[MeasureResult]], database: TuningDatabase, fingerprint: HardwareFingerprint,
+                  source: str) -> list[MeasureResult]:
+    """One `measure` call for all pairs; each result is stored as a row and observed by its task."""
+    results = measure([(progress.task, schedule) for progress, schedule in pairs])
+    if len(results) != len(pairs):
+        raise RuntimeError(f"measure returned {len(results)} results for {len(pairs)} candidates")
+    for (progress, schedule), result in zip(pairs, results):
+        if result.schedule != schedule:
+            raise RuntimeError(f"measure answered {result.schedule} for {schedule}")
+        database.add(TuningRecord(progress.task.signature, fingerprint.key, progress.task.template,
+                                  schedule.as_dict(), result.status, result.median_ms, result.detail, source=source))
+        progress.observe(result, recorded=False)
+    return results
 
 
 def tune(tasks: Sequence[Task], strategies: Sequence, measure: Callable[[list[tuple[Task, Schedule]]],
@@ -216,10 +250,9 @@ def tune(tasks: Sequence[Task], strategies: Sequence, measure: Callable[[list[tu
     """`strategies[i]` searches `tasks[i]`; `measure` gets (task, schedule) pairs and returns one result each."""
     start = time.perf_counter()
     database.add_fingerprint(fingerprint)
-    states = [_Progress(task, strategy) for task, strategy in zip(tasks, strategies, strict=True)]
+    states = [TaskProgress(task, strategy) for task, strategy in zip(tasks, strategies, strict=True)]
     for state in states:
-        for result in _recorded_results(database, state.task, fingerprint):
-            state.observe(result, recorded=True)
+        state.resume(database, fingerprint)
     while budget_seconds is None or time.perf_counter() - start < budget_seconds:
         pairs = []
         for state in states:
@@ -228,17 +261,8 @@ def tune(tasks: Sequence[Task], strategies: Sequence, measure: Callable[[list[tu
                 pairs.extend((state, schedule) for schedule in state.strategy.propose(left, state.measured))
         if not pairs:
             break
-        results = measure([(state.task, schedule) for state, schedule in pairs])
-        if len(results) != len(pairs):
-            raise RuntimeError(f"measure returned {len(results)} results for {len(pairs)} candidates")
-        for (state, schedule), result in zip(pairs, results):
-            if result.schedule != schedule:
-                raise RuntimeError(f"measure answered {result.schedule} for {schedule}")
-            database.add(TuningRecord(state.task.signature, fingerprint.key, state.task.template,
-                                      schedule.as_dict(), result.status, result.median_ms, result.detail,
-                                      source=source))
-            state.observe(result, recorded=False)
-    return [TaskResult(s.task, s.best, s.new, s.recorded, s.failures, s.best_so_far) for s in states]
+        measure_round(pairs, measure, database, fingerprint, source)
+    return [state.result() for state in states]
 
 
 def search(task: Task, strategy, runner: Callable[[list[Schedule]], list[MeasureResult]],

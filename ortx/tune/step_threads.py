@@ -14,6 +14,9 @@ thread than paying the thread pool's wake-up and split.
    end to end against the default (interleaved medians) and that comparison is recorded under the segment's
    signature: sessions with tuning "cached" (`recorded_schedule`) apply a schedule only if it was validated faster
    by more than MARGIN.
+4. For `ortx tune`'s task scheduler (ortx.tune.tune_model): `profile_steps` times each step of the default build,
+   and `tasks(step_ms)` gives each task its weight (steps sharing the signature), default (the session's count)
+   and prior (their mean ms); `tune_segment(search=False)` then only validates what the scheduler recorded.
 Limits: a step is timed inside one build with its neighbours at their candidate counts, so a pool woken after a
 one-thread neighbour is seen only by the end-to-end validation; segments with non-float inputs are not tuned
 (random integers could be out-of-range indices).
@@ -106,9 +109,32 @@ class SegmentStepRunner:
         self.reference = [np.array(output, copy=True) for output in memory.run(self.default, 0)]
         self.invocations = 0
 
-    def tasks(self) -> list[Task]:
+    def tasks(self, step_ms: list[float] | None = None) -> list[Task]:
+        """One Task per distinct step signature. With `step_ms` (profile_steps), each carries what the task
+        scheduler needs: its weight (the steps sharing the signature), its default (the session's count) and its
+        prior (those steps' mean time)."""
         space = thread_space(self.num_threads)
-        return [Task(signature, space, TEMPLATE) for signature in dict.fromkeys(self.signatures)]
+        if step_ms is None:
+            return [Task(signature, space, TEMPLATE) for signature in dict.fromkeys(self.signatures)]
+        times: dict[str, list[float]] = {}
+        for signature, milliseconds in zip(self.signatures, step_ms, strict=True):
+            times.setdefault(signature, []).append(milliseconds)
+        default = Schedule.of({"threads": self.num_threads})
+        return [Task(signature, space, TEMPLATE, weight=len(values), default=default,
+                     prior_ms=statistics.fmean(values)) for signature, values in times.items()]
+
+    def profile_steps(self) -> list[float]:
+        """Per step, its median ms in the default build over the settings' timed runs (after warm-up)."""
+        seconds = []
+
+        def run_once(copy: int) -> None:
+            timings = np.zeros(self.compiled.program.num_steps, dtype=np.float64)
+            self.memory.run(self.default, copy, timings)
+            seconds.append(timings)
+
+        timed_samples(run_once, self.settings, time.perf_counter() + self.settings.timeout_seconds)
+        timed = seconds[self.settings.warmup_runs:] or seconds
+        return [1e3 * float(value) for value in np.median(np.stack(timed), axis=0)]
 
     def __call__(self, pairs: list[tuple[Task, Schedule]]) -> list[MeasureResult]:
         """Build k holds every task's k-th candidate; all builds are timed in one interleaved loop, so the counts a
@@ -226,15 +252,23 @@ def _validated(database: TuningDatabase, signature: str, fingerprint: HardwareFi
     return None
 
 
-def recorded_schedule(compiled: CompiledProgram, num_threads: int, database: TuningDatabase,
-                      fingerprint: HardwareFingerprint) -> tuple[int | None, ...] | None:
-    """The per-step schedule the records say to apply (module docstring, step 3), or None for the default."""
+def recorded_validation(compiled: CompiledProgram, num_threads: int, database: TuningDatabase,
+                        fingerprint: HardwareFingerprint) -> tuple[tuple | None, float | None, float | None]:
+    """(the per-step schedule the step records choose, or None; its end-to-end validation: default ms, tuned ms,
+    None when not validated). recorded_schedule applies it only when tuned < default x (1 - MARGIN)."""
     signatures = [step_signature(step.kernel, step.ints, num_threads) for step in compiled.steps]
     chosen = _chosen_from_records(signatures, num_threads, database, fingerprint)
     if chosen is None:
-        return None
+        return None, None, None
     validated = _validated(database, segment_signature(compiled, num_threads), fingerprint, chosen)
-    return chosen if validated is not None and validated[1] < validated[0] * (1 - MARGIN) else None
+    return (chosen, *validated) if validated is not None else (chosen, None, None)
+
+
+def recorded_schedule(compiled: CompiledProgram, num_threads: int, database: TuningDatabase,
+                      fingerprint: HardwareFingerprint) -> tuple[int | None, ...] | None:
+    """The per-step schedule the records say to apply (module docstring, step 3), or None for the default."""
+    chosen, default_ms, tuned_ms = recorded_validation(compiled, num_threads, database, fingerprint)
+    return chosen if tuned_ms is not None and tuned_ms < default_ms * (1 - MARGIN) else None
 
 
 def _interleaved_medians(memory: NativeRun, natives: list, settings: TimingSettings) -> list[float]:
@@ -252,17 +286,19 @@ def _interleaved_medians(memory: NativeRun, natives: list, settings: TimingSetti
 
 def tune_segment(compiled: CompiledProgram, inputs: list[TensorShape], outputs: list[TensorShape], *,
                  num_threads: int, options: Options, database: TuningDatabase, fingerprint: HardwareFingerprint,
-                 settings: TimingSettings = TimingSettings(), source: str = "step_threads") -> SegmentTuning:
+                 settings: TimingSettings = TimingSettings(), source: str = "step_threads",
+                 search: bool = True) -> SegmentTuning:
     """Searches every step's thread count (already-recorded ones are not measured again), validates the chosen
-    schedule against the default end to end, records both, and returns what sessions will apply. Raises JitError
-    when even the default schedule cannot be built (then there is nothing to tune)."""
+    schedule against the default end to end, records both, and returns what sessions will apply. `search` False:
+    measures no step, validates what the records choose (ortx tune's task scheduler searched them under its
+    budget). Raises JitError when even the default schedule cannot be built (then there is nothing to tune)."""
     start = time.perf_counter()
     memory = NativeRun(compiled, inputs, outputs, num_threads, settings.rotations)
     runner = SegmentStepRunner(compiled, memory, options, settings)
     tasks = runner.tasks()
     space_size = len(tasks[0].space.choices["threads"]) if tasks else 0
     results = tune(tasks, [Exhaustive(task.space) for task in tasks], runner, database, fingerprint,
-                   trials=space_size, batch=space_size, source=source)
+                   trials=space_size if search else 0, batch=space_size, source=source)
     chosen = _chosen_from_records(runner.signatures, num_threads, database, fingerprint)
     default_ms = tuned_ms = None
     if chosen is not None:

@@ -1,0 +1,229 @@
+"""Whole-model tuning (`ortx tune MODEL --budget 10m`): every task of a model's claimed segments searched under
+one time budget by the task scheduler, then, per segment, the schedule validated and OrtxEP measured against ORT.
+
+1. Compile the model with tuning off (graph passes, OrtxEP's claim, JIT; ortx.pipeline) and time it end to end
+   on seeded random inputs (the untuned time the estimates start from).
+2. Tasks: per JIT'd claimed segment with float inputs and outputs, the per-step thread tasks
+   (ortx.tune.step_threads), weighted by how many steps share a signature, with the default build's per-step
+   medians as priors; a signature in several segments is one task (measured in the first segment holding it).
+3. Search: ortx.tune.scheduler over all tasks, Exhaustive per task (every thread count of a step timed in one
+   call, under the same load), STEP_TASKS_PER_ROUND tasks per round, within the budget left after a reserve
+   for step 4 (estimated from step 1's compile time and the untuned end-to-end time, see _reserve_seconds).
+4. Choose: compile again with tuning "quick"/"full" but no more step search: each segment's recorded thread
+   counts are validated end to end against the default, and the segment is measured against ORT running the
+   same nodes (ortx.tune.engine_choice); all recorded, so later sessions (tuning "cached") apply them.
+Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; the only tasks
+today are per-step thread counts (kernel schedule spaces join through the same Task interface); a step is timed
+inside a build where the other tasks of its round also run their candidate (step_threads' limit).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from ortx import pipeline
+from ortx.config import Options
+from ortx.ep.options import sub_session_options
+from ortx.ep.runtime import ClaimedStep, ExecutionPlan
+from ortx.tune import engine_choice, step_threads
+from ortx.tune.fingerprint import current
+from ortx.tune.records import TuningDatabase
+from ortx.tune.runner import MeasureResult, TimingSettings
+from ortx.tune.scheduler import RoundReport, ScheduleReport, schedule_tasks
+from ortx.tune.search import Exhaustive, Task
+from ortx.tune.space import Schedule
+
+MODES = ("quick", "full")
+TIMED_RUNS = {"quick": 10, "full": 30}  # per candidate, as sessions with tuning "quick"/"full" time them
+# A round builds the segment once per thread count with this many steps changed: one C compile (~0.3 s for a
+# 150-step PP-OCR segment) and one timing loop serve them all, and the largest steps still come first.
+STEP_TASKS_PER_ROUND = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class SegmentThreads:
+    """A tuned segment's per-step thread counts after step 4."""
+
+    position: int  # in the untuned plan
+    first_node: str
+    changed_steps: int  # steps the records put on fewer threads than the session's
+    default_ms: float | None  # end-to-end validation medians (None: nothing to validate)
+    tuned_ms: float | None
+    applied: bool  # what "cached" sessions will do: validated faster than the default by more than MARGIN
+
+    @property
+    def describe(self) -> str:
+        if self.changed_steps == 0:
+            return "no step faster on fewer threads: default kept"
+        if self.default_ms is None or self.tuned_ms is None:
+            return f"{self.changed_steps} steps on fewer threads, not validated: default kept"
+        verdict = "applied" if self.applied else f"not faster by {step_threads.MARGIN:.0%}: default kept"
+        return (f"{self.changed_steps} steps on fewer threads, validated {self.default_ms:.3f} -> "
+                f"{self.tuned_ms:.3f} ms: {verdict}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelTuning:
+    schedule: ScheduleReport  # the search (step 3): per task trials, best, estimated gain
+    task_segments: tuple[tuple[int, ...], ...]  # per task, the plan positions of the segments holding it
+    segment_threads: tuple[SegmentThreads, ...]  # per tuned segment (step 4)
+    engine_choices: tuple  # ortx.tune.engine_choice.EngineChoice per claimed segment (step 4)
+    untuned_ms: float  # step 1's end-to-end median
+    compile_seconds: float  # step 1
+    search_seconds: float  # steps 2-3
+    choose_seconds: float  # step 4
+    search_budget_seconds: float | None  # what step 3 was given
+    notes: tuple[str, ...]  # segments without tasks, and why
+    signatures: frozenset[str]  # every record signature of this model (engine, segment and step records)
+
+
+def _ort_settings(num_threads: int) -> pipeline.OrtSettings:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = num_threads
+    return pipeline.OrtSettings(sub_session_options(options, shares_cores_with_ortx=True), ["CPUExecutionProvider"],
+                                [{}], sub_session_options(options, shares_cores_with_ortx=False))
+
+
+def _end_to_end_ms(plan: ExecutionPlan, feeds: dict, settings: TimingSettings) -> float:
+    for _ in range(settings.warmup_runs):
+        plan.run(feeds)
+    times = []
+    for _ in range(settings.timed_runs):
+        start = time.perf_counter()
+        plan.run(feeds)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: TimingSettings, mode: str) -> float:
+    """Step 4's time, estimated: compiling twice (again, and once more when a segment goes back to ORT) plus one
+    C build for a validated schedule, and the runs it makes of the whole model's worth of segments: the
+    validation's default and tuned builds, then OrtxEP and ORT per segment (engine_choice's runs, blocks and
+    warm-ups)."""
+    validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
+    engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
+    choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups, timed runs, at most one switch-over run each
+    return 3 * compile_seconds + (validation_runs + choice_runs) * untuned_ms / 1e3
+
+
+class _SegmentTasks:
+    """Step 2: the thread tasks of every tunable segment, merged by signature, and who measures each."""
+
+    def __init__(self, plan: ExecutionPlan, num_threads: int, jit: Options, settings: TimingSettings):
+        self.notes: list[str] = []
+        self.runners: dict[str, step_threads.SegmentStepRunner] = {}  # signature -> the runner measuring it
+        self.programs: dict[int, object] = {}  # plan position -> the tuned segment's CompiledProgram
+        self.segments: dict[str, list[int]] = {}
+        self.signatures: set[str] = set()
+        weights: dict[str, int] = {}
+        times: dict[str, float] = {}  # signature -> weight x prior, summed over segments
+        template: dict[str, Task] = {}
+        for position, step in enumerate(plan.steps):
+            if not isinstance(step, ClaimedStep):
+                continue
+            label = f"segment {position} (from {step.node_names[0] if step.node_names else step.arena_name})"
+            if step.program.native is None:
+                self.notes.append(f"{label}: not JIT-compiled, no per-step schedule to tune")
+                continue
+            specs = [plan.tensors[name] for name in step.inputs + step.outputs]
+            if not all(spec.static and spec.dtype is not None and spec.dtype.kind == "f" for spec in specs):
+                self.notes.append(f"{label}: a non-float or dynamic input/output (random values could be "
+                                  "out-of-range indices): not tuned")
+                continue
+            shapes = [step_threads.TensorShape(spec.shape, spec.dtype) for spec in specs]
+            memory = step_threads.NativeRun(step.program, shapes[:len(step.inputs)], shapes[len(step.inputs):],
+                                            num_threads, settings.rotations)
+            runner = step_threads.SegmentStepRunner(step.program, memory, jit, settings)
+            self.programs[position] = step.program
+            self.signatures.add(step_threads.segment_signature(step.program, num_threads))
+            for task in runner.tasks(runner.profile_steps()):
+                self.runners.setdefault(task.signature, runner)
+                self.segments.setdefault(task.signature, []).append(position)
+                weights[task.signature] = weights.get(task.signature, 0) + int(task.weight)
+                times[task.signature] = times.get(task.signature, 0.0) + task.weight * task.prior_ms
+                template.setdefault(task.signature, task)
+        self.tasks = [dataclasses.replace(template[signature], weight=float(weights[signature]),
+                                          prior_ms=times[signature] / weights[signature]) for signature in template]
+        self.signatures.update(self.runners)
+
+    def measure(self, pairs: list[tuple[Task, Schedule]]) -> list[MeasureResult]:
+        """Each segment's runner measures its tasks' pairs (one build per candidate index, timed together)."""
+        results: list[MeasureResult | None] = [None] * len(pairs)
+        groups: dict[int, tuple[step_threads.SegmentStepRunner, list[int]]] = {}
+        for index, (task, _) in enumerate(pairs):
+            runner = self.runners[task.signature]
+            groups.setdefault(id(runner), (runner, []))[1].append(index)
+        for runner, indices in groups.values():
+            for index, result in zip(indices, runner([pairs[index] for index in indices]), strict=True):
+                results[index] = result
+        return results
+
+
+def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int, mode: str,
+               database_path: str, jit: Options, budget_seconds: float | None = None, seed: int = 0,
+               started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
+               on_phase: Callable[[str], None] | None = None) -> ModelTuning:
+    """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
+    `budget_seconds` counts from `started` (time.perf_counter(); default: now); `on_round` sees each search round,
+    `on_phase` a line when a step begins."""
+    if mode not in MODES:
+        raise ValueError(f"tune_model: mode {mode!r} is not one of {', '.join(MODES)}")
+    started = time.perf_counter() if started is None else started
+    say = on_phase or (lambda line: None)
+    settings = TimingSettings(timed_runs=TIMED_RUNS[mode])
+    ort = _ort_settings(num_threads)
+
+    say("compiling with tuning off")
+    prepared = pipeline.prepare_loaded(proto)
+    untuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=None)
+    compile_seconds = time.perf_counter() - started
+    from ortx.optimize import random_feeds
+
+    untuned_ms = _end_to_end_ms(untuned.plan, random_feeds(proto, input_shapes), settings)
+
+    search_start = time.perf_counter()
+    say(f"untuned end to end {untuned_ms:.3f} ms; profiling the claimed segments' steps")
+    segment_tasks = _SegmentTasks(untuned.plan, num_threads, jit, settings)
+    tasks = segment_tasks.tasks
+    other_ms = max(0.0, untuned_ms - sum(task.weight * task.prior_ms for task in tasks))
+    search_budget = None
+    if budget_seconds is not None:
+        reserve = _reserve_seconds(compile_seconds, untuned_ms, settings, mode)
+        search_budget = max(0.0, budget_seconds - (time.perf_counter() - started) - reserve)
+    say(f"searching {len(tasks)} tasks" + (f" for at most {search_budget:.1f} s" if search_budget is not None else ""))
+    batch = max((len(task.space.choices["threads"]) for task in tasks), default=1)
+    with TuningDatabase(database_path) as database:
+        report = schedule_tasks(tasks, [Exhaustive(task.space) for task in tasks], segment_tasks.measure, database,
+                                current(jit), budget_seconds=search_budget, batch=batch,
+                                tasks_per_round=STEP_TASKS_PER_ROUND, seed=seed, other_ms=other_ms,
+                                source=f"scheduler:{mode}", on_round=on_round)
+    search_seconds = time.perf_counter() - search_start
+
+    choose_start = time.perf_counter()
+    say("validating the chosen schedules and measuring each segment against ONNX Runtime")
+    tuning = pipeline.TuningSettings(mode, database_path, search_step_threads=False)
+    tuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=tuning)
+    choices = tuple(tuned.assignment.engine_choices)
+    threads = []
+    with TuningDatabase(database_path) as database:
+        for position, program in segment_tasks.programs.items():
+            chosen, default_ms, tuned_ms = step_threads.recorded_validation(program, num_threads, database,
+                                                                            current(jit))
+            changed = sum(count is not None for count in chosen) if chosen else 0
+            applied = chosen is not None and step_threads.recorded_schedule(program, num_threads, database,
+                                                                            current(jit)) is not None
+            first = untuned.plan.steps[position].node_names
+            threads.append(SegmentThreads(position, first[0] if first else f"segment {position}", changed,
+                                          default_ms, tuned_ms, applied))
+    signatures = frozenset(segment_tasks.signatures | {choice.signature for choice in choices})
+    return ModelTuning(report, tuple(tuple(segment_tasks.segments[task.signature]) for task in tasks),
+                       tuple(threads), choices,
+                       untuned_ms, compile_seconds, search_seconds, time.perf_counter() - choose_start,
+                       search_budget, tuple(segment_tasks.notes), signatures)
