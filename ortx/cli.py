@@ -15,7 +15,8 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx optimize IN.onnx -o OUT.onnx   graph passes (-O1 cleanup, -O2 standard-ONNX fusions, -O3 ortx ops);
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
-  ortx tune IN.onnx                   records, per claimed segment, whether OrtxEP or ORT is faster here
+  ortx tune IN.onnx --budget 10m      tunes kernels within a budget; records, per claimed segment, whether
+                                      OrtxEP or ORT is faster here
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """

@@ -25,11 +25,11 @@ Tunes MODEL here and records the results in the tuning database under this machi
    claims is measured against ONNX Runtime running the same nodes (same threads, seeded random inputs).
 Later sessions (OrtxEP option tuning="cached", the default) run a step on fewer threads where that was validated
 faster, and give a segment back to ORT when ORT was faster by more than 2%. Records already in the database are
-never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds the command's wall time (step 2's
-share is estimated and reserved first); without it every task is searched to the end. --mode full measures longer
-than quick; --export writes this model's records to a JSON file that ships with the model, --import merges such
-a file (records measured on another machine are kept but never used here). exit status: 0 ok, 2 usage or input
-error."""
+never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds the command's wall time from its
+start, after Python's start-up (step 2's share is estimated and reserved first; a tight budget can be overrun by
+that estimate's error); without it every task is searched to the end. --mode full measures longer than quick;
+--export writes this model's records to a JSON file that ships with the model, --import merges such a file
+(records measured on another machine are kept but never used here). exit status: 0 ok, 2 usage or input error."""
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smh])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
