@@ -1,6 +1,9 @@
 """GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
 
-    python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv]
+    python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned] [--trials 48]
+
+`tuned`: generated GEMMs (ortx.codegen.gemm) tuned per shape (ortx.tune.gemm_space, records in --database), then
+numpy, the prebuilt ortx_sgemm, the generated default schedule and the tuned one timed side by side in one run.
 
 Every comparison uses the same thread count: OpenBLAS reads OPENBLAS_NUM_THREADS when numpy loads, so this
 script sets it (and drops OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which can mis-tune OpenBLAS on this machine)
@@ -19,7 +22,12 @@ def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--only", choices=("gemm", "conv"), default=None)
+    parser.add_argument("--only", choices=("gemm", "conv", "tuned"), default=None)
+    parser.add_argument("--trials", type=int, default=48, help="tuned: schedules measured per shape")
+    parser.add_argument("--shapes", default=None, help="tuned: comma-separated labels (default: all)")
+    parser.add_argument("--database", default=None, help="tuned: tuning records (default: the JIT cache's "
+                        "tuning.sqlite, where sessions look)")
+    parser.add_argument("--rounds", type=int, default=3, help="tuned: timing rounds, each library once per round")
     return parser.parse_args()
 
 
@@ -34,6 +42,8 @@ import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from ortx import _kernels  # noqa: E402
+from ortx.codegen import gemm  # noqa: E402
+from ortx.config import Options  # noqa: E402
 from ortx.ep.compile_nodes import compile_graph, infer_shapes  # noqa: E402
 from ortx.ep.lowering._values import numpy_dtype, static_shape  # noqa: E402
 
@@ -45,8 +55,13 @@ def block_medians(functions: dict, repeats: int) -> dict:
     medians = {}
     for name, function in functions.items():
         time.sleep(0.2)  # let the previous library's workers stop spinning
-        for _ in range(3):
+        # Warm-up: at least 3 calls and 0.25 s. OpenBLAS's first ~20 small calls after its threads were idle took
+        # ~10 ms each here (a 1x512x1000 GEMV that then runs in 20 us).
+        warm_until = time.perf_counter() + 0.25
+        for count in range(1 << 30):
             function()
+            if count >= 2 and time.perf_counter() > warm_until:
+                break
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
@@ -109,6 +124,75 @@ def bench_gemm(threads, repeats):
               f"{rates['ortx'] / rates['numpy']:11.2f}")
 
 
+# (label, M, N, K). Convs as ortx lowers them: M = output channels, N = output pixels, K = input channels x kernel
+# area; "pixel rows" convs the other way round; BERT-like: the encoder block of benchmarks/run.py (seq 128, dim 256).
+TUNED_GEMM_SHAPES = [
+    ("square 1024", 1024, 1024, 1024),
+    ("square 512", 512, 512, 512),
+    ("square 2048", 2048, 2048, 2048),
+    ("ViT-B MLP down 196x768x3072", 196, 768, 3072),
+    ("conv pixel rows 3136x64x576", 3136, 64, 576),
+    ("resnet18 3x3 64 @56", 64, 3136, 576),
+    ("resnet18 3x3 128 @28", 128, 784, 1152),
+    ("resnet18 3x3 256 @14", 256, 196, 2304),
+    ("resnet18 3x3 512 @7", 512, 49, 4608),
+    ("resnet18 fc 512->1000", 1, 1000, 512),
+    ("mbv2 1x1 16->96 @112", 96, 12544, 16),
+    ("mbv2 1x1 144->24 @56", 24, 3136, 144),
+    ("ppocr 1x1 64->64 @160", 64, 25600, 64),
+    ("bert qkv 128x768x256", 128, 768, 256),
+    ("bert ffn up 128x1024x256", 128, 1024, 256),
+    ("bert ffn down 128x256x1024", 128, 256, 1024),
+]
+
+
+def prebuilt_gemm(a, b, M, N, K, threads):
+    """ortx_sgemm (gemm_f32, raw row-major operands) as a callable."""
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("gemm_sizes_f32", [M, N, K, threads], [], [sizes])
+    y = np.empty((M, N), np.float32)
+    workspace = np.empty(int(sizes[0]) // 4 + 1, np.float32)
+    ints = [M, N, K, 1, 0, K, 1, 0, N, 1, 0, 0, 0, 0, 0, 0, threads, 0, 0]
+    return lambda: _kernels.call("gemm_f32", ints, [1.0, 1.0, 0.0, 0.0], [a, b, y, workspace, y, y], threads)
+
+
+def bench_tuned_gemm(threads, repeats, trials, labels, database_path, rounds):
+    from ortx.tune import fingerprint, gemm_space
+    from ortx.tune.records import TuningDatabase
+
+    options = Options.from_environment()
+    database_path = database_path or options.cache_dir / "tuning.sqlite"
+    machine = fingerprint.current(options)
+    isa = gemm.runnable_isas()[-1]
+    shapes = [shape for shape in TUNED_GEMM_SHAPES if labels is None or shape[0] in labels]
+    print(f"Generated SGEMM ({isa}), {threads} thread(s), GFLOP/s: median over {rounds} rounds of block medians "
+          f"of {repeats}; tuned with {trials} trials per shape, records in {database_path}")
+    print(f"{'shape':>28} {'numpy':>7} {'prebuilt':>9} {'default':>8} {'tuned':>7} {'tuned/numpy':>12} "
+          f"{'tune s':>7}  tuned schedule")
+    ratios = []
+    with TuningDatabase(database_path) as database:
+        for label, M, N, K in shapes:
+            problem = gemm.GemmProblem.dense(M, N, K)
+            tuning = gemm_space.tune_gemm(problem, num_threads=threads, database=database, fingerprint=machine,
+                                          options=options, trials=trials, isa=isa)
+            rng = np.random.default_rng(2)
+            a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+            kernels = {"default": gemm.build_gemm(problem, gemm_space.to_gemm_schedule(
+                           gemm_space.default_schedule(problem, isa, threads)), options),
+                       "tuned": gemm.build_gemm(problem, gemm_space.to_gemm_schedule(tuning.best.schedule), options)}
+            outputs = {name: np.empty((M, N), np.float32) for name in kernels}
+            functions = {"numpy": lambda: a @ b, "prebuilt": prebuilt_gemm(a, b, M, N, K, threads)}
+            for name, kernel in kernels.items():
+                functions[name] = lambda kernel=kernel, out=outputs[name]: kernel(a, b, out, num_threads=threads)
+            per_round = [block_medians(functions, repeats) for _ in range(rounds)]
+            rates = {name: problem.flops / float(np.median([r[name] for r in per_round])) / 1e9 for name in functions}
+            ratios.append(rates["tuned"] / rates["numpy"])
+            print(f"{label:>28} {rates['numpy']:7.1f} {rates['prebuilt']:9.1f} {rates['default']:8.1f} "
+                  f"{rates['tuned']:7.1f} {ratios[-1]:12.2f} {tuning.seconds:7.1f}  {tuning.best.schedule}",
+                  flush=True)
+    print(f"median tuned/numpy over {len(ratios)} shapes: {float(np.median(ratios)):.2f}")
+
+
 # (label, input shape, weight shape, attributes)
 CONV_LAYERS = [
     ("resnet18 stem 7x7/2", (1, 3, 224, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
@@ -167,6 +251,9 @@ def main():
         bench_gemm(ARGS.threads, ARGS.repeats)
     if ARGS.only in (None, "conv"):
         bench_conv(ARGS.threads, ARGS.repeats)
+    if ARGS.only in (None, "tuned"):
+        bench_tuned_gemm(ARGS.threads, ARGS.repeats, ARGS.trials,
+                         None if ARGS.shapes is None else set(ARGS.shapes.split(",")), ARGS.database, ARGS.rounds)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Compiles rendered segments with the system C compiler into a cache on disk keyed by content hash.
+"""Compiles rendered C (segments, generated GEMMs) with the system C compiler into a disk cache keyed by content hash.
 
 1. key = sha256(source, compiler path, `compiler --version`, flags, ortx version). An entry is <key>.so, its
    checksum sidecar <key>.so.sha256 and the source <key>.c (for reading; never compiled from the cache).
@@ -153,12 +153,17 @@ def _load(library_path: Path, symbol: str) -> tuple[ctypes.CDLL, int, bool]:
         return library, address, already
 
 
-def _compile(rendered: RenderedSegment, compiler: Compiler, source_path: Path, library_path: Path) -> None:
+def _flags(rendered) -> tuple[str, ...]:
+    """FLAGS, plus what the rendered source asks for (`extra_flags`, e.g. a generated GEMM's -ffp-contract=off)."""
+    return FLAGS + tuple(getattr(rendered, "extra_flags", ()))
+
+
+def _compile(rendered, compiler: Compiler, source_path: Path, library_path: Path) -> None:
     _write_atomically(source_path, rendered.source.encode())
     handle, temporary = tempfile.mkstemp(dir=library_path.parent, prefix=library_path.name + ".", suffix=".tmp")
     os.close(handle)
     try:
-        command = [compiler.path, *FLAGS, "-o", temporary, str(source_path)]
+        command = [compiler.path, *_flags(rendered), "-o", temporary, str(source_path)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_SECONDS)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
@@ -174,9 +179,8 @@ def _remove_entry(library_path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _load_or_compile(rendered: RenderedSegment, compiler: Compiler, cache_dir: Path) -> tuple[ctypes.CDLL, int, str,
-                                                                                               Path]:
-    key = cache_key(rendered.source, compiler)
+def _load_or_compile(rendered, compiler: Compiler, cache_dir: Path) -> tuple[ctypes.CDLL, int, str, Path]:
+    key = cache_key(rendered.source, compiler, _flags(rendered))
     library_path = cache_dir / f"{key}.so"
     with open(cache_dir / f"{key}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -200,9 +204,21 @@ class JitError(Exception):
     """Why a rendered segment could not be built (no compiler, compile error, unusable cache directory)."""
 
 
-def build_or_raise(rendered: RenderedSegment, options: Options) -> NativeSegment:
-    """The rendered segment compiled (or found in the cache) and loaded; JitError says why it cannot be (the
-    tuner records that as a failed candidate)."""
+@dataclasses.dataclass(frozen=True, eq=False)
+class NativeLibrary:
+    """A loaded JIT'd shared object and the address of its entry symbol (what any rendered source builds to)."""
+
+    symbol: str
+    path: Path
+    address: int
+    origin: str  # "compiled", "cache" or "loaded", as NativeSegment.origin
+    seconds: float
+    library: ctypes.CDLL = dataclasses.field(repr=False)
+
+
+def build_library(rendered, options: Options) -> NativeLibrary:
+    """`rendered` (anything with `.symbol` and `.source`: a RenderedSegment, a rendered GEMM) compiled, or found in
+    the cache, and loaded; JitError says why it cannot be (the tuner records that as a failed candidate)."""
     start = time.perf_counter()
     compiler = find_compiler(options)
     if compiler is None:
@@ -217,8 +233,14 @@ def build_or_raise(rendered: RenderedSegment, options: Options) -> NativeSegment
         raise JitError(f"{rendered.symbol} could not be built ({error})") from error
     seconds = time.perf_counter() - start
     logger.info("ortx JIT: %s %s in %.3f s (%s)", rendered.symbol, origin, seconds, path)
-    return NativeSegment(rendered.symbol, path, address, rendered.kernel_names, origin, seconds, library,
-                         _kernels.kernel_functions(rendered.kernel_names, False),
+    return NativeLibrary(rendered.symbol, path, address, origin, seconds, library)
+
+
+def build_or_raise(rendered: RenderedSegment, options: Options) -> NativeSegment:
+    """The rendered segment compiled (or found in the cache) and loaded; JitError says why it cannot be."""
+    native = build_library(rendered, options)
+    return NativeSegment(rendered.symbol, native.path, native.address, rendered.kernel_names, native.origin,
+                         native.seconds, native.library, _kernels.kernel_functions(rendered.kernel_names, False),
                          _kernels.kernel_functions(rendered.kernel_names, True), rendered.step_threads)
 
 

@@ -1,0 +1,270 @@
+"""Generated SGEMM kernels: (problem, schedule) -> C specialised to the shape -> JIT-compiled -> a callable.
+
+1. GemmProblem: the fixed shape, operand strides and epilogue (alpha, bias per row or column, a cheap activation).
+2. GemmSchedule: how to compute it (frozen, literal data): ISA, register tile MR x NR, KC/MC/NC blocking, loop
+   order, K-loop unroll, prefetch distance, whether A is packed, and the task grid TASKS_M x TASKS_N.
+3. render_gemm: templates/gemm.c with the problem and schedule as literals and the ISA's vector primitives
+   (templates/gemm_<isa>.c) pasted in; the symbol is a hash of the rest of the source, so equal inputs render
+   byte-identical files.
+4. build_gemm: compiled through ortx.codegen.jit (same content-hash cache, lock and checksum sidecars as segments)
+   and wrapped as a GemmKernel, which passes ortx's thread pool (ortx_parallel_for) in as a function pointer.
+Limits: fp32 only; one problem per call (no batch); the epilogue has no residual and only the activations that
+need no exp (none, relu, leaky relu, clip); NEON renders but is only compiled by an AArch64 compiler.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import platform
+import string
+import threading
+from importlib import resources
+
+import numpy as np
+
+from ortx import _kernels
+from ortx.codegen import jit
+from ortx.codegen.render import _c_float
+from ortx.config import Options
+
+ISAS = ("portable", "avx2", "avx512", "neon")
+VECTOR_WIDTH = {"portable": 4, "avx2": 8, "avx512": 16, "neon": 4}  # floats per vector in templates/gemm_<isa>.c
+VECTOR_REGISTERS = {"portable": 16, "avx2": 16, "avx512": 32, "neon": 32}  # portable: SSE on x86-64, NEON on arm
+ACTIVATIONS = {0: "none", 1: "relu", 2: "leaky_relu", 3: "clip"}  # kernels/activation.h codes the template has
+BIAS_MODES = {0: "none", 1: "row", 2: "column"}
+MAX_VECTORS_PER_ROW = 8  # the template unrolls the vector loop by 8
+MAX_TILE_ROWS = 32  # and the row loop by 32
+
+
+class GemmError(ValueError):
+    """A problem or schedule the template cannot render; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmProblem:
+    """C[m, n] = act(alpha * A @ B + bias): A element (i, k) at a[i*a_strides[0] + k*a_strides[1]], B element (k, j)
+    at b[k*b_strides[0] + j*b_strides[1]], C element (i, j) at c[i*c_row_stride + j]."""
+
+    m: int
+    n: int
+    k: int
+    a_strides: tuple[int, int]
+    b_strides: tuple[int, int]
+    c_row_stride: int
+    alpha: float = 1.0
+    bias: int = 0  # BIAS_MODES
+    activation: int = 0  # ACTIVATIONS
+    params: tuple[float, float] = (0.0, 0.0)  # LeakyRelu alpha; Clip min, max
+
+    @classmethod
+    def dense(cls, m: int, n: int, k: int, *, transpose_a: bool = False, transpose_b: bool = False,
+              **epilogue) -> "GemmProblem":
+        """Contiguous operands: A is [m, k] (or [k, m] when transpose_a), B [k, n] (or [n, k]), C [m, n]."""
+        return cls(m, n, k, (1, m) if transpose_a else (k, 1), (1, k) if transpose_b else (n, 1), n, **epilogue)
+
+    def __post_init__(self):
+        for name in ("m", "n", "k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise GemmError(f"GemmProblem.{name} must be a positive int, got {value!r}")
+        if self.c_row_stride < self.n:
+            raise GemmError(f"GemmProblem.c_row_stride {self.c_row_stride} is below n={self.n}")
+        if self.bias not in BIAS_MODES:
+            raise GemmError(f"GemmProblem.bias {self.bias!r} is not one of {BIAS_MODES}")
+        if self.activation not in ACTIVATIONS:
+            raise GemmError(f"GemmProblem.activation {self.activation!r}: the template has only {ACTIVATIONS}")
+
+    @property
+    def signature(self) -> str:
+        """The tuning-records key of the problem (shape, strides, epilogue)."""
+        return (f"gemm_f32|{self.m}x{self.n}x{self.k}|a={self.a_strides[0]},{self.a_strides[1]}"
+                f"|b={self.b_strides[0]},{self.b_strides[1]}|c={self.c_row_stride}|alpha={self.alpha!r}"
+                f"|bias={self.bias}|act={self.activation}:{self.params[0]!r},{self.params[1]!r}")
+
+    def extent(self, operand: str) -> int:
+        """Elements a flat buffer for operand "a", "b" or "c" must hold."""
+        rows, cols, strides = {"a": (self.m, self.k, self.a_strides), "b": (self.k, self.n, self.b_strides),
+                               "c": (self.m, self.n, (self.c_row_stride, 1))}[operand]
+        return (rows - 1) * strides[0] + (cols - 1) * strides[1] + 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmSchedule:
+    """How templates/gemm.c computes a problem; every field is a literal in the rendered C."""
+
+    isa: str = "avx512"
+    mr: int = 6  # rows of the register tile
+    nr: int = 32  # columns of the register tile, a multiple of the ISA's vector width
+    kc: int = 256  # depth of a packed block
+    mc: int = 144  # rows per block of A (a multiple of mr)
+    nc: int = 1024  # columns per block of B (a multiple of nr)
+    loop_order: str = "jr_ir"  # inside a block: "jr_ir" (B micro-panel outer) or "ir_jr" (A micro-panel outer)
+    unroll: int = 4  # of the k loop
+    prefetch: int = 0  # k steps ahead the tile prefetches its A and B panels; 0 = none
+    pack_a: bool = False  # False: tiles broadcast A's elements from A itself
+    pack_b: bool = True  # False: tiles load B's rows from B itself (row-major B only: b_strides[1] == 1)
+    tasks_m: int = 1  # the output is split into tasks_m x tasks_n tasks for the thread pool
+    tasks_n: int = 2
+
+    def problems(self, problem: GemmProblem | None = None) -> list[str]:
+        """Why this schedule cannot be rendered (for `problem`, when given); empty when it can."""
+        found = []
+        if self.isa not in ISAS:
+            return [f"isa {self.isa!r} is not one of {ISAS}"]
+        width = VECTOR_WIDTH[self.isa]
+        if not 1 <= self.mr <= MAX_TILE_ROWS:
+            found.append(f"mr {self.mr} is not in 1..{MAX_TILE_ROWS}")
+        if self.nr < width or self.nr % width or self.nr // width > MAX_VECTORS_PER_ROW:
+            found.append(f"nr {self.nr} is not 1..{MAX_VECTORS_PER_ROW} vectors of {width} floats ({self.isa})")
+        if self.kc < 1:
+            found.append(f"kc {self.kc} is not positive")
+        if self.mc < self.mr or self.mc % self.mr:
+            found.append(f"mc {self.mc} is not a positive multiple of mr {self.mr}")
+        if self.nc < self.nr or self.nc % self.nr:
+            found.append(f"nc {self.nc} is not a positive multiple of nr {self.nr}")
+        if self.loop_order not in ("jr_ir", "ir_jr"):
+            found.append(f"loop_order {self.loop_order!r} is not 'jr_ir' or 'ir_jr'")
+        if not 1 <= self.unroll <= 16:
+            found.append(f"unroll {self.unroll} is not in 1..16")
+        if self.prefetch < 0:
+            found.append(f"prefetch {self.prefetch} is negative")
+        if self.tasks_m < 1 or self.tasks_n < 1:
+            found.append(f"tasks {self.tasks_m} x {self.tasks_n} is not positive")
+        if problem is not None and not self.pack_b and problem.b_strides[1] != 1:
+            found.append(f"pack_b False needs a row-major B (b_strides[1] == 1), got b_strides {problem.b_strides}")
+        return found
+
+    @property
+    def registers(self) -> int:
+        """Vector registers the tile's inner loop holds: accumulators, B vectors and one broadcast."""
+        vectors = self.nr // VECTOR_WIDTH[self.isa]
+        return self.mr * vectors + vectors + 1
+
+    def __str__(self) -> str:
+        return ", ".join(f"{field.name}={getattr(self, field.name)}" for field in dataclasses.fields(self))
+
+
+def runnable_isas() -> tuple[str, ...]:
+    """The ISAs whose kernels run on this CPU, lowest first."""
+    if platform.machine().lower() in ("aarch64", "arm64"):
+        return ("portable", "neon")
+    order = ("portable", "avx2", "avx512")
+    return order[: order.index(_kernels.cpu_isa()) + 1]
+
+
+# Compiled with the JIT's flags plus these: no contraction of the epilogue's alpha * x + bias into one FMA, so the
+# epilogue rounds as the `_ref` kernel and the prebuilt ones do (the K loop's FMAs are explicit intrinsics).
+EXTRA_FLAGS = ("-ffp-contract=off",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderedGemm:
+    symbol: str
+    source: str
+    problem: GemmProblem
+    schedule: GemmSchedule
+    workspace_floats: int  # what ${symbol}_workspace_floats() returns
+    extra_flags: tuple[str, ...] = EXTRA_FLAGS  # ortx.codegen.jit compiles with FLAGS + these
+
+
+def _template(name: str) -> str:
+    return resources.files("ortx.codegen").joinpath(f"templates/{name}").read_text()
+
+
+def template_hash() -> str:
+    """Hash of the driver and every ISA's primitives: the template part of a tuning record's key."""
+    digest = hashlib.sha256(_template("gemm.c").encode())
+    for isa in ISAS:
+        digest.update(_template(f"gemm_{isa}.c").encode())
+    return "gemm:" + digest.hexdigest()[:16]
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def workspace_floats(problem: GemmProblem, schedule: GemmSchedule) -> int:
+    """Packed B and A (when the schedule packs them) and 16 floats to align the start (templates/gemm.c)."""
+    packed_a = _round_up(problem.m, schedule.mr) * problem.k if schedule.pack_a else 0
+    packed_b = _round_up(problem.n, schedule.nr) * problem.k if schedule.pack_b else 0
+    return packed_b + packed_a + 16
+
+
+def render_gemm(problem: GemmProblem, schedule: GemmSchedule) -> RenderedGemm:
+    reasons = schedule.problems(problem)
+    if reasons:
+        raise GemmError(f"schedule ({schedule}): {'; '.join(reasons)}")
+    fields = dict(
+        m=problem.m, n=problem.n, k=problem.k, a_row_stride=problem.a_strides[0], a_col_stride=problem.a_strides[1],
+        b_row_stride=problem.b_strides[0], b_col_stride=problem.b_strides[1], c_row_stride=problem.c_row_stride,
+        alpha=_c_float(np.float32(problem.alpha)), bias_mode=problem.bias, activation=problem.activation,
+        param0=_c_float(np.float32(problem.params[0])), param1=_c_float(np.float32(problem.params[1])),
+        isa=schedule.isa, mr=schedule.mr, nv=schedule.nr // VECTOR_WIDTH[schedule.isa], kc=schedule.kc,
+        mc=schedule.mc, nc=schedule.nc, unroll=schedule.unroll, prefetch=schedule.prefetch,
+        pack_a=int(schedule.pack_a), pack_b=int(schedule.pack_b), jr_outer=int(schedule.loop_order == "jr_ir"),
+        tasks_m=schedule.tasks_m, tasks_n=schedule.tasks_n, schedule=str(schedule),
+        workspace_floats=workspace_floats(problem, schedule),
+        isa_source=_template(f"gemm_{schedule.isa}.c").rstrip("\n"),
+    )
+    template = string.Template(_template("gemm.c"))
+    digest = hashlib.sha256(template.substitute(fields, symbol="ortx_gemm").encode()).hexdigest()
+    symbol = f"ortx_gemm_{digest[:16]}"
+    return RenderedGemm(symbol, template.substitute(fields, symbol=symbol), problem, schedule,
+                        fields["workspace_floats"])
+
+
+_GEMM_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+
+
+def parallel_for_address() -> int:
+    """Address of ortx's ortx_parallel_for (kernels/threadpool.h), which generated kernels call through a pointer."""
+    library = ctypes.CDLL(_kernels.__file__)
+    return ctypes.cast(library.ortx_parallel_for, ctypes.c_void_p).value
+
+
+class GemmKernel:
+    """A built generated GEMM. Calls are serialised (one workspace per kernel); ctypes releases the GIL."""
+
+    def __init__(self, rendered: RenderedGemm, native: jit.NativeLibrary):
+        self.rendered = rendered
+        self.problem = rendered.problem
+        self.schedule = rendered.schedule
+        self.native = native
+        self._function = _GEMM_FUNCTION(native.address)
+        self._parallel_for = parallel_for_address()
+        self._workspace = np.empty(rendered.workspace_floats, np.float32)
+        self._lock = threading.Lock()
+
+    def _checked(self, name: str, array: np.ndarray | None, extent: int) -> int:
+        if not isinstance(array, np.ndarray) or array.dtype != np.float32 or not array.flags.c_contiguous:
+            raise GemmError(f"{self.rendered.symbol}: operand {name} must be a C-contiguous float32 array")
+        if array.size < extent:
+            raise GemmError(f"{self.rendered.symbol}: operand {name} has {array.size} elements, needs {extent}")
+        return array.ctypes.data
+
+    def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, bias: np.ndarray | None = None,
+                 *, num_threads: int = 1) -> np.ndarray:
+        """c (allocated [m, c_row_stride] when None) = the problem's result; returns c."""
+        problem = self.problem
+        if c is None:
+            c = np.empty((problem.m, problem.c_row_stride), np.float32)
+        pointers = [self._checked("a", a, problem.extent("a")), self._checked("b", b, problem.extent("b")),
+                    self._checked("c", c, problem.extent("c"))]
+        bias_length = {0: 0, 1: problem.m, 2: problem.n}[problem.bias]
+        pointers.append(self._checked("bias", bias, bias_length) if bias_length else None)
+        with self._lock:
+            self._function(*pointers, self._workspace.ctypes.data, max(int(num_threads), 1), self._parallel_for)
+        return c
+
+
+def build_gemm(problem: GemmProblem, schedule: GemmSchedule, options: Options) -> GemmKernel:
+    """Renders, compiles (or finds in the JIT cache) and loads; raises GemmError for an unrenderable schedule and
+    jit.JitError when it cannot be built."""
+    rendered = render_gemm(problem, schedule)
+    return GemmKernel(rendered, jit.build_library(rendered, options))

@@ -1,0 +1,228 @@
+"""Tuning generated GEMMs (ortx.codegen.gemm): the schedule space per ISA as literal data, and its search.
+
+1. Space: CHOICES[isa] lists every value each choice may take; the predicate keeps schedules whose register tile
+   fits the ISA's vector registers (accumulators + B vectors + one broadcast) and whose task grid has at least one
+   tile per task. Block sizes are counted in tiles (mc_tiles x mr rows, nc_tiles x nr columns), so every
+   combination is a valid blocking.
+2. Task: one per (problem, thread count, ISA); the records key is the problem's signature, `|threads=..|isa=..`,
+   and the template hash of templates/gemm*.c.
+3. Runner: ortx.tune.runner.FunctionRunner on seeded random operands: each candidate is rendered and built
+   (JitError -> "compile_error"), run once and compared with numpy's float64 product (`close_to_reference`, the
+   fp32 tolerance of tests/tolerances.py: kernels with another KC sum in another order, so not bitwise), then
+   timed over rotating operand copies.
+4. tune_gemm: the default schedule is measured first (so the best is never worse than it), then the chosen
+   strategy (evolutionary by default, with the ridge cost model) proposes the rest; every result is a record.
+   `recorded_schedule` answers from this machine's records only.
+Limits: the cost model sees one task at a time (no transfer across shapes); timings are as noisy as the host.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from ortx.codegen import gemm
+from ortx.codegen.jit import JitError
+from ortx.config import Options
+from ortx.tune.fingerprint import HardwareFingerprint
+from ortx.tune.records import TuningDatabase
+from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
+from ortx.tune.search import EvolutionarySearch, Exhaustive, RandomSearch, Task, TaskResult, tune
+from ortx.tune.space import Schedule, Space
+
+# The space per ISA, as data. mc_tiles/nc_tiles count register tiles per A/B block (mc = mc_tiles * mr).
+_COMMON = {
+    "kc": (128, 192, 256, 384, 512),
+    "mc_tiles": (8, 16, 24, 48, 96),
+    "nc_tiles": (4, 8, 16, 32, 64),
+    "loop_order": ("jr_ir", "ir_jr"),
+    "unroll": (1, 2, 4, 8),
+    "prefetch": (0, 4, 8, 16),
+    "pack_a": (False, True),
+    "pack_b": (True, False),
+    "tasks_m": (1, 2, 4, 8),
+    "tasks_n": (1, 2, 4, 8),
+}
+CHOICES = {
+    "avx512": {"mr": (4, 6, 8, 10, 12, 14), "nr": (16, 32, 48, 64), **_COMMON},
+    "avx2": {"mr": (2, 3, 4, 6, 8, 12), "nr": (8, 16, 24, 32), **_COMMON},
+    "portable": {"mr": (2, 4, 6, 8), "nr": (4, 8, 12, 16), **_COMMON},
+    "neon": {"mr": (4, 6, 8, 12), "nr": (8, 12, 16, 24), **_COMMON},
+}
+# The untuned generated schedule per ISA: BLIS-like tiles, A read in place, 2 column tasks per thread.
+DEFAULTS = {
+    "avx512": dict(mr=6, nr=32, kc=256, mc_tiles=24, nc_tiles=32),
+    "avx2": dict(mr=6, nr=16, kc=256, mc_tiles=24, nc_tiles=64),
+    "portable": dict(mr=4, nr=8, kc=256, mc_tiles=24, nc_tiles=64),
+    "neon": dict(mr=8, nr=12, kc=256, mc_tiles=24, nc_tiles=64),
+}
+# fp32 comparison with the reference: tests/tolerances.py's float32 entry (1e-4 relative to max|reference| plus
+# 1e-5 absolute), because a kernel with another KC or tile adds the same products in another order.
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def to_gemm_schedule(schedule: Schedule) -> gemm.GemmSchedule:
+    values = schedule.as_dict()
+    return gemm.GemmSchedule(isa=values["isa"], mr=values["mr"], nr=values["nr"], kc=values["kc"],
+                             mc=values["mc_tiles"] * values["mr"], nc=values["nc_tiles"] * values["nr"],
+                             loop_order=values["loop_order"], unroll=values["unroll"], prefetch=values["prefetch"],
+                             pack_a=values["pack_a"], pack_b=values["pack_b"], tasks_m=values["tasks_m"],
+                             tasks_n=values["tasks_n"])
+
+
+def _fits(problem: gemm.GemmProblem, schedule: Schedule) -> bool:
+    values = schedule.as_dict()
+    isa, mr, nr = values["isa"], values["mr"], values["nr"]
+    vectors = nr // gemm.VECTOR_WIDTH[isa]
+    if mr * vectors + vectors + 1 > gemm.VECTOR_REGISTERS[isa]:
+        return False
+    if not values["pack_b"] and problem.b_strides[1] != 1:
+        return False
+    row_tiles, column_tiles = -(-problem.m // mr), -(-problem.n // nr)
+    return values["tasks_m"] <= row_tiles and values["tasks_n"] <= column_tiles
+
+
+def gemm_space(problem: gemm.GemmProblem, isa: str) -> Space:
+    if isa not in CHOICES:
+        raise gemm.GemmError(f"no GEMM schedule space for isa {isa!r} (have {sorted(CHOICES)})")
+    return Space(f"gemm_{isa}", {"isa": (isa,), **CHOICES[isa]}, valid=lambda schedule: _fits(problem, schedule))
+
+
+def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> Schedule:
+    """DEFAULTS[isa] with A read in place, B packed unless it is row-major and only one row panel reads it, and
+    the larger of M and N split into 2 tasks per thread (fewer when the problem has fewer tiles); in the space."""
+    values = {"isa": isa, **DEFAULTS[isa], "loop_order": "jr_ir", "unroll": 4, "prefetch": 0, "pack_a": False}
+    values["pack_b"] = not (problem.m <= values["mr"] and problem.b_strides[1] == 1)
+    wanted = min(2 * max(num_threads, 1), 8)
+    row_tiles, column_tiles = -(-problem.m // values["mr"]), -(-problem.n // values["nr"])
+    split_rows = row_tiles > column_tiles
+    tiles = row_tiles if split_rows else column_tiles
+    tasks = max(count for count in _COMMON["tasks_m"] if count <= max(min(wanted, tiles), 1))
+    values["tasks_m"], values["tasks_n"] = (tasks, 1) if split_rows else (1, tasks)
+    return Schedule.of(values)
+
+
+def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str) -> Task:
+    return Task(f"{problem.signature}|threads={num_threads}|isa={isa}", gemm_space(problem, isa),
+                gemm.template_hash())
+
+
+def close_to_reference(outputs, reference) -> str | None:
+    """None when every output is within RTOL/ATOL of the float64 reference (scaled by its largest magnitude)."""
+    for index, (output, expected) in enumerate(zip(outputs, reference, strict=True)):
+        output, expected = np.asarray(output, np.float64), np.asarray(expected, np.float64)
+        if output.shape != expected.shape:
+            return f"output {index}: shape {output.shape}, reference {expected.shape}"
+        allowed = ATOL + RTOL * float(np.max(np.abs(expected))) + RTOL * np.abs(expected)
+        error = np.abs(output - expected)
+        if not np.all(error <= allowed):  # NaN fails too
+            return f"output {index}: max abs error {float(np.nanmax(error)):.3g} above the fp32 tolerance"
+    return None
+
+
+def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
+    """Seeded random non-zero operands (a, b[, bias]) as flat buffers and the float64 reference result."""
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1.0, 1.0, problem.extent("a")).astype(np.float32)
+    b = rng.uniform(-1.0, 1.0, problem.extent("b")).astype(np.float32)
+    arrays = [a, b]
+    rows = np.arange(problem.m)[:, None] * problem.a_strides[0] + np.arange(problem.k)[None, :] * problem.a_strides[1]
+    cols = np.arange(problem.k)[:, None] * problem.b_strides[0] + np.arange(problem.n)[None, :] * problem.b_strides[1]
+    value = problem.alpha * (a[rows].astype(np.float64) @ b[cols].astype(np.float64))
+    if problem.bias:
+        bias = rng.uniform(-1.0, 1.0, problem.m if problem.bias == 1 else problem.n).astype(np.float32)
+        arrays.append(bias)
+        value = value + (bias[:, None] if problem.bias == 1 else bias[None, :])
+    if problem.activation == 1:
+        value = np.maximum(value, 0.0)
+    elif problem.activation == 2:
+        value = np.where(value >= 0, value, problem.params[0] * value)
+    elif problem.activation == 3:
+        value = np.clip(value, problem.params[0], problem.params[1])
+    return arrays, value
+
+
+class GemmRunner(FunctionRunner):
+    """FunctionRunner over one problem: candidates are schedules of its space, outputs C's [m, n] view."""
+
+    def __init__(self, problem: gemm.GemmProblem, num_threads: int, options: Options,
+                 settings: TimingSettings = TimingSettings(), seed: int = 0):
+        inputs, reference = operands(problem, seed)
+        self.problem = problem
+        self.num_threads = num_threads
+        self.options = options
+        super().__init__(self._build, inputs, [reference], settings, compare=close_to_reference)
+
+    def _build(self, schedule: Schedule):
+        try:
+            kernel = gemm.build_gemm(self.problem, to_gemm_schedule(schedule), self.options)
+        except JitError as error:
+            raise CompileError(str(error)) from error
+        output = np.zeros((self.problem.m, self.problem.c_row_stride), np.float32)
+
+        def run(inputs):
+            kernel(*inputs[:2], output, inputs[2] if len(inputs) > 2 else None, num_threads=self.num_threads)
+            return [output[:, : self.problem.n]]
+        return run
+
+
+class _DefaultFirst:
+    """Proposes `first` (unless measured already), then whatever `strategy` proposes; shows it every result."""
+
+    def __init__(self, first: Schedule, strategy):
+        self.first = first
+        self.strategy = strategy
+
+    def propose(self, count: int, measured: set[Schedule]) -> list[Schedule]:
+        head = [] if self.first in measured else [self.first]
+        if count <= len(head):
+            return head[:count]
+        return head + self.strategy.propose(count - len(head), measured | set(head))
+
+    def observe(self, result: MeasureResult) -> None:
+        self.strategy.observe(result)
+
+
+STRATEGIES = {"evolutionary": EvolutionarySearch, "random": RandomSearch, "exhaustive": Exhaustive}
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmTuning:
+    task: Task
+    best: MeasureResult | None
+    default: MeasureResult | None  # the default schedule's measurement (recorded or new)
+    result: TaskResult
+    seconds: float
+
+
+def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDatabase,
+              fingerprint: HardwareFingerprint, options: Options, trials: int, isa: str | None = None,
+              strategy: str = "evolutionary", seed: int = 0, settings: TimingSettings = TimingSettings(),
+              budget_seconds: float | None = None) -> GemmTuning:
+    """Measures up to `trials` schedules (the default first; recorded ones are not measured again)."""
+    start = time.perf_counter()
+    isa = isa or gemm.runnable_isas()[-1]
+    task = task_for(problem, num_threads, isa)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"tune_gemm: strategy {strategy!r} is not one of {sorted(STRATEGIES)}")
+    search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
+    default = default_schedule(problem, isa, num_threads)
+    runner = GemmRunner(problem, num_threads, options, settings, seed)
+    (result,) = tune([task], [_DefaultFirst(default, search)],
+                     lambda pairs: runner([schedule for _, schedule in pairs]), database, fingerprint,
+                     trials=trials, budget_seconds=budget_seconds, source=f"gemm:{strategy}")
+    default_result = next((MeasureResult(default, r.status, r.median_ms, r.detail)
+                           for r in database.records(task.signature, fingerprint.key, task.template)
+                           if Schedule.of(r.schedule) == default and r.status == "ok"), None)
+    return GemmTuning(task, result.best, default_result, result, time.perf_counter() - start)
+
+
+def recorded_schedule(problem: gemm.GemmProblem, num_threads: int, database: TuningDatabase,
+                      fingerprint: HardwareFingerprint, isa: str | None = None) -> gemm.GemmSchedule | None:
+    """The fastest schedule recorded for this problem, thread count and ISA on this machine, or None."""
+    task = task_for(problem, num_threads, isa or gemm.runnable_isas()[-1])
+    record = database.best(task.signature, fingerprint.key, task.template)
+    if record is None or not task.space.contains(Schedule.of(record.schedule)):
+        return None
+    return to_gemm_schedule(Schedule.of(record.schedule))

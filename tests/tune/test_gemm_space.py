@@ -1,0 +1,103 @@
+"""ortx.tune.gemm_space: the GEMM schedule space (valid samples render for every ISA), the default schedule, and
+tune_gemm through the runner and search: the default measured first, every candidate checked against the
+reference before timing, failures stored as rows, records keyed by the template hash, resumption without
+measuring again, and recorded_schedule reading only this machine's records."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortx.codegen import gemm
+from ortx.codegen.jit import JitError
+from ortx.config import Options
+from ortx.tune import gemm_space
+from ortx.tune.fingerprint import HardwareFingerprint, current
+from ortx.tune.records import TuningDatabase
+from ortx.tune.runner import TimingSettings
+from ortx.tune.space import Schedule
+
+FAST = TimingSettings(warmup_runs=1, timed_runs=3, rotations=2, timeout_seconds=10.0)
+ISA = gemm.runnable_isas()[-1]
+
+
+@pytest.fixture
+def database(tmp_path):
+    with TuningDatabase(tmp_path / "tuning.sqlite") as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("isa", sorted(gemm_space.CHOICES))
+def test_sampled_schedules_render_and_fit_the_registers(isa):
+    problem = gemm.GemmProblem.dense(100, 90, 80)
+    space = gemm_space.gemm_space(problem, isa)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        schedule = gemm_space.to_gemm_schedule(space.sample(rng))
+        assert schedule.problems(problem) == []
+        assert schedule.registers <= gemm.VECTOR_REGISTERS[isa]
+        assert schedule.tasks_m <= -(-problem.m // schedule.mr) and schedule.tasks_n <= -(-problem.n // schedule.nr)
+    gemm.render_gemm(problem, schedule)
+
+
+@pytest.mark.parametrize("shape", [(1, 1000, 512), (1024, 1024, 1024), (3136, 64, 576), (5, 3, 7)])
+@pytest.mark.parametrize("isa", sorted(gemm_space.CHOICES))
+def test_default_schedule_is_in_the_space(shape, isa):
+    problem = gemm.GemmProblem.dense(*shape)
+    default = gemm_space.default_schedule(problem, isa, num_threads=2)
+    assert gemm_space.gemm_space(problem, isa).contains(default)
+    assert default["pack_b"] == (problem.m > default["mr"]), "B is read in place only when one row panel uses it"
+
+
+def test_transposed_b_is_always_packed():
+    problem = gemm.GemmProblem.dense(1, 64, 64, transpose_b=True)
+    space = gemm_space.gemm_space(problem, "avx2")
+    assert gemm_space.default_schedule(problem, "avx2", 1)["pack_b"]
+    rng = np.random.default_rng(1)
+    assert all(space.sample(rng)["pack_b"] for _ in range(50))
+
+
+def test_tune_gemm_measures_the_default_first_records_everything_and_resumes(tmp_path, database):
+    options = Options(cache_dir=tmp_path / "jit")
+    machine = current(options)
+    problem = gemm.GemmProblem.dense(37, 45, 70, bias=2, activation=1)
+    first = gemm_space.tune_gemm(problem, num_threads=2, database=database, fingerprint=machine, options=options,
+                                 trials=3, strategy="random", settings=FAST)
+    task = first.task
+    records = database.records(task.signature, machine.key, gemm.template_hash())
+    assert len(records) == 3 and first.result.measured == 3 and first.result.failures == 0
+    assert Schedule.of(records[0].schedule) == gemm_space.default_schedule(problem, ISA, 2)
+    assert first.default is not None and first.best.median_ms <= first.default.median_ms
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) == gemm_space.to_gemm_schedule(
+        first.best.schedule)
+    again = gemm_space.tune_gemm(problem, num_threads=2, database=database, fingerprint=machine, options=options,
+                                 trials=3, strategy="random", settings=FAST)
+    assert again.result.measured == 0 and again.result.recorded == 3
+    assert (again.best.schedule, again.best.median_ms) == (first.best.schedule, first.best.median_ms)
+    other = HardwareFingerprint("another cpu", (), "avx2", 64, (), "cc 0")
+    assert gemm_space.recorded_schedule(problem, 2, database, other) is None
+    assert gemm_space.recorded_schedule(problem, 4, database, machine) is None
+
+
+def test_compile_errors_and_wrong_results_are_rows_not_exceptions(tmp_path, database, monkeypatch):
+    """Exhaustive order after the default (unroll 4): unroll 1, 2, 4 of the first blocking; unroll 1 fails to
+    build, unroll 2 computes a wrong answer, and both become rows while the search goes on."""
+    options = Options(cache_dir=tmp_path / "jit")
+    machine = current(options)
+    problem = gemm.GemmProblem.dense(9, 20, 11)
+    real_build = gemm.build_gemm
+
+    def sometimes_broken(problem, schedule, options):
+        if schedule.unroll == 1:
+            raise JitError("cc: error: pretend")
+        if schedule.unroll == 2:
+            return lambda a, b, c, *rest, **kwargs: c.fill(1.0)
+        return real_build(problem, schedule, options)
+
+    monkeypatch.setattr(gemm, "build_gemm", sometimes_broken)
+    tuning = gemm_space.tune_gemm(problem, num_threads=1, database=database, fingerprint=machine, options=options,
+                                  trials=4, strategy="exhaustive", settings=FAST)
+    statuses = {record.schedule["unroll"]: record.status
+                for record in database.records(tuning.task.signature, machine.key)}
+    assert statuses == {1: "compile_error", 2: "wrong_result", 4: "ok"}, statuses
+    assert tuning.result.measured == 4 and tuning.result.failures == 2
+    assert tuning.best is not None and tuning.best.schedule["unroll"] == 4
