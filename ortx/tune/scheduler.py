@@ -9,7 +9,7 @@ load, the prior elsewhere: the ratio carries over, the absolute time may not), e
 1. Resume: each task's records (signature, fingerprint, template) are read back as measured (ortx.tune.search);
    a recorded schedule is never measured again.
 2. First rounds: every task without a measurement gets one round before any task gets a second, largest expected
-   share first (weight x prior_ms, then weight; ties in the given order). A task's first round starts with its
+   share first (weight x prior_ms, a task without a prior counted at the others' median; ties in the given order). A task's first round starts with its
    `default` schedule when it has one, so every gain is against the untuned schedule measured under the same load.
 3. Later rounds: per live task, the expected gain of one more round of `batch` trials is
        weight_i x batch x (ALPHA x backward_i + (1 - ALPHA) x forward_i)

@@ -132,6 +132,9 @@ class _SegmentTasks:
             if step.program.native is None:
                 self.notes.append(f"{label}: not JIT-compiled, no per-step schedule to tune")
                 continue
+            if num_threads == 1:
+                self.notes.append(f"{label}: one thread, so no per-step thread count to choose")
+                continue
             specs = [plan.tensors[name] for name in step.inputs + step.outputs]
             if not all(spec.static and spec.dtype is not None and spec.dtype.kind == "f" for spec in specs):
                 self.notes.append(f"{label}: a non-float or dynamic input/output (random values could be "
