@@ -43,8 +43,11 @@ def random_inputs(count: int, shape: tuple, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).uniform(-1.0, 1.0, (count, *shape[1:])).astype(np.float32)
 
 
-def ort_quantize_static(fp32: onnx.ModelProto, name: str, samples: np.ndarray) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+def ort_quantize_static(fp32: onnx.ModelProto, name: str, samples: np.ndarray, *,
+                        calibrate_method: str = "MinMax") -> onnx.ModelProto:
+    """onnxruntime's quantize_static: QDQ, per-channel, U8S8; `calibrate_method` names a CalibrationMethod."""
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -58,7 +61,8 @@ def ort_quantize_static(fp32: onnx.ModelProto, name: str, samples: np.ndarray) -
         with open(source, "wb") as stream:
             stream.write(to_ort_bytes(fp32))
         quantize_static(source, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod[calibrate_method])
         return onnx.load(target)
 
 
