@@ -4,8 +4,9 @@
  *   1. split the output between threads: over N in NR-column units when N has enough panels (each thread then
  *      packs only its own B columns), else over M in MR-row units;
  *   2. per thread: for each NC block of columns, for each KC block of depth, pack B's KC x NC block (or use the
- *      prepacked panels), for each MC block of rows pack A's block (or use prepacked panels), then run the
- *      micro-kernel over every MR x NR tile, B micro-panel outer so it stays in L1;
+ *      prepacked panels), for each MC block of rows pack A's block (or use prepacked panels, or read a raw
+ *      row-major A in place: the micro-kernels broadcast from its rows, and only a last partial panel is packed),
+ *      then run the micro-kernel over every MR x NR tile, B micro-panel outer so it stays in L1;
  *   3. after a tile's last KC block, apply the epilogue to it: in the micro-kernel's registers before its only
  *      store where the ISA supports it (so each output line is written once), else on the tile while in L1.
  * Each output element is summed in the same order whatever the thread split, so results are bitwise identical
@@ -122,14 +123,27 @@ static void pack_a_block(const ortx_gemm_operand *A, int64_t m0, int64_t mc, int
     }
 }
 
-/* One tile at c (rows x cols valid) from panels a (MR x kc) and b (kc x NR); epilogue (or NULL) after the last
- * K block. Edge tiles run the full micro-kernel on a scratch tile. */
-static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a, const float *b, float *c,
-                            int64_t ldc, int64_t rows, int64_t cols, int accumulate,
+/* A's block for the micro-kernels: packed MR-row panels, or (a raw row-major A) its rows read in place with
+ * only the last partial panel packed, since its missing rows do not exist to be read. */
+typedef struct a_block {
+    const float *panels;  /* packed: panel ir at panels + ir*kc; NULL when read in place */
+    const float *rows;    /* in place: element (ir + i, k) of the block at rows[(ir + i)*lda + k] */
+    int64_t lda;
+    const float *tail;    /* in place: the packed last panel when it has fewer than MR rows */
+} a_block;
+
+/* One tile at c (rows x cols valid) from A (packed panel a, or in place at a with row stride lda > 0) and panel
+ * b (kc x NR); epilogue (or NULL) after the last K block. Edge tiles run the full micro-kernel on a scratch tile. */
+static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a, int64_t lda, const float *b,
+                            float *c, int64_t ldc, int64_t rows, int64_t cols, int accumulate,
                             const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     if (rows == MR && cols == NR) {
-        isa->micro(kc, a, b, c, ldc, accumulate, epilogue, row0, col0);
+        if (lda > 0) {
+            isa->micro_rows(kc, a, lda, b, c, ldc, accumulate, epilogue, row0, col0);
+        } else {
+            isa->micro(kc, a, b, c, ldc, accumulate, epilogue, row0, col0);
+        }
         return;
     }
     float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
@@ -137,26 +151,37 @@ static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a
         memset(tile, 0, sizeof(tile));
         for (int64_t i = 0; i < rows; i++) memcpy(tile + i * NR, c + i * ldc, cols * sizeof(float));
     }
-    isa->micro(kc, a, b, tile, NR, accumulate, NULL, 0, 0);
+    if (lda > 0) {
+        isa->micro_rows(kc, a, lda, b, tile, NR, accumulate, NULL, 0, 0);
+    } else {
+        isa->micro(kc, a, b, tile, NR, accumulate, NULL, 0, 0);
+    }
     for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * NR, cols * sizeof(float));
     if (epilogue) isa->epilogue(c, ldc, rows, cols, row0, col0, epilogue);
 }
 
 /* The tile at (ir, jr) of the current (ic, jc, pc) block; `wide` tiles span two B panels. */
-static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a_block, const float *b_block,
+static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const a_block *A, const float *b_block,
                               float *C, int64_t ldc, int64_t ic, int64_t jc, int64_t ir, int64_t jr, int64_t mc,
                               int64_t cols, int wide, int accumulate, const ortx_gemm_epilogue *tile_epilogue) {
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     int64_t rows = min64(MR, mc - ir), row0 = ic + ir, col0 = jc + jr;
     float *c = C + row0 * ldc + col0;
-    const float *a = a_block + ir * kc, *b = b_block + jr * kc;
+    const float *b = b_block + jr * kc;
+    int in_place = A->rows != NULL && rows == MR;
+    const float *a = in_place ? A->rows + ir * A->lda : A->panels ? A->panels + ir * kc : A->tail;
+    int64_t lda = in_place ? A->lda : 0;
     if (wide && rows == MR) {
-        isa->micro_wide(kc, a, b, c, ldc, accumulate, tile_epilogue, row0, col0);
+        if (in_place) {
+            isa->micro_rows_wide(kc, a, lda, b, c, ldc, accumulate, tile_epilogue, row0, col0);
+        } else {
+            isa->micro_wide(kc, a, b, c, ldc, accumulate, tile_epilogue, row0, col0);
+        }
     } else if (wide) {
-        run_tile(isa, kc, a, b, c, ldc, rows, NR, accumulate, tile_epilogue, row0, col0);
-        run_tile(isa, kc, a, b + NR * kc, c + NR, ldc, rows, NR, accumulate, tile_epilogue, row0, col0 + NR);
+        run_tile(isa, kc, a, lda, b, c, ldc, rows, NR, accumulate, tile_epilogue, row0, col0);
+        run_tile(isa, kc, a, lda, b + NR * kc, c + NR, ldc, rows, NR, accumulate, tile_epilogue, row0, col0 + NR);
     } else {
-        run_tile(isa, kc, a, b, c, ldc, rows, cols, accumulate, tile_epilogue, row0, col0);
+        run_tile(isa, kc, a, lda, b, c, ldc, rows, cols, accumulate, tile_epilogue, row0, col0);
     }
 }
 
@@ -170,6 +195,9 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
     int few_rows = m1 - m0 <= ORTX_GEMM_MC;
+    /* A raw row-major A is read in place (no packing, which every task splitting N would repeat). */
+    int a_in_place = !A->packed && A->col_stride == 1 && isa->micro_rows != NULL &&
+                     (isa->micro_wide == NULL || isa->micro_rows_wide != NULL);
     int64_t block_width = ORTX_GEMM_NC;
     if (few_rows) {  /* B block of at most 128 KB, at least one panel pair */
         int64_t kc_max = min64(ORTX_GEMM_KC, K);
@@ -193,20 +221,28 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
             }
             for (int64_t ic = m0; ic < m1; ic += ORTX_GEMM_MC) {
                 int64_t mc = min64(ORTX_GEMM_MC, m1 - ic);
-                const float *a_block;
+                a_block a_view = {NULL, NULL, 0, NULL};
                 if (A->packed) {
-                    a_block = A->data + pc * m_padded + ic * kc;
+                    a_view.panels = A->data + pc * m_padded + ic * kc;
+                } else if (a_in_place) {
+                    int64_t full = mc / MR * MR;
+                    a_view.rows = A->data + ic * A->row_stride + pc;
+                    a_view.lda = A->row_stride;
+                    if (full < mc) {
+                        pack_a_block(A, ic + full, mc - full, pc, kc, a_buffer);
+                        a_view.tail = a_buffer;
+                    }
                 } else {
                     pack_a_block(A, ic, mc, pc, kc, a_buffer);
-                    a_block = a_buffer;
+                    a_view.panels = a_buffer;
                 }
                 if (few_rows) {
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         for (int64_t jr = 0; jr < nc;) {
                             int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
                             int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
-                            block_tile(isa, kc, a_block, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide, accumulate,
-                                       tile_epilogue);
+                            block_tile(isa, kc, &a_view, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide,
+                                       accumulate, tile_epilogue);
                             jr += cols;
                         }
                 } else {
@@ -214,8 +250,8 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
                         int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;
                         int64_t cols = wide ? 2 * NR : min64(NR, nc - jr);
                         for (int64_t ir = 0; ir < mc; ir += MR)
-                            block_tile(isa, kc, a_block, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide, accumulate,
-                                       tile_epilogue);
+                            block_tile(isa, kc, &a_view, b_block, C, ldc, ic, jc, ir, jr, mc, cols, wide,
+                                       accumulate, tile_epilogue);
                         jr += cols;
                     }
                 }

@@ -74,6 +74,11 @@ typedef void (*ortx_gemm_micro_fn)(int64_t kc, const float *a, const float *b, f
                                    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0);
 /* Same over two adjacent B panels (b and b + NR*kc): an MR x 2NR tile; NULL when the ISA has none. */
 typedef ortx_gemm_micro_fn ortx_gemm_micro_wide_fn;
+/* Same as micro (micro_wide) with A read in place: element (i, k) at a[i*lda + k] (a raw row-major A, whose MR
+ * rows all exist). Sums in the same order as the packed kernel, so results are bitwise equal. */
+typedef void (*ortx_gemm_micro_rows_fn)(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                                        int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                        int64_t col0);
 /* Applies the epilogue to the rows x cols tile at c whose first element is (row0, col0) of the problem. */
 typedef void (*ortx_gemm_epilogue_fn)(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
                                       int64_t col0, const ortx_gemm_epilogue *epilogue);
@@ -84,6 +89,8 @@ typedef struct ortx_gemm_isa {
     const char *name;
     ortx_gemm_micro_fn micro;
     ortx_gemm_micro_wide_fn micro_wide;
+    ortx_gemm_micro_rows_fn micro_rows;       /* NULL: A is always packed */
+    ortx_gemm_micro_rows_fn micro_rows_wide;  /* NULL when micro_wide is */
     ortx_gemm_epilogue_fn epilogue;
     ortx_activation_fn activation;
 } ortx_gemm_isa;

@@ -1,6 +1,6 @@
 /* AVX2+FMA pieces of the packed SGEMM: the 6x16 micro-kernel (12 accumulators, 2 B loads and 6 broadcasts per
- * k step, as in BLIS's Haswell/Zen kernel), the vectorised epilogue and the vectorised activations, which the
- * conv family reuses (the activation itself is inline in gemm_avx2.h). */
+ * k step, as in BLIS's Haswell/Zen kernel; also reading a raw row-major A in place), the vectorised epilogue and
+ * the vectorised activations, which the conv family reuses (the activation itself is inline in gemm_avx2.h). */
 #include "gemm_avx2.h"
 
 #if ORTX_HAVE_X86
@@ -79,9 +79,11 @@ ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t row
     }
 }
 
-ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
-                                        int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
-                                        int64_t col0) {
+/* The 6x16 tile: A element (i, k) at a[i*a_row_stride + k*a_col_stride] (packed panels: 1, MR; a raw row-major A
+ * read in place: its row stride, 1); the strides are constants at both calls below. */
+ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void tile_avx2(
+    int64_t kc, const float *a, const int64_t a_row_stride, const int64_t a_col_stride, const float *b, float *c,
+    int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
     for (int i = 0; i < ORTX_GEMM_MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
@@ -93,24 +95,24 @@ ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float 
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
-        __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + 1);
+        __m256 a0 = _mm256_broadcast_ss(a), a1 = _mm256_broadcast_ss(a + a_row_stride);
         c00 = _mm256_fmadd_ps(a0, b0, c00);
         c01 = _mm256_fmadd_ps(a0, b1, c01);
         c10 = _mm256_fmadd_ps(a1, b0, c10);
         c11 = _mm256_fmadd_ps(a1, b1, c11);
-        a0 = _mm256_broadcast_ss(a + 2);
-        a1 = _mm256_broadcast_ss(a + 3);
+        a0 = _mm256_broadcast_ss(a + 2 * a_row_stride);
+        a1 = _mm256_broadcast_ss(a + 3 * a_row_stride);
         c20 = _mm256_fmadd_ps(a0, b0, c20);
         c21 = _mm256_fmadd_ps(a0, b1, c21);
         c30 = _mm256_fmadd_ps(a1, b0, c30);
         c31 = _mm256_fmadd_ps(a1, b1, c31);
-        a0 = _mm256_broadcast_ss(a + 4);
-        a1 = _mm256_broadcast_ss(a + 5);
+        a0 = _mm256_broadcast_ss(a + 4 * a_row_stride);
+        a1 = _mm256_broadcast_ss(a + 5 * a_row_stride);
         c40 = _mm256_fmadd_ps(a0, b0, c40);
         c41 = _mm256_fmadd_ps(a0, b1, c41);
         c50 = _mm256_fmadd_ps(a1, b0, c50);
         c51 = _mm256_fmadd_ps(a1, b1, c51);
-        a += ORTX_GEMM_MR;
+        a += a_col_stride;
         b += ORTX_GEMM_NR;
     }
     /* Broadcast residual columns need the scalar definition: store first, then the tile epilogue. */
@@ -137,10 +139,24 @@ ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float 
     if (epilogue && !fused) ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
+ORTX_TARGET_AVX2 static void micro_avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                        int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                        int64_t col0) {
+    tile_avx2(kc, a, 1, ORTX_GEMM_MR, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+ORTX_TARGET_AVX2 static void micro_rows_avx2(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
+                                             int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
+                                             int64_t row0, int64_t col0) {
+    tile_avx2(kc, a, lda, 1, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
 const ortx_gemm_isa ortx_gemm_isa_avx2 = {
     .name = "avx2",
     .micro = micro_avx2,
     .micro_wide = NULL,
+    .micro_rows = micro_rows_avx2,
+    .micro_rows_wide = NULL,
     .epilogue = ortx_gemm_epilogue_avx2,
     .activation = ortx_activation_array_avx2,
 };

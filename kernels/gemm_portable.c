@@ -6,18 +6,30 @@
 static void epilogue_portable(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
                               const ortx_gemm_epilogue *epilogue);
 
-static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate,
-                           const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+/* A element (i, k) at a[i*a_row_stride + k*a_col_stride]: packed panels (1, MR) or a raw row-major A (lda, 1). */
+static inline void tile_portable(int64_t kc, const float *a, int64_t a_row_stride, int64_t a_col_stride,
+                                 const float *b, float *c, int64_t ldc, int accumulate,
+                                 const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
     enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
     float acc[MR][NR] = {{0}};
     for (int64_t k = 0; k < kc; k++) {
-        const float *ak = a + k * MR, *bk = b + k * NR;
+        const float *ak = a + k * a_col_stride, *bk = b + k * NR;
         for (int i = 0; i < MR; i++)
-            for (int j = 0; j < NR; j++) acc[i][j] += ak[i] * bk[j];
+            for (int j = 0; j < NR; j++) acc[i][j] += ak[i * a_row_stride] * bk[j];
     }
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
     if (epilogue) epilogue_portable(c, ldc, MR, NR, row0, col0, epilogue);
+}
+
+static void micro_portable(int64_t kc, const float *a, const float *b, float *c, int64_t ldc, int accumulate,
+                           const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    tile_portable(kc, a, 1, ORTX_GEMM_MR, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+static void micro_rows_portable(int64_t kc, const float *a, int64_t lda, const float *b, float *c, int64_t ldc,
+                                int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    tile_portable(kc, a, lda, 1, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
 static void epilogue_portable(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0, int64_t col0,
@@ -36,6 +48,8 @@ const ortx_gemm_isa ortx_gemm_isa_portable = {
     .name = "portable",
     .micro = micro_portable,
     .micro_wide = NULL,
+    .micro_rows = micro_rows_portable,
+    .micro_rows_wide = NULL,
     .epilogue = epilogue_portable,
     .activation = activation_portable,
 };
