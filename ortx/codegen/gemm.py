@@ -8,8 +8,11 @@
    byte-identical files.
 4. build_gemm: compiled through ortx.codegen.jit (same content-hash cache, lock and checksum sidecars as segments)
    and wrapped as a GemmKernel, which passes ortx's thread pool (ortx_parallel_for) in as a function pointer.
-Limits: fp32 only; one problem per call (no batch); the epilogue has no residual and only the activations that
-need no exp (none, relu, leaky relu, clip); NEON renders but is only compiled by an AArch64 compiler.
+5. Steps: from_gemm_step reads a gemm_f32 step's ints and floats (kernels/gemm.c) as a GemmProblem, B possibly in
+   kernels/gemm.h's packed format (constant weights, packed by the lowering); the generated object's
+   `<symbol>_step` takes that step's arguments unchanged, so a JIT'd segment can call it in gemm_f32's place.
+Limits: fp32 only; the epilogue has no residual and only the activations that need no exp (none, relu, leaky
+relu, clip); A is never prepacked; NEON renders but is only compiled by an AArch64 compiler.
 """
 from __future__ import annotations
 
@@ -35,6 +38,10 @@ ACTIVATIONS = {0: "none", 1: "relu", 2: "leaky_relu", 3: "clip"}  # kernels/acti
 BIAS_MODES = {0: "none", 1: "row", 2: "column"}
 MAX_VECTORS_PER_ROW = 8  # the template unrolls the vector loop by 8
 MAX_TILE_ROWS = 32  # and the row loop by 32
+# kernels/gemm.h's packed-panel format, which a prepacked B arrives in: ORTX_GEMM_NR columns per panel and
+# ORTX_GEMM_KC deep blocks (tests/codegen/test_gemm.py checks them against gemm_pack_f32).
+PREPACKED_NR = 16
+PREPACKED_KC = 256
 
 
 class GemmError(ValueError):
@@ -44,7 +51,8 @@ class GemmError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class GemmProblem:
     """C[m, n] = act(alpha * A @ B + bias): A element (i, k) at a[i*a_strides[0] + k*a_strides[1]], B element (k, j)
-    at b[k*b_strides[0] + j*b_strides[1]], C element (i, j) at c[i*c_row_stride + j]."""
+    at b[k*b_strides[0] + j*b_strides[1]] (or, b_packed, in kernels/gemm.h's packed panels; b_strides unused),
+    C element (i, j) at c[i*c_row_stride + j]."""
 
     m: int
     n: int
@@ -56,6 +64,7 @@ class GemmProblem:
     bias: int = 0  # BIAS_MODES
     activation: int = 0  # ACTIVATIONS
     params: tuple[float, float] = (0.0, 0.0)  # LeakyRelu alpha; Clip min, max
+    b_packed: bool = False
 
     @classmethod
     def dense(cls, m: int, n: int, k: int, *, transpose_a: bool = False, transpose_b: bool = False,
@@ -78,12 +87,15 @@ class GemmProblem:
     @property
     def signature(self) -> str:
         """The tuning-records key of the problem (shape, strides, epilogue)."""
+        b_layout = "packed" if self.b_packed else f"{self.b_strides[0]},{self.b_strides[1]}"
         return (f"gemm_f32|{self.m}x{self.n}x{self.k}|a={self.a_strides[0]},{self.a_strides[1]}"
-                f"|b={self.b_strides[0]},{self.b_strides[1]}|c={self.c_row_stride}|alpha={self.alpha!r}"
+                f"|b={b_layout}|c={self.c_row_stride}|alpha={self.alpha!r}"
                 f"|bias={self.bias}|act={self.activation}:{self.params[0]!r},{self.params[1]!r}")
 
     def extent(self, operand: str) -> int:
         """Elements a flat buffer for operand "a", "b" or "c" must hold."""
+        if operand == "b" and self.b_packed:
+            return _round_up(self.n, PREPACKED_NR) * self.k
         rows, cols, strides = {"a": (self.m, self.k, self.a_strides), "b": (self.k, self.n, self.b_strides),
                                "c": (self.m, self.n, (self.c_row_stride, 1))}[operand]
         return (rows - 1) * strides[0] + (cols - 1) * strides[1] + 1
@@ -135,7 +147,11 @@ class GemmSchedule:
             found.append(f"prefetch {self.prefetch} is negative")
         if self.tasks_m < 1 or self.tasks_n < 1:
             found.append(f"tasks {self.tasks_m} x {self.tasks_n} is not positive")
-        if problem is not None and not self.pack_b and problem.b_strides[1] != 1:
+        if problem is not None and problem.b_packed:
+            if self.kc != PREPACKED_KC or self.nr % PREPACKED_NR or self.pack_b:
+                found.append(f"a prepacked B needs kc {PREPACKED_KC}, nr a multiple of {PREPACKED_NR} and pack_b "
+                             f"False (got kc {self.kc}, nr {self.nr}, pack_b {self.pack_b})")
+        elif problem is not None and not self.pack_b and problem.b_strides[1] != 1:
             found.append(f"pack_b False needs a row-major B (b_strides[1] == 1), got b_strides {problem.b_strides}")
         return found
 
@@ -206,7 +222,8 @@ def render_gemm(problem: GemmProblem, schedule: GemmSchedule) -> RenderedGemm:
         param0=_c_float(np.float32(problem.params[0])), param1=_c_float(np.float32(problem.params[1])),
         isa=schedule.isa, mr=schedule.mr, nv=schedule.nr // VECTOR_WIDTH[schedule.isa], kc=schedule.kc,
         mc=schedule.mc, nc=schedule.nc, unroll=schedule.unroll, prefetch=schedule.prefetch,
-        pack_a=int(schedule.pack_a), pack_b=int(schedule.pack_b), jr_outer=int(schedule.loop_order == "jr_ir"),
+        pack_a=int(schedule.pack_a), pack_b=int(schedule.pack_b), b_prepacked=int(problem.b_packed),
+        prepacked_nr=PREPACKED_NR, jr_outer=int(schedule.loop_order == "jr_ir"),
         tasks_m=schedule.tasks_m, tasks_n=schedule.tasks_n, schedule=str(schedule),
         workspace_floats=workspace_floats(problem, schedule),
         isa_source=_template(f"gemm_{schedule.isa}.c").rstrip("\n"),
@@ -238,6 +255,9 @@ class GemmKernel:
         self.native = native
         self._function = _GEMM_FUNCTION(native.address)
         self._parallel_for = parallel_for_address()
+        getattr(native.library, f"{rendered.symbol}_init")(ctypes.c_void_p(self._parallel_for))
+        # the step-ABI entry (kernels/ortx_kernels.h), which a JIT'd segment calls in gemm_f32's place
+        self.step_address = ctypes.cast(getattr(native.library, f"{rendered.symbol}_step"), ctypes.c_void_p).value
         self._workspace = np.empty(rendered.workspace_floats, np.float32)
         self._lock = threading.Lock()
 
@@ -268,3 +288,24 @@ def build_gemm(problem: GemmProblem, schedule: GemmSchedule, options: Options) -
     jit.JitError when it cannot be built."""
     rendered = render_gemm(problem, schedule)
     return GemmKernel(rendered, jit.build_library(rendered, options))
+
+
+def from_gemm_step(ints, floats) -> tuple[GemmProblem | None, str]:
+    """(the problem a gemm_f32 step computes, "") or (None, why the template cannot compute it); ints and floats
+    in gemm_f32's layout (kernels/gemm.c)."""
+    ints = [int(value) for value in ints]
+    m, n, k, batch = ints[0:4]
+    a_packed, b_packed, bias_mode, has_residual, activation = ints[4], ints[7], ints[10], ints[11], ints[15]
+    if a_packed:
+        return None, "A is prepacked"
+    if has_residual:
+        return None, "the epilogue adds a residual"
+    if activation not in ACTIVATIONS:
+        return None, f"activation {activation} is not one of {sorted(ACTIVATIONS)}"
+    if bias_mode not in BIAS_MODES:
+        return None, f"bias mode {bias_mode}"
+    if min(m, n, k, batch) < 1:
+        return None, f"empty problem {m}x{n}x{k}, batch {batch}"
+    alpha, param0, param1 = (float(np.float32(value)) for value in (floats[0], floats[2], floats[3]))
+    return GemmProblem(m, n, k, (ints[5], ints[6]), (ints[8], ints[9]), n, alpha=alpha, bias=bias_mode,
+                       activation=activation, params=(param0, param1), b_packed=bool(b_packed)), ""

@@ -10,9 +10,11 @@
    (JitError -> "compile_error"), run once and compared with numpy's float64 product (`close_to_reference`, the
    fp32 tolerance of tests/tolerances.py: kernels with another KC sum in another order, so not bitwise), then
    timed over rotating operand copies.
-4. tune_gemm: the default schedule is measured first (so the best is never worse than it), then the chosen
+4. tune_gemm: the prebuilt gemm_f32 on the same operands is measured once as the baseline (its own records
+   template, PREBUILT_TEMPLATE), then the default schedule (so the best is never worse than it), then the chosen
    strategy (evolutionary by default, with the ridge cost model) proposes the rest; every result is a record.
-   `recorded_schedule` answers from this machine's records only.
+5. recorded_schedule answers from this machine's records only, and only with a schedule faster than the
+   prebuilt kernel's record by more than MARGIN (what a session may put in gemm_f32's place).
 Limits: the cost model sees one task at a time (no transfer across shapes); timings are as noisy as the host.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 
 import numpy as np
 
+from ortx import _kernels
 from ortx.codegen import gemm
 from ortx.codegen.jit import JitError
 from ortx.config import Options
@@ -60,6 +63,9 @@ DEFAULTS = {
 # fp32 comparison with the reference: tests/tolerances.py's float32 entry (1e-4 relative to max|reference| plus
 # 1e-5 absolute), because a kernel with another KC or tile adds the same products in another order.
 RTOL, ATOL = 1e-4, 1e-5
+MARGIN = 0.02  # a generated kernel replaces the prebuilt one only when faster by more than this (as step_threads)
+PREBUILT_TEMPLATE = "gemm_f32:prebuilt"  # records of the prebuilt kernel's time, schedule PREBUILT
+PREBUILT = Schedule.of({"kernel": "gemm_f32"})
 
 
 def to_gemm_schedule(schedule: Schedule) -> gemm.GemmSchedule:
@@ -71,22 +77,31 @@ def to_gemm_schedule(schedule: Schedule) -> gemm.GemmSchedule:
                              tasks_n=values["tasks_n"])
 
 
-def _fits(problem: gemm.GemmProblem, schedule: Schedule) -> bool:
+def _fits(problem: gemm.GemmProblem, schedule: Schedule, max_workspace_floats: int | None) -> bool:
     values = schedule.as_dict()
     isa, mr, nr = values["isa"], values["mr"], values["nr"]
     vectors = nr // gemm.VECTOR_WIDTH[isa]
     if mr * vectors + vectors + 1 > gemm.VECTOR_REGISTERS[isa]:
         return False
-    if not values["pack_b"] and problem.b_strides[1] != 1:
+    if not values["pack_b"] and problem.b_strides[1] != 1 and not problem.b_packed:
         return False
+    if max_workspace_floats is not None:
+        if gemm.workspace_floats(problem, to_gemm_schedule(schedule)) > max_workspace_floats:
+            return False
     row_tiles, column_tiles = -(-problem.m // mr), -(-problem.n // nr)
     return values["tasks_m"] <= row_tiles and values["tasks_n"] <= column_tiles
 
 
-def gemm_space(problem: gemm.GemmProblem, isa: str) -> Space:
+def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | None = None) -> Space:
+    """CHOICES[isa] for `problem`: a prepacked B fixes kc and pack_b and keeps the tile widths its panels allow;
+    `max_workspace_floats` drops schedules needing more workspace (a segment step's buffer is already planned)."""
     if isa not in CHOICES:
         raise gemm.GemmError(f"no GEMM schedule space for isa {isa!r} (have {sorted(CHOICES)})")
-    return Space(f"gemm_{isa}", {"isa": (isa,), **CHOICES[isa]}, valid=lambda schedule: _fits(problem, schedule))
+    choices = {"isa": (isa,), **CHOICES[isa]}
+    if problem.b_packed:
+        choices.update(kc=(gemm.PREPACKED_KC,), pack_b=(False,),
+                       nr=tuple(nr for nr in choices["nr"] if nr % gemm.PREPACKED_NR == 0))
+    return Space(f"gemm_{isa}", choices, valid=lambda schedule: _fits(problem, schedule, max_workspace_floats))
 
 
 def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> Schedule:
@@ -94,6 +109,11 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
     the larger of M and N split into 2 tasks per thread (fewer when the problem has fewer tiles); in the space."""
     values = {"isa": isa, **DEFAULTS[isa], "loop_order": "jr_ir", "unroll": 4, "prefetch": 0, "pack_a": False}
     values["pack_b"] = not (problem.m <= values["mr"] and problem.b_strides[1] == 1)
+    if problem.b_packed:  # read where the lowering packed it, at its depth, in whole panels
+        values.update(kc=gemm.PREPACKED_KC, pack_b=False, nr=max(values["nr"], gemm.PREPACKED_NR))
+        vectors = values["nr"] // gemm.VECTOR_WIDTH[isa]  # a wider tile has room for fewer rows
+        values["mr"] = max(mr for mr in CHOICES[isa]["mr"]
+                           if mr <= values["mr"] and mr * vectors + vectors + 1 <= gemm.VECTOR_REGISTERS[isa])
     wanted = min(2 * max(num_threads, 1), 8)
     row_tiles, column_tiles = -(-problem.m // values["mr"]), -(-problem.n // values["nr"])
     split_rows = row_tiles > column_tiles
@@ -103,9 +123,9 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
     return Schedule.of(values)
 
 
-def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str) -> Task:
-    return Task(f"{problem.signature}|threads={num_threads}|isa={isa}", gemm_space(problem, isa),
-                gemm.template_hash())
+def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str, max_workspace_floats: int | None = None) -> Task:
+    return Task(f"{problem.signature}|threads={num_threads}|isa={isa}",
+                gemm_space(problem, isa, max_workspace_floats), gemm.template_hash())
 
 
 def close_to_reference(outputs, reference) -> str | None:
@@ -122,14 +142,23 @@ def close_to_reference(outputs, reference) -> str | None:
 
 
 def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
-    """Seeded random non-zero operands (a, b[, bias]) as flat buffers and the float64 reference result."""
+    """Seeded random non-zero operands (a, b[, bias]) as flat buffers (a prepacked B packed by gemm_pack_f32) and
+    the float64 reference result."""
+    def element_indexes(rows: int, cols: int, strides: tuple[int, int]) -> np.ndarray:
+        return np.arange(rows)[:, None] * strides[0] + np.arange(cols)[None, :] * strides[1]
+
     rng = np.random.default_rng(seed)
     a = rng.uniform(-1.0, 1.0, problem.extent("a")).astype(np.float32)
-    b = rng.uniform(-1.0, 1.0, problem.extent("b")).astype(np.float32)
+    dense_a = a[element_indexes(problem.m, problem.k, problem.a_strides)]
+    if problem.b_packed:
+        dense_b = rng.uniform(-1.0, 1.0, (problem.k, problem.n)).astype(np.float32)
+        b = np.empty(problem.extent("b"), np.float32)
+        _kernels.call("gemm_pack_f32", [problem.n, problem.k, 1, problem.n, 1], [1.0], [dense_b, b])
+    else:
+        b = rng.uniform(-1.0, 1.0, problem.extent("b")).astype(np.float32)
+        dense_b = b[element_indexes(problem.k, problem.n, problem.b_strides)]
     arrays = [a, b]
-    rows = np.arange(problem.m)[:, None] * problem.a_strides[0] + np.arange(problem.k)[None, :] * problem.a_strides[1]
-    cols = np.arange(problem.k)[:, None] * problem.b_strides[0] + np.arange(problem.n)[None, :] * problem.b_strides[1]
-    value = problem.alpha * (a[rows].astype(np.float64) @ b[cols].astype(np.float64))
+    value = problem.alpha * (dense_a.astype(np.float64) @ dense_b.astype(np.float64))
     if problem.bias:
         bias = rng.uniform(-1.0, 1.0, problem.m if problem.bias == 1 else problem.n).astype(np.float32)
         arrays.append(bias)
@@ -141,6 +170,15 @@ def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray]
     elif problem.activation == 3:
         value = np.clip(value, problem.params[0], problem.params[1])
     return arrays, value
+
+
+def _run_kernel(kernel, problem: gemm.GemmProblem, num_threads: int):
+    output = np.zeros((problem.m, problem.c_row_stride), np.float32)
+
+    def run(inputs):
+        kernel(*inputs[:2], output, inputs[2] if len(inputs) > 2 else None, num_threads=num_threads)
+        return [output[:, : problem.n]]
+    return run
 
 
 class GemmRunner(FunctionRunner):
@@ -155,16 +193,35 @@ class GemmRunner(FunctionRunner):
         super().__init__(self._build, inputs, [reference], settings, compare=close_to_reference)
 
     def _build(self, schedule: Schedule):
+        if schedule == PREBUILT:
+            return _run_kernel(PrebuiltGemm(self.problem), self.problem, self.num_threads)
         try:
             kernel = gemm.build_gemm(self.problem, to_gemm_schedule(schedule), self.options)
         except JitError as error:
             raise CompileError(str(error)) from error
-        output = np.zeros((self.problem.m, self.problem.c_row_stride), np.float32)
+        return _run_kernel(kernel, self.problem, self.num_threads)
 
-        def run(inputs):
-            kernel(*inputs[:2], output, inputs[2] if len(inputs) > 2 else None, num_threads=self.num_threads)
-            return [output[:, : self.problem.n]]
-        return run
+
+class PrebuiltGemm:
+    """The prebuilt gemm_f32 (kernels/gemm.c) on a problem, called like a GemmKernel: the baseline."""
+
+    def __init__(self, problem: gemm.GemmProblem):
+        if problem.c_row_stride != problem.n:
+            raise gemm.GemmError("the prebuilt gemm_f32 writes C rows of exactly n floats")
+        self.problem = problem
+        self._sizes = {}
+
+    def __call__(self, a, b, c, bias=None, *, num_threads: int = 1):
+        problem = self.problem
+        if num_threads not in self._sizes:
+            sizes = np.zeros(3, np.int64)
+            _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, num_threads], [], [sizes])
+            self._sizes[num_threads] = np.empty(int(sizes[0]) // 4 + 1, np.float32)
+        ints = [problem.m, problem.n, problem.k, 1, 0, *problem.a_strides, int(problem.b_packed), *problem.b_strides,
+                problem.bias, 0, 0, 0, 0, problem.activation, num_threads, 0, 0]
+        _kernels.call("gemm_f32", ints, [problem.alpha, 1.0, *problem.params],
+                      [a, b, c, self._sizes[num_threads], bias if bias is not None else c, c], num_threads)
+        return c
 
 
 class _DefaultFirst:
@@ -192,37 +249,56 @@ class GemmTuning:
     task: Task
     best: MeasureResult | None
     default: MeasureResult | None  # the default schedule's measurement (recorded or new)
+    prebuilt: MeasureResult | None  # the prebuilt gemm_f32's (recorded or new)
     result: TaskResult
     seconds: float
+
+
+def _fastest(database: TuningDatabase, signature: str, fingerprint: HardwareFingerprint, template: str,
+             schedule: Schedule) -> MeasureResult | None:
+    times = [r.median_ms for r in database.records(signature, fingerprint.key, template)
+             if r.status == "ok" and Schedule.of(r.schedule) == schedule]
+    return MeasureResult(schedule, "ok", min(times)) if times else None
 
 
 def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDatabase,
               fingerprint: HardwareFingerprint, options: Options, trials: int, isa: str | None = None,
               strategy: str = "evolutionary", seed: int = 0, settings: TimingSettings = TimingSettings(),
-              budget_seconds: float | None = None) -> GemmTuning:
-    """Measures up to `trials` schedules (the default first; recorded ones are not measured again)."""
+              budget_seconds: float | None = None, max_workspace_floats: int | None = None) -> GemmTuning:
+    """Measures the prebuilt baseline (once) and up to `trials` schedules (the default first; recorded ones are not
+    measured again)."""
     start = time.perf_counter()
     isa = isa or gemm.runnable_isas()[-1]
-    task = task_for(problem, num_threads, isa)
+    task = task_for(problem, num_threads, isa, max_workspace_floats)
     if strategy not in STRATEGIES:
         raise ValueError(f"tune_gemm: strategy {strategy!r} is not one of {sorted(STRATEGIES)}")
     search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
     default = default_schedule(problem, isa, num_threads)
     runner = GemmRunner(problem, num_threads, options, settings, seed)
+    if problem.c_row_stride == problem.n:
+        baseline = Task(task.signature, Space("gemm_f32", {"kernel": ("gemm_f32",)}), PREBUILT_TEMPLATE)
+        tune([baseline], [Exhaustive(baseline.space)], lambda pairs: runner([schedule for _, schedule in pairs]),
+             database, fingerprint, trials=1, source="gemm:prebuilt")
     (result,) = tune([task], [_DefaultFirst(default, search)],
                      lambda pairs: runner([schedule for _, schedule in pairs]), database, fingerprint,
                      trials=trials, budget_seconds=budget_seconds, source=f"gemm:{strategy}")
-    default_result = next((MeasureResult(default, r.status, r.median_ms, r.detail)
-                           for r in database.records(task.signature, fingerprint.key, task.template)
-                           if Schedule.of(r.schedule) == default and r.status == "ok"), None)
-    return GemmTuning(task, result.best, default_result, result, time.perf_counter() - start)
+    return GemmTuning(task, result.best, _fastest(database, task.signature, fingerprint, task.template, default),
+                      _fastest(database, task.signature, fingerprint, PREBUILT_TEMPLATE, PREBUILT), result,
+                      time.perf_counter() - start)
 
 
 def recorded_schedule(problem: gemm.GemmProblem, num_threads: int, database: TuningDatabase,
-                      fingerprint: HardwareFingerprint, isa: str | None = None) -> gemm.GemmSchedule | None:
-    """The fastest schedule recorded for this problem, thread count and ISA on this machine, or None."""
-    task = task_for(problem, num_threads, isa or gemm.runnable_isas()[-1])
-    record = database.best(task.signature, fingerprint.key, task.template)
-    if record is None or not task.space.contains(Schedule.of(record.schedule)):
+                      fingerprint: HardwareFingerprint, isa: str | None = None,
+                      max_workspace_floats: int | None = None) -> gemm.GemmSchedule | None:
+    """The fastest schedule recorded for this problem, thread count and ISA on this machine that fits the
+    workspace, when it beat the prebuilt kernel's recorded time by more than MARGIN; else None."""
+    task = task_for(problem, num_threads, isa or gemm.runnable_isas()[-1], max_workspace_floats)
+    prebuilt = _fastest(database, task.signature, fingerprint, PREBUILT_TEMPLATE, PREBUILT)
+    if prebuilt is None:
         return None
-    return to_gemm_schedule(Schedule.of(record.schedule))
+    candidates = sorted((r for r in database.records(task.signature, fingerprint.key, task.template)
+                         if r.status == "ok" and task.space.contains(Schedule.of(r.schedule))),
+                        key=lambda r: (r.median_ms, r.created))
+    if not candidates or candidates[0].median_ms >= prebuilt.median_ms * (1 - MARGIN):
+        return None
+    return to_gemm_schedule(Schedule.of(candidates[0].schedule))

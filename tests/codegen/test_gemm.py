@@ -230,3 +230,72 @@ def test_operands_are_checked_and_the_second_build_hits_the_cache(tmp_path, monk
         first(a[:-1], b)
     with pytest.raises(gemm.GemmError, match="operand b must be a C-contiguous float32"):
         first(a, b.astype(np.float64))
+
+
+def _gemm_f32_arguments(m, n, k, batch, *, b_packed, bias_mode, activation, alpha, seed):
+    """gemm_f32's ints, floats and buffers (kernels/gemm.c) for a batch over A [batch, m, k] and one B [k, n]
+    (raw, or packed by gemm_pack_f32 as the lowering packs constant weights), with the dense operands."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((batch, m, k)).astype(np.float32)
+    dense_b = rng.standard_normal((k, n)).astype(np.float32)
+    b = dense_b
+    if b_packed:
+        sizes = np.zeros(3, np.int64)
+        _kernels.call("gemm_sizes_f32", [1, n, k, 1], [], [sizes])
+        b = np.empty(int(sizes[2]), np.float32)
+        _kernels.call("gemm_pack_f32", [n, k, 1, n, 1], [1.0], [dense_b, b])
+    bias = rng.standard_normal(m if bias_mode == 1 else n).astype(np.float32)
+    ints = [m, n, k, batch, 0, k, 1, int(b_packed), n, 1, bias_mode, 0, 0, 0, 0, activation, 2,
+            *[index * m * k for index in range(batch)], *[0] * batch]
+    floats = [alpha, 1.0, 0.0, 0.0]
+    return ints, floats, a, b, dense_b, bias
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_step_entry_takes_gemm_f32_arguments_and_prepacked_weights(tmp_path_factory, isa):
+    """The `_step` entry on gemm_f32's own ints and buffers (batch of 2, B prepacked by gemm_pack_f32, bias per
+    column, relu) equals gemm_f32: bitwise on the FMA ISAs (same KC), within tolerance on the portable one."""
+    import ctypes
+
+    width = gemm.VECTOR_WIDTH[isa]
+    cases = [dict(m=13, n=70, k=300, b_packed=True, bias_mode=2, activation=1, alpha=1.0),
+             dict(m=7, n=3 * width + 1, k=37, b_packed=False, bias_mode=1, activation=0, alpha=0.5)]
+    step = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+    for seed, case in enumerate(cases):
+        ints, floats, a, b, dense_b, bias = _gemm_f32_arguments(batch=2, seed=seed, **case)
+        problem, reason = gemm.from_gemm_step(ints, floats)
+        assert reason == "" and problem.b_packed == case["b_packed"]
+        nr = max(2 * width, gemm.PREPACKED_NR) if problem.b_packed else 2 * width
+        schedule = gemm.GemmSchedule(isa=isa, mr=5, nr=nr, kc=256, mc=10, nc=2 * nr, tasks_m=2, tasks_n=2,
+                                     pack_b=not problem.b_packed)
+        kernel = gemm.build_gemm(problem, schedule, _options(tmp_path_factory))
+        sizes = np.zeros(3, np.int64)
+        _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, 2], [], [sizes])
+        workspace = np.empty(max(int(sizes[0]) // 4, kernel.rendered.workspace_floats) + 1, np.float32)
+        outputs = []
+        for run in ("generated", "prebuilt"):
+            y = np.full((2, problem.m, problem.n), np.nan, np.float32)
+            buffers = [a, b, y, workspace, bias, y]
+            if run == "prebuilt":
+                _kernels.call("gemm_f32", ints, floats, buffers, 2)
+            else:
+                int_array, float_array = np.array(ints, np.int64), np.array(floats, np.float32)
+                pointers = np.array([array.ctypes.data for array in buffers], np.uint64)
+                step(kernel.step_address)(int_array.ctypes.data, float_array.ctypes.data, pointers.ctypes.data, 2)
+            outputs.append(y)
+        value = case["alpha"] * (a.astype(np.float64) @ dense_b) + (bias[:, None] if case["bias_mode"] == 1
+                                                                      else bias[None, :])
+        expected = (np.maximum(value, 0) if case["activation"] == 1 else value).astype(np.float32)
+        assert_close(outputs[0], expected, what=f"{isa} step entry, case {seed}")
+        if isa in ("avx2", "avx512"):
+            np.testing.assert_array_equal(outputs[0], outputs[1], err_msg=f"{isa}: step entry vs gemm_f32")
+
+
+def test_from_gemm_step_declines_what_the_template_lacks():
+    ints, floats, *_ = _gemm_f32_arguments(4, 5, 6, 1, b_packed=False, bias_mode=0, activation=0, alpha=1.0, seed=0)
+    assert gemm.from_gemm_step(ints, floats)[0] == gemm.GemmProblem.dense(4, 5, 6)
+    for index, value, reason in [(4, 1, "A is prepacked"), (11, 1, "residual"), (15, 4, "activation 4")]:
+        changed = list(ints)
+        changed[index] = value
+        problem, why = gemm.from_gemm_step(changed, floats)
+        assert problem is None and reason in why

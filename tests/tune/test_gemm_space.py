@@ -1,7 +1,8 @@
 """ortx.tune.gemm_space: the GEMM schedule space (valid samples render for every ISA), the default schedule, and
-tune_gemm through the runner and search: the default measured first, every candidate checked against the
-reference before timing, failures stored as rows, records keyed by the template hash, resumption without
-measuring again, and recorded_schedule reading only this machine's records."""
+tune_gemm through the runner and search: the prebuilt baseline and the default measured first, every candidate
+checked against the reference before timing, failures stored as rows, records keyed by the template hash,
+resumption without measuring again, and recorded_schedule answering only from this machine's records and only
+with a schedule that beat the prebuilt kernel."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ from ortx.codegen.jit import JitError
 from ortx.config import Options
 from ortx.tune import gemm_space
 from ortx.tune.fingerprint import HardwareFingerprint, current
-from ortx.tune.records import TuningDatabase
+from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import TimingSettings
 from ortx.tune.space import Schedule
 
@@ -67,11 +68,17 @@ def test_tune_gemm_measures_the_default_first_records_everything_and_resumes(tmp
     assert len(records) == 3 and first.result.measured == 3 and first.result.failures == 0
     assert Schedule.of(records[0].schedule) == gemm_space.default_schedule(problem, ISA, 2)
     assert first.default is not None and first.best.median_ms <= first.default.median_ms
-    assert gemm_space.recorded_schedule(problem, 2, database, machine) == gemm_space.to_gemm_schedule(
-        first.best.schedule)
+    (baseline,) = database.records(task.signature, machine.key, gemm_space.PREBUILT_TEMPLATE)
+    assert baseline.status == "ok" and Schedule.of(baseline.schedule) == gemm_space.PREBUILT
+    chosen = gemm_space.recorded_schedule(problem, 2, database, machine)
+    if first.best.median_ms < baseline.median_ms * (1 - gemm_space.MARGIN):
+        assert chosen == gemm_space.to_gemm_schedule(first.best.schedule)
+    else:
+        assert chosen is None, "a schedule no faster than the prebuilt kernel must not replace it"
     again = gemm_space.tune_gemm(problem, num_threads=2, database=database, fingerprint=machine, options=options,
                                  trials=3, strategy="random", settings=FAST)
     assert again.result.measured == 0 and again.result.recorded == 3
+    assert len(database.records(task.signature, machine.key, gemm_space.PREBUILT_TEMPLATE)) == 1
     assert (again.best.schedule, again.best.median_ms) == (first.best.schedule, first.best.median_ms)
     other = HardwareFingerprint("another cpu", (), "avx2", 64, (), "cc 0")
     assert gemm_space.recorded_schedule(problem, 2, database, other) is None
@@ -97,7 +104,43 @@ def test_compile_errors_and_wrong_results_are_rows_not_exceptions(tmp_path, data
     tuning = gemm_space.tune_gemm(problem, num_threads=1, database=database, fingerprint=machine, options=options,
                                   trials=4, strategy="exhaustive", settings=FAST)
     statuses = {record.schedule["unroll"]: record.status
-                for record in database.records(tuning.task.signature, machine.key)}
+                for record in database.records(tuning.task.signature, machine.key, gemm.template_hash())}
     assert statuses == {1: "compile_error", 2: "wrong_result", 4: "ok"}, statuses
     assert tuning.result.measured == 4 and tuning.result.failures == 2
     assert tuning.best is not None and tuning.best.schedule["unroll"] == 4
+
+
+def _record(database, machine, signature, template, schedule, median_ms):
+    database.add(TuningRecord(signature, machine.key, template, schedule.as_dict(), "ok", median_ms))
+
+
+def test_recorded_schedule_needs_a_margin_over_the_prebuilt_kernel_and_fits_the_workspace(tmp_path, database):
+    machine = current(Options(cache_dir=tmp_path))
+    database.add_fingerprint(machine)
+    problem = gemm.GemmProblem.dense(64, 512, 256)
+    task = gemm_space.task_for(problem, 2, ISA)
+    packed, in_place = (gemm_space.default_schedule(problem, ISA, 2).replace(pack_b=pack_b) for pack_b in (True, False))
+    _record(database, machine, task.signature, task.template, packed, 0.90)
+    _record(database, machine, task.signature, task.template, in_place, 0.95)
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) is None, "no baseline recorded"
+    _record(database, machine, task.signature, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT, 1.0)
+    _record(database, machine, task.signature, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT, 0.91)
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) is None, "within the margin of the fastest"
+    with TuningDatabase(tmp_path / "other.sqlite") as other:
+        other.add_fingerprint(machine)
+        _record(other, machine, task.signature, task.template, packed, 0.90)
+        _record(other, machine, task.signature, task.template, in_place, 0.95)
+        _record(other, machine, task.signature, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT, 1.0)
+        assert gemm_space.recorded_schedule(problem, 2, other, machine) == gemm_space.to_gemm_schedule(packed)
+        # a step whose workspace cannot hold packed B gets the in-place schedule, which needs none
+        assert gemm_space.recorded_schedule(problem, 2, other, machine, max_workspace_floats=1024) == \
+            gemm_space.to_gemm_schedule(in_place)
+
+
+def test_prepacked_b_space_and_default():
+    problem = gemm.GemmProblem.dense(128, 768, 256, b_packed=True, bias=2)
+    for isa in sorted(gemm_space.CHOICES):
+        space = gemm_space.gemm_space(problem, isa)
+        assert space.choices["kc"] == (gemm.PREPACKED_KC,) and space.choices["pack_b"] == (False,)
+        default = gemm_space.default_schedule(problem, isa, 2)
+        assert space.contains(default) and gemm_space.to_gemm_schedule(default).problems(problem) == []

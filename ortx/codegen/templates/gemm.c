@@ -8,7 +8,8 @@
  *      KC-deep block p of a packed operand starts at p*KC*rows_padded and holds its panels one after another,
  *      [kc][NR] (or [kc][MR]) floats each, rows past the operand's end zero. Unpacked operands are read in place:
  *      a tile broadcasts its MR rows' elements straight from A's rows, and loads B's rows (row-major B only,
- *      the last vector of the last column panel masked).
+ *      the last vector of the last column panel masked). B_PREPACKED: B arrives in kernels/gemm.h's packed
+ *      format (16-column panels, KC 256, as the lowering packs constant weights), read where it is.
  *   2. Compute (one parallel_for): the output is cut into TASKS_M x TASKS_N blocks of whole tiles; a task walks
  *      its block NC columns -> KC depth -> MC rows -> (JR_OUTER: B micro-panel outer, A micro-panel inner, else
  *      the other way round) and runs the MR x NR register tile on each; tiles on the last row or column panel
@@ -23,6 +24,8 @@
  * 64-byte aligned (${symbol}_workspace_floats() returns the count); bias is NULL unless BIAS_MODE != 0.
  * parallel_for may be NULL (tasks run in order on the caller); ortx passes its thread pool's ortx_parallel_for,
  * so this object never links against ortx.
+ * ${symbol}_step is the same as an ortx step function (kernels/ortx_kernels.h) taking gemm_f32's ints and buffers
+ * (kernels/gemm.c; the batch offsets are read from ints), after ${symbol}_init(parallel_for) was called once.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +60,8 @@ typedef void (*ortx_parallel_for_fn)(int num_threads, int64_t num_tasks, ortx_ta
 #define PREFETCH ${prefetch} /* k steps ahead that the tile prefetches its A and B panels; 0: none */
 #define PACK_A ${pack_a}
 #define PACK_B ${pack_b}
+#define B_PREPACKED ${b_prepacked} /* B in kernels/gemm.h's panels (PREPACKED_NR columns, KC deep blocks) */
+#define PREPACKED_NR ((int64_t)${prepacked_nr})
 #define JR_OUTER ${jr_outer}
 #define TASKS_M ${tasks_m}
 #define TASKS_N ${tasks_n}
@@ -70,6 +75,7 @@ ${isa_source}
 #define N_PANELS ((GEMM_N + NR - 1) / NR)
 #define M_PADDED (M_PANELS * MR)
 #define N_PADDED (N_PANELS * NR)
+#define N_PREPACKED_PADDED ((GEMM_N + PREPACKED_NR - 1) / PREPACKED_NR * PREPACKED_NR)
 #define M_TAIL (GEMM_M - (M_PANELS - 1) * MR)     /* rows of the last row panel, 1..MR */
 #define N_TAIL (GEMM_N - (N_PANELS - 1) * NR)     /* columns of the last column panel, 1..NR */
 #define N_TAIL_VECTORS ((N_TAIL + VL - 1) / VL)
@@ -159,9 +165,16 @@ ORTX_INLINE vec_t epilogue_vector(vec_t value, const float *bias, int64_t row, i
     return value;
 }
 
+/* Vector v of step k of the B micro-panel that starts at b (run_tile), in B's layout. */
+ORTX_INLINE const float *b_vector(const float *b, int64_t k, int v, int64_t kc) {
+    if (B_PREPACKED) return b + v * VL / PREPACKED_NR * PREPACKED_NR * kc + k * PREPACKED_NR + v * VL % PREPACKED_NR;
+    if (PACK_B) return b + k * NR + v * VL;
+    return b + k * B_ROW_STRIDE + v * VL;
+}
+
 /* The register tile: ROWS x (VECTORS vectors, the last with LANES lanes) of C at c, from the A micro-panel at a
- * (packed: [kc][MR]; in place: rows of A) and the B micro-panel at b (packed: [kc][NR]; in place: rows of B).
- * ROWS, VECTORS and LANES are literals at every call, so each instance keeps its accumulators in registers. */
+ * (packed: [kc][MR]; in place: rows of A) and the B micro-panel at b (b_vector). ROWS, VECTORS and LANES are
+ * literals at every call, so each instance keeps its accumulators in registers. */
 ORTX_INLINE void tile(const int rows, const int vectors, const int lanes, int64_t kc, const float *a, const float *b,
                       float *c, int accumulate, int last, const float *bias, int64_t row0, int64_t col0) {
     vec_t acc[MR][NV];
@@ -169,13 +182,12 @@ ORTX_INLINE void tile(const int rows, const int vectors, const int lanes, int64_
         ORTX_UNROLL(8) for (int v = 0; v < vectors; v++) acc[i][v] = vec_zero();
     ORTX_UNROLL(UNROLL) for (int64_t k = 0; k < kc; k++) {
         vec_t bv[NV];
-        ORTX_UNROLL(8) for (int v = 0; v < vectors; v++) {
-            const float *row = PACK_B ? b + k * NR + v * VL : b + k * B_ROW_STRIDE + v * VL;
-            bv[v] = PACK_B || v < vectors - 1 || lanes == VL ? vec_load(row) : vec_load_part(row, lanes);
+        ORTX_UNROLL(8) for (int v = 0; v < vectors; v++) {  /* packed panels are zero-padded: no masks needed */
+            int whole = PACK_B || B_PREPACKED || v < vectors - 1 || lanes == VL;
+            bv[v] = whole ? vec_load(b_vector(b, k, v, kc)) : vec_load_part(b_vector(b, k, v, kc), lanes);
         }
         if (PREFETCH) {
-            ORTX_UNROLL(8) for (int v = 0; v < vectors; v++)
-                vec_prefetch(PACK_B ? b + (k + PREFETCH) * NR + v * VL : b + (k + PREFETCH) * B_ROW_STRIDE + v * VL);
+            ORTX_UNROLL(8) for (int v = 0; v < vectors; v++) vec_prefetch(b_vector(b, k + PREFETCH, v, kc));
             if (PACK_A) vec_prefetch(a + (k + PREFETCH) * MR);
         }
         ORTX_UNROLL(32) for (int i = 0; i < rows; i++) {
@@ -205,7 +217,9 @@ ORTX_TARGET static void run_tile(const gemm_job *job, int64_t row_panel, int64_t
     int64_t row0 = row_panel * MR, col0 = col_panel * NR;
     const float *a = PACK_A ? job->packed_a + k0 * M_PADDED + row0 * kc
                             : job->a + row0 * A_ROW_STRIDE + k0 * A_COL_STRIDE;
-    const float *b = PACK_B ? job->packed_b + k0 * N_PADDED + col0 * kc : job->b + k0 * B_ROW_STRIDE + col0;
+    const float *b = B_PREPACKED ? job->b + k0 * N_PREPACKED_PADDED + col0 * kc
+                     : PACK_B    ? job->packed_b + k0 * N_PADDED + col0 * kc
+                                 : job->b + k0 * B_ROW_STRIDE + col0;
     float *c = job->c + row0 * C_ROW_STRIDE + col0;
     int accumulate = k0 > 0, last = k0 + kc == GEMM_K;
     int row_tail = M_TAIL != MR && row_panel == M_PANELS - 1, col_tail = N_TAIL != NR && col_panel == N_PANELS - 1;
@@ -264,4 +278,20 @@ void ${symbol}(const float *a, const float *b, float *c, const float *bias, floa
     gemm_job job = {a, b, bias, c, aligned + PACKED_B_FLOATS, aligned};
     run_tasks(num_threads, PACK_TASKS_B + PACK_TASKS_A, pack_task, &job, parallel_for);
     run_tasks(num_threads, TASKS_M * TASKS_N, compute_task, &job, parallel_for);
+}
+
+/* The ortx step ABI (kernels/ortx_kernels.h) over gemm_f32's parameters (kernels/gemm.c): ints [3] batch and, from
+ * [17], the A then the B element offsets of each batch; buffers [0] A [1] B [2] Y (contiguous [batch, M, N]),
+ * [3] workspace, [4] bias. Everything else in ints and floats is a literal of this file. */
+static ortx_parallel_for_fn step_parallel_for;
+
+void ${symbol}_init(ortx_parallel_for_fn parallel_for) { step_parallel_for = parallel_for; }
+
+void ${symbol}_step(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    int64_t batch = ints[3];
+    for (int64_t index = 0; index < batch; index++)
+        ${symbol}((const float *)buffers[0] + ints[17 + index], (const float *)buffers[1] + ints[17 + batch + index],
+                  (float *)buffers[2] + index * GEMM_M * C_ROW_STRIDE, buffers[4], buffers[3], num_threads,
+                  step_parallel_for);
 }
