@@ -29,6 +29,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import _ctypes
@@ -236,26 +237,51 @@ def build_library(rendered, options: Options) -> NativeLibrary:
     return NativeLibrary(rendered.symbol, path, address, origin, seconds, library)
 
 
-def build_or_raise(rendered: RenderedSegment, options: Options) -> NativeSegment:
-    """The rendered segment compiled (or found in the cache) and loaded; JitError says why it cannot be."""
+def _kernel_tables(rendered: RenderedSegment, substitutes: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(fast, reference) kernel tables: a substitute's slot holds its address, and in the reference table the
+    oracle of the kernel it stands in for."""
+    originals = dict(rendered.replaced)
+    missing = sorted(set(originals) - set(substitutes))
+    if missing:
+        raise JitError(f"{rendered.symbol}: no address for the substitute kernels {missing}")
+    names = [originals.get(name, name) for name in rendered.kernel_names]
+    fast = np.array(_kernels.kernel_functions(names, False), dtype=np.uint64)
+    for slot, name in enumerate(rendered.kernel_names):
+        if name in originals:
+            fast[slot] = substitutes[name]
+    return fast, _kernels.kernel_functions(names, True)
+
+
+def build_or_raise(rendered: RenderedSegment, options: Options,
+                   substitutes: Mapping[str, int] | None = None) -> NativeSegment:
+    """The rendered segment compiled (or found in the cache) and loaded; JitError says why it cannot be.
+    `substitutes`: the address of each substitute kernel the segment was rendered with (rendered.replaced)."""
+    fast, reference = _kernel_tables(rendered, substitutes or {})
     native = build_library(rendered, options)
     return NativeSegment(rendered.symbol, native.path, native.address, rendered.kernel_names, native.origin,
-                         native.seconds, native.library, _kernels.kernel_functions(rendered.kernel_names, False),
-                         _kernels.kernel_functions(rendered.kernel_names, True), rendered.step_threads)
+                         native.seconds, native.library, fast, reference, rendered.step_threads)
 
 
-def build(rendered: RenderedSegment, options: Options) -> NativeSegment | None:
+def build(rendered: RenderedSegment, options: Options,
+          substitutes: Mapping[str, int] | None = None) -> NativeSegment | None:
     """The rendered segment compiled (or found in the cache) and loaded; None, with a warning, when it cannot be."""
     try:
-        return build_or_raise(rendered, options)
+        return build_or_raise(rendered, options, substitutes)
     except JitError as error:
         logger.warning("ortx JIT: %s; claimed segments run on the step interpreter", error)
         return None
 
 
-def jit_compile(compiled: CompiledProgram, options: Options,
-                step_threads: tuple[int | None, ...] | None = None) -> CompiledProgram:
+def jit_compile(compiled: CompiledProgram, options: Options, step_threads: tuple[int | None, ...] | None = None,
+                step_substitutes: Mapping[int, tuple[str, int]] | None = None) -> CompiledProgram:
     """`compiled` with its native form attached, or unchanged when it cannot be built (the interpreter runs it).
-    `step_threads`: per-step thread counts (ortx.codegen.render.render); None runs every step on the session's."""
-    native = build(render(compiled, step_threads), options)
+    `step_threads`: per-step thread counts (ortx.codegen.render.render); None runs every step on the session's.
+    `step_substitutes`: step index -> (name, address) of a step-ABI function to call in that step's kernel's place
+    (a tuned generated GEMM); the interpreter, which runs when there is no compiler, keeps the step's kernel."""
+    step_kernels = None
+    if step_substitutes:
+        step_kernels = tuple(step_substitutes[index][0] if index in step_substitutes else None
+                             for index in range(len(compiled.steps)))
+    native = build(render(compiled, step_threads, step_kernels), options,
+                   {name: address for name, address in (step_substitutes or {}).values()})
     return compiled if native is None else dataclasses.replace(compiled, native=native)

@@ -6,7 +6,8 @@ arguments: ints and floats become static arrays (floats as hex literals, so ever
 `arena + offset`, `constants[i]` or `externals[i]`. Each step runs on `num_threads` threads, or, with a
 `step_threads` schedule (ortx.tune.step_threads), on min(its count, num_threads). Kernels are called through a
 table the caller passes in, listed by name in the file, so the object never links against ortx and the source
-holds no build-specific kernel ids.
+holds no build-specific kernel ids. With `step_kernels`, a step calls another function with the same step ABI in
+its kernel's place (a tuned generated GEMM's `_step`, ortx.codegen.gemm); `replaced` lists (substitute, kernel).
 The symbol's hash is of the rest of the source, so equal programs render byte-identical files.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ class RenderedSegment:
     source: str
     kernel_names: tuple[str, ...]  # the `kernels` table the function expects, in order
     step_threads: tuple[int | None, ...] | None = None  # the schedule it was rendered with (None: num_threads)
+    replaced: tuple[tuple[str, str], ...] = ()  # (substitute in kernel_names, the ortx kernel it stands in for)
 
 
 def _template() -> string.Template:
@@ -97,25 +99,35 @@ def _c_threads(count: int | None) -> str:
     return "1" if count == 1 else f"ortx_threads_at_most({count}, num_threads)"
 
 
-def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | None = None) -> RenderedSegment:
+def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | None = None,
+           step_kernels: tuple[str | None, ...] | None = None) -> RenderedSegment:
     """`step_threads`: None (every step on the session's num_threads) or one entry per step, None for the session's
-    count or a positive int (at most that many threads)."""
+    count or a positive int (at most that many threads). `step_kernels`: None or one entry per step, None for the
+    step's own kernel or the name of the step-ABI function the caller's table will hold in its place."""
     if len(compiled.steps) != compiled.program.num_steps:
         raise ValueError("render: the program carries no step listing (build it with SegmentBuilder.finish)")
     if step_threads is not None and len(step_threads) != len(compiled.steps):
         raise ValueError(f"render: {len(step_threads)} step thread counts for {len(compiled.steps)} steps")
+    if step_kernels is not None and len(step_kernels) != len(compiled.steps):
+        raise ValueError(f"render: {len(step_kernels)} step kernels for {len(compiled.steps)} steps")
+    replaced: dict[str, str] = {}
     kernel_names: list[str] = []
     blocks = []
     externals = 0
     indent = " " * 12
     for index, step in enumerate(compiled.steps):
-        if step.kernel not in kernel_names:
-            kernel_names.append(step.kernel)
+        kernel = step.kernel
+        if step_kernels is not None and step_kernels[index] is not None:
+            kernel = step_kernels[index]
+            if replaced.setdefault(kernel, step.kernel) != step.kernel:
+                raise ValueError(f"render: {kernel} stands in for both {replaced[kernel]} and {step.kernel}")
+        if kernel not in kernel_names:
+            kernel_names.append(kernel)
         externals = max([externals] + [value + 1 for kind, value in step.buffers if kind not in (ARENA, CONSTANT)])
         floats = np.asarray(step.floats, dtype=np.float32)
         blocks.append(_STEP.substitute(
             index=index,
-            kernel=step.kernel,
+            kernel=kernel if kernel == step.kernel else f"{kernel} in place of {step.kernel}",
             node=_comment_text(step.node),
             num_ints=max(len(step.ints), 1),
             ints=_wrapped([_c_int(v) for v in step.ints] or ["0"], indent),
@@ -123,7 +135,7 @@ def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | Non
             floats=_wrapped([_c_float(v) for v in floats] or ["0.0f"], indent),
             num_buffers=max(len(step.buffers), 1),
             buffers=_wrapped([_c_buffer(kind, value) for kind, value in step.buffers] or ["NULL"], indent),
-            slot=kernel_names.index(step.kernel),
+            slot=kernel_names.index(kernel),
             threads=_c_threads(None if step_threads is None else step_threads[index]),
         ))
     constant_lines = [f" *     [{i}] {_comment_text(c.label)}: {c.dtype}{list(c.shape)}"
@@ -142,7 +154,8 @@ def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | Non
     digest = hashlib.sha256(template.substitute(fields, symbol="ortx_segment").encode()).hexdigest()
     symbol = f"ortx_segment_{digest[:16]}"
     schedule = None if step_threads is None or all(count is None for count in step_threads) else tuple(step_threads)
-    return RenderedSegment(symbol, template.substitute(fields, symbol=symbol), tuple(kernel_names), schedule)
+    return RenderedSegment(symbol, template.substitute(fields, symbol=symbol), tuple(kernel_names), schedule,
+                           tuple(replaced.items()))
 
 
 def export_c(compiled: CompiledProgram, path) -> RenderedSegment:
