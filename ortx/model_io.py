@@ -1,7 +1,9 @@
 """Model input/output: load a private copy, hand ONNX Runtime an IR version it reads, save atomically.
 
 1. `load(source)` accepts a path, serialized bytes or an onnx.ModelProto and always returns a new ModelProto that
-   passed onnx.checker, so no later stage can mutate the caller's object or file. `load_ir` returns it as onnx_ir.
+   passed onnx.checker, so no later stage can mutate the caller's object or file. `load_ir` returns it as onnx_ir;
+   `own_tensors` makes an onnx_ir model independent of the proto it came from, so the proto can be freed, and
+   `forget_removed_graph_io` drops what onnx_ir's graph keeps of removed inputs (both hold a model's weights once).
 2. `clamp_ir_version` / `to_ort_bytes`: onnx writes the newest IR version it knows (14 for onnx 1.23); the installed
    onnxruntime may read only older ones. The newest version it accepts is probed once, by building tiny sessions.
 3. `save(model, path)` writes a temp file in the target directory, fsyncs it and os.replace()s it into place, so a
@@ -16,6 +18,7 @@ import os
 import tempfile
 from typing import Union
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
@@ -57,6 +60,13 @@ def _parse(data: bytes, what: str) -> onnx.ModelProto:
     return model
 
 
+def _existing_file(path: str, what: str) -> None:
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file {what} does not exist")
+    if os.path.isdir(path):
+        raise ModelLoadError(f"model path {what} is a directory, not an .onnx file")
+
+
 def _read(source: ModelSource) -> onnx.ModelProto:
     what = _describe(source)
     if isinstance(source, onnx.ModelProto):
@@ -69,37 +79,123 @@ def _read(source: ModelSource) -> onnx.ModelProto:
         return _parse(source, what)
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        if not os.path.exists(path):
-            raise ModelLoadError(f"model file {what} does not exist")
-        if os.path.isdir(path):
-            raise ModelLoadError(f"model path {what} is a directory, not an .onnx file")
+        _existing_file(path, what)
         with open(path, "rb") as handle:
             model = _parse(handle.read(), f"file {what}")
+        helper = onnx.external_data_helper
+        if not any(helper.uses_external_data(tensor) for tensor in helper._get_all_tensors(model)):
+            return model  # its size is the file's, which protobuf could parse
         # Tensors stored in external data files are resolved relative to the model's directory.
         try:
-            onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
-        except (OSError, ValueError) as error:
+            helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+        except (OSError, ValueError, onnx.checker.ValidationError) as error:  # onnx checks the data file's path
             raise ModelLoadError(f"file {what}: cannot load external tensor data: {error}") from error
+        if model.ByteSize() > PROTOBUF_LIMIT_BYTES:
+            raise ModelLoadError(f"{what} is larger than 2 GB with its external data; models past protobuf's "
+                                 "limit are not supported")
         return model
     raise TypeError(f"load() takes a path, bytes, onnx.ModelProto or onnx_ir.Model, not {type(source).__name__}")
 
 
 def load(source: ModelSource) -> onnx.ModelProto:
-    """A checked copy of the model; the caller's object and file are never modified."""
-    model = _read(source)
-    if model.ByteSize() > PROTOBUF_LIMIT_BYTES:
-        raise ModelLoadError(f"{_describe(source)} is larger than 2 GB; external data models are not supported")
+    """A checked copy of the model; the caller's object and file are never modified.
+
+    onnx.checker runs on the serialized model (the file itself, the given bytes, or one serialization of a given
+    model) before the copy is parsed: checking a parsed ModelProto would serialize it again while the checker holds
+    its own C++ copy. Sizes come from serialized lengths where there are some: ModelProto.ByteSize() serializes."""
+    if isinstance(source, (str, os.PathLike)):
+        checked = os.fspath(source)  # the checker resolves external data files relative to the model's directory
+        _existing_file(checked, _describe(source))
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        checked = bytes(source)
+        if len(checked) > PROTOBUF_LIMIT_BYTES:
+            raise ModelLoadError(f"{_describe(source)} is larger than 2 GB; external data models are not supported")
+    else:
+        copy = _read(source)
+        if copy.ByteSize() > PROTOBUF_LIMIT_BYTES:
+            raise ModelLoadError(f"{_describe(source)} is larger than 2 GB; external data models are not supported")
+        checked = copy.SerializeToString()
+        del copy
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(checked)
     except onnx.checker.ValidationError as error:
+        _read(source)  # a source that does not decode at all is reported as such
         complaint = " ".join(str(error).split()) or repr(error)
         raise ModelLoadError(f"{_describe(source)} fails onnx.checker: {complaint}") from error
-    return model
+    if isinstance(checked, str):
+        return _read(source)
+    return _parse(checked, _describe(source))
 
 
 def load_ir(source: ModelSource) -> ir.Model:
     """`load`, returned as an onnx_ir model for the passes (which work in place on it)."""
     return ir.serde.deserialize_model(load(source))
+
+
+def own_tensors(model: ir.Model) -> int:
+    """Copies into numpy every tensor of `model` that still reads from the protobuf it was deserialized from
+    (initializers and tensor attributes, in subgraphs and functions too); returns the number of bytes copied.
+
+    A parsed ModelProto lives in one protobuf (upb) arena that is freed only when nothing references any part of
+    it, so a single onnx_ir TensorProtoTensor left over keeps every weight of the file alive. Once the model owns
+    its tensors the caller can drop the proto, and a weight that a pass replaces (a Conv folded with its
+    BatchNormalization) is freed on its own."""
+    copied = 0
+
+    def owned(tensor):
+        nonlocal copied
+        if isinstance(tensor, ir.serde.TensorProtoTensor):
+            array = tensor.numpy()  # one copy of the proto's bytes
+            copied += array.nbytes
+            return ir.Tensor(array, dtype=tensor.dtype, name=tensor.name, doc_string=tensor.doc_string or None,
+                             metadata_props=dict(tensor.metadata_props))
+        if isinstance(tensor, ir.StringTensor) and not isinstance(tensor.raw, (np.ndarray, list)):
+            strings = [bytes(item) for item in tensor.raw]  # tensor.raw is the proto's repeated string_data
+            copied += sum(len(item) for item in strings)
+            return ir.StringTensor(strings, shape=tensor.shape, name=tensor.name,
+                                   doc_string=tensor.doc_string or None, metadata_props=dict(tensor.metadata_props))
+        return None
+
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = owned(value.const_value)
+            if tensor is not None:
+                value.const_value = tensor
+    for graph_like in [model.graph, *model.functions.values()]:
+        for node in ir.traversal.RecursiveGraphIterator(graph_like):
+            for name, attribute in list(node.attributes.items()):
+                if not isinstance(attribute, ir.Attr):
+                    continue
+                if attribute.type == ir.AttributeType.TENSOR:
+                    tensor = owned(attribute.value)
+                    if tensor is not None:
+                        node.attributes[name] = ir.AttrTensor(name, tensor, doc_string=attribute.doc_string)
+                elif attribute.type == ir.AttributeType.TENSORS:
+                    tensors = [owned(item) for item in attribute.value]
+                    if any(tensor is not None for tensor in tensors):
+                        node.attributes[name] = ir.AttrTensors(
+                            name, [new if new is not None else old for new, old in zip(tensors, attribute.value)],
+                            doc_string=attribute.doc_string)
+    return copied
+
+
+def forget_removed_graph_io(model: ir.Model) -> int:
+    """Drops the values that onnx_ir still holds for graph inputs and outputs that were removed; returns how many.
+
+    onnx_ir (1.1) counts each graph input and output in a Counter and leaves a removed value's key at zero, so the
+    graph keeps alive every value that was ever one of its inputs, with its tensor. Its ShapeInferencePass hands
+    initializers to onnx as temporary graph inputs, so every weight a later pass replaced (a Conv's weight folded
+    with its BatchNormalization) stayed alive through the graph."""
+    dropped = 0
+    for graph in model.graphs():
+        for values in (graph.inputs, graph.outputs):
+            counter = getattr(values, "_ref_counter", None)
+            if counter is None:
+                continue
+            for value in [value for value, count in counter.items() if count <= 0]:
+                del counter[value]
+                dropped += 1
+    return dropped
 
 
 def _probe_model(ir_version: int) -> bytes:

@@ -1,10 +1,12 @@
 """THE data path, one function per stage, read top to bottom.
 
-prepare:   model = load(source) -> unique node names -> run_passes(model, DEFAULT_PASSES)
+prepare:   model = load(source) -> unique node names -> onnx_ir model owning its tensors (the proto can go)
+           -> run_passes(model, DEFAULT_PASSES)
 compile:   specialize(model, input shapes) -> OrtxEP's fusions (attention, Gelu, Conv epilogues) -> assign
            (capability) -> partition
            -> compile claimed segments (lowering + arena plan) / build ORT sub-sessions -> ExecutionPlan
-The session, the CLI and the benchmarks all go through these two functions.
+The session, the CLI and the benchmarks all go through these two functions. Between stages (and passes) the memory
+a stage freed goes back to the OS (ortx.memory.release), so it does not add to the next stage's peak.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from ortx.ep.macs import node_macs
 from ortx.ep.partition import Segment, partition
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan, OrtStep, TensorSpec
 from ortx.ep.specialize import specialize
-from ortx.model_io import load
+from ortx.memory.release import between_passes, release_freed_memory, return_free_pages
+from ortx.model_io import forget_removed_graph_io, load, own_tensors
 from ortx.passes import DEFAULT_PASSES
 from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
@@ -85,16 +88,31 @@ def ir_to_proto(model: ir.Model) -> onnx.ModelProto:
 
 
 def prepare(source, *, passes=DEFAULT_PASSES) -> PreparedModel:
-    return prepare_loaded(load(source), passes=passes)
+    return prepare_model(proto_to_ir(load(source)), passes=passes)
 
 
 def prepare_loaded(proto: onnx.ModelProto, *, passes=DEFAULT_PASSES) -> PreparedModel:
-    """`prepare` for a model the caller already loaded (a private checked copy from `load`) and keeps: the ir
-    model reads its tensors from `proto` (read-only) instead of from a second copy, so the weights are held once."""
+    """`prepare` for a model the caller already loaded (a private checked copy from `load`)."""
+    return prepare_model(proto_to_ir(proto), passes=passes)
+
+
+def proto_to_ir(proto: onnx.ModelProto) -> ir.Model:
+    """The loaded model, every node named, as an onnx_ir model that owns its tensors (copied out of `proto` once):
+    the caller can drop `proto`, and a weight a graph pass replaces is then freed, where a tensor that still read
+    from the proto would keep all of its weights alive (ortx.model_io.own_tensors)."""
     name_nodes(proto)
-    original_nodes = [(node.name, node.op_type) for node in proto.graph.node]
     model = ir.serde.deserialize_model(proto)
-    reports = run_passes(model, passes) if passes else []
+    own_tensors(model)
+    return model
+
+
+def prepare_model(model: ir.Model, *, passes=DEFAULT_PASSES) -> PreparedModel:
+    """Runs the graph passes in place on `model` (from `proto_to_ir`, whose proto the caller may have dropped)."""
+    return_free_pages()
+    original_nodes = [(node.name, node.op_type) for node in model.graph]
+    reports = run_passes(model, passes, after_each=between_passes(model)) if passes else []
+    forget_removed_graph_io(model)  # the weights the passes replaced, which onnx_ir's graph would keep alive
+    release_freed_memory(model)
     return PreparedModel(model, original_nodes, list(reports))
 
 
@@ -210,6 +228,7 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
                                       use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back,
                                       tuning=tuning)
         compiled.assignment.engine_choices = tuple(choices)
+    return_free_pages()  # the lowering's temporaries (a collection here measured no lower peak)
     compiled.compile_seconds = time.perf_counter() - start
     return compiled
 
@@ -250,6 +269,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
+    release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
     segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit, tuning)
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []

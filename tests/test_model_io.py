@@ -2,8 +2,10 @@ import os
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime
 import pytest
+from onnx import helper, numpy_helper
 
 from ortx import model_io
 from tests import _models
@@ -71,3 +73,50 @@ def test_save_is_atomic_and_refuses_to_overwrite_input(tmp_path, monkeypatch):
     model_io.save(proto, target)
     assert onnx.load(str(target)) == proto
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx", "out.onnx"]
+
+
+def test_load_reads_external_data_beside_the_model_and_names_a_missing_file(tmp_path, monkeypatch):
+    proto = _models.tiny_conv_relu()
+    path = tmp_path / "external.onnx"
+    onnx.save(_models.tiny_conv_relu(), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    monkeypatch.chdir(tmp_path.parent)  # the checker and the loader resolve weights.bin from the model's directory
+    loaded = model_io.load(path)
+    assert [numpy_helper.to_array(t).tolist() for t in loaded.graph.initializer] == \
+        [numpy_helper.to_array(t).tolist() for t in proto.graph.initializer]
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(model_io.ModelLoadError, match="external.onnx.*weights.bin"):
+        model_io.load(path)
+
+
+def test_own_tensors_copies_every_tensor_out_of_the_proto():
+    # An initializer, a Constant's tensor attribute, and both inside an If branch, plus a string initializer.
+    then_branch = helper.make_graph(
+        [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3, dtype=np.float32))),
+         helper.make_node("Add", ["c", "inner"], ["t"])], "then",
+        [], [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.full(3, 2, np.float32), "inner")])
+    else_branch = helper.make_graph([helper.make_node("Identity", ["w"], ["e"])], "else", [],
+                                    [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [3])])
+    graph = helper.make_graph(
+        [helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch)], "g",
+        [helper.make_tensor_value_info("cond", onnx.TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3])],
+        [numpy_helper.from_array(np.array([4, 5, 6], np.float32), "w"),
+         numpy_helper.from_array(np.array([b"a", b"bc"], dtype=object), "names")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = ir.serde.deserialize_model(proto)
+    copied = model_io.own_tensors(model)
+    tensors = []
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        tensors += [a.value for a in node.attributes.values() if a.type == ir.AttributeType.TENSOR]
+    for graph_ in model.graphs():
+        tensors += [value.const_value for value in graph_.initializers.values()]
+    assert len(tensors) == 4
+    assert not [t for t in tensors if isinstance(t, ir.serde.TensorProtoTensor)]
+    assert [t for t in tensors if isinstance(t, ir.StringTensor)][0].raw == [b"a", b"bc"]
+    assert copied == 3 * 3 * 4 + 3
+    del proto  # the model's tensors no longer read from it
+    session = onnxruntime.InferenceSession(model_io.to_ort_bytes(model), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"cond": np.array(True)})[0].tolist() == [2, 3, 4]
+    assert session.run(None, {"cond": np.array(False)})[0].tolist() == [4, 5, 6]

@@ -54,7 +54,7 @@ class OrtSegment:
     """Runs one declined segment in a real onnxruntime.InferenceSession."""
 
     def __init__(self, model: onnx.ModelProto, sess_options, providers, provider_options):
-        self.model = model
+        # The model is not kept: the session holds its own copy of the segment's weights.
         self.session = onnxruntime.InferenceSession(
             model.SerializeToString(), sess_options=sess_options, providers=providers,
             provider_options=provider_options,

@@ -83,23 +83,30 @@ class InferenceSession:
         self._sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
         self._num_threads = thread_count(sess_options)
         # The user's model, checked and with every node named: the session's interface, and what ORT runs when
-        # OrtxEP does not. The graph passes work on an onnx_ir model that reads its weights from this proto (read-only
-        # numpy views) rather than from a second copy: never mutated, held once.
-        self._interface = pipeline.load(path_or_bytes)
-        pipeline.name_nodes(self._interface)
-        self._inputs = [_node_arg(info) for info in self._interface.graph.input
-                        if info.name not in {t.name for t in self._interface.graph.initializer}]
-        self._outputs = [_node_arg(info) for info in self._interface.graph.output]
+        # OrtxEP does not. Only its interface is kept (names, types, metadata): the graph passes work on an onnx_ir
+        # model that owns its weights (pipeline.proto_to_ir), so the proto is dropped before they run and every
+        # weight is held once.
+        proto = pipeline.load(path_or_bytes)
+        pipeline.name_nodes(proto)
+        self._inputs = [_node_arg(info) for info in proto.graph.input
+                        if info.name not in {t.name for t in proto.graph.initializer}]
+        self._outputs = [_node_arg(info) for info in proto.graph.output]
+        self._metadata = ModelMetadata(proto.producer_name, proto.graph.name, proto.domain, proto.doc_string,
+                                       proto.graph.doc_string, proto.model_version,
+                                       {entry.key: entry.value for entry in proto.metadata_props})
+        self._nodes = [(node.name, node.op_type) for node in proto.graph.node]
         self._input_dtypes = [_NUMPY_OF_TYPE_NAME.get(arg.type) for arg in self._inputs]
         self._lock = threading.Lock()
         self._compiled: collections.OrderedDict = collections.OrderedDict()
         self._whole = None
         self._whole_reason = self._needs_whole_model_ort()
         if not self._choice.use_ortx or self._whole_reason:
-            self._whole = whole_model_session(self._interface, self._sess_options, self._choice.ort_providers,
+            self._whole = whole_model_session(proto, self._sess_options, self._choice.ort_providers,
                                               self._choice.ort_provider_options)
             return
-        self._prepared = pipeline.prepare_loaded(self._interface, passes=pipeline.DEFAULT_PASSES)
+        model = pipeline.proto_to_ir(proto)
+        del proto
+        self._prepared = pipeline.prepare_model(model, passes=pipeline.DEFAULT_PASSES)
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
                                          self._choice.ort_providers, self._choice.ort_provider_options,
                                          sub_session_options(self._sess_options, shares_cores_with_ortx=False))
@@ -165,10 +172,7 @@ class InferenceSession:
         return []
 
     def get_modelmeta(self):
-        model = self._interface
-        return ModelMetadata(model.producer_name, model.graph.name, model.domain, model.doc_string,
-                             model.graph.doc_string, model.model_version,
-                             {entry.key: entry.value for entry in model.metadata_props})
+        return dataclasses.replace(self._metadata, custom_metadata_map=dict(self._metadata.custom_metadata_map))
 
     def get_providers(self):
         return ([ORTX_PROVIDER] if self._choice.use_ortx else []) + list(self._choice.ort_providers)
@@ -190,8 +194,8 @@ class InferenceSession:
         if not self._choice.use_ortx:
             raise RuntimeError("assignment: OrtxEP is not in this session's providers; ORT runs every node")
         if self._whole_reason:
-            return Assignment([NodeAssignment(node.name, node.op_type, self._choice.ort_providers[0],
-                                              self._whole_reason) for node in self._interface.graph.node])
+            return Assignment([NodeAssignment(name, op_type, self._choice.ort_providers[0], self._whole_reason)
+                               for name, op_type in self._nodes])
         with self._lock:
             if not self._compiled:
                 raise RuntimeError("assignment: the model has dynamic input shapes and has not run yet; run it "

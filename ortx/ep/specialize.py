@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
 
+from ortx.model_io import forget_removed_graph_io
 from ortx.passes.fold_constants import fold_constants
 
 MAX_ROUNDS = 8
@@ -53,7 +54,12 @@ def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.
     specialised = model.clone()
     _fix_input_shapes(specialised, input_shapes)
     _forget_negative_dims(specialised)
-    infer = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
+    shape_inference = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
+
+    def infer(model: ir.Model) -> None:
+        shape_inference(model)
+        forget_removed_graph_io(model)  # the initializers it listed as graph inputs while onnx inferred
+
     previous = None
     for _ in range(MAX_ROUNDS):
         infer(specialised)

@@ -153,8 +153,10 @@ def check_model(model: ir.Model) -> None:
         raise error from checker_error
 
 
-def run_passes(model: ir.Model, passes: Sequence[Pass], *, check: bool = False) -> list[PassReport]:
-    """Runs `passes` in order, in place on `model`; returns one PassReport per pass."""
+def run_passes(model: ir.Model, passes: Sequence[Pass], *, check: bool = False,
+               after_each: Callable[[], object] | None = None) -> list[PassReport]:
+    """Runs `passes` in order, in place on `model`; returns one PassReport per pass. `after_each` is called after
+    every pass (the session returns the memory a pass freed before the next allocates)."""
     reports: list[PassReport] = []
     done: list[str] = []
     for a_pass in passes:
@@ -181,4 +183,6 @@ def run_passes(model: ir.Model, passes: Sequence[Pass], *, check: bool = False) 
         logger.debug("%s: %s in %.3f s", name, report.counts, report.seconds)
         reports.append(report)
         done.append(name)
+        if after_each is not None:
+            after_each()
     return reports

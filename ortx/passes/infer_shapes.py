@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import onnx_ir as ir
 import onnx_ir.passes.common
 
+from ortx.model_io import forget_removed_graph_io
 from ortx.passes._report import PassReport
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ def infer_shapes(model: ir.Model, *, input_shapes: Mapping[str, Sequence[int]] |
         onnx_ir.passes.common.ShapeInferencePass(strict_mode=False)(model)
     except Exception as error:  # inference is best effort; later passes check the shapes they rely on
         notes.append(f"<model>: shape inference failed: {type(error).__name__}: {error}")
+    # The pass lists the initializers as graph inputs while onnx infers; without this the graph would keep every
+    # weight a later pass replaces alive.
+    forget_removed_graph_io(model)
     shaped_after, static_after = _shaped_values(graph)
     counts = {"dims_fixed": dims_fixed, "values_shaped": max(shaped_after - shaped_before, 0),
               "values_made_static": max(static_after - static_before, 0)}

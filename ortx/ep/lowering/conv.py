@@ -180,7 +180,7 @@ def _conv_plan(node: ir.Node) -> ConvPlan:
     depthwise = group > 1 and group == in_channels == out_channels
     ints = (batch, in_channels, *x_shape[2:], out_channels, *sizes, *kernel, *strides, *begins, *dilations, group,
             int(present(node, 2) is not None), int(residual is not None), activation)
-    return ConvPlan(ints, weights.astype(np.float32), depthwise, activation, params, residual is not None)
+    return ConvPlan(ints, np.asarray(weights, dtype=np.float32), depthwise, activation, params, residual is not None)
 
 
 def _transpose_plan(node: ir.Node) -> ConvPlan:
@@ -220,7 +220,7 @@ def _transpose_plan(node: ir.Node) -> ConvPlan:
         raise Declined(f"computed output shape {(batch, out_channels, *sizes)} != inferred {y_shape}")
     ints = (batch, in_channels, *x_shape[2:], out_channels, *sizes, *kernel, *strides, *begins, *dilations, group,
             int(present(node, 2) is not None), 0, 0)
-    return ConvPlan(ints, weights.astype(np.float32), False, 0, (0.0, 0.0), False)
+    return ConvPlan(ints, np.asarray(weights, dtype=np.float32), False, 0, (0.0, 0.0), False)
 
 
 def _sizes(kernel: str, ints) -> np.ndarray:
@@ -229,13 +229,17 @@ def _sizes(kernel: str, ints) -> np.ndarray:
     return out
 
 
-def _pack(matrix: np.ndarray, rows: int, depth: int, row_stride: int, col_stride: int, which: int,
+def _pack(matrices: np.ndarray, rows: int, depth: int, row_stride: int, col_stride: int, which: int,
           scale: float = 1.0) -> np.ndarray:
-    """gemm_pack_f32 of a raw (rows x depth) operand; which 0: A panels, 1: B panels."""
+    """gemm_pack_f32 of each raw (rows x depth) operand in `matrices` (stacked on the first axis), one after another
+    in one array; which 0: A panels, 1: B panels. Each packs straight into its slice, so packing a weight allocates
+    only its result (no per-group arrays to concatenate)."""
     sizes = _sizes("gemm_sizes_f32", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1])
-    packed = np.empty(int(sizes[1 + which]), np.float32)
-    _kernels.call("gemm_pack_f32", [rows, depth, row_stride, col_stride, which], [scale],
-                  [np.ascontiguousarray(matrix, dtype=np.float32), packed])
+    each = int(sizes[1 + which])  # floats
+    packed = np.empty(each * len(matrices), np.float32)
+    for index, matrix in enumerate(matrices):
+        _kernels.call("gemm_pack_f32", [rows, depth, row_stride, col_stride, which], [scale],
+                      [np.ascontiguousarray(matrix, dtype=np.float32), packed[index * each:(index + 1) * each]])
     return packed
 
 
@@ -248,13 +252,14 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
     elif kind in (0, 3):  # Case conv: A panels (kind 0) or pixel rows' B panels (kind 3) of each group's
         # (Cout/g) x (Cin/g*KH*KW) weights
-        matrix = plan.weights.reshape(group, out_channels // group, -1)
-        parts = [_pack(m, m.shape[0], m.shape[1], m.shape[1], 1, 0 if kind == 0 else 1) for m in matrix]
-        weights = builder.add_constant(np.concatenate(parts), label=f"{node.name}:packed_weights")
+        matrices = plan.weights.reshape(group, out_channels // group, -1)
+        rows, depth = matrices.shape[1:]
+        weights = builder.add_constant(_pack(matrices, rows, depth, depth, 1, 0 if kind == 0 else 1),
+                                       label=f"{node.name}:packed_weights")
     else:  # Case transpose: A panels of each group's W_g^T, (Cout/g*KH*KW) x (Cin/g)
-        matrix = plan.weights.reshape(group, in_channels // group, -1)
-        parts = [_pack(m, m.shape[1], m.shape[0], 1, m.shape[1], 0) for m in matrix]
-        weights = builder.add_constant(np.concatenate(parts), label=f"{node.name}:packed_weights")
+        matrices = plan.weights.reshape(group, in_channels // group, -1)
+        depth, rows = matrices.shape[1:]
+        weights = builder.add_constant(_pack(matrices, rows, depth, 1, rows, 0), label=f"{node.name}:packed_weights")
     output = builder.buffer(node.outputs[0])
     bias = builder.buffer(node.inputs[2]) if present(node, 2) is not None else output
     residual = builder.buffer(node.inputs[3]) if plan.has_residual else output
@@ -323,12 +328,13 @@ def lower_gemm(node: ir.Node, builder) -> None:
     a_value, b_value = constant_value(node.inputs[0]), constant_value(node.inputs[1])
     a_packed = b_packed = False
     if b_value is not None:  # constant B (the usual weight): packed once, alpha folded in
-        b = builder.add_constant(_pack(b_value, N, K, b_strides[1], b_strides[0], 1, alpha), label=f"{node.name}:B")
+        b = builder.add_constant(_pack(b_value[None], N, K, b_strides[1], b_strides[0], 1, alpha),
+                                 label=f"{node.name}:B")
         b_packed, alpha = True, 1.0
     else:
         b = builder.buffer(node.inputs[1])
     if a_value is not None:
-        a = builder.add_constant(_pack(a_value, M, K, *a_strides, 0, alpha), label=f"{node.name}:A")
+        a = builder.add_constant(_pack(a_value[None], M, K, *a_strides, 0, alpha), label=f"{node.name}:A")
         a_packed, alpha = True, 1.0
     else:
         a = builder.buffer(node.inputs[0])
@@ -395,10 +401,9 @@ def lower_matmul(node: ir.Node, builder) -> None:
         a_offsets = _batch_offsets(a2[:-2], batch, M * K)
         b_offsets = _batch_offsets(b2[:-2], batch, K * N)
     if b_value is not None:  # Case constant B: each distinct matrix packed once
-        matrices = b_value.astype(np.float32).reshape(b_batch, K, N)
-        parts = [_pack(m, N, K, 1, N, 1) for m in matrices]
-        b = builder.add_constant(np.concatenate(parts), label=f"{node.name}:B")
-        b_offsets = [offset // (K * N) * parts[0].size for offset in b_offsets]
+        packed = _pack(np.asarray(b_value, dtype=np.float32).reshape(b_batch, K, N), N, K, 1, N, 1)
+        b = builder.add_constant(packed, label=f"{node.name}:B")
+        b_offsets = [offset // (K * N) * (packed.size // b_batch) for offset in b_offsets]
     else:
         b = builder.buffer(node.inputs[1])
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1), b=b, b_packed=b_value is not None,
