@@ -28,6 +28,8 @@ def _parse():
     parser.add_argument("--database", default=None, help="tuned: tuning records (default: the JIT cache's "
                         "tuning.sqlite, where sessions look)")
     parser.add_argument("--rounds", type=int, default=3, help="tuned: timing rounds, each library once per round")
+    parser.add_argument("--quiet-wait", type=float, default=120.0, help="tuned: seconds to wait, before timing each "
+                        "shape, for the host to be idle (Linux /proc/stat; 0: do not wait)")
     return parser.parse_args()
 
 
@@ -156,7 +158,33 @@ def prebuilt_gemm(a, b, M, N, K, threads):
     return lambda: _kernels.call("gemm_f32", ints, [1.0, 1.0, 0.0, 0.0], [a, b, y, workspace, y, y], threads)
 
 
-def bench_tuned_gemm(threads, repeats, trials, labels, database_path, rounds):
+def _busy_fraction(seconds: float = 2.0) -> float:
+    """Share of all CPUs' time spent busy over `seconds` (from /proc/stat; 0 where there is none)."""
+    def sample():
+        with open("/proc/stat") as stat:
+            values = [int(v) for v in stat.readline().split()[1:9]]
+        return values[3] + values[4], sum(values)  # idle + iowait, total
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except OSError:
+        return 0.0
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_for_quiet(limit_seconds: float, busy_below: float = 0.05) -> bool:
+    """Waits (up to limit_seconds) until the host was idle for 2 s: on a shared host another job's burst makes
+    numpy's OpenBLAS threads, which spin and synchronise, collapse far more than ortx's. True when it got quiet."""
+    deadline = time.perf_counter() + limit_seconds
+    while time.perf_counter() < deadline:
+        if _busy_fraction() < busy_below:
+            return True
+    return False
+
+
+def bench_tuned_gemm(threads, repeats, trials, labels, database_path, rounds, quiet_wait):
     from ortx.tune import fingerprint, gemm_space
     from ortx.tune.records import TuningDatabase
 
@@ -184,12 +212,13 @@ def bench_tuned_gemm(threads, repeats, trials, labels, database_path, rounds):
             functions = {"numpy": lambda: a @ b, "prebuilt": prebuilt_gemm(a, b, M, N, K, threads)}
             for name, kernel in kernels.items():
                 functions[name] = lambda kernel=kernel, out=outputs[name]: kernel(a, b, out, num_threads=threads)
+            quiet = quiet_wait <= 0 or wait_for_quiet(quiet_wait)
             per_round = [block_medians(functions, repeats) for _ in range(rounds)]
             rates = {name: problem.flops / float(np.median([r[name] for r in per_round])) / 1e9 for name in functions}
             ratios.append(rates["tuned"] / rates["numpy"])
             print(f"{label:>28} {rates['numpy']:7.1f} {rates['prebuilt']:9.1f} {rates['default']:8.1f} "
-                  f"{rates['tuned']:7.1f} {ratios[-1]:12.2f} {tuning.seconds:7.1f}  {tuning.best.schedule}",
-                  flush=True)
+                  f"{rates['tuned']:7.1f} {ratios[-1]:12.2f} {tuning.seconds:7.1f}  {tuning.best.schedule}"
+                  f"{'' if quiet else '  (host busy when timing began)'}", flush=True)
     print(f"median tuned/numpy over {len(ratios)} shapes: {float(np.median(ratios)):.2f}")
 
 
@@ -253,7 +282,8 @@ def main():
         bench_conv(ARGS.threads, ARGS.repeats)
     if ARGS.only in (None, "tuned"):
         bench_tuned_gemm(ARGS.threads, ARGS.repeats, ARGS.trials,
-                         None if ARGS.shapes is None else set(ARGS.shapes.split(",")), ARGS.database, ARGS.rounds)
+                         None if ARGS.shapes is None else set(ARGS.shapes.split(",")), ARGS.database, ARGS.rounds,
+                         ARGS.quiet_wait)
     return 0
 
 

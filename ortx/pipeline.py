@@ -155,7 +155,8 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
         if not failed:
             if jit is not None and jit.jit:
                 schedules = _step_threads(programs, segments, num_threads, jit, tuning)
-                programs = {position: jit_compile(program, jit, schedules.get(position))
+                substitutes = _tuned_gemms(programs, num_threads, jit, tuning)
+                programs = {position: jit_compile(program, jit, schedules.get(position), substitutes.get(position))
                             for position, program in programs.items()}
             return segments, programs
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
@@ -202,6 +203,17 @@ def _step_threads(programs: dict, segments: list[Segment], num_threads: int, jit
     return schedules
 
 
+def _tuned_gemms(programs: dict, num_threads: int, jit: Options, tuning: "TuningSettings | None") -> dict:
+    """Per claimed segment position, the gemm_f32 steps that call a tuned generated GEMM instead (tuned now for
+    "quick"/"full" unless ortx tune's scheduler searches them, recorded for "cached"; ortx.tune.gemm_steps)."""
+    if tuning is None:
+        return {}
+    from ortx.tune import gemm_steps
+
+    return gemm_steps.segment_substitutes(programs, num_threads=num_threads, options=jit, mode=tuning.mode,
+                                          database_path=tuning.database_path, search=tuning.search_step_threads)
+
+
 @dataclasses.dataclass(frozen=True)
 class TuningSettings:
     """How compile_for_shapes chooses between OrtxEP and ORT per segment (ortx.tune.engine_choice)."""
@@ -209,7 +221,8 @@ class TuningSettings:
     mode: str  # one of ortx.tune.engine_choice.MODES
     database_path: str  # the SQLite tuning database
     search_step_threads: bool = True  # False: "quick"/"full" validate the recorded per-step thread counts without
-    #                                   searching more (ortx tune's task scheduler searched them under a budget)
+    #                                   searching more (ortx tune's task scheduler searched them under a budget),
+    #                                   and read tuned GEMM schedules from the records without searching either
 
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,

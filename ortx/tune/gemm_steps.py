@@ -1,12 +1,13 @@
 """Tuned generated GEMMs in JIT'd segments: which gemm_f32 steps call a generated kernel in the prebuilt one's place.
 
 1. A step qualifies when ortx.codegen.gemm.from_gemm_step reads it (no residual, no prepacked A, no activation
-   that needs exp) and it has one batch: the prebuilt kernel runs batches of small problems one per thread,
-   which tuning a single problem does not measure.
+   that needs exp), it has one batch (the prebuilt kernel runs batches of small problems one per thread, which
+   tuning a single problem does not measure) and at least MIN_MULTIPLY_ADDS.
 2. Its schedule: tuning "cached" reads the records (gemm_space.recorded_schedule: measured on this machine,
    faster than the prebuilt kernel by MARGIN, fitting the workspace the lowering planned for gemm_f32); "quick"
    and "full" first tune the step (QUICK_TRIALS or FULL_TRIALS schedules after the prebuilt baseline and the
-   default), then read the records the same way; "off" uses none.
+   default; not when `search` is False: ortx tune's task scheduler searches under its own budget), then read the
+   records the same way; "off" uses none.
 3. The kernel is built through the JIT cache; its `_step` entry takes the step's arguments unchanged
    (ortx.codegen.jit.jit_compile puts its address in the segment's kernel table). A step whose kernel cannot be
    built keeps the prebuilt kernel, with a warning.
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 
 QUICK_TRIALS = 8
 FULL_TRIALS = 48
+# Below ~1M multiply-adds a GEMM runs in ~10-20 us on this class of machine: a schedule cannot win more than the
+# noise of one session step, and each candidate costs a compile (~0.4 s).
+MIN_MULTIPLY_ADDS = 1 << 20
 MODES = ("off", "cached", "quick", "full")
 
 
@@ -43,8 +47,9 @@ def gemm_steps(compiled: CompiledProgram) -> dict[int, tuple[gemm.GemmProblem, i
         if step.kernel != "gemm_f32" or int(step.ints[3]) != 1:
             continue
         problem, reason = gemm.from_gemm_step(step.ints, step.floats)
-        if problem is None:
-            logger.debug("ortx tuned GEMM: step %d (node %s) keeps gemm_f32: %s", index, step.node, reason)
+        if problem is None or problem.m * problem.n * problem.k < MIN_MULTIPLY_ADDS:
+            logger.debug("ortx tuned GEMM: step %d (node %s) keeps gemm_f32: %s", index, step.node,
+                         reason or "too small to tune")
             continue
         sizes = np.zeros(3, np.int64)
         _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, int(step.ints[16])], [], [sizes])
@@ -54,7 +59,7 @@ def gemm_steps(compiled: CompiledProgram) -> dict[int, tuple[gemm.GemmProblem, i
 
 def step_substitutes(compiled: CompiledProgram, *, num_threads: int, options: Options, mode: str,
                      database: TuningDatabase, fingerprint: HardwareFingerprint,
-                     settings: TimingSettings | None = None) -> dict[int, tuple[str, int]]:
+                     settings: TimingSettings | None = None, search: bool = True) -> dict[int, tuple[str, int]]:
     """Step index -> (name, address) of the generated `_step` function to call in its gemm_f32's place."""
     if mode not in MODES:
         raise ValueError(f"tuned GEMM steps: tuning mode {mode!r} is not one of {MODES}")
@@ -62,7 +67,7 @@ def step_substitutes(compiled: CompiledProgram, *, num_threads: int, options: Op
     if mode == "off":
         return substitutes
     for index, (problem, workspace) in gemm_steps(compiled).items():
-        if mode in ("quick", "full"):
+        if mode in ("quick", "full") and search:
             gemm_space.tune_gemm(problem, num_threads=num_threads, database=database, fingerprint=fingerprint,
                                  options=options, trials=QUICK_TRIALS if mode == "quick" else FULL_TRIALS,
                                  settings=settings or TimingSettings(timed_runs=10 if mode == "quick" else 30),
@@ -80,8 +85,8 @@ def step_substitutes(compiled: CompiledProgram, *, num_threads: int, options: Op
     return substitutes
 
 
-def segment_substitutes(programs: dict, *, num_threads: int, options: Options, mode: str,
-                        database_path: str) -> dict[int, dict[int, tuple[str, int]]]:
+def segment_substitutes(programs: dict, *, num_threads: int, options: Options, mode: str, database_path: str,
+                        search: bool = True) -> dict[int, dict[int, tuple[str, int]]]:
     """step_substitutes for each claimed segment's program (by position); "cached" with no database file reads
     nothing (and creates no file)."""
     if mode == "off" or not programs or (mode == "cached" and not os.path.exists(database_path)):
@@ -89,6 +94,6 @@ def segment_substitutes(programs: dict, *, num_threads: int, options: Options, m
     with TuningDatabase(database_path) as database:
         fingerprint = current(options)
         found = {position: step_substitutes(program, num_threads=num_threads, options=options, mode=mode,
-                                            database=database, fingerprint=fingerprint)
+                                            database=database, fingerprint=fingerprint, search=search)
                  for position, program in programs.items()}
     return {position: substitutes for position, substitutes in found.items() if substitutes}

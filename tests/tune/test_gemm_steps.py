@@ -22,6 +22,14 @@ from tests.tolerances import assert_close
 ISA = gemm.runnable_isas()[-1]
 
 
+@pytest.fixture(autouse=True)
+def tune_small_steps(monkeypatch):
+    """The MLP's GEMMs (61K and 38K multiply-adds) are below MIN_MULTIPLY_ADDS; its tests lower the bar to 0."""
+    real = gemm_steps.MIN_MULTIPLY_ADDS
+    monkeypatch.setattr(gemm_steps, "MIN_MULTIPLY_ADDS", 0)
+    return real
+
+
 def mlp() -> onnx.ModelProto:
     """X[20, 64] -> Gemm 64->48 (+bias) -> Relu -> Gemm 48->40 (+bias) -> Y: two gemm_f32 steps with prepacked B."""
     builder = _models.GraphBuilder("mlp", 0)
@@ -114,7 +122,9 @@ def test_quick_tunes_each_step_once_and_resumes(tmp_path, monkeypatch):
         first = gemm_steps.step_substitutes(program, num_threads=2, options=options, mode="quick",
                                             database=database, fingerprint=machine, settings=fast)
         rows = len(database.records())
-        assert rows == 2 * (1 + 2), "per step: the prebuilt baseline and 2 schedules"
+        sources = [record.source for record in database.records()]
+        assert sources.count("gemm:prebuilt") == 2 and sources.count("gemm:evolutionary") == 2 * 2, sources
+        assert sources.count("gemm:validation") == 2 * (1 + 2), "per step: the baseline and both schedules again"
         again = gemm_steps.step_substitutes(program, num_threads=2, options=options, mode="quick",
                                             database=database, fingerprint=machine, settings=fast)
         assert len(database.records()) == rows and again.keys() == first.keys()
@@ -123,3 +133,43 @@ def test_quick_tunes_each_step_once_and_resumes(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="tuning mode 'fast'"):
         gemm_steps.step_substitutes(program, num_threads=2, options=options, mode="fast", database=None,
                                     fingerprint=machine)
+
+
+def test_sessions_with_tuning_cached_use_the_recorded_generated_gemms(tmp_path):
+    """Through ortx.InferenceSession (ortx.pipeline's JIT step): "cached" applies the records, "off" does not."""
+    import ortx
+    from ortx.ep.runtime import ClaimedStep
+
+    def session(tuning):
+        settings = onnxruntime.SessionOptions()
+        settings.intra_op_num_threads = 2
+        return ortx.InferenceSession(model.SerializeToString(), settings,
+                                     providers=["OrtxEP", "CPUExecutionProvider"],
+                                     provider_options=[{"tuning": tuning, "jit_cache_dir": str(tmp_path)}, {}])
+
+    def claimed_programs(sess):
+        (compiled,) = sess._compiled.values()
+        return [step.program for step in compiled.plan.steps if isinstance(step, ClaimedStep)]
+
+    model = mlp()
+    x = np.random.default_rng(2).uniform(-1, 1, (20, 64)).astype(np.float32)
+    plain = session("off")
+    (program,) = claimed_programs(plain)
+    with TuningDatabase(tmp_path / "tuning.sqlite") as database:
+        record_generated_win(database, current(Options(cache_dir=tmp_path)), program)
+    tuned = session("cached")
+    (native,) = [program.native for program in claimed_programs(tuned)]
+    assert sum(name.startswith("ortx_gemm_") for name in native.kernel_names) == 2
+    (off,) = [program.native for program in claimed_programs(session("off"))]
+    assert not any(name.startswith("ortx_gemm_") for name in off.kernel_names)
+    actual, expected = tuned.run(None, {"X": x})[0], plain.run(None, {"X": x})[0]
+    assert_close(actual, expected, what="tuned session vs tuning off")
+    if ISA in ("avx2", "avx512"):
+        np.testing.assert_array_equal(actual, expected)
+
+
+def test_steps_below_the_size_bar_keep_the_prebuilt_kernel(tmp_path, tune_small_steps, monkeypatch):
+    program = compiled_program(mlp())
+    assert len(gemm_steps.gemm_steps(program)) == 2
+    monkeypatch.setattr(gemm_steps, "MIN_MULTIPLY_ADDS", tune_small_steps)
+    assert gemm_steps.gemm_steps(program) == {}
