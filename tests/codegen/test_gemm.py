@@ -8,6 +8,7 @@ compile of ~0.4 s, done two at a time).
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import shutil
 import subprocess
 
@@ -255,8 +256,6 @@ def _gemm_f32_arguments(m, n, k, batch, *, b_packed, bias_mode, activation, alph
 def test_step_entry_takes_gemm_f32_arguments_and_prepacked_weights(tmp_path_factory, isa):
     """The `_step` entry on gemm_f32's own ints and buffers (batch of 2, B prepacked by gemm_pack_f32, bias per
     column, relu) equals gemm_f32: bitwise on the FMA ISAs (same KC), within tolerance on the portable one."""
-    import ctypes
-
     width = gemm.VECTOR_WIDTH[isa]
     cases = [dict(m=13, n=70, k=300, b_packed=True, bias_mode=2, activation=1, alpha=1.0),
              dict(m=7, n=3 * width + 1, k=37, b_packed=False, bias_mode=1, activation=0, alpha=0.5)]

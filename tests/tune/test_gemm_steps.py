@@ -9,9 +9,11 @@ import onnx
 import onnxruntime
 import pytest
 
+import ortx
 from ortx.codegen import gemm, jit
 from ortx.config import Options
 from ortx.ep import compile_nodes
+from ortx.ep.runtime import ClaimedStep
 from ortx.tune import gemm_space, gemm_steps, step_threads
 from ortx.tune.fingerprint import HardwareFingerprint, current
 from ortx.tune.records import TuningDatabase, TuningRecord
@@ -137,9 +139,6 @@ def test_quick_tunes_each_step_once_and_resumes(tmp_path, monkeypatch):
 
 def test_sessions_with_tuning_cached_use_the_recorded_generated_gemms(tmp_path):
     """Through ortx.InferenceSession (ortx.pipeline's JIT step): "cached" applies the records, "off" does not."""
-    import ortx
-    from ortx.ep.runtime import ClaimedStep
-
     def session(tuning):
         settings = onnxruntime.SessionOptions()
         settings.intra_op_num_threads = 2
