@@ -129,7 +129,8 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
 
 def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str, max_workspace_floats: int | None = None) -> Task:
     return Task(f"{problem.signature}|threads={num_threads}|isa={isa}",
-                gemm_space(problem, isa, max_workspace_floats), gemm.template_hash())
+                gemm_space(problem, isa, max_workspace_floats), gemm.template_hash(),
+                default=default_schedule(problem, isa, num_threads))
 
 
 def close_to_reference(outputs, reference) -> str | None:
