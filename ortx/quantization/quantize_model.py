@@ -32,7 +32,7 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), 0)
 
 
-def _prepare(model: ModelSource, optimize: bool) -> onnx.ModelProto:
+def prepare_model(model: ModelSource, optimize: bool) -> onnx.ModelProto:
     from ortx.optimize import optimize as run_passes
     from ortx.pipeline import name_nodes
 
@@ -59,7 +59,7 @@ def _tensor_range(statistics: TensorStatistics, method: str, percentile: float) 
     return CALIBRATION_METHODS[method](statistics)
 
 
-def _group_parameters(plan: QuantizationPlan, ranges: dict[str, tuple[float, float]], dtype: str
+def group_parameters(plan: QuantizationPlan, ranges: dict[str, tuple[float, float]], dtype: str
                       ) -> dict[str, QuantizationParameters]:
     members = collections.defaultdict(list)
     for tensor, root in plan.group_of.items():
@@ -96,13 +96,13 @@ def quantize(model: ModelSource, calibration: object, *, method: str = "percenti
     if activation_dtype not in ACTIVATION_DTYPES:
         raise ValueError(f"activation_dtype must be 'int8' or 'uint8', not {activation_dtype!r}")
     start = time.perf_counter()
-    proto = _prepare(model, optimize)
+    proto = prepare_model(model, optimize)
     samples = calibration_set(calibration, proto)  # files and stacked arrays are checked before any work
     plan = plan_quantization(proto, exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types)
     statistics = collect_statistics(proto, plan.tensors, samples, histograms=method != "minmax",
                                     progress=progress, total=samples.count, threads=threads)
     ranges = {tensor: _tensor_range(statistics[tensor], method, percentile) for tensor in plan.tensors}
-    parameters = _group_parameters(plan, ranges, activation_dtype)
+    parameters = group_parameters(plan, ranges, activation_dtype)
     quantized = onnx.ModelProto()
     quantized.CopyFrom(proto)
     insertion = insert_qdq(quantized, plan, parameters)
