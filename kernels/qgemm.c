@@ -15,6 +15,7 @@
  * Limits: depthwise and other grouped convs run (group loop) but slowly (K is tiny); the lowering declines them.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "activation.h"
@@ -59,10 +60,13 @@ void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, in
     }
 }
 
-const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ortx_qgemm_micro_portable};
+void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
+                                  uint8_t *out) {
+    (void)readable;
+    ortx_qgemm_pack_scalar(source, stride, 0, count, out);
+}
 
-/* Writes rows x cols of the tile (row stride NB) to the output at element `offset` of (n, m0, p0). */
-static void epilogue(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols, const int32_t *bias,
+__attribute__((optimize("fp-contract=off"))) void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols, const int32_t *bias,
                      const float *multiplier, void *output, int64_t offset, const float *residual, float p0,
                      float p1) {
     float low = (float)(p->qmin - p->y_zero_point), high = (float)(p->qmax - p->y_zero_point);
@@ -83,6 +87,10 @@ static void epilogue(const ortx_qconv_params *p, const int32_t *acc, int64_t row
     }
 }
 
+const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ortx_qgemm_micro_portable,
+                                                .pack_run = ortx_qgemm_pack_run_portable,
+                                                .epilogue = ortx_qgemm_epilogue_portable};
+
 /* Geometry ------------------------------------------------------------------------------------------------------- */
 
 typedef struct geometry {
@@ -90,6 +98,7 @@ typedef struct geometry {
     int64_t plane_height, plane_width;  /* the planes packing reads: padded copies, or the input itself */
     int planes_copied;
     int64_t planes_bytes, thread_bytes;
+    int64_t planes_end;  /* bytes packing may read from the start of the planes (copies have 64-byte slack) */
 } geometry;
 
 static geometry geometry_of(const ortx_qconv_params *p, int threads) {
@@ -117,7 +126,8 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
     }
     g.planes_bytes = g.planes_copied ? ortx_round_up(p->batch * p->in_channels * g.plane_height * g.plane_width, 64)
                                      : 0;
-    g.thread_bytes = ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4, 64) + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB;
+    g.planes_end = g.planes_copied ? g.planes_bytes : p->batch * p->in_channels * g.plane_height * g.plane_width;
+    g.thread_bytes = ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4 + 64, 64) + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB;  /* + pack_run's spill */
     return g;
 }
 
@@ -194,24 +204,17 @@ static void pack_image_block(const job *j, int64_t n, int64_t group, int64_t p0,
         while (done < cols) {
             int64_t run = min64(p->out_width - ow, cols - done);
             int64_t offset = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+            const uint8_t *run_source[4];
+            int64_t readable = INT64_MAX;
             for (int i = 0; i < 4; i++) {
-                uint8_t *lane = out + done * 4 + i;
-                if (!source[i]) {
-                    for (int64_t t = 0; t < run; t++) lane[4 * t] = 0;
-                    continue;
-                }
-                const uint8_t *s = source[i] + offset;
-                if (p->stride_width == 1) {
-                    for (int64_t t = 0; t < run; t++) lane[4 * t] = s[t];
-                } else {
-                    for (int64_t t = 0; t < run; t++) lane[4 * t] = s[t * p->stride_width];
-                }
+                run_source[i] = source[i] ? source[i] + offset : NULL;
+                if (source[i]) readable = min64(readable, j->planes + g->planes_end - run_source[i]);
             }
+            j->isa->pack_run(run_source, p->stride_width, run, readable, out + done * 4);
             done += run;
             ow = 0;
             oh++;
         }
-        if (cols < NB) memset(out + cols * 4, 0, (size_t)(NB - cols) * 4);
     }
 }
 
@@ -235,6 +238,8 @@ static void pack_matrix_block(const job *j, int64_t p0, int64_t cols, uint8_t *d
         }
     }
     for (int64_t q = 0; q < g->k4 && cols < NB; q++) memset(dst + (q * NB + cols) * 4, 0, (size_t)(NB - cols) * 4);
+    /* (image blocks leave columns past `cols` as they are: each column's sums are its own, and those are never
+     * stored) */
 }
 
 /* Steps 2-3: one task ---------------------------------------------------------------------------------------------- */
@@ -258,7 +263,7 @@ static void run_task(void *context, int64_t task, int thread_index) {
         j->isa->micro(g->k4, j->weights + (group * g->panels + panel) * panel_bytes, packed, tile);
         int64_t m0 = group * g->cout_g + panel * ORTX_QGEMM_MR;
         int64_t rows = min64(ORTX_QGEMM_MR, g->cout_g - panel * ORTX_QGEMM_MR);
-        epilogue(p, tile, rows, cols, j->bias + m0, j->multiplier + m0, j->output,
+        j->isa->epilogue(p, tile, rows, cols, j->bias + m0, j->multiplier + m0, j->output,
                  ortx_qconv_output_index(p, n, m0, p0), j->residual, j->p0, j->p1);
     }
 }

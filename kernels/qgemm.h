@@ -45,9 +45,21 @@ typedef struct ortx_qconv_params {
 /* int32 tile: acc[m * NB + j] = sum over q < k4 of the u8 x s8 products of A panel a and B block b. */
 typedef void (*ortx_qgemm_micro_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
 
+/* One run of `count` pixels of a k quad: out[t*4 + i] = source[i] ? source[i][t*stride] : 0. May read up to
+ * `readable` bytes from each source and write up to 64 bytes past out + 4*count (callers leave that room). */
+typedef void (*ortx_qgemm_pack_run_fn)(const uint8_t *const source[4], int64_t stride, int64_t count,
+                                       int64_t readable, uint8_t *out);
+/* Writes rows x cols of an int32 tile (row stride NB) to the output at element `offset` of (n, m0, p0): qgemm.h's
+ * arithmetic with bias/multiplier already offset to m0. */
+typedef void (*ortx_qgemm_epilogue_fn)(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,
+                                       const int32_t *bias, const float *multiplier, void *output, int64_t offset,
+                                       const float *residual, float p0, float p1);
+
 typedef struct ortx_qgemm_isa {
     const char *name;
     ortx_qgemm_micro_fn micro;
+    ortx_qgemm_pack_run_fn pack_run;
+    ortx_qgemm_epilogue_fn epilogue;
 } ortx_qgemm_isa;
 
 extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
@@ -55,6 +67,25 @@ extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
 
 void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
+                                  uint8_t *out);
+void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,
+                                  const int32_t *bias, const float *multiplier, void *output, int64_t offset,
+                                  const float *residual, float p0, float p1);
+
+/* Pixels [first, first + count) of a run, scalar (the portable path and the vector paths' tails). */
+static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_t stride, int64_t first,
+                                          int64_t count, uint8_t *out) {
+    for (int i = 0; i < 4; i++) {
+        uint8_t *lane = out + 4 * first + i;
+        if (!source[i]) {
+            for (int64_t t = 0; t < count; t++) lane[4 * t] = 0;
+            continue;
+        }
+        const uint8_t *s = source[i] + first * stride;
+        for (int64_t t = 0; t < count; t++) lane[4 * t] = s[t * stride];
+    }
+}
 
 /* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
 void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

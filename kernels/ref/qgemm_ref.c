@@ -9,7 +9,7 @@ static int32_t input_u8(const ortx_qconv_params *p, const void *x, int64_t index
     return p->input_signed ? (int32_t)((const int8_t *)x)[index] + 128 : (int32_t)((const uint8_t *)x)[index];
 }
 
-void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+__attribute__((optimize("fp-contract=off"))) void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
     ortx_qconv_params p = ortx_qconv_params_read(ints);
     const void *x = buffers[0];
