@@ -281,15 +281,12 @@ def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDa
     search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
     default = default_schedule(problem, isa, num_threads)
     runner = GemmRunner(problem, num_threads, options, settings, seed)
-    if problem.c_row_stride == problem.n:
-        baseline = Task(task.signature, Space("gemm_f32", {"kernel": ("gemm_f32",)}), PREBUILT_TEMPLATE)
-        tune([baseline], [Exhaustive(baseline.space)], lambda pairs: runner([schedule for _, schedule in pairs]),
-             database, fingerprint, trials=1, source="gemm:prebuilt")
+    measure_prebuilt(task, runner, database, fingerprint)
     (result,) = tune([task], [_DefaultFirst(default, search)],
                      lambda pairs: runner([schedule for _, schedule in pairs]), database, fingerprint,
                      trials=trials, budget_seconds=budget_seconds, source=f"gemm:{strategy}")
     if result.measured and validate > 0:
-        _validate(task, default, validate, runner, database, fingerprint)
+        validate_fastest(task, default, validate, runner, database, fingerprint)
     fastest = _fastest_per_schedule(task, database, fingerprint)
     best = next((MeasureResult(schedule, "ok", ms) for schedule, ms in fastest.items()), None)
     return GemmTuning(task, best, _fastest(database, task.signature, fingerprint, task.template, default),
@@ -307,8 +304,21 @@ def _fastest_per_schedule(task: Task, database: TuningDatabase, fingerprint: Har
     return dict(sorted(fastest.items(), key=lambda item: item[1]))
 
 
-def _validate(task: Task, default: Schedule, count: int, runner: GemmRunner, database: TuningDatabase,
-              fingerprint: HardwareFingerprint) -> None:
+def measure_prebuilt(task: Task, runner: GemmRunner, database: TuningDatabase,
+                     fingerprint: HardwareFingerprint) -> None:
+    """Step 4's baseline: the prebuilt gemm_f32 on the runner's operands, recorded under the task's signature
+    (PREBUILT_TEMPLATE), unless recorded already or the prebuilt kernel cannot write C's row stride."""
+    if runner.problem.c_row_stride != runner.problem.n:
+        return
+    baseline = Task(task.signature, Space("gemm_f32", {"kernel": ("gemm_f32",)}), PREBUILT_TEMPLATE)
+    tune([baseline], [Exhaustive(baseline.space)], lambda pairs: runner([schedule for _, schedule in pairs]),
+         database, fingerprint, trials=1, source="gemm:prebuilt")
+
+
+def validate_fastest(task: Task, default: Schedule, count: int, runner: GemmRunner, database: TuningDatabase,
+                     fingerprint: HardwareFingerprint) -> None:
+    """Step 4's validation: the prebuilt kernel, the default and the `count` fastest recorded schedules measured
+    once more in one call, every result recorded."""
     fastest = _fastest_per_schedule(task, database, fingerprint)
     chosen = list(fastest)[:count]
     candidates = [(PREBUILT_TEMPLATE, PREBUILT)] if runner.problem.c_row_stride == runner.problem.n else []
