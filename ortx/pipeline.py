@@ -36,6 +36,7 @@ from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_qdq import fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
 
 logger = logging.getLogger(__name__)
@@ -321,8 +322,9 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone.
-ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order; fuse_qdq first, so QDQ compute patterns become
+# int8 QConv before any float fusion sees them): run after the standard passes, on a clone.
+ORTXEP_FUSIONS = (fuse_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
