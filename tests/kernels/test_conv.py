@@ -139,7 +139,7 @@ def test_conv_matches_onnxruntime(isa, case):
 
 def test_depthwise_and_pointwise_use_their_fast_paths():
     """A 1x1 stride-1 unpadded conv of one image and group is one gemm_f32 on NCHW (weights as a raw A, so a tuned
-    generated GEMM can take its place); batch 2, a group, a stride or a residual keep conv2d_f32."""
+    generated GEMM can take its place); batch 2, a group or a stride keep conv2d_f32."""
     from ortx.ep.compile_nodes import compile_graph
     depthwise = conv_model("Conv", (1, 8, 10, 10), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1]))
     dense = conv_model("Conv", (1, 8, 10, 10), (4, 8, 1, 1), dict())
@@ -214,30 +214,33 @@ def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, param
 @pytest.mark.parametrize("activation, explicit, params", FUSED_ACTIVATIONS,
                          ids=[a[0] or "none" for a in FUSED_ACTIVATIONS])
 def test_pointwise_gemm_with_activation_matches_onnxruntime(isa, activation, explicit, params):
-    """The 1x1 conv lowered to gemm_f32 (bias per row, activation in the epilogue; no residual), 437 pixels and 21
-    channels (tails of every tile), with and without bias."""
+    """The 1x1 conv lowered to gemm_f32 (bias per row, FusedConv's residual and the activation in the epilogue), 437
+    pixels and 21 channels (tails of every tile), with and without bias and residual."""
     from ortx.ep.compile_nodes import compile_graph
     x_shape, w_shape = (1, 24, 19, 23), (21, 24, 1, 1)
-    x = random(x_shape, 8)
-    for bias in (True, False):
+    x, z = random(x_shape, 8), random((1, 21, 19, 23), 9)
+    for bias, residual in ((True, False), (False, False), (True, True), (False, True)):
         reference = conv_model("Conv", x_shape, w_shape, {}, bias=bias)
         initializers = list(reference.graph.initializer)
         names = ["x", "w", "b"] if bias else ["x", "w"]
-        nodes = [helper.make_node("Conv", names, ["conv" if explicit else "y"])]
-        if explicit:
-            nodes += explicit("conv", "y")
+        nodes = [helper.make_node("Conv", names, ["conv"])]
+        nodes.append(helper.make_node("Add", ["conv", "z"], ["sum"]) if residual else
+                     helper.make_node("Identity", ["conv"], ["sum"]))
+        nodes += explicit("sum", "y") if explicit else [helper.make_node("Identity", ["sum"], ["y"])]
         clip = [numpy_helper.from_array(np.float32(-0.5), "clip_min"),
                 numpy_helper.from_array(np.float32(0.6), "clip_max")]
-        expected = run_ort(make_model(nodes, [tensor("x", x_shape)], [tensor("y", None)], initializers + clip),
-                           {"x": x})
+        inputs = [tensor("x", x_shape)] + ([tensor("z", z.shape)] if residual else [])
+        feeds = {"x": x, "z": z} if residual else {"x": x}
+        expected = run_ort(make_model(nodes, inputs, [tensor("y", None)], initializers + clip), feeds)
         attributes = {"activation": activation} if activation else {}
         if params:
             attributes["activation_params"] = params
-        fused = helper.make_node("FusedConv", names, ["y"], domain="ai.ortx", **attributes)
-        model = make_model([fused], [tensor("x", x_shape)], [tensor("y", expected.shape)], initializers,
+        fused_inputs = (names if bias else names + [""]) + ["z"] if residual else names
+        fused = helper.make_node("FusedConv", fused_inputs, ["y"], domain="ai.ortx", **attributes)
+        model = make_model([fused], inputs, [tensor("y", expected.shape)], initializers,
                            extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
         assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("gemm_f32",)
-        check_against(model, {"x": x}, expected)
+        check_against(model, feeds, expected)
 
 
 def test_fused_conv_without_bias_or_residual(isa):

@@ -270,24 +270,26 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
 
 def _pointwise_gemm(plan: ConvPlan) -> bool:
     """Whether the conv is one GEMM on NCHW as stored: one image, one group, a 1x1 kernel at stride 1 without
-    padding (Y[Cout, H*W] = W[Cout, Cin] @ X[Cin, H*W]), and no residual (a generated GEMM's epilogue has none)."""
+    padding (Y[Cout, H*W] = W[Cout, Cin] @ X[Cin, H*W])."""
     (batch, _, height, width, _, out_height, out_width, kernel_height, kernel_width, stride_height, stride_width,
-     _, _, _, _, group, _, has_residual, _) = plan.ints
+     _, _, _, _, group, _, _, _) = plan.ints
     return (batch == 1 and group == 1 and (kernel_height, kernel_width, stride_height, stride_width) == (1, 1, 1, 1)
-            and (out_height, out_width) == (height, width) and not has_residual)
+            and (out_height, out_width) == (height, width))
 
 
 def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
     """A gemm_f32 step reading the weights as a raw row-major A (so ortx.tune.gemm_steps can give it a tuned
-    generated kernel), X as B in place, the bias per row and the activation in the epilogue."""
+    generated kernel), X as B in place, the bias per row, FusedConv's residual (laid out as Y) and the activation in
+    the epilogue."""
     in_channels, height, width, out_channels = plan.ints[1:5]
     weights = builder.add_constant(np.ascontiguousarray(plan.weights.reshape(-1)), label=f"{node.name}:weights")
     has_bias = present(node, 2) is not None
     _emit_gemm(builder, M=out_channels, N=height * width, K=in_channels, a=weights, a_packed=False,
                a_strides=(in_channels, 1), b=builder.buffer(node.inputs[0]), b_packed=False,
                b_strides=(height * width, 1), output=builder.buffer(node.outputs[0]), bias_mode=1 if has_bias else 0,
-               bias=builder.buffer(node.inputs[2]) if has_bias else None, activation=plan.activation,
-               activation_params=plan.params)
+               bias=builder.buffer(node.inputs[2]) if has_bias else None,
+               residual=builder.buffer(node.inputs[3]) if plan.has_residual else None,
+               residual_strides=(height * width, 1, 0), activation=plan.activation, activation_params=plan.params)
 
 
 def lower_conv(node: ir.Node, builder) -> None:
