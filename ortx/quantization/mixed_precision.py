@@ -73,7 +73,7 @@ def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
                     precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
-                    method: str = "percentile", percentile: float = DEFAULT_PERCENTILE,
+                    method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
                     activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
                     exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
                     error_samples: int | None = None, optimize: bool = True,

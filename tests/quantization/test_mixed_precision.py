@@ -1,6 +1,7 @@
 """Mixed precision: budget 0 keeps exact precisions, a huge budget takes the smallest everywhere, a middle budget
 holds its measured error (re-measured here) at a size in between; the sensitivity ranking finds a layer made
 sensitive on purpose; bad options fail naming the option; `ortx quantize --mixed` writes a model ORT runs."""
+import importlib
 import json
 import math
 
@@ -9,12 +10,13 @@ import onnx
 import onnxruntime
 import pytest
 
-import ortx.quantization.mixed_precision as mixed_module
 from ortx.cli import main
 from ortx.model_io import to_ort_bytes
 from ortx.quantization.mixed_precision import mixed_precision
 from ortx.quantization.precisions import PrecisionError
 from tests import _models
+
+mixed_module = importlib.import_module("ortx.quantization.mixed_precision")  # the package re-exports the function
 
 ALL = "fp32,fp16,bf16,int8,int4"
 

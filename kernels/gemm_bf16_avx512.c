@@ -1,0 +1,109 @@
+/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): a 6x32 micro-kernel over two adjacent 16-column K-pair B
+ * panels (12 zmm accumulators; per k pair 2 B loads, 6 broadcasts of an A pair, 12 vdpbf16ps, each 32
+ * multiply-adds) and a 6x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
+ * ortx_bf16_from_float). The epilogue runs on the accumulators before the single store, through the AVX2 register
+ * epilogue on each 8-lane half (as gemm_avx512.c), so it matches ortx_gemm_epilogue_avx2 on edge tiles. */
+#include "gemm_avx2.h"
+#include "gemm_bf16.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) __m512 epilogue_register(
+    __m512 v, const ortx_gemm_epilogue *e, int64_t row, int64_t col0) {
+    __m256 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    epilogue_registers_avx2(&lo, &hi, e, row, col0);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_avx512_bf16(
+    const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc, int accumulate,
+    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
+    __m512 acc[ORTX_GEMM_MR][2];
+    for (int i = 0; i < ORTX_GEMM_MR; i++)
+        for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
+    const uint16_t *b_second = b + ORTX_GEMM_NR * 2 * pairs;
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < pairs; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * ORTX_GEMM_NR * 2);
+        __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(b_second + q * ORTX_GEMM_NR * 2) : b0;
+        const uint16_t *aq = a + q * ORTX_GEMM_MR * 2;
+        for (int i = 0; i < ORTX_GEMM_MR; i++) {
+            int32_t pair;
+            __builtin_memcpy(&pair, aq + 2 * i, sizeof(pair));
+            __m512bh broadcast = (__m512bh)_mm512_set1_epi32(pair);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], broadcast, b0);
+            if (vectors == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], broadcast, b1);
+        }
+    }
+    /* broadcast residual columns need the scalar definition: store first, then the tile epilogue */
+    const ortx_gemm_epilogue *fused =
+        epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
+    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+        float *row = c + i * ldc;
+        for (int v = 0; v < vectors; v++) {
+            __m512 value = acc[i][v];
+            if (accumulate) value = _mm512_add_ps(_mm512_loadu_ps(row + 16 * v), value);
+            if (fused) value = epilogue_register(value, fused, row0 + i, col0 + 16 * v);
+            _mm512_storeu_ps(row + 16 * v, value);
+        }
+    }
+    if (epilogue && !fused)
+        ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+}
+
+ORTX_TARGET_AVX512_BF16 static void micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
+                                                      int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
+                                                      int64_t row0, int64_t col0) {
+    tile_avx512_bf16(1, pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+ORTX_TARGET_AVX512_BF16 static void micro_wide_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b,
+                                                           float *c, int64_t ldc, int accumulate,
+                                                           const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                                           int64_t col0) {
+    tile_avx512_bf16(2, pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+/* Interleaves two rounded rows: vcvtne2ps2bf16 gives [first 0..15, second 0..15], vpermw pairs them up. */
+ORTX_TARGET_AVX512_BF16 static void pair_rows_avx512_bf16(const float *first, const float *second, int64_t count,
+                                                          uint16_t *dst) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __mmask16 mask = count >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1u);
+    __m512 lo = _mm512_maskz_loadu_ps(mask, first);
+    __m512 hi = second ? _mm512_maskz_loadu_ps(mask, second) : _mm512_setzero_ps();
+    __m512i rounded = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), rounded));
+}
+
+ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 32 <= count; i += 32) {
+        __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512(dst + i, (__m512i)rounded);
+    }
+    for (; i < count; i += 16) {
+        int64_t left = count - i;
+        __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + i));
+        _mm256_mask_storeu_epi16(dst + i, mask, (__m256i)rounded);
+    }
+}
+
+const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
+    .name = "avx512_bf16",
+    .micro = micro_avx512_bf16,
+    .micro_wide = micro_wide_avx512_bf16,
+    .pair_rows = pair_rows_avx512_bf16,
+    .convert = convert_avx512_bf16,
+};
+
+#else
+/* Never selected off x86 (ortx_bgemm_select_isa checks the CPU first). */
+const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {.name = "avx512_bf16"};
+#endif
