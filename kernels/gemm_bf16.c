@@ -46,6 +46,13 @@ static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
 
+static void interleave_portable(const uint16_t *first, const uint16_t *second, uint16_t *dst) {
+    for (int j = 0; j < ORTX_GEMM_NR; j++) {
+        dst[2 * j] = first[j];
+        dst[2 * j + 1] = second[j];
+    }
+}
+
 static inline void tile_portable(const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
                                  int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                  int64_t col0) {
@@ -86,6 +93,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
     .micro_wide = micro_wide_portable,
     .pair_rows = pair_rows_portable,
     .convert = convert_portable,
+    .interleave = interleave_portable,
 };
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -190,8 +198,38 @@ static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
     return layout.a_floats + layout.b_floats + layout.stage_floats + 16;
 }
 
+/* How ortx_bgemm splits the work on `num_threads` threads (step 1). When tasks split M and B is produced at run
+ * time, each task would round all of B again (8 tasks: 8 times; ResNet-18's 512 @7x7 3x3 convs, whose im2col
+ * gathers are slow): B is then rounded once, in parallel, into one shared K-pair copy (up to SHARED_B_MAX
+ * elements) that every task reads as prepacked. */
+#define SHARED_B_MAX (4 << 20)
+
+typedef struct bgemm_plan {
+    int threads, split_n, shared_b;
+    int64_t parts;
+} bgemm_plan;
+
+static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int b_is_packed) {
+    int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+    int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
+    bgemm_plan plan;
+    plan.threads = num_threads < 1 ? 1 : num_threads;
+    /* ortx_sgemm's rule: one thread below ~2M multiply-adds unless a large operand streams from memory. */
+    if ((double)M * N * K < 128.0 * 128 * 128 && (double)(M + N) * K < 256.0 * 1024) plan.threads = 1;
+    plan.split_n = n_panels >= 4 * plan.threads || n_panels >= m_panels;
+    int64_t parts = plan.split_n ? n_panels / 4 : m_panels / 8;
+    parts = max64(plan.threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * plan.threads));
+    plan.parts = parts / plan.threads * plan.threads;
+    plan.shared_b = !b_is_packed && !plan.split_n && plan.parts > 1 &&
+                    ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_B_MAX;
+    return plan;
+}
+
 int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
-    return (num_threads < 1 ? 1 : num_threads) * thread_floats(M, N, K) + 16;
+    int threads = num_threads < 1 ? 1 : num_threads, shared_b = 0;
+    for (int t = 1; t <= threads; t++) shared_b |= plan_of(M, N, K, t, 0).shared_b;  /* run on <= threads */
+    int64_t shared_floats = shared_b ? ortx_round_up(ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) / 2, 16) : 0;
+    return threads * thread_floats(M, N, K) + shared_floats + 16;
 }
 
 /* One tile at c (rows x cols valid; `vectors` B panels); edge tiles through a scratch tile. */
@@ -257,6 +295,8 @@ static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0
             const uint16_t *b_block = b_buffer;
             if (B->packed) {
                 b_block = B->packed + pc * n_padded + jc * 2 * pairs;
+            } else if (B->pack_pairs) {
+                B->pack_pairs(B->pack_context, pc, kc, jc, nc, b_buffer);
             } else if (B->pack_b) {
                 B->pack_b(B->pack_context, pc, kc, jc, nc, stage);
                 pair_panels(isa, stage, kc, nc, b_buffer);
@@ -312,6 +352,32 @@ static void bgemm_task(void *context, int64_t task, int thread) {
     if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage);
 }
 
+/* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */
+typedef struct shared_b_job {
+    const bgemm_job *job;
+    uint16_t *packed;
+    int64_t n_blocks;
+} shared_b_job;
+
+static void shared_b_task(void *context, int64_t task, int thread) {
+    const shared_b_job *pack = context;
+    const bgemm_job *job = pack->job;
+    const ortx_bgemm_operand *B = job->B;
+    thread_layout layout = layout_of(job->M, job->N, job->K);
+    float *stage = (float *)job->base + thread * job->per_thread + layout.a_floats + layout.b_floats;
+    int64_t pc = task / pack->n_blocks * ORTX_GEMM_KC, jc = task % pack->n_blocks * ORTX_GEMM_NC;
+    int64_t kc = min64(ORTX_GEMM_KC, job->K - pc), nc = min64(ORTX_GEMM_NC, job->N - jc);
+    uint16_t *dst = pack->packed + pc * ortx_round_up(job->N, ORTX_GEMM_NR) + jc * 2 * ((kc + 1) / 2);
+    if (B->pack_pairs) {
+        B->pack_pairs(B->pack_context, pc, kc, jc, nc, dst);
+    } else if (B->pack_b) {
+        B->pack_b(B->pack_context, pc, kc, jc, nc, stage);
+        pair_panels(job->isa, stage, kc, nc, dst);
+    } else {
+        pack_b_raw(job->isa, B, pc, kc, jc, nc, dst);
+    }
+}
+
 void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, const ortx_bgemm_operand *B, float *C,
                 int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads) {
     if (M <= 0 || N <= 0) return;
@@ -324,17 +390,20 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
     }
     int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
-    int threads = num_threads < 1 ? 1 : num_threads;
-    /* ortx_sgemm's rule: one thread below ~2M multiply-adds unless a large operand streams from memory. */
-    if ((double)M * N * K < 128.0 * 128 * 128 && (double)(M + N) * K < 256.0 * 1024) threads = 1;
-    int split_n = n_panels >= 4 * threads || n_panels >= m_panels;
-    int64_t parts = split_n ? n_panels / 4 : m_panels / 8;
-    parts = max64(threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * threads));
-    parts = parts / threads * threads;
+    bgemm_plan plan = plan_of(M, N, K, num_threads, B->packed != NULL);
     bgemm_job job = {ortx_bgemm_select_isa(), M, N, K, A, B, C, ldc, epilogue,
                      ((uintptr_t)workspace + 63) & ~(uintptr_t)63, thread_floats(M, N, K), m_panels, n_panels,
-                     split_n, parts};
-    ortx_parallel_for(threads, parts, bgemm_task, &job);
+                     plan.split_n, plan.parts};
+    ortx_bgemm_operand shared = {NULL, NULL, 0, 0, NULL, NULL, NULL};
+    if (plan.shared_b) {
+        uint16_t *packed = (uint16_t *)((float *)job.base + plan.threads * job.per_thread);
+        int64_t k_blocks = (K + ORTX_GEMM_KC - 1) / ORTX_GEMM_KC, n_blocks = (N + ORTX_GEMM_NC - 1) / ORTX_GEMM_NC;
+        shared_b_job pack = {&job, packed, n_blocks};
+        ortx_parallel_for(plan.threads, k_blocks * n_blocks, shared_b_task, &pack);
+        shared.packed = packed;
+        job.B = &shared;
+    }
+    ortx_parallel_for(plan.threads, plan.parts, bgemm_task, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -365,8 +434,8 @@ static void gemm_batch_task(void *context, int64_t b, int thread) {
     float *Y = job->buffers[2], *workspace = job->buffers[3];
     const float *bias = job->buffers[4], *residual = job->buffers[5];
     int64_t a_offset = ints[17 + b], b_offset = ints[17 + batch + b];
-    ortx_bgemm_operand A = {NULL, (const float *)job->buffers[0] + a_offset, ints[5], ints[6], NULL, NULL};
-    ortx_bgemm_operand B = {NULL, (const float *)job->buffers[1] + b_offset, ints[8], ints[9], NULL, NULL};
+    ortx_bgemm_operand A = {NULL, (const float *)job->buffers[0] + a_offset, ints[5], ints[6], NULL, NULL, NULL};
+    ortx_bgemm_operand B = {NULL, (const float *)job->buffers[1] + b_offset, ints[8], ints[9], NULL, NULL, NULL};
     if (ints[4]) A.packed = (const uint16_t *)job->buffers[0] + a_offset;
     if (ints[7]) B.packed = (const uint16_t *)job->buffers[1] + b_offset;
     ortx_gemm_epilogue epilogue = {

@@ -51,15 +51,20 @@ static inline int64_t ortx_bgemm_packed_elements(int64_t rows, int64_t depth, in
     return ortx_round_up(rows, panel) * ortx_round_up(depth, 2);
 }
 
-/* An operand of ortx_bgemm: bf16 K-pair panels over the whole operand (packed != NULL), or fp32 read as in
- * ortx_gemm_operand (raw with strides, or for B produced in gemm.h's fp32 panels by pack_b) and rounded to bf16
- * while it is packed. */
+/* Writes B[k0:k0+kc, n0:n0+nc] as bf16 K-pair panels at dst (B operands already rounded, e.g. conv's bf16 planes). */
+typedef void (*ortx_bgemm_pack_pairs_fn)(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                         uint16_t *dst);
+
+/* An operand of ortx_bgemm: bf16 K-pair panels over the whole operand (packed != NULL), or for B panels written by
+ * pack_pairs(pack_context, ...), or fp32 read as in ortx_gemm_operand (raw with strides, or for B produced in
+ * gemm.h's fp32 panels by pack_b) and rounded to bf16 while it is packed. */
 typedef struct ortx_bgemm_operand {
     const uint16_t *packed;
     const float *data;
     int64_t row_stride, col_stride;
     ortx_gemm_pack_b_fn pack_b;
     const void *pack_context;
+    ortx_bgemm_pack_pairs_fn pack_pairs;
 } ortx_bgemm_operand;
 
 /* Micro-kernel over `pairs` k pairs: c[0..MR)[0..NR*vectors) (row stride ldc) = (accumulate ? c : 0) + a * b,
@@ -71,6 +76,8 @@ typedef void (*ortx_bgemm_micro_fn)(int64_t pairs, const uint16_t *a, const uint
 typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, int64_t count, uint16_t *dst);
 /* dst[j] = bf16(src[j]) for j < count. */
 typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
+/* dst[2j] = first[j], dst[2j+1] = second[j] for j < NR (values already bf16). */
+typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, uint16_t *dst);
 
 typedef struct ortx_bgemm_isa {
     const char *name;
@@ -78,6 +85,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bgemm_micro_fn micro_wide;  /* MR x 2NR */
     ortx_bf16_pair_rows_fn pair_rows;
     ortx_bf16_convert_fn convert;
+    ortx_bf16_interleave_fn interleave;
 } ortx_bgemm_isa;
 
 extern const ortx_bgemm_isa ortx_bgemm_isa_portable;

@@ -95,12 +95,22 @@ ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_
     }
 }
 
+ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
+                                                           uint16_t *dst) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)first)),
+                                      _mm256_loadu_si256((const __m256i *)second), 1);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), both));
+}
+
 const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .name = "avx512_bf16",
     .micro = micro_avx512_bf16,
     .micro_wide = micro_wide_avx512_bf16,
     .pair_rows = pair_rows_avx512_bf16,
     .convert = convert_avx512_bf16,
+    .interleave = interleave_avx512_bf16,
 };
 
 #else

@@ -207,7 +207,8 @@ def test_batched_offsets_with_packed_b(isa):
 # Convolutions through the lowering (weights packed by it): single-node models against ORT's fp32 and the oracle.
 CONV_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (16, 20, 9, 1, 1, 0, 1, 1),    # Case 1: pointwise, X read as B
-    (8, 13, 40, 3, 1, 1, 1, 1),    # Case 2: planes (stride 1, >= 32 output columns)
+    (8, 13, 40, 3, 1, 1, 1, 1),    # Case 2: bf16 planes (stride 1, >= 32 output columns), panels across row ends
+    (3, 10, 36, 3, 1, 1, 1, 1),    # Case 2 with an odd K (27): the last pair's second row is zero
     (8, 13, 20, 3, 2, 1, 1, 1),    # Case 3: im2col, strided
     (3, 7, 17, 7, 2, 3, 1, 1),     # a stem
     (16, 24, 12, 3, 1, 1, 4, 1),   # grouped
