@@ -338,7 +338,9 @@ static void quantize_linear_f32(const int64_t *ints, const float *floats, void *
     int32_t zero = (int32_t)ints[1];
     float low = (float)(ints[2] - ints[1]), high = (float)(ints[3] - ints[1]), scale = floats[0];
     const float *x = buffers[0];
-    for (int64_t i = 0; i < count; i++) {
+    int64_t i = ortx_selected_isa() >= ORTX_ISA_AVX512 ? ortx_quantize_avx512(x, count, scale, low, high, zero,
+                                                                             buffers[1]) : 0;
+    for (; i < count; i++) {
         float value = x[i] / scale;
         value = value >= low ? value : low;  /* NaN -> low, as MLAS's max */
         value = value <= high ? value : high;
@@ -356,15 +358,17 @@ static void dequantize_linear_f32(const int64_t *ints, const float *floats, void
     int32_t zero = (int32_t)ints[1];
     float scale = floats[0];
     float *y = buffers[1];
+    int64_t i = ints[2] < 2 && ortx_selected_isa() >= ORTX_ISA_AVX512 ?
+                ortx_dequantize_avx512(buffers[0], count, (int)ints[2], zero, scale, y) : 0;
     if (ints[2] == 0) {
         const uint8_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
     } else if (ints[2] == 1) {
         const int8_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
     } else {
         const int32_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
     }
 }
 

@@ -87,6 +87,12 @@ static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_
     }
 }
 
+/* Vector QuantizeLinear / DequantizeLinear bodies (kernels/qgemm_avx512.c): each does a prefix of whole 16-lane
+ * vectors and returns its length; the caller finishes the tail with the scalar loop (same results). */
+int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                             void *y);
+int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y);
+
 /* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
 void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 

@@ -101,10 +101,48 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epil
     }
 }
 
+/* QuantizeLinear over 16 lanes: x / scale, clamp (max first: NaN becomes low, as the scalar loop), round to nearest
+ * even (cvtps2dq), + zero point, narrowed (in range after the clamp). Returns how many elements it did. */
+ORTX_TARGET_AVX512 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high,
+                                               int32_t zero, void *y) {
+    __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
+    __m512i z = _mm512_set1_epi32(zero);
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+        __m512 value = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s), lo), hi);
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), z);
+        _mm_storeu_si128((__m128i *)((uint8_t *)y + i), _mm512_cvtepi32_epi8(q));
+    }
+    return i;
+}
+
+/* DequantizeLinear of uint8/int8 over 16 lanes: float(q - zero) * scale. Returns how many elements it did. */
+ORTX_TARGET_AVX512 int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero,
+                                                 float scale, float *y) {
+    __m512 s = _mm512_set1_ps(scale);
+    __m512i z = _mm512_set1_epi32(zero);
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)((const uint8_t *)q + i));
+        __m512i wide = is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(wide, z)), s));
+    }
+    return i;
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_avx512, .epilogue = epilogue_avx512};
 
 #else
+int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                             void *y) {
+    (void)x, (void)count, (void)scale, (void)low, (void)high, (void)zero, (void)y;
+    return 0;
+}
+int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y) {
+    (void)q, (void)count, (void)is_signed, (void)zero, (void)scale, (void)y;
+    return 0;
+}
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = ortx_qgemm_micro_portable,
                                                    .pack_run = ortx_qgemm_pack_run_portable,
                                                    .epilogue = ortx_qgemm_epilogue_portable};

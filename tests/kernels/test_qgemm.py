@@ -151,7 +151,7 @@ def test_qgemm_matrix_input(isa, rows, depth, channels, x_dtype, zx):
 
 
 @pytest.mark.parametrize("dtype,zero", [("uint8", 0), ("uint8", 200), ("int8", -128), ("int8", 7)])
-def test_quantize_dequantize_match_reference(dtype, zero):
+def test_quantize_dequantize_match_reference(isa, dtype, zero):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(1003) * 3).astype(np.float32)
     x[:4] = [0.5 * 0.05, 1.5 * 0.05, -2.5 * 0.05, 1e9]  # ties (round half to even) and saturation
