@@ -55,11 +55,18 @@ typedef void (*ortx_qgemm_epilogue_fn)(const ortx_qconv_params *p, const int32_t
                                        const int32_t *bias, const float *multiplier, void *output, int64_t offset,
                                        const float *residual, float p0, float p1);
 
+/* Depthwise: one output row's int32 sums over a padded uint8 plane (row stride plane_width), taps as int32
+ * [KH*KW]: acc[ow] = sum_{kh,kw} plane[(oh*SH + kh*DH)*plane_width + ow*SW + kw*DW] * taps[kh*KW + kw]. May read
+ * up to 64 bytes past the last tap of the row (the plane buffer has that slack). */
+typedef void (*ortx_qdepthwise_row_fn)(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                       const int32_t *taps, int64_t oh, int32_t *acc);
+
 typedef struct ortx_qgemm_isa {
     const char *name;
     ortx_qgemm_micro_fn micro;
     ortx_qgemm_pack_run_fn pack_run;
     ortx_qgemm_epilogue_fn epilogue;
+    ortx_qdepthwise_row_fn depthwise_row;
 } ortx_qgemm_isa;
 
 extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
@@ -67,6 +74,8 @@ extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
 
 void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                  const int32_t *taps, int64_t oh, int32_t *acc);
 void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
                                   uint8_t *out);
 void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,

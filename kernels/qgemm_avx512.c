@@ -130,8 +130,35 @@ ORTX_TARGET_AVX512 int64_t ortx_dequantize_avx512(const void *q, int64_t count, 
     return i;
 }
 
+/* Depthwise row: 16 output columns per vector, per tap one widening load (stride 2: 32 bytes narrowed to their even
+ * bytes first), vpmulld by the broadcast tap, vpaddd. Exact int32 sums, so equal to the portable row. */
+ORTX_TARGET_AVX512 static void depthwise_row_avx512(const ortx_qconv_params *p, const uint8_t *plane,
+                                                   int64_t plane_width, const int32_t *taps, int64_t oh,
+                                                   int32_t *acc) {
+    if (p->stride_width > 2) {
+        ortx_qdepthwise_row_portable(p, plane, plane_width, taps, oh, acc);
+        return;
+    }
+    for (int64_t ow = 0; ow < p->out_width; ow += 16) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+            const uint8_t *row = plane + (oh * p->stride_height + kh * p->dilation_height) * plane_width +
+                                 ow * p->stride_width;
+            for (int64_t kw = 0; kw < p->kernel_width; kw++) {
+                const uint8_t *x = row + kw * p->dilation_width;
+                __m128i bytes = p->stride_width == 1 ? _mm_loadu_si128((const __m128i *)x)
+                                                     : _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)x));
+                __m512i value = _mm512_cvtepu8_epi32(bytes);
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(value, _mm512_set1_epi32(taps[kh * p->kernel_width + kw])));
+            }
+        }
+        _mm512_storeu_si512(acc + ow, sum);
+    }
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
-                                                   .pack_run = pack_run_avx512, .epilogue = epilogue_avx512};
+                                                   .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
+                                                   .depthwise_row = depthwise_row_avx512};
 
 #else
 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
@@ -145,5 +172,6 @@ int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int3
 }
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = ortx_qgemm_micro_portable,
                                                    .pack_run = ortx_qgemm_pack_run_portable,
-                                                   .epilogue = ortx_qgemm_epilogue_portable};
+                                                   .epilogue = ortx_qgemm_epilogue_portable,
+                                                   .depthwise_row = ortx_qdepthwise_row_portable};
 #endif
