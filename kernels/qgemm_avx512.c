@@ -66,19 +66,39 @@ ORTX_TARGET_AVX512 static void pack_run_avx512(const uint8_t *const source[4], i
     if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
 }
 
-/* fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
-ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
+/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu; at out32).
+ * fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
+ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static inline void epilogue_lanes(
+    const ortx_qconv_params *p, __m512i a, __m512 scale, __mmask16 mask, const float *residual, uint8_t *out8,
+    float *out32) {
+    __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+    if (p->output_kind != 2) {
+        __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
+        __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
+        value = _mm512_min_ps(_mm512_max_ps(value, low), high);
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), _mm512_set1_epi32((int32_t)p->y_zero_point));
+        _mm_mask_storeu_epi8(out8, mask, _mm512_cvtepi32_epi8(q));
+        return;
+    }
+    if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual));
+    if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(out32, mask, value);
+}
+
+/* Rows are output channels, columns pixels. Pixel stride 1 (NCHW): each row's lanes go straight to the output.
+ * Channel stride 1 (Gemm/MatMul rows): the tile is finished in a local buffer and copied out transposed. */
+ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
                                               int64_t cols, const int32_t *bias, const float *multiplier,
                                               void *output, int64_t offset, const float *residual, float p0,
                                               float p1) {
     int quantized = p->output_kind != 2;
-    if (p->out_pixel_stride != 1 || (!quantized && p->activation != 0 && p->activation != 1)) {
+    int direct = p->out_pixel_stride == 1, transposed = p->out_channel_stride == 1 && !residual;
+    if ((!direct && !transposed) || (!quantized && p->activation != 0 && p->activation != 1)) {
         ortx_qgemm_epilogue_portable(p, acc, rows, cols, bias, multiplier, output, offset, residual, p0, p1);
         return;
     }
-    __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
-    __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
-    __m512i zero_point = _mm512_set1_epi32((int32_t)p->y_zero_point);
+    float tile32[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
+    uint8_t tile8[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
     for (int64_t i = 0; i < rows; i++) {
         __m512i b = _mm512_set1_epi32(bias[i]);
         __m512 scale = _mm512_set1_ps(multiplier[i]);
@@ -86,17 +106,23 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epil
         for (int64_t j = 0; j < cols; j += 16) {
             __mmask16 mask = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1);
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * ORTX_QGEMM_NB + j), b);
-            __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
-            if (quantized) {
-                value = _mm512_min_ps(_mm512_max_ps(value, low), high);
-                __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), zero_point);
-                _mm_mask_storeu_epi8((uint8_t *)output + row + j, mask, _mm512_cvtepi32_epi8(q));
+            if (direct) {
+                epilogue_lanes(p, a, scale, mask, residual ? residual + row + j : NULL, (uint8_t *)output + row + j,
+                               (float *)output + row + j);
             } else {
-                float *out = (float *)output + row + j;
-                if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual + row + j));
-                if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
-                _mm512_mask_storeu_ps(out, mask, value);
+                epilogue_lanes(p, a, scale, mask, NULL, tile8 + i * ORTX_QGEMM_NB + j, tile32 + i * ORTX_QGEMM_NB + j);
             }
+        }
+    }
+    if (direct) return;
+    for (int64_t j = 0; j < cols; j++) {
+        int64_t index = offset + j * p->out_pixel_stride;
+        if (quantized) {
+            uint8_t *out = (uint8_t *)output + index;
+            for (int64_t i = 0; i < rows; i++) out[i] = tile8[i * ORTX_QGEMM_NB + j];
+        } else {
+            float *out = (float *)output + index;
+            for (int64_t i = 0; i < rows; i++) out[i] = tile32[i * ORTX_QGEMM_NB + j];
         }
     }
 }

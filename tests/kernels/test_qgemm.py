@@ -178,6 +178,11 @@ def test_qgemm_matrix_input(isa, rows, depth, channels, x_dtype, zx):
         actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="uint8", zy=3, qmin=0, qmax=255, out_size=None,
                            threads=threads, use_ref=use_ref, gemm=True)
         np.testing.assert_array_equal(actual, expected)
+        for relu in (0, 1):  # float output, rows x channels (the transposed epilogue)
+            actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="float32", out_size=None, activation=relu,
+                               threads=threads, use_ref=use_ref, gemm=True)
+            values = acc.T.astype(np.float32) * multiplier.reshape(-1, 1)
+            np.testing.assert_array_equal(actual, (np.maximum(values, 0) if relu else values).T)
 
 
 @pytest.mark.parametrize("dtype,zero", [("uint8", 0), ("uint8", 200), ("int8", -128), ("int8", 7)])
