@@ -5,8 +5,11 @@
  * K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and are rounded to bf16 K pairs
  * in each thread's buffer:
  *   Case 1: a 1x1, stride-1, unpadded conv reads X as B;
- *   Case 2: stride-1 convs with outputs >= 32 columns pack from zero-padded input planes (conv_planes.c);
- *   Case 3: every other conv builds its patch rows from X (conv.c's im2col).
+ *   Case 2: stride-1 convs with outputs >= 32 columns: the input is rounded once into zero-padded bf16 planes
+ *           (conv_planes.c's geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel panel
+ *           inside an output row is two contiguous 32-byte rows interleaved: each input value is rounded once,
+ *           not once per tap, and the fp32 staging pass is skipped;
+ *   Case 3: every other conv builds its patch rows from X (conv.c's im2col) in fp32, rounded while packed.
  * Known limits: depthwise and transposed convs have no bf16 kernel (the lowering keeps them fp32); conv2d_f32's
  * direct and pixel-rows forms have no bf16 counterpart.
  *
@@ -14,6 +17,8 @@
  * (Cout/g) x (Cin/g*KH*KW) matrix, groups consecutive (each ortx_bgemm_packed_elements(Cout/g, K, MR) values).
  * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, 0.
  */
+#include <string.h>
+
 #include "conv.h"
 #include "gemm_bf16.h"
 #include "ortx_kernels.h"
@@ -35,22 +40,82 @@ static int64_t gemm_floats(const ortx_conv_params *p, int threads) {
                                                      threads), 16);
 }
 
+/* Case 2's bf16 planes, in floats. */
+static int64_t bf16_planes_floats(const ortx_conv_params *p) {
+    return ortx_round_up((p->in_channels / p->group * ortx_conv_planes_geometry_of(p).plane + 1) / 2, 16);
+}
+
 /* The planes and their offset tables (pixel offsets, one per pixel, and panel offsets, one per 16 pixels). */
 static int64_t planes_floats(const ortx_conv_params *p) {
     int64_t N = p->out_height * p->out_width;
-    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
+    return bf16_planes_floats(p) + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
 }
 
-typedef struct fill_job {
-    const ortx_conv_params *p;
-    const float *x;
-    float *planes;
-} fill_job;
+typedef struct planes_context {
+    const ortx_conv_params *params;
+    ortx_conv_planes_geometry geometry;
+    uint16_t *planes;
+    const int32_t *pixel_offsets, *panel_offsets;
+    const ortx_bgemm_isa *isa;
+    const float *x;  /* the group's first input channel, while filling */
+} planes_context;
 
+/* conv_planes.c's ortx_conv_fill_planes with every value rounded to bf16, channels [begin, end). */
 static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
-    const fill_job *job = context;
-    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
+    const planes_context *ctx = context;
+    const ortx_conv_params *p = ctx->params;
+    const int64_t H = p->in_height, W = p->in_width, width = ctx->geometry.padded_width;
+    int64_t first = W < -p->pad_left ? W : (-p->pad_left > 0 ? -p->pad_left : 0);
+    int64_t last = W < width - p->pad_left ? W : width - p->pad_left;
+    if (last < first) last = first;
+    for (int64_t c = begin; c < end; c++) {
+        const float *channel = ctx->x + c * H * W;
+        uint16_t *out = ctx->planes + c * ctx->geometry.plane;
+        for (int64_t r = 0; r < ctx->geometry.padded_rows; r++, out += width) {
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= H || first >= last) {
+                memset(out, 0, width * sizeof(uint16_t));
+                continue;
+            }
+            int64_t lo = first + p->pad_left, hi = last + p->pad_left;
+            memset(out, 0, lo * sizeof(uint16_t));
+            ctx->isa->convert(channel + iy * W + first, hi - lo, out + lo);
+            memset(out + hi, 0, (width - hi) * sizeof(uint16_t));
+        }
+    }
+}
+
+/* ortx_bgemm_pack_pairs_fn of the patch matrix from the bf16 planes; n0 is a multiple of NR. */
+static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t *dst) {
+    const planes_context *ctx = context;
+    const ortx_conv_params *p = ctx->params;
+    const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width, pairs = (kc + 1) / 2;
+    const int64_t N = p->out_height * p->out_width, width = ctx->geometry.padded_width;
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint16_t *rows[2] = {NULL, NULL};
+        for (int half = 0; half < 2 && 2 * q + half < kc; half++) {
+            int64_t k = k0 + 2 * q + half, channel = k / area, tap = k % area;
+            rows[half] = ctx->planes + channel * ctx->geometry.plane +
+                         tap / p->kernel_width * p->dilation_height * width +
+                         tap % p->kernel_width * p->dilation_width;
+        }
+        for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+            int64_t n = n0 + j0;
+            uint16_t *out = dst + j0 * 2 * pairs + q * NR * 2;
+            int32_t base = ctx->panel_offsets[n / NR];
+            if (base >= 0 && j0 + NR <= nc && rows[1] && p->stride_width == 1) {
+                ctx->isa->interleave(rows[0] + base, rows[1] + base, out);
+                continue;
+            }
+            for (int64_t j = 0; j < NR; j++) {  /* a panel crossing an output row end, or the last ones */
+                int valid = j0 + j < nc && n + j < N;
+                int32_t offset = valid ? ctx->pixel_offsets[n + j] : 0;
+                out[2 * j] = valid ? rows[0][offset] : 0;
+                out[2 * j + 1] = valid && rows[1] ? rows[1][offset] : 0;
+            }
+        }
+    }
 }
 
 void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -64,11 +129,11 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
     int pointwise = is_pointwise(&p), from_planes = use_planes(&p);
-    ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
+    planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL, ortx_bgemm_select_isa(), NULL};
     if (from_planes) {
         float *planes_data = workspace + gemm_floats(&p, threads);
-        int32_t *pixel_offsets = (int32_t *)(planes_data + planes.geometry.floats);
-        planes.planes = planes_data;
+        int32_t *pixel_offsets = (int32_t *)(planes_data + bf16_planes_floats(&p));
+        planes.planes = (uint16_t *)planes_data;
         planes.pixel_offsets = pixel_offsets;
         planes.panel_offsets = pixel_offsets + N;
         ortx_conv_planes_offsets(&p, pixel_offsets, pixel_offsets + N);
@@ -76,19 +141,19 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
-            ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL};  /* Case 1 */
+            ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL, NULL};  /* Case 1 */
             ortx_im2col_context im2col = {&p, x};
             if (from_planes) {  /* Case 2 */
-                fill_job fill = {&p, x, (float *)planes.planes};
-                ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &fill);
-                B.pack_b = ortx_conv_planes_pack_b;
+                planes.x = x;
+                ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &planes);
+                B.pack_pairs = planes_pack_pairs;
                 B.pack_context = &planes;
             } else if (!pointwise) {  /* Case 3 */
                 B.pack_b = ortx_conv_im2col_pack_b;
                 B.pack_context = &im2col;
             }
-            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_GEMM_MR), NULL, 0, 0,
-                                    NULL, NULL};
+            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
+                                    NULL, NULL, NULL};
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = {
                 .alpha = 1.0f,
@@ -116,6 +181,6 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
     int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
     out[0] = floats_needed * (int64_t)sizeof(float);
-    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_GEMM_MR);
+    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
     out[2] = 0;
 }
