@@ -1,6 +1,8 @@
 """OrtxEP vs ONNX Runtime CPU, side by side in one run, on the five CNNs of issue #2; writes BENCHMARKS.md.
 
-Usage: python benchmarks/run.py [--runs 30] [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2]
+Usage: python benchmarks/run.py [--runs 30] [--threads 2] [--models det,rec,cls,resnet18,mobilenetv2] [--tuning cached]
+--tuning is OrtxEP's provider option: "off" (default) measures ortx's untuned kernels on every segment it claims;
+"cached" applies this machine's records from `ortx tune MODEL` (issue #4's end-to-end measurement).
 Latency: runs interleaved in blocks after warm-up, medians (ortx.measure.compare). Peak memory: each engine in a fresh
 subprocess that builds its session and runs it 5 times, reporting VmHWM (benchmarks/memory.py's peak_rss_mib; the
 high-water RSS, which includes the Python interpreter and the libraries both engines load).
@@ -37,6 +39,8 @@ def main() -> int:
     parser.add_argument("--models", default=",".join(CNN_KEYS + ("bert",)))
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-RSS subprocesses")
+    parser.add_argument("--tuning", choices=("off", "cached"), default="off",
+                        help="OrtxEP's tuning option: cached applies the records of `ortx tune` (default off)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as directory:
@@ -44,7 +48,8 @@ def main() -> int:
         for key, (name, path, shape) in zip(keys, models(keys, directory)):
             input_name = onnx.load(path, load_external_data=False).graph.input[0].name
             print(f"measuring {name} ...", flush=True)
-            result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs)
+            result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
+                             tuning=args.tuning)
             memory = (None, None)
             if not args.no_memory:
                 memory = (peak_rss_mib(path, input_name, shape, args.threads, False),
@@ -58,7 +63,8 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
-        f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, median of {args.runs} runs "
+        f"kernel ISA {_kernels.selected_isa()}, {args.threads} threads for both engines, OrtxEP tuning "
+        f"{args.tuning!r}, median of {args.runs} runs "
         "interleaved in blocks of 4 (each block after one uncounted switch-over run, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
         "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
         "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",

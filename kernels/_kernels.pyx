@@ -28,6 +28,8 @@ cdef extern from "ortx_kernels.h":
     int ortx_cpu_isa() nogil
     int ortx_selected_isa() nogil
     int ortx_force_isa(int isa) nogil
+    int ortx_cpu_has_avx512_bf16() nogil
+    const char *ortx_bf16_isa_name() nogil
     int ortx_kernel_count() nogil
     const ortx_kernel_entry *ortx_kernel_at(int index) nogil
     int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
@@ -58,6 +60,16 @@ def cpu_isa():
 
 def selected_isa():
     return ISA_NAMES[ortx_selected_isa()]
+
+
+def cpu_has_avx512_bf16():
+    """Whether this CPU has AVX512_BF16 (vdpbf16ps), which the bf16 kernels use while the ISA is avx512."""
+    return bool(ortx_cpu_has_avx512_bf16())
+
+
+def bf16_isa():
+    """The bf16 kernels' path in use: "avx512_bf16", or "portable" (no AVX512_BF16, or a lower ISA forced)."""
+    return ortx_bf16_isa_name().decode()
 
 
 def force_isa(name):

@@ -51,10 +51,7 @@ static int is_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-typedef struct im2col_context {
-    const ortx_conv_params *params;
-    const float *input;  /* the group's first input channel */
-} im2col_context;
+typedef ortx_im2col_context im2col_context;
 
 /* Columns [n0, n0+count) of patch-matrix row (c, ky, kx): out[j] = x[c][oy*sh - pt + ky*dh][ox*sw - pl + kx*dw]
  * for output pixel n0 + j = oy*OW + ox, or 0 outside the image. */
@@ -95,7 +92,7 @@ static void im2col_segment(const ortx_conv_params *p, const float *channel, int6
 
 /* ortx_gemm_pack_b_fn of the patch matrix: each row segment is built in L1 and copied panel by panel, so the
  * Cin/g*KH*KW x OH*OW matrix is never written to memory. */
-static void im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const im2col_context *ctx = context;
     const ortx_conv_params *p = ctx->params;
     const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width;
@@ -348,7 +345,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
                 B.pack_b = ortx_conv_planes_pack_b;
                 B.pack_context = &planes;
             } else if (!is_pointwise(&p)) {
-                B.pack_b = im2col_pack_b;
+                B.pack_b = ortx_conv_im2col_pack_b;
                 B.pack_context = &context;
             }
             ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(cout_g, K), 1, 0, 0, NULL, NULL};

@@ -120,6 +120,15 @@ void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *pla
  * at that offset + j * stride_width), else -1. */
 void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
 
+/* The pack_b context of the patch matrix built row by row from X (conv.c's im2col). */
+typedef struct ortx_im2col_context {
+    const ortx_conv_params *params;
+    const float *input;  /* the group's first input channel */
+} ortx_im2col_context;
+
+/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from X. */
+void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+
 /* The pack_b context of the patch matrix read from filled planes. */
 typedef struct ortx_conv_planes_context {
     const ortx_conv_params *params;

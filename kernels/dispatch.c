@@ -9,7 +9,8 @@
 
 static const ortx_kernel_entry *const families[] = {
     ortx_family_gemm, ortx_family_conv, ortx_family_elementwise,
-    ortx_family_reduce, ortx_family_pool, ortx_family_layout, ortx_family_threadpool,
+    ortx_family_reduce, ortx_family_pool, ortx_family_layout, ortx_family_threadpool, ortx_family_bf16,
+    ortx_family_qgemm,
 };
 
 /* Flattened once; _kernels.pyx calls ortx_kernel_count() at import, before any thread can run a program. */
@@ -41,6 +42,20 @@ static int detect_isa(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ORTX_ISA_AVX2;
 #endif
     return ORTX_ISA_PORTABLE;
+}
+
+static int cpu_bf16 = -1;
+
+int ortx_cpu_has_avx512_bf16(void) {
+    if (cpu_bf16 < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_cpu_init();
+        cpu_bf16 = ortx_cpu_isa() == ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+#else
+        cpu_bf16 = 0;
+#endif
+    }
+    return cpu_bf16;
 }
 
 static int cpu_isa = -1;

@@ -7,10 +7,14 @@
 #define ORTX_HAVE_X86 1
 #define ORTX_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define ORTX_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
+/* AVX-512 plus AVX512_BF16 (vdpbf16ps, vcvtne2ps2bf16); only the bf16 family uses it, after
+ * ortx_cpu_has_avx512_bf16(). */
+#define ORTX_TARGET_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 #else
 #define ORTX_HAVE_X86 0
 #define ORTX_TARGET_AVX2
 #define ORTX_TARGET_AVX512
+#define ORTX_TARGET_AVX512_BF16
 #endif
 
 #endif

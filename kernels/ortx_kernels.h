@@ -26,12 +26,18 @@ extern const ortx_kernel_entry ortx_family_elementwise[];
 extern const ortx_kernel_entry ortx_family_reduce[];
 extern const ortx_kernel_entry ortx_family_pool[];
 extern const ortx_kernel_entry ortx_family_layout[];
+extern const ortx_kernel_entry ortx_family_bf16[];
+extern const ortx_kernel_entry ortx_family_qgemm[];
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };
 int ortx_cpu_isa(void);          /* best ISA this CPU supports */
 int ortx_selected_isa(void);     /* ISA in use (best, unless lowered by ortx_force_isa) */
 int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now in use */
+/* AVX512_BF16 (vdpbf16ps): an extension beside the ISA levels; the bf16 family uses it while the selected ISA is
+ * AVX-512 (forcing a lower ISA runs its portable path). */
+int ortx_cpu_has_avx512_bf16(void);
+const char *ortx_bf16_isa_name(void);  /* the bf16 family's path in use: "avx512_bf16" or "portable" */
 
 /* Kernel table (flattened families). */
 int ortx_kernel_count(void);

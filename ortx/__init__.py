@@ -1,7 +1,16 @@
 """ortx: a neural-network compiler toolkit for ONNX models that runs inside ONNX Runtime."""
 from ortx.ep.session import InferenceSession
 from ortx.patch import patch_onnxruntime, unpatch_onnxruntime
-from ortx.quantization import quantize
 
 __all__ = ["InferenceSession", "patch_onnxruntime", "unpatch_onnxruntime", "quantize"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # ortx.quantize loads the quantizer (calibration, statistics) on first use: a process that only runs
+    # sessions does not hold it
+    if name == "quantize":
+        from ortx.quantization import quantize
+
+        return quantize
+    raise AttributeError(f"module 'ortx' has no attribute {name!r}")

@@ -7,6 +7,7 @@ spinning on the cores after a run ends, so the other engine's next run shares it
 ResNet-18-style at 2 threads: OrtxEP's first run after an ORT run 44-52 ms, its next runs 32-36 ms; ORT's first
 run after OrtxEP's is not slower, as OrtxEP's pool stops spinning after 100 us). One-run alternation measured
 that spin, not either engine. Errors are measured on the same fresh random inputs (seeded, never zeros).
+Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP.
 """
 from __future__ import annotations
 
@@ -28,6 +29,15 @@ _NUMPY_OF_TYPE = {"tensor(float)": np.float32, "tensor(double)": np.float64, "te
 
 
 @dataclasses.dataclass(frozen=True)
+class OtherEngine:
+    """A third engine measured in compare's blocks: its median and its output's cosine against ORT's."""
+
+    name: str
+    median_ms: float
+    cosine: float
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
     name: str
     ort_ms: float
@@ -38,6 +48,7 @@ class Comparison:
     claimed_mac_share: float
     total_macs: int
     segments: int
+    others: tuple[OtherEngine, ...] = ()
 
     @property
     def ratio(self) -> float:
@@ -80,10 +91,12 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, warmup: int = 3,
-            seed: int = 0, progress=None, tuning: str = "off") -> Comparison:
-    """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved. `tuning` is
-    OrtxEP's option: "off" (default) measures OrtxEP's own kernels on every segment it can claim, whatever tuning
-    records this machine holds."""
+            seed: int = 0, progress=None, tuning: str = "off", precision: str = "fp32",
+            others: dict | None = None) -> Comparison:
+    """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved. `tuning` and
+    `precision` are OrtxEP's options: tuning "off" (default) measures OrtxEP's own kernels on every segment it can
+    claim, whatever tuning records this machine holds. `others`: name -> run(feeds) returning the outputs as
+    ORT orders them; each is timed in the same blocks and its first output's cosine against ORT's reported."""
     proto = load(model)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -93,7 +106,8 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     ortx_options.intra_op_num_threads = threads
     input_shapes = {k: v.shape for k, v in feeds.items()}
     ortx_session = InferenceSession(proto, ortx_options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                    provider_options=[{"input_shapes": input_shapes, "tuning": tuning}, {}])
+                                    provider_options=[{"input_shapes": input_shapes, "tuning": tuning,
+                                                       "precision": precision}, {}])
     expected = ort_session.run(None, feeds)
     actual = ortx_session.run(None, feeds)
     errors, relative, cosines = [], [], []
@@ -110,17 +124,24 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             errors.append(mismatch)
             relative.append(mismatch)
             cosines.append(1.0 if mismatch == 0 else 0.0)
+    engines = [lambda: ort_session.run(None, feeds), lambda: ortx_session.run(None, feeds)]
+    other_names = list(others or {})
+    other_cosines = []
+    for other in other_names:
+        engines.append(lambda run=others[other]: run(feeds))
+        other_cosines.append(_cosine(np.asarray(engines[-1]()[0]), np.asarray(expected[0])))
     for _ in range(warmup):
-        ort_session.run(None, feeds)
-        ortx_session.run(None, feeds)
-    ort_times, ortx_times = [], []
+        for run in engines:
+            run()
+    all_times = [[] for _ in engines]
+    ort_times, ortx_times = all_times[0], all_times[1]
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
-        for session, times in ((ort_session, ort_times), (ortx_session, ortx_times)):
-            session.run(None, feeds)  # switch-over run, not counted (see the module docstring)
+        for run, times in zip(engines, all_times):
+            run()  # switch-over run, not counted (see the module docstring)
             for _ in range(count):
                 start = time.perf_counter()
-                session.run(None, feeds)
+                run()
                 times.append(time.perf_counter() - start)
         if progress is not None:
             progress(len(ortx_times), runs)
@@ -135,6 +156,8 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         claimed_mac_share=assignment.claimed_mac_share,
         total_macs=assignment.total_macs,
         segments=assignment.segments,
+        others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine)
+                     for other, times, cosine in zip(other_names, all_times[2:], other_cosines)),
     )
 
 

@@ -36,6 +36,7 @@ from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_qdq import fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
 
 logger = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
 
 
 def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int,
-                     jit: Options | None = None, tuning: "TuningSettings | None" = None):
+                     jit: Options | None = None, tuning: "TuningSettings | None" = None, precision: str = "fp32"):
     """Partitions and lowers; a node whose lowering raises is declined with the error and we try again. With
     `jit` (and jit.jit set), each claimed segment is then also compiled to C (ortx.codegen.jit), with the per-step
     thread counts `tuning` tunes or finds recorded (ortx.tune.step_threads)."""
@@ -143,7 +144,7 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                 continue
             try:
                 programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                     num_threads=num_threads)
+                                                     num_threads=num_threads, precision=precision)
             except Exception as error:  # a lowering bug must not take the session down: decline and retry
                 node_name = getattr(error, "node_name", None) or segment.nodes[0].name
                 logger.warning("OrtxEP: declining node %s after a compile error: %s", node_name, error)
@@ -227,19 +228,22 @@ class TuningSettings:
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
                        num_threads: int, claim: bool = True, use_reference_kernels: bool = False,
-                       jit: Options | None = None, tuning: TuningSettings | None = None) -> CompiledModel:
+                       jit: Options | None = None, tuning: TuningSettings | None = None,
+                       precision: str = "fp32") -> CompiledModel:
     """`jit`: compile claimed segments to C with these options (None: the step interpreter runs them).
-    `tuning`: give claimed segments that ORT runs faster (measured or recorded) back to ORT, and compile again."""
+    `tuning`: give claimed segments that ORT runs faster (measured or recorded) back to ORT, and compile again.
+    `precision`: ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs run bf16 kernels)."""
     start = time.perf_counter()
     compiled, model, standard = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
-                                         use_reference_kernels=use_reference_kernels, jit=jit, tuning=tuning)
+                                         use_reference_kernels=use_reference_kernels, jit=jit, tuning=tuning,
+                                         precision=precision)
     if claim and tuning is not None and tuning.mode != "off":
         choices = _choose_engines(compiled, model, standard, ort, tuning)
         given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
         if given_back:
             compiled, _, _ = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
                                       use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back,
-                                      tuning=tuning)
+                                      tuning=tuning, precision=precision)
         compiled.assignment.engine_choices = tuple(choices)
     return_free_pages()  # the lowering's temporaries (a collection here measured no lower peak)
     compiled.compile_seconds = time.perf_counter() - start
@@ -265,8 +269,8 @@ def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model
 
 def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
              num_threads: int, claim: bool, use_reference_kernels: bool, jit: Options | None,
-             given_back: dict | None = None,
-             tuning: "TuningSettings | None" = None) -> tuple[CompiledModel, ir.Model, ir.Model]:
+             given_back: dict | None = None, tuning: "TuningSettings | None" = None,
+             precision: str = "fp32") -> tuple[CompiledModel, ir.Model, ir.Model]:
     """(compiled model, the graph it was compiled from, that graph before ai.ortx fusions). `given_back`: user-graph
     node name -> the EngineChoice that sent it to ORT."""
     start = time.perf_counter()
@@ -283,7 +287,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     claimed = {name: decision.claimed for name, decision in decisions.items()}
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
-    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit, tuning)
+    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit, tuning, precision)
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
     sess_options = ort.options_for(any(segment.claimed for segment in segments))
@@ -303,7 +307,8 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         tensors[value.name] = _tensor_spec(value)
     plan = ExecutionPlan(steps, tensors, [v.name for v in model.graph.inputs], [v.name for v in model.graph.outputs],
                          num_threads, use_reference_kernels)
-    assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT")
+    assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT",
+                             _bf16_nodes(programs))
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 
@@ -317,8 +322,9 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone.
-ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order; fuse_qdq first, so QDQ compute patterns become
+# int8 QConv before any float fusion sees them): run after the standard passes, on a clone.
+ORTXEP_FUSIONS = (fuse_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
@@ -347,8 +353,18 @@ def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: 
     return fused, fused_decisions, [report for report in reports if report.modified]
 
 
+# The user's ops whose products a bf16 kernel computes (ortx.ep.precision); ops fused into them run in fp32.
+BF16_OPS = frozenset({"Conv", "Gemm", "MatMul"})
+
+
+def _bf16_nodes(programs: dict) -> frozenset[str]:
+    """Nodes (as lowered: fused names) with a step running a bf16 kernel (ortx.ep.precision)."""
+    return frozenset(step.node for program in programs.values() for step in getattr(program, "steps", ())
+                     if step.kernel.endswith("_bf16"))
+
+
 def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],
-                ort_provider: str) -> Assignment:
+                ort_provider: str, bf16_nodes: frozenset[str] = frozenset()) -> Assignment:
     runs_on: dict[str, tuple[str, str]] = {}
     claimed_macs = total_macs = 0
     for segment in segments:
@@ -357,16 +373,19 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
             decision = decisions.get(node.name)
             reason = "" if segment.claimed else (decision.reason if decision and decision.reason else
                                                  "given back to ORT: segment too small to be worth a boundary")
-            runs_on[node.name] = (provider, reason)
+            precision = ("bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
+            runs_on[node.name] = (provider, reason, precision)
             fused = node.metadata_props.get(FUSED_FROM_KEY, "")
             for original in filter(None, fused.split(",")):
                 if original != node.name:
-                    runs_on.setdefault(original, (provider, f"fused into {node.name}"))
+                    runs_on.setdefault(original, (provider, f"fused into {node.name}", precision))
             macs = node_macs(node)
             total_macs += macs
             claimed_macs += macs if segment.claimed else 0
     rows = []
     for name, op_type in prepared.original_nodes:
-        provider, reason = runs_on.get(name, ("(removed)", "folded or removed by the graph passes"))
-        rows.append(NodeAssignment(name, op_type, provider, reason))
+        provider, reason, precision = runs_on.get(name, ("(removed)", "folded or removed by the graph passes", ""))
+        if precision == "bf16" and op_type not in BF16_OPS:  # fused into a bf16 kernel's fp32 epilogue
+            precision = "fp32"
+        rows.append(NodeAssignment(name, op_type, provider, reason, precision))
     return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))

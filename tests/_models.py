@@ -227,3 +227,28 @@ ALL_MODELS = {
     "lstm_classifier": lstm_classifier,
     "transformer_block": transformer_block,
 }
+
+
+def mixed_precision_net(seed: int = 0, *, sensitive: bool = False) -> onnx.ModelProto:
+    """X[1,3,12,12] -> Conv 3->8 3x3 (bias) -> Relu -> Conv 8->16 3x3/2 (bias) -> Relu -> GlobalAveragePool ->
+    Flatten -> Gemm 16->40 (transB) -> Relu -> MatMul 40->10 -> Y[1,10]: one layer of each op, K = 40 for the
+    MatMul so int4 blocks of 16 leave a tail. `sensitive`: conv1's output channel 0 is scaled by 1e-3 and conv2's
+    weights reading it by 1e3, the same function in fp32 while conv2's int8/int4 weight scales (set by the large
+    weights) and its per-tensor input scale (set by the other channels) round those products away."""
+    builder = GraphBuilder("mixed_precision_net", seed)
+    x = builder.node("Relu", [builder.conv("X", 3, 8, 3, bias=True)])
+    x = builder.node("Relu", [builder.conv(x, 8, 16, 3, stride=2, bias=True)])
+    x = builder.node("Flatten", [builder.node("GlobalAveragePool", [x])], axis=1)
+    x = builder.node("Relu", [builder.gemm(x, 16, 40)])
+    weight = (builder.rng.standard_normal((40, 10)) / np.sqrt(40)).astype(np.float32)
+    builder.node("MatMul", [x, builder.constant(weight, "mm_w")])
+    builder.nodes[-1].output[0] = "Y"
+    if sensitive:
+        initializers = {tensor.name: tensor for tensor in builder.initializers}
+        conv1, conv2 = (node for node in builder.nodes if node.op_type == "Conv")
+        for name, scale, index in ((conv1.input[1], 1e-3, np.s_[0]), (conv1.input[2], 1e-3, np.s_[0]),
+                                   (conv2.input[1], 1e3, np.s_[:, 0])):
+            values = numpy_helper.to_array(initializers[name]).copy()
+            values[index] *= np.float32(scale)
+            initializers[name].CopyFrom(numpy_helper.from_array(values, name))
+    return builder.finish([_float_input("X", [1, 3, 12, 12])], [_float_input("Y", [1, 10])])

@@ -68,14 +68,16 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
     return [nodes[index] for index in memory_order(steps, sizes, buffer_of)]
 
 
-def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1) -> CompiledProgram:
+def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
+                    precision: str = "fp32") -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
-    in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow."""
+    in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
+    ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels)."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
             raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
-    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads)
+    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads, precision=precision)
     for node in memory_ordered(nodes, inputs, outputs):
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
@@ -86,8 +88,9 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
     return builder.finish()
 
 
-def compile_graph(graph: ir.Graph, *, num_threads: int = 1) -> CompiledProgram:
-    return compile_segment(list(graph), list(graph.inputs), list(graph.outputs), num_threads=num_threads)
+def compile_graph(graph: ir.Graph, *, num_threads: int = 1, precision: str = "fp32") -> CompiledProgram:
+    return compile_segment(list(graph), list(graph.inputs), list(graph.outputs), num_threads=num_threads,
+                           precision=precision)
 
 
 def infer_shapes(model: onnx.ModelProto) -> ir.Model:
@@ -96,10 +99,10 @@ def infer_shapes(model: onnx.ModelProto) -> ir.Model:
 
 
 def run_graph(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, num_threads: int = 1,
-              use_reference_kernels: bool = False) -> list[np.ndarray]:
+              use_reference_kernels: bool = False, precision: str = "fp32") -> list[np.ndarray]:
     """Compiles `model` (every node must be claimable) and runs it once; for tests and debugging."""
     ir_model = infer_shapes(model)
-    compiled = compile_graph(ir_model.graph, num_threads=num_threads)
+    compiled = compile_graph(ir_model.graph, num_threads=num_threads, precision=precision)
     graph = ir_model.graph
     inputs = [np.asarray(feeds[value.name], dtype=numpy_dtype(value), order="C") for value in graph.inputs]
     outputs = [np.empty(static_shape(value), dtype=numpy_dtype(value)) for value in graph.outputs]

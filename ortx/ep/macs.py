@@ -8,7 +8,7 @@ from ortx.ep.lowering._values import NotStatic, static_shape
 
 
 def node_macs(node: ir.Node) -> int:
-    """MACs of Conv/ConvTranspose/FusedConv/Gemm/MatMul/ScaledDotProductAttention nodes with static shapes; 0 for
+    """MACs of Conv/ConvTranspose/FusedConv/QConv/Gemm/MatMul/ScaledDotProductAttention nodes with static shapes; 0 for
     everything else."""
     try:
         if node.op_type == "ScaledDotProductAttention":  # Q @ KT, then probabilities @ V
@@ -16,6 +16,10 @@ def node_macs(node: ir.Node) -> int:
             rows = int(np.prod(output[:-1], dtype=np.int64))
             depth, length = static_shape(node.inputs[1])[-2:]
             return rows * int(length) * (int(depth) + int(output[-1]))
+        if node.op_type == "QConv":  # weights at input 3: [M, C/group, KH, KW] or [M, K]
+            output = static_shape(node.outputs[0])
+            weight = static_shape(node.inputs[3])
+            return int(np.prod(output, dtype=np.int64)) * int(np.prod(weight[1:], dtype=np.int64))
         if node.op_type in ("Conv", "FusedConv"):
             output = static_shape(node.outputs[0])
             weight = static_shape(node.inputs[1])

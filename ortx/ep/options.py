@@ -51,6 +51,15 @@ def _parse_tuning(value) -> str:
     return text
 
 
+def _parse_precision(value) -> str:
+    from ortx.ep.precision import PRECISIONS
+
+    text = str(value).strip().lower()
+    if text not in PRECISIONS:
+        raise ValueError(f"expected one of {', '.join(PRECISIONS)}, got {value!r}")
+    return text
+
+
 PROVIDER_OPTIONS = {
     "input_shapes": ("fix dynamic input dims at creation, e.g. 'x:1x3x640x640'", _parse_shapes),
     "reference_kernels": ("run the naive reference kernels (debugging numerics)", _parse_bool),
@@ -63,6 +72,9 @@ PROVIDER_OPTIONS = {
                "count: 'cached' (default) applies recorded measurements only, 'quick'/'full' also measure at "
                "session creation and record them, 'off' neither gives a segment back nor changes a step's "
                "threads", _parse_tuning),
+    "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
+                  "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
+                  _parse_precision),
 }
 
 
@@ -74,6 +86,7 @@ class OrtxOptions:
     jit: bool = True
     jit_cache_dir: str = ""
     tuning: str = "cached"
+    precision: str = "fp32"
 
     def tuning_settings(self):
         """Where and how the pipeline chooses OrtxEP or ORT per segment (ortx.pipeline.TuningSettings)."""

@@ -14,6 +14,7 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering._values import constant_value, size_bytes
+from ortx.ep.precision import PRECISIONS
 from ortx.memory.inplace import InPlaceReuse, find_in_place
 from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
 
@@ -38,8 +39,11 @@ class SegmentBuilder:
     """The lowering context for one segment; `finish()` turns it into a runnable `CompiledProgram`."""
 
     def __init__(self, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
-                 in_place: bool = True):
+                 in_place: bool = True, precision: str = "fp32"):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
         self.num_threads = num_threads
+        self.precision = precision  # ortx.ep.precision: what the GEMM/conv lowerings emit
         self.in_place = in_place
         self._buffers: list[_Buffer] = []
         self._by_value: dict[str, BufferRef] = {}

@@ -155,7 +155,7 @@ class InferenceSession:
             compiled = pipeline.compile_for_shapes(
                 self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
                 use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options(),
-                tuning=self._choice.ortx.tuning_settings())
+                tuning=self._choice.ortx.tuning_settings(), precision=self._choice.ortx.precision)
             self._compiled[key] = compiled
             while len(self._compiled) > self._choice.ortx.max_specializations:
                 self._compiled.popitem(last=False)

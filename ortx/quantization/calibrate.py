@@ -23,7 +23,12 @@ def _require_histogram(statistics: TensorStatistics, method: str) -> None:
 
 
 def _clipped(statistics: TensorStatistics, threshold: float) -> tuple[float, float]:
-    return max(statistics.minimum, -threshold), min(statistics.maximum, threshold)
+    """[min, max] clipped to [-T, T]; a constant tensor keeps its value (the bin edge T can fall just below it), and
+    a range lying wholly beyond T collapses onto T rather than inverting."""
+    if statistics.constant:
+        return statistics.minimum, statistics.maximum
+    return (min(max(statistics.minimum, -threshold), threshold),
+            max(min(statistics.maximum, threshold), -threshold))
 
 
 def _magnitude_levels(statistics: TensorStatistics) -> int:

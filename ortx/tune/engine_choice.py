@@ -1,7 +1,8 @@
 """Never slower than ORT: per claimed segment, OrtxEP's compiled code or ONNX Runtime, whichever measured faster here.
 
 1. A segment's signature hashes, per node in order, its op, attributes and input/output shapes and dtypes, plus
-   the thread count: what its time depends on. Weight values are left out on purpose (dense fp32 kernels take the
+   the thread count, and the kernel precision when it is not fp32 (ortx.ep.precision: a bf16 segment's time is
+   not its fp32 time): what its time depends on. Weight values are left out on purpose (dense fp32 kernels take the
    same time for any values), so one record serves every model with the same layers.
 2. Records live in the tuning database (ortx.tune.records) under this machine's fingerprint, template ENGINE_TEMPLATE,
    schedule {"engine": "ortx"} or {"engine": "ort"}, each with its median.
@@ -77,8 +78,10 @@ def _value_text(value: ir.Value | None) -> str:
     return f"{value.dtype}{list(value.shape) if value.shape is not None else '?'}"
 
 
-def segment_signature(nodes, num_threads: int) -> str:
+def segment_signature(nodes, num_threads: int, precision: str = "fp32") -> str:
     digest = hashlib.sha256(f"threads={num_threads}".encode())
+    if precision != "fp32":  # fp32 signatures stay as they were recorded before the option existed
+        digest.update(f"|precision={precision}".encode())
     for node in nodes:
         attributes = ",".join(f"{name}={_attribute_text(attribute)}" for name, attribute in sorted(node.attributes.items()))
         digest.update(f"|{node.domain}::{node.op_type}({attributes})".encode())
@@ -199,7 +202,8 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         names = tuple(step.node_names)
         original = sorted({name for node in nodes for name in standard_names(node, standard, fused_from_key)},
                           key=standard_order.__getitem__)
-        signature = segment_signature(nodes, compiled_plan.num_threads)
+        precision = "bf16" if any(s.kernel.endswith("_bf16") for s in step.program.steps) else "fp32"
+        signature = segment_signature(nodes, compiled_plan.num_threads, precision)
         times = _recorded(database, signature, fingerprint)
         source = "records" if times else "no records"
         ortx_only = sorted({standard[name][0].op_type for name in original

@@ -153,8 +153,8 @@ def close_to_reference(outputs, reference) -> str | None:
 
 
 def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
-    """Seeded random non-zero operands (a, b[, bias]) as flat buffers (a prepacked B packed by gemm_pack_f32) and
-    the float64 reference result."""
+    """Seeded random non-zero operands (a, b[, bias][, residual]) as flat buffers (a prepacked B packed by
+    gemm_pack_f32) and the float64 reference result."""
     def element_indexes(rows: int, cols: int, strides: tuple[int, int]) -> np.ndarray:
         return np.arange(rows)[:, None] * strides[0] + np.arange(cols)[None, :] * strides[1]
 
@@ -174,6 +174,11 @@ def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray]
         bias = rng.uniform(-1.0, 1.0, problem.m if problem.bias == 1 else problem.n).astype(np.float32)
         arrays.append(bias)
         value = value + (bias[:, None] if problem.bias == 1 else bias[None, :])
+    if problem.residual_row_stride:
+        residual = rng.uniform(-1.0, 1.0, problem.extent("residual")).astype(np.float32)
+        arrays.append(residual)
+        value = value + problem.residual_scale * residual[element_indexes(problem.m, problem.n,
+                                                                          (problem.residual_row_stride, 1))]
     if problem.activation == 1:
         value = np.maximum(value, 0.0)
     elif problem.activation == 2:
@@ -187,7 +192,10 @@ def _run_kernel(kernel, problem: gemm.GemmProblem, num_threads: int):
     output = np.zeros((problem.m, problem.c_row_stride), np.float32)
 
     def run(inputs):
-        kernel(*inputs[:2], output, inputs[2] if len(inputs) > 2 else None, num_threads=num_threads)
+        rest = iter(inputs[2:])  # operands() order: bias when the problem has one, then the residual
+        bias = next(rest) if problem.bias else None
+        residual = next(rest) if problem.residual_row_stride else None
+        kernel(inputs[0], inputs[1], output, bias, residual, num_threads=num_threads)
         return [output[:, : problem.n]]
     return run
 
@@ -222,16 +230,18 @@ class PrebuiltGemm:
         self.problem = problem
         self._sizes = {}
 
-    def __call__(self, a, b, c, bias=None, *, num_threads: int = 1):
+    def __call__(self, a, b, c, bias=None, residual=None, *, num_threads: int = 1):
         problem = self.problem
         if num_threads not in self._sizes:
             sizes = np.zeros(3, np.int64)
             _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, num_threads], [], [sizes])
             self._sizes[num_threads] = np.empty(int(sizes[0]) // 4 + 1, np.float32)
         ints = [problem.m, problem.n, problem.k, 1, 0, *problem.a_strides, int(problem.b_packed), *problem.b_strides,
-                problem.bias, 0, 0, 0, 0, problem.activation, num_threads, 0, 0]
-        _kernels.call("gemm_f32", ints, [problem.alpha, 1.0, *problem.params],
-                      [a, b, c, self._sizes[num_threads], bias if bias is not None else c, c], num_threads)
+                problem.bias, int(problem.residual_row_stride > 0), problem.residual_row_stride, 1, 0,
+                problem.activation, num_threads, 0, 0]
+        _kernels.call("gemm_f32", ints, [problem.alpha, problem.residual_scale, *problem.params],
+                      [a, b, c, self._sizes[num_threads], bias if bias is not None else c,
+                       residual if residual is not None else c], num_threads)
         return c
 
 
@@ -297,15 +307,12 @@ def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDa
         search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
     default = default_schedule(problem, isa, num_threads)
     runner = GemmRunner(problem, num_threads, options, settings, seed)
-    if problem.c_row_stride == problem.n:
-        baseline = Task(task.signature, Space("gemm_f32", {"kernel": ("gemm_f32",)}), PREBUILT_TEMPLATE)
-        tune([baseline], [Exhaustive(baseline.space)], lambda pairs: runner([schedule for _, schedule in pairs]),
-             database, fingerprint, trials=1, source="gemm:prebuilt")
+    measure_prebuilt(task, runner, database, fingerprint)
     (result,) = tune([task], [_DefaultFirst(default, search)],
                      lambda pairs: runner([schedule for _, schedule in pairs]), database, fingerprint,
                      trials=trials, budget_seconds=budget_seconds, source=f"gemm:{strategy}")
     if result.measured and validate > 0:
-        _validate(task, default, validate, runner, database, fingerprint)
+        validate_fastest(task, default, validate, runner, database, fingerprint)
     fastest = _fastest_per_schedule(task, database, fingerprint)
     best = next((MeasureResult(schedule, "ok", ms) for schedule, ms in fastest.items()), None)
     return GemmTuning(task, best, _fastest(database, task.signature, fingerprint, task.template, default),
@@ -323,8 +330,21 @@ def _fastest_per_schedule(task: Task, database: TuningDatabase, fingerprint: Har
     return dict(sorted(fastest.items(), key=lambda item: item[1]))
 
 
-def _validate(task: Task, default: Schedule, count: int, runner: GemmRunner, database: TuningDatabase,
-              fingerprint: HardwareFingerprint) -> None:
+def measure_prebuilt(task: Task, runner: GemmRunner, database: TuningDatabase,
+                     fingerprint: HardwareFingerprint) -> None:
+    """Step 4's baseline: the prebuilt gemm_f32 on the runner's operands, recorded under the task's signature
+    (PREBUILT_TEMPLATE), unless recorded already or the prebuilt kernel cannot write C's row stride."""
+    if runner.problem.c_row_stride != runner.problem.n:
+        return
+    baseline = Task(task.signature, Space("gemm_f32", {"kernel": ("gemm_f32",)}), PREBUILT_TEMPLATE)
+    tune([baseline], [Exhaustive(baseline.space)], lambda pairs: runner([schedule for _, schedule in pairs]),
+         database, fingerprint, trials=1, source="gemm:prebuilt")
+
+
+def validate_fastest(task: Task, default: Schedule, count: int, runner: GemmRunner, database: TuningDatabase,
+                     fingerprint: HardwareFingerprint) -> None:
+    """Step 4's validation: the prebuilt kernel, the default and the `count` fastest recorded schedules measured
+    once more in one call, every result recorded."""
     fastest = _fastest_per_schedule(task, database, fingerprint)
     chosen = list(fastest)[:count]
     candidates = [(PREBUILT_TEMPLATE, PREBUILT)] if runner.problem.c_row_stride == runner.problem.n else []

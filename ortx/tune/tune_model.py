@@ -4,17 +4,22 @@ one time budget by the task scheduler, then, per segment, the schedule validated
 1. Compile the model with tuning off (graph passes, OrtxEP's claim, JIT; ortx.pipeline) and time it end to end
    on seeded random inputs (the untuned time the estimates start from).
 2. Tasks: per JIT'd claimed segment with float inputs and outputs, the per-step thread tasks
-   (ortx.tune.step_threads), weighted by how many steps share a signature, with the default build's per-step
-   medians as priors; a signature in several segments is one task (measured in the first segment holding it).
-3. Search: ortx.tune.scheduler over all tasks, Exhaustive per task (every thread count of a step timed in one
-   call, under the same load), STEP_TASKS_PER_ROUND tasks per round, within the budget left after a reserve
-   for step 4 (estimated from step 1's compile time and the untuned end-to-end time, see _reserve_seconds).
-4. Choose: compile again with tuning "quick"/"full" but no more step search: each segment's recorded thread
-   counts are validated end to end against the default, and the segment is measured against ORT running the
-   same nodes (ortx.tune.engine_choice); all recorded, so later sessions (tuning "cached") apply them.
-Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; the only tasks
-today are per-step thread counts (kernel schedule spaces join through the same Task interface); a step is timed
-inside a build where the other tasks of its round also run their candidate (step_threads' limit).
+   (ortx.tune.step_threads; not on one thread), weighted by how many steps share a signature, with the default
+   build's per-step medians as priors; a signature in several segments is one task (measured in the first
+   segment holding it). Then the GEMM schedule tasks of the same segments' qualifying gemm_f32 steps
+   (ortx.tune.gemm_tasks), weighted and given priors the same way.
+3. Search: ortx.tune.scheduler over all tasks, Exhaustive per thread task (every thread count of a step timed in
+   one call, under the same load), evolutionary per GEMM task (GEMM_TRIALS_PER_ROUND a round),
+   TASKS_PER_ROUND tasks per round, within the budget left after a reserve for step 4 (estimated from step 1's
+   compile time and the untuned end-to-end time, see _reserve_seconds); then the measured GEMM tasks' fastest
+   schedules are validated against the prebuilt kernel (gemm_tasks, step 4).
+4. Choose: compile again with tuning "quick"/"full" but no more search: tuned GEMMs go where their records beat
+   the prebuilt kernel (gemm_steps), each segment's recorded thread counts are validated end to end against the
+   default, and the segment is measured against ORT running the same nodes (ortx.tune.engine_choice); all
+   recorded, so later sessions (tuning "cached") apply them.
+Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
+inside a build where the other tasks of its round also run their candidate (step_threads' limit), a GEMM alone
+on its own operands (gemm_tasks' limit); conv steps have no schedule task yet.
 """
 from __future__ import annotations
 
@@ -30,8 +35,8 @@ from ortx import pipeline
 from ortx.config import Options
 from ortx.ep.options import sub_session_options
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
-from ortx.tune import engine_choice, step_threads
-from ortx.tune.fingerprint import current
+from ortx.tune import engine_choice, gemm_tasks, step_threads
+from ortx.tune.fingerprint import HardwareFingerprint, current
 from ortx.tune.records import TuningDatabase
 from ortx.tune.runner import MeasureResult, TimingSettings
 from ortx.tune.scheduler import RoundReport, ScheduleReport, schedule_tasks
@@ -42,7 +47,10 @@ MODES = ("quick", "full")
 TIMED_RUNS = {"quick": 10, "full": 30}  # per candidate, as sessions with tuning "quick"/"full" time them
 # A round builds the segment once per thread count with this many steps changed: one C compile (~0.3 s for a
 # 150-step PP-OCR segment) and one timing loop serve them all, and the largest steps still come first.
-STEP_TASKS_PER_ROUND = 8
+TASKS_PER_ROUND = 8
+# GEMM schedules proposed per task and round: the evolutionary search's population grows by this many (each a
+# ~0.4 s compile, cached), enough that a round's time is dominated by measurement rather than the round trip.
+GEMM_TRIALS_PER_ROUND = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +122,9 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
 
 
 class _SegmentTasks:
-    """Step 2: the thread tasks of every tunable segment, merged by signature, and who measures each."""
+    """Step 2: the thread and GEMM tasks of every tunable segment, merged by signature, and who measures each."""
 
-    def __init__(self, plan: ExecutionPlan, num_threads: int, jit: Options, settings: TimingSettings):
+    def __init__(self, plan: ExecutionPlan, num_threads: int, jit: Options, settings: TimingSettings, seed: int):
         self.notes: list[str] = []
         self.runners: dict[str, step_threads.SegmentStepRunner] = {}  # signature -> the runner measuring it
         self.programs: dict[int, object] = {}  # plan position -> the tuned segment's CompiledProgram
@@ -125,15 +133,13 @@ class _SegmentTasks:
         weights: dict[str, int] = {}
         times: dict[str, float] = {}  # signature -> weight x prior, summed over segments
         template: dict[str, Task] = {}
+        self.gemms = gemm_tasks.GemmTasks(num_threads, jit, settings, seed)
         for position, step in enumerate(plan.steps):
             if not isinstance(step, ClaimedStep):
                 continue
             label = f"segment {position} (from {step.node_names[0] if step.node_names else step.arena_name})"
             if step.program.native is None:
                 self.notes.append(f"{label}: not JIT-compiled, no per-step schedule to tune")
-                continue
-            if num_threads == 1:
-                self.notes.append(f"{label}: one thread, so no per-step thread count to choose")
                 continue
             specs = [plan.tensors[name] for name in step.inputs + step.outputs]
             if not all(spec.static and spec.dtype is not None and spec.dtype.kind == "f" for spec in specs):
@@ -144,9 +150,14 @@ class _SegmentTasks:
             memory = step_threads.NativeRun(step.program, shapes[:len(step.inputs)], shapes[len(step.inputs):],
                                             num_threads, settings.rotations)
             runner = step_threads.SegmentStepRunner(step.program, memory, jit, settings)
+            step_ms = runner.profile_steps()
+            self.gemms.add(position, step.program, step_ms)
+            if num_threads == 1:
+                self.notes.append(f"{label}: one thread, so no per-step thread count to choose")
+                continue
             self.programs[position] = step.program
             self.signatures.add(step_threads.segment_signature(step.program, num_threads))
-            for task in runner.tasks(runner.profile_steps()):
+            for task in runner.tasks(step_ms):
                 self.runners.setdefault(task.signature, runner)
                 self.segments.setdefault(task.signature, []).append(position)
                 weights[task.signature] = weights.get(task.signature, 0) + int(task.weight)
@@ -154,13 +165,30 @@ class _SegmentTasks:
                 template.setdefault(task.signature, task)
         self.tasks = [dataclasses.replace(template[signature], weight=float(weights[signature]),
                                           prior_ms=times[signature] / weights[signature]) for signature in template]
+        self.thread_tasks = len(self.tasks)
+        self.tasks += self.gemms.tasks
+        self.segments.update(self.gemms.segments)
         self.signatures.update(self.runners)
+        self.signatures.update(self.gemms.segments)
 
-    def measure(self, pairs: list[tuple[Task, Schedule]]) -> list[MeasureResult]:
-        """Each segment's runner measures its tasks' pairs (one build per candidate index, timed together)."""
+    def strategies(self) -> list:
+        threads, gemms = self.tasks[:self.thread_tasks], self.tasks[self.thread_tasks:]
+        return [Exhaustive(task.space) for task in threads] + self.gemms.strategies(gemms)
+
+    def measure(self, pairs: list[tuple[Task, Schedule]], database: TuningDatabase,
+                fingerprint: HardwareFingerprint) -> list[MeasureResult]:
+        """GEMM tasks' pairs through their GemmRunners; every segment's runner measures its thread tasks' pairs (one
+        build per candidate index, timed together)."""
         results: list[MeasureResult | None] = [None] * len(pairs)
+        gemm_indices = [index for index, (task, _) in enumerate(pairs) if self.gemms.owns(task)]
+        if gemm_indices:
+            gemm_results = self.gemms.measure([pairs[index] for index in gemm_indices], database, fingerprint)
+            for index, result in zip(gemm_indices, gemm_results, strict=True):
+                results[index] = result
         groups: dict[int, tuple[step_threads.SegmentStepRunner, list[int]]] = {}
         for index, (task, _) in enumerate(pairs):
+            if results[index] is not None:
+                continue
             runner = self.runners[task.signature]
             groups.setdefault(id(runner), (runner, []))[1].append(index)
         for runner, indices in groups.values():
@@ -170,11 +198,13 @@ class _SegmentTasks:
 
 
 def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int, mode: str,
-               database_path: str, jit: Options, budget_seconds: float | None = None, seed: int = 0,
+               database_path: str, jit: Options, budget_seconds: float | None = None, trials: int | None = None,
+               seed: int = 0,
                started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
                on_phase: Callable[[str], None] | None = None) -> ModelTuning:
     """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
-    `budget_seconds` counts from `started` (time.perf_counter(); default: now); `on_round` sees each search round,
+    `budget_seconds` counts from `started` (time.perf_counter(); default: now), `trials` bounds the search's new
+    measurements (None: no bound); `on_round` sees each search round,
     `on_phase` a line when a step begins."""
     if mode not in MODES:
         raise ValueError(f"tune_model: mode {mode!r} is not one of {', '.join(MODES)}")
@@ -193,20 +223,25 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
 
     search_start = time.perf_counter()
     say(f"untuned end to end {untuned_ms:.3f} ms; profiling the claimed segments' steps")
-    segment_tasks = _SegmentTasks(untuned.plan, num_threads, jit, settings)
+    segment_tasks = _SegmentTasks(untuned.plan, num_threads, jit, settings, seed)
     tasks = segment_tasks.tasks
     other_ms = max(0.0, untuned_ms - sum(task.weight * task.prior_ms for task in tasks))
     search_budget = None
     if budget_seconds is not None:
-        reserve = _reserve_seconds(compile_seconds, untuned_ms, settings, mode)
+        reserve = (_reserve_seconds(compile_seconds, untuned_ms, settings, mode)
+                   + gemm_tasks.VALIDATION_SECONDS * (len(tasks) - segment_tasks.thread_tasks))
         search_budget = max(0.0, budget_seconds - (time.perf_counter() - started) - reserve)
     say(f"searching {len(tasks)} tasks" + (f" for at most {search_budget:.1f} s" if search_budget is not None else ""))
-    batch = max((len(task.space.choices["threads"]) for task in tasks), default=1)
+    batch = max([len(task.space.choices["threads"]) for task in tasks[:segment_tasks.thread_tasks]]
+                + [GEMM_TRIALS_PER_ROUND] * (len(tasks) > segment_tasks.thread_tasks), default=1)
+    fingerprint = current(jit)
     with TuningDatabase(database_path) as database:
-        report = schedule_tasks(tasks, [Exhaustive(task.space) for task in tasks], segment_tasks.measure, database,
-                                current(jit), budget_seconds=search_budget, batch=batch,
-                                tasks_per_round=STEP_TASKS_PER_ROUND, seed=seed, other_ms=other_ms,
+        report = schedule_tasks(tasks, segment_tasks.strategies(),
+                                lambda pairs: segment_tasks.measure(pairs, database, fingerprint), database,
+                                fingerprint, budget_seconds=search_budget, trials=trials, batch=batch,
+                                tasks_per_round=TASKS_PER_ROUND, seed=seed, other_ms=other_ms,
                                 source=f"scheduler:{mode}", on_round=on_round)
+        segment_tasks.gemms.validate(database, fingerprint)
     search_seconds = time.perf_counter() - search_start
 
     choose_start = time.perf_counter()

@@ -1,4 +1,6 @@
 """ortx.measure.compare: the side-by-side measurement behind `ortx demo` and benchmarks/run.py."""
+import numpy as np
+
 from ortx import measure
 from tests import _models
 
@@ -12,3 +14,19 @@ def test_compare_counts_the_requested_runs_and_reports_errors_and_claim():
     assert result.ort_ms > 0 and result.ortx_ms > 0 and result.ratio == result.ortx_ms / result.ort_ms
     assert result.cosine >= 0.9999 and result.max_relative_error <= 1e-3
     assert result.claimed_mac_share == 1.0 and result.segments == 1 and result.total_macs > 0
+
+
+def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision():
+    calls = []
+
+    def other(feeds):
+        calls.append(sorted(feeds))
+        return [np.ones(1000, np.float32)]  # a constant output: its cosine against ORT's logits is not 1
+
+    result = measure.compare("resnet-32", _models.resnet18_style(size=32), threads=1, runs=4, warmup=1,
+                             precision="bf16", others={"constant": other})
+    assert [engine.name for engine in result.others] == ["constant"]
+    assert result.others[0].median_ms > 0 and result.others[0].cosine < 0.99
+    # 1 cosine run + 1 warm-up + one block of 1 switch-over and 4 counted runs
+    assert len(calls) == 7 and calls[0] == ["input"]
+    assert 0.999 <= result.cosine < 1.0  # bf16 products: close to ORT's fp32, not equal

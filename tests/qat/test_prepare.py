@@ -102,3 +102,33 @@ def test_fine_tune_trains_weights_and_only_learned_scales(scales):
                     if isinstance(quantizer, ActivationQuantizer)]
     changed = [after != record.scale for after, record in zip(scales_after, records)]
     assert all(changed) if scales == "learned" else not any(changed)
+
+
+def test_fine_tune_with_validation_keeps_the_best_epoch():
+    prepared = ortx.qat.prepare(_torch_models.residual_net())
+    inputs = _torch_models.images(16, seed=1)
+    ortx.qat.calibrate(prepared, [inputs])
+    ortx.qat.set_mode(prepared, "quantize")
+    with torch.no_grad():
+        start_predictions = prepared(inputs).argmax(1)
+    start_state = {name: tensor.clone() for name, tensor in prepared.state_dict().items()}
+    # validation labels are the calibrated model's own predictions (top-1 1.0 before training); training on other
+    # labels at a high rate can only lose that, so the calibrated weights are the ones kept
+    wrong = (start_predictions + 1) % 4
+    report = ortx.qat.fine_tune(prepared, [(inputs, wrong)], epochs=4, learning_rate=5e-2,
+                                validation=[(inputs, start_predictions)])
+    assert len(report.validation) == 5 and report.validation[0][0] == 1.0
+    assert min(top1 for top1, _ in report.validation[1:]) < 1.0
+    assert report.kept_epoch == 0
+    assert all(torch.equal(start_state[name], tensor) for name, tensor in prepared.state_dict().items())
+    # validating on the training labels: the kept epoch is the best scored one, and it is a trained one
+    targets = torch.arange(16) % 4
+    report = ortx.qat.fine_tune(prepared, [(inputs, targets)], epochs=6, learning_rate=1e-2,
+                                validation=[(inputs, targets)])
+    best = max(range(len(report.validation)), key=lambda epoch: (report.validation[epoch][0],
+                                                                 -report.validation[epoch][1]))
+    assert report.kept_epoch == best > 0
+    with torch.no_grad():
+        assert float((prepared(inputs).argmax(1) == targets).float().mean()) == report.validation[best][0]
+    with pytest.raises(ValueError, match="validation is a one-shot iterator"):
+        ortx.qat.fine_tune(prepared, [(inputs, targets)], validation=iter([(inputs, targets)]))

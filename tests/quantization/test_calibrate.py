@@ -55,6 +55,24 @@ def test_all_zero_tensor():
         assert method(statistics) == (0.0, 0.0)
 
 
+@pytest.mark.parametrize("value", [1.0, -2.5, 7e-3])
+def test_constant_tensor_keeps_its_value(value):
+    statistics = _statistics(np.full(1000, value))
+    assert statistics.constant
+    for name, method in CALIBRATION_METHODS.items():
+        assert method(statistics) == (pytest.approx(value), pytest.approx(value)), name
+
+
+def test_range_beyond_the_threshold_never_inverts():
+    # values in [5, 6] and a few near 0.1: a clipping method may pick T below 5; the range must stay ordered
+    rng = np.random.default_rng(3)
+    data = np.concatenate([rng.uniform(5.0, 6.0, 20), np.full(100_000, 0.1)])
+    statistics = _statistics(data)
+    for name, method in CALIBRATION_METHODS.items():
+        low, high = method(statistics)
+        assert low <= high and 0.1 - 1e-6 <= low, (name, low, high)
+
+
 def test_histogram_widening_is_exact():
     rng = np.random.default_rng(2)
     chunks = [rng.uniform(-1, 1, 10_000), rng.uniform(-3, 3, 10_000), rng.uniform(-100, 100, 10_000)]

@@ -6,7 +6,7 @@ functions in its own module; this table is the only place they are gathered.
 """
 from __future__ import annotations
 
-from ortx.ep.lowering import attention, conv, elementwise, layout, pool, reduce
+from ortx.ep.lowering import attention, conv, elementwise, layout, pool, qdq, reduce
 
 LOWERINGS = {
     **conv.LOWERINGS,
@@ -15,4 +15,5 @@ LOWERINGS = {
     **pool.LOWERINGS,
     **layout.LOWERINGS,
     **attention.LOWERINGS,
+    **qdq.LOWERINGS,
 }

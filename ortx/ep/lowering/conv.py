@@ -1,8 +1,11 @@
 """Lowerings for the gemm and conv kernel families: Conv, ("ai.ortx", "FusedConv"), ConvTranspose, Gemm, MatMul.
 
-float32 only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
+float32 tensors only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
 size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
+Under `builder.precision == "bf16"` (ortx/ep/precision.py), Gemm and MatMul with a constant operand and dense or
+grouped convs run the bf16 kernels instead (weights packed once as bf16 K pairs by gemm_pack_bf16, sizes from
+gemm_sizes_bf16/conv_sizes_bf16); depthwise and transposed convs and products of two activations stay fp32.
 Conv/ConvTranspose: 1-D (lowered as 2-D with H = 1) and 2-D; pads are resolved as onnxruntime resolves them and
 the resulting output size must equal the inferred one, else the node is declined.
 """
@@ -15,6 +18,7 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
+from ortx.ep.precision import KERNEL_SUFFIX
 
 ACTIVATIONS = {"Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7}
 # FusedConv's activation_params per activation, and ONNX's defaults when the list is absent.
@@ -230,25 +234,35 @@ def _sizes(kernel: str, ints) -> np.ndarray:
 
 
 def _pack(matrices: np.ndarray, rows: int, depth: int, row_stride: int, col_stride: int, which: int,
-          scale: float = 1.0) -> np.ndarray:
-    """gemm_pack_f32 of each raw (rows x depth) operand in `matrices` (stacked on the first axis), one after another
-    in one array; which 0: A panels, 1: B panels. Each packs straight into its slice, so packing a weight allocates
-    only its result (no per-group arrays to concatenate)."""
-    sizes = _sizes("gemm_sizes_f32", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1])
-    each = int(sizes[1 + which])  # floats
-    packed = np.empty(each * len(matrices), np.float32)
+          scale: float = 1.0, precision: str = "fp32") -> np.ndarray:
+    """gemm_pack_f32 (precision "bf16": gemm_pack_bf16, uint16 K pairs) of each raw (rows x depth) operand in
+    `matrices` (stacked on the first axis), one after another in one array; which 0: A panels, 1: B panels. Each
+    packs straight into its slice, so packing a weight allocates only its result (no per-group arrays to
+    concatenate)."""
+    suffix = KERNEL_SUFFIX[precision]
+    sizes = _sizes(f"gemm_sizes_{suffix}", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1])
+    each = int(sizes[1 + which])  # elements
+    packed = np.empty(each * len(matrices), np.uint16 if precision == "bf16" else np.float32)
     for index, matrix in enumerate(matrices):
-        _kernels.call("gemm_pack_f32", [rows, depth, row_stride, col_stride, which], [scale],
+        _kernels.call(f"gemm_pack_{suffix}", [rows, depth, row_stride, col_stride, which], [scale],
                       [np.ascontiguousarray(matrix, dtype=np.float32), packed[index * each:(index + 1) * each]])
     return packed
 
 
+BF16_CONV = 4  # _lower_conv_like's kind for conv2d_bf16 (conv_sizes_f32's kinds are 0-3)
+
+
 def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: str) -> None:
     ints = list(plan.ints) + [builder.num_threads]
-    sizes = _sizes("conv_sizes_f32", [kind] + ints)
+    sizes = _sizes("conv_sizes_bf16", ints) if kind == BF16_CONV else _sizes("conv_sizes_f32", [kind] + ints)
     batch, in_channels, _, _, out_channels = ints[:5]
     group = ints[15]
-    if kind == 1:  # Case depthwise: weights as given
+    if kind == BF16_CONV:  # Case bf16 conv: bf16 A panels of each group's (Cout/g) x (Cin/g*KH*KW) weights
+        matrices = plan.weights.reshape(group, out_channels // group, -1)
+        rows, depth = matrices.shape[1:]
+        weights = builder.add_constant(_pack(matrices, rows, depth, depth, 1, 0, precision="bf16"),
+                                       label=f"{node.name}:packed_weights_bf16")
+    elif kind == 1:  # Case depthwise: weights as given
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
     elif kind in (0, 3):  # Case conv: A panels (kind 0) or pixel rows' B panels (kind 3) of each group's
         # (Cout/g) x (Cin/g*KH*KW) weights
@@ -268,12 +282,40 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
                  [builder.buffer(node.inputs[0]), weights, output, workspace, bias, residual])
 
 
+def _pointwise_gemm(plan: ConvPlan) -> bool:
+    """Whether the conv is one GEMM on NCHW as stored: one image, one group, a 1x1 kernel at stride 1 without
+    padding (Y[Cout, H*W] = W[Cout, Cin] @ X[Cin, H*W])."""
+    (batch, _, height, width, _, out_height, out_width, kernel_height, kernel_width, stride_height, stride_width,
+     _, _, _, _, group, _, _, _) = plan.ints
+    return (batch == 1 and group == 1 and (kernel_height, kernel_width, stride_height, stride_width) == (1, 1, 1, 1)
+            and (out_height, out_width) == (height, width))
+
+
+def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
+    """A gemm_f32 step reading the weights as a raw row-major A (so ortx.tune.gemm_steps can give it a tuned
+    generated kernel), X as B in place, the bias per row, FusedConv's residual (laid out as Y) and the activation in
+    the epilogue."""
+    in_channels, height, width, out_channels = plan.ints[1:5]
+    weights = builder.add_constant(np.ascontiguousarray(plan.weights.reshape(-1)), label=f"{node.name}:weights")
+    has_bias = present(node, 2) is not None
+    _emit_gemm(builder, M=out_channels, N=height * width, K=in_channels, a=weights, a_packed=False,
+               a_strides=(in_channels, 1), b=builder.buffer(node.inputs[0]), b_packed=False,
+               b_strides=(height * width, 1), output=builder.buffer(node.outputs[0]), bias_mode=1 if has_bias else 0,
+               bias=builder.buffer(node.inputs[2]) if has_bias else None,
+               residual=builder.buffer(node.inputs[3]) if plan.has_residual else None,
+               residual_strides=(height * width, 1, 0), activation=plan.activation, activation_params=plan.params)
+
+
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
-    if plan.depthwise:
+    if plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
+    elif builder.precision == "bf16":
+        _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
     elif _sizes("conv_sizes_f32", [0, *plan.ints, builder.num_threads])[2]:  # the kernels' shape rule
         _lower_conv_like(node, builder, plan, 3, "conv2d_pixel_rows_f32")
+    elif _pointwise_gemm(plan):
+        _lower_pointwise_gemm(node, builder, plan)
     else:
         _lower_conv_like(node, builder, plan, 0, "conv2d_f32")
 
@@ -309,12 +351,14 @@ def _gemm_plan(node: ir.Node) -> dict:
 
 def _emit_gemm(builder, *, M, N, K, a, a_packed, a_strides, b, b_packed, b_strides, output, alpha=1.0,
                bias_mode=0, bias=None, residual=None, residual_strides=(0, 0, 0), residual_scale=1.0,
-               a_offsets=(0,), b_offsets=(0,)) -> None:
-    sizes = _sizes("gemm_sizes_f32", [M, N, K, builder.num_threads])
+               a_offsets=(0,), b_offsets=(0,), activation=0, activation_params=(0.0, 0.0),
+               precision="fp32") -> None:
+    """gemm_f32, or gemm_bf16 (same ints; packed operands in bf16 K pairs) for precision "bf16"."""
+    sizes = _sizes(f"gemm_sizes_{KERNEL_SUFFIX[precision]}", [M, N, K, builder.num_threads])
     workspace = builder.workspace(max(int(sizes[0]), 4), label="gemm")
     ints = [M, N, K, len(a_offsets), int(a_packed), *a_strides, int(b_packed), *b_strides, bias_mode,
-            int(residual is not None), *residual_strides, 0, builder.num_threads, *a_offsets, *b_offsets]
-    builder.emit("gemm_f32", ints, [alpha, residual_scale, 0.0, 0.0],
+            int(residual is not None), *residual_strides, activation, builder.num_threads, *a_offsets, *b_offsets]
+    builder.emit(f"gemm_{KERNEL_SUFFIX[precision]}", ints, [alpha, residual_scale, *activation_params],
                  [a, b, output, workspace, bias if bias is not None else output,
                   residual if residual is not None else output])
 
@@ -327,14 +371,17 @@ def lower_gemm(node: ir.Node, builder) -> None:
     b_strides = (1, K) if plan["trans_b"] else (N, 1)
     a_value, b_value = constant_value(node.inputs[0]), constant_value(node.inputs[1])
     a_packed = b_packed = False
+    # bf16 only with a constant operand (a weight); a product of two activations stays fp32
+    precision = builder.precision if (a_value is not None or b_value is not None) else "fp32"
     if b_value is not None:  # constant B (the usual weight): packed once, alpha folded in
-        b = builder.add_constant(_pack(b_value[None], N, K, b_strides[1], b_strides[0], 1, alpha),
+        b = builder.add_constant(_pack(b_value[None], N, K, b_strides[1], b_strides[0], 1, alpha, precision),
                                  label=f"{node.name}:B")
         b_packed, alpha = True, 1.0
     else:
         b = builder.buffer(node.inputs[1])
     if a_value is not None:
-        a = builder.add_constant(_pack(a_value[None], M, K, *a_strides, 0, alpha), label=f"{node.name}:A")
+        a = builder.add_constant(_pack(a_value[None], M, K, *a_strides, 0, alpha, precision),
+                                 label=f"{node.name}:A")
         a_packed, alpha = True, 1.0
     else:
         a = builder.buffer(node.inputs[0])
@@ -355,7 +402,7 @@ def lower_gemm(node: ir.Node, builder) -> None:
             residual_strides = (c_shape[1] if c_shape[0] == M and M > 1 else 0, 1 if c_shape[1] == N and N > 1 else 0, 0)
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=a_packed, a_strides=a_strides, b=b, b_packed=b_packed,
                b_strides=b_strides, output=output, alpha=alpha, bias_mode=bias_mode, bias=bias, residual=residual,
-               residual_strides=residual_strides, residual_scale=beta)
+               residual_strides=residual_strides, residual_scale=beta, precision=precision)
 
 
 def _matmul_plan(node: ir.Node) -> dict:
@@ -400,14 +447,17 @@ def lower_matmul(node: ir.Node, builder) -> None:
     else:
         a_offsets = _batch_offsets(a2[:-2], batch, M * K)
         b_offsets = _batch_offsets(b2[:-2], batch, K * N)
-    if b_value is not None:  # Case constant B: each distinct matrix packed once
-        packed = _pack(np.asarray(b_value, dtype=np.float32).reshape(b_batch, K, N), N, K, 1, N, 1)
+    precision = "fp32"
+    if b_value is not None:  # Case constant B: each distinct matrix packed once (in bf16 under precision bf16)
+        precision = builder.precision
+        packed = _pack(np.asarray(b_value, dtype=np.float32).reshape(b_batch, K, N), N, K, 1, N, 1,
+                       precision=precision)
         b = builder.add_constant(packed, label=f"{node.name}:B")
         b_offsets = [offset // (K * N) * (packed.size // b_batch) for offset in b_offsets]
     else:
         b = builder.buffer(node.inputs[1])
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1), b=b, b_packed=b_value is not None,
-               b_strides=(N, 1), output=output, a_offsets=a_offsets, b_offsets=b_offsets)
+               b_strides=(N, 1), output=output, a_offsets=a_offsets, b_offsets=b_offsets, precision=precision)
 
 
 LOWERINGS = {

@@ -1,0 +1,135 @@
+"""OrtxEP precision="bf16" vs ONNX Runtime fp32 (and OpenVINO's default CPU inference), side by side in one run.
+
+Usage: python benchmarks/bf16.py [--runs 20] [--threads 2] [--models resnet18,mobilenetv2,det,rec,bert]
+                                 [--quiet-wait 120] [--no-openvino]
+Issue #5's bf16 acceptance: OrtxEP bf16 <= 0.45x ORT fp32's time and faster than OpenVINO on every model, output
+cosine >= 0.999 against fp32. Models as benchmarks/run.py builds them. Timing: ortx.measure.compare (ORT, OrtxEP
+and OpenVINO interleaved in blocks after warm-up, medians), the same thread count for all three. OpenVINO
+(`pip install -e '.[bench]'`) compiles for its "CPU" device with only INFERENCE_NUM_THREADS set: its default
+inference precision on a CPU with AVX512_BF16 is bf16 (the table states the precision it reports). Writes the
+"bf16" section of BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import onnx  # noqa: E402
+
+from benchmarks._report import write_section  # noqa: E402
+from benchmarks.memory import models  # noqa: E402
+from ortx import _kernels  # noqa: E402
+from ortx.measure import compare  # noqa: E402
+
+GOAL_RATIO = 0.45
+GOAL_COSINE = 0.999
+
+
+def openvino_runner(path: str, input_name: str, shape, threads: int):
+    """(run(feeds) -> outputs, inference precision) for OpenVINO's CPU device, or (None, why not)."""
+    try:
+        import openvino
+    except ImportError as error:
+        return None, f"openvino not importable ({error}); pip install -e '.[bench]'"
+    core = openvino.Core()
+    model = core.read_model(path)
+    model.reshape({input_name: list(shape)})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads})
+    request = compiled.create_infer_request()
+    outputs = len(compiled.outputs)
+
+    def run(feeds):
+        request.infer(feeds)
+        return [request.get_output_tensor(index).data.copy() for index in range(outputs)]
+
+    precision = compiled.get_property("INFERENCE_PRECISION_HINT")
+    return run, precision.get_type_name() if hasattr(precision, "get_type_name") else str(precision)
+
+
+def wait_for_quiet(seconds: float) -> float:
+    """Waits up to `seconds` for the 1-minute load average to drop below 1.0; returns the load it measured at."""
+    deadline = time.monotonic() + seconds
+    load = os.getloadavg()[0]
+    while load >= 1.0 and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
+    return load
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="resnet18,mobilenetv2,det,rec,bert")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--quiet-wait", type=float, default=0.0,
+                        help="before each model, wait up to this many seconds for load average < 1.0")
+    parser.add_argument("--no-openvino", action="store_true")
+    args = parser.parse_args()
+    rows, notes = [], []
+    with tempfile.TemporaryDirectory() as directory:
+        keys = args.models.split(",")
+        for key, (name, path, shape) in zip(keys, models(keys, directory)):
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            others, openvino_precision = {}, "-"
+            if not args.no_openvino:
+                run, openvino_precision = openvino_runner(path, input_name, shape, args.threads)
+                if run is None:
+                    notes.append(f"OpenVINO not measured: {openvino_precision}")
+                    openvino_precision = "-"
+                else:
+                    others["OpenVINO"] = run
+            load = wait_for_quiet(args.quiet_wait)
+            print(f"measuring {name} (load {load:.2f}) ...", flush=True)
+            result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
+                             precision="bf16", others=others)
+            rows.append((result, shape, openvino_precision, load))
+            line = f"  ORT fp32 {result.ort_ms:.2f} ms, OrtxEP bf16 {result.ortx_ms:.2f} ms ({result.ratio:.2f}x)"
+            for other in result.others:
+                line += f", {other.name} {other.median_ms:.2f} ms"
+            print(line + f", cosine {result.cosine:.6f}", flush=True)
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    lines = [
+        f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
+        f"kernel ISA {_kernels.selected_isa()}, bf16 path {_kernels.bf16_isa()}, {args.threads} threads for every "
+        f"engine, median of {args.runs} runs interleaved in blocks of 4 (ortx.measure.compare) after warm-up, seeded "
+        "random inputs. OrtxEP runs precision='bf16' (constant-weight GEMMs and dense convs in bf16 with fp32 "
+        "accumulation, the rest fp32); ratio = OrtxEP bf16 ms / ORT fp32 ms (goal <= 0.45); cosine = first output "
+        "against ORT fp32's (goal >= 0.999). Load = 1-minute load average when the model's measurement began "
+        "(2 cores, shared). Written by `python benchmarks/bf16.py`.",
+        "",
+        "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
+        "cosine OrtxEP | cosine OpenVINO | load |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for result, shape, openvino_precision, load in rows:
+        other = result.others[0] if result.others else None
+        openvino = f"{other.median_ms:.2f} ({openvino_precision})" if other else "-"
+        versus = f"{result.ortx_ms / other.median_ms:.2f}" if other else "-"
+        lines.append(
+            f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
+            f"{result.ratio:.2f} | {openvino} | {versus} | {result.cosine:.6f} | "
+            f"{f'{other.cosine:.6f}' if other else '-'} | {load:.1f} |")
+    met_ratio = sum(r.ratio <= GOAL_RATIO for r, *_ in rows)
+    met_cosine = sum(r.cosine >= GOAL_COSINE for r, *_ in rows)
+    beat_openvino = sum(bool(r.others) and r.ortx_ms < r.others[0].median_ms for r, *_ in rows)
+    lines += ["", f"Goals met: ratio <= {GOAL_RATIO} on {met_ratio} of {len(rows)} models, cosine >= {GOAL_COSINE} "
+              f"on {met_cosine}, faster than OpenVINO on {beat_openvino}."]
+    lines += [f"{note}." for note in dict.fromkeys(notes)]
+    write_section(args.output, "bf16: OrtxEP precision='bf16' vs ORT fp32 and OpenVINO", "\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+/* conv2d_bf16: dense and grouped 2-D convolution with bf16 operands and fp32 accumulation (gemm_bf16.h's
+ * numerics), float32 NCHW in and out, with conv2d_f32's fused epilogue Y = act(conv(X, W) + bias + residual).
+ *
+ * Per image and group, ortx_bgemm multiplies the prepacked bf16 weights (A, M = Cout/g, K = Cin/g*KH*KW) by the
+ * K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and are rounded to bf16 K pairs
+ * in each thread's buffer:
+ *   Case 1: a 1x1, stride-1, unpadded conv reads X as B;
+ *   Case 2: convs with stride 1 or 2 and outputs >= 16 columns: the input is rounded once into zero-padded bf16
+ *           planes (conv_planes.c's geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel
+ *           panel is two plane rows read with (at most one row end in a panel) two masked loads each and
+ *           interleaved: each input value is rounded once, not once per tap, and the fp32 staging pass is skipped;
+ *   Case 3: every other conv builds its patch rows from X (conv.c's im2col) in fp32, rounded while packed.
+ * Known limits: depthwise and transposed convs have no bf16 kernel (the lowering keeps them fp32); conv2d_f32's
+ * direct and pixel-rows forms have no bf16 counterpart.
+ *
+ * ints, floats, buffers: conv2d_f32's (kernels/conv.c); weights: per group, gemm_pack_bf16 A panels of W_g as a
+ * (Cout/g) x (Cin/g*KH*KW) matrix, groups consecutive (each ortx_bgemm_packed_elements(Cout/g, K, MR) values).
+ * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, 0.
+ */
+#include <string.h>
+
+#include "conv.h"
+#include "gemm_bf16.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+static int is_pointwise(const ortx_conv_params *p) {
+    return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
+           p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
+}
+
+/* Case 2's rule: a 16-pixel panel then crosses at most one output row end, and its pixels are 1 or 2 apart. */
+static int use_planes(const ortx_conv_params *p) {
+    return !is_pointwise(p) && p->stride_width <= 2 && p->out_width >= ORTX_GEMM_NR;
+}
+
+static int64_t gemm_floats(const ortx_conv_params *p, int threads) {
+    int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width;
+    return ortx_round_up(ortx_bgemm_workspace_floats(p->out_channels / p->group, p->out_height * p->out_width, K,
+                                                     threads), 16);
+}
+
+/* Case 2's bf16 planes, in floats. */
+static int64_t bf16_planes_floats(const ortx_conv_params *p) {
+    return ortx_round_up((p->in_channels / p->group * ortx_conv_planes_geometry_of(p).plane + 1) / 2, 16);
+}
+
+/* The planes and their offset tables (pixel offsets, one per pixel, and panel offsets, one per 16 pixels). */
+static int64_t planes_floats(const ortx_conv_params *p) {
+    int64_t N = p->out_height * p->out_width;
+    return bf16_planes_floats(p) + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
+}
+
+typedef struct planes_context {
+    const ortx_conv_params *params;
+    ortx_conv_planes_geometry geometry;
+    uint16_t *planes;
+    const int32_t *pixel_offsets, *panel_offsets;
+    const ortx_bgemm_isa *isa;
+    const float *x;  /* the group's first input channel, while filling */
+} planes_context;
+
+/* conv_planes.c's ortx_conv_fill_planes with every value rounded to bf16, channels [begin, end). */
+static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const planes_context *ctx = context;
+    const ortx_conv_params *p = ctx->params;
+    const int64_t H = p->in_height, W = p->in_width, width = ctx->geometry.padded_width;
+    int64_t first = W < -p->pad_left ? W : (-p->pad_left > 0 ? -p->pad_left : 0);
+    int64_t last = W < width - p->pad_left ? W : width - p->pad_left;
+    if (last < first) last = first;
+    for (int64_t c = begin; c < end; c++) {
+        const float *channel = ctx->x + c * H * W;
+        uint16_t *out = ctx->planes + c * ctx->geometry.plane;
+        for (int64_t r = 0; r < ctx->geometry.padded_rows; r++, out += width) {
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= H || first >= last) {
+                memset(out, 0, width * sizeof(uint16_t));
+                continue;
+            }
+            int64_t lo = first + p->pad_left, hi = last + p->pad_left;
+            memset(out, 0, lo * sizeof(uint16_t));
+            ctx->isa->convert(channel + iy * W + first, hi - lo, out + lo);
+            memset(out + hi, 0, (width - hi) * sizeof(uint16_t));
+        }
+    }
+}
+
+/* ortx_bgemm_pack_pairs_fn of the patch matrix from the bf16 planes; n0 is a multiple of NR. */
+static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t *dst) {
+    const planes_context *ctx = context;
+    const ortx_conv_params *p = ctx->params;
+    const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width, pairs = (kc + 1) / 2;
+    const int64_t N = p->out_height * p->out_width, width = ctx->geometry.padded_width;
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint16_t *rows[2] = {NULL, NULL};
+        for (int half = 0; half < 2 && 2 * q + half < kc; half++) {
+            int64_t k = k0 + 2 * q + half, channel = k / area, tap = k % area;
+            rows[half] = ctx->planes + channel * ctx->geometry.plane +
+                         tap / p->kernel_width * p->dilation_height * width +
+                         tap % p->kernel_width * p->dilation_width;
+        }
+        for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+            int64_t n = n0 + j0;
+            uint16_t *out = dst + j0 * 2 * pairs + q * NR * 2;
+            if (j0 + NR <= nc && n + NR <= N) {  /* use_planes: at most one row end inside */
+                int64_t split = p->out_width - n % p->out_width;
+                split = split < NR ? split : NR;
+                int64_t offset1 = split < NR ? ctx->pixel_offsets[n + split] : 0;
+                ctx->isa->interleave(rows[0], rows[1], ctx->pixel_offsets[n], split, offset1, p->stride_width, out);
+                continue;
+            }
+            for (int64_t j = 0; j < NR; j++) {  /* the last panel of the output, or of the column block */
+                int valid = j0 + j < nc && n + j < N;
+                int32_t offset = valid ? ctx->pixel_offsets[n + j] : 0;
+                out[2 * j] = valid ? rows[0][offset] : 0;
+                out[2 * j + 1] = valid && rows[1] ? rows[1][offset] : 0;
+            }
+        }
+    }
+}
+
+void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = num_threads < 1 ? 1 : num_threads;
+    if (threads > p.workspace_threads) threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
+    const float *X = buffers[0], *bias = buffers[4], *residual = buffers[5];
+    const uint16_t *weights = buffers[1];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
+    int64_t plane = p.in_height * p.in_width;
+    int pointwise = is_pointwise(&p), from_planes = use_planes(&p);
+    planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL, ortx_bgemm_select_isa(), NULL};
+    if (from_planes) {
+        float *planes_data = workspace + gemm_floats(&p, threads);
+        int32_t *pixel_offsets = (int32_t *)(planes_data + bf16_planes_floats(&p));
+        planes.planes = (uint16_t *)planes_data;
+        planes.pixel_offsets = pixel_offsets;
+        planes.panel_offsets = pixel_offsets + N;
+        ortx_conv_planes_offsets(&p, pixel_offsets, pixel_offsets + N);
+    }
+    for (int64_t n = 0; n < p.batch; n++) {
+        for (int64_t g = 0; g < p.group; g++) {
+            const float *x = X + (n * p.in_channels + g * cin_g) * plane;
+            ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL, NULL};  /* Case 1 */
+            ortx_im2col_context im2col = {&p, x};
+            if (from_planes) {  /* Case 2 */
+                planes.x = x;
+                ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &planes);
+                B.pack_pairs = planes_pack_pairs;
+                B.pack_context = &planes;
+            } else if (!pointwise) {  /* Case 3 */
+                B.pack_b = ortx_conv_im2col_pack_b;
+                B.pack_context = &im2col;
+            }
+            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
+                                    NULL, NULL, NULL};
+            int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
+            ortx_gemm_epilogue epilogue = {
+                .alpha = 1.0f,
+                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
+                .residual = p.has_residual ? residual + y_offset : NULL,
+                .residual_row_stride = N,
+                .residual_col_stride = 1,
+                .residual_scale = 1.0f,
+                .activation = (int)p.activation,
+                .param0 = p.param0,
+                .param1 = p.param1,
+            };
+            ortx_bgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
+        }
+    }
+}
+
+void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    float unused[2] = {0.0f, 0.0f};
+    ortx_conv_params p = ortx_conv_params_read(ints, unused);
+    int64_t *out = buffers[0];
+    int threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
+    int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
+    int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
+    out[0] = floats_needed * (int64_t)sizeof(float);
+    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
+    out[2] = 0;
+}

@@ -1,0 +1,134 @@
+/* Internal interface of the bf16 GEMM (family "bf16"): operands rounded to bfloat16, products and sums in fp32.
+ *
+ * Numerics (the definition ortx/ep/precision.py states and tests check): every operand element is rounded to
+ * bf16 as vcvtne2ps2bf16 does (round to nearest even; NaN stays NaN, quieted; fp32 denormals become signed zero),
+ * each product of two bf16 values is exact in fp32, and the sums are fp32 additions. Per output element the fast
+ * kernels add, for each k pair (2p, 2p+1) in order, first the odd product then the even one (vdpbf16ps's order);
+ * the portable path does the same additions, so both ISAs give the same bits (products whose fp32 result is
+ * denormal are flushed to zero by vdpbf16ps only).
+ *
+ * Packed format ("K pairs", the layout vdpbf16ps reads): K is cut into equal blocks of at most ORTX_BGEMM_KC_MAX,
+ * KB = ortx_bgemm_block_depth(K) deep (even; the last block may be shorter); block p (k0 = p*KB,
+ * kc = min(KB, K-k0), pairs = ceil(kc/2)) starts at element k0 * rows_padded, and inside it panel i
+ * (rows i*R .. i*R+R-1, R = ORTX_BGEMM_MR for A, NR for B) starts at i*R*2*pairs and holds [pairs][R][2] bf16 values: the
+ * two values of row r at depth k0+2q and k0+2q+1 are adjacent (one 32-bit word). Rows past the operand's end and
+ * the missing half of an odd last pair are zero. ortx_bgemm_packed_index() is the one definition.
+ */
+#ifndef ORTX_GEMM_BF16_H
+#define ORTX_GEMM_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "gemm.h"
+
+/* Rows of the bf16 micro-tile (A panels' height): 8 x 32 outputs are 16 zmm accumulators, and 8 divides the
+ * channel counts of most CNNs (64, 96, 128, ...), where 6 (the fp32 tile's) leaves a partial panel. */
+#define ORTX_BGEMM_MR 8
+
+/* fp32 -> bf16, round to nearest even, as vcvtne2ps2bf16: NaN quieted, denormals to signed zero. */
+static inline uint16_t ortx_bf16_from_float(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u);
+    if ((bits & 0x7f800000u) == 0) return (uint16_t)((bits >> 16) & 0x8000u);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+static inline float ortx_bf16_to_float(uint16_t value) {
+    uint32_t bits = (uint32_t)value << 16;
+    float result;
+    memcpy(&result, &bits, sizeof(result));
+    return result;
+}
+
+/* Depth of the K blocks: K split into ceil(K / KC_MAX) equal even blocks. Deeper than the fp32 GEMM's 256 so the
+ * output tiles are reloaded fewer times (a bf16 k step is half the fp32 one's bytes), and equal so no thin last
+ * block runs the micro-kernel for a few pairs (ResNet's K = 576: 288 + 288, not 256 + 256 + 64). */
+#define ORTX_BGEMM_KC_MAX 512
+
+static inline int64_t ortx_bgemm_block_depth(int64_t depth) {
+    int64_t blocks = depth > 0 ? (depth + ORTX_BGEMM_KC_MAX - 1) / ORTX_BGEMM_KC_MAX : 1;
+    int64_t per_block = (depth + blocks - 1) / blocks;
+    return per_block < 2 ? 2 : (per_block + 1) / 2 * 2;
+}
+
+static inline int64_t ortx_bgemm_packed_index(int64_t row, int64_t k, int64_t rows, int64_t depth, int64_t panel) {
+    int64_t block = ortx_bgemm_block_depth(depth), k0 = k / block * block;
+    int64_t kc = depth - k0 < block ? depth - k0 : block;
+    int64_t pairs = (kc + 1) / 2, q = (k - k0) / 2;
+    return k0 * ortx_round_up(rows, panel) + (row / panel) * panel * 2 * pairs + (q * panel + row % panel) * 2 +
+           (k - k0) % 2;
+}
+
+/* bf16 elements of a packed operand with `rows` rows (A: M, B: N) and depth K. */
+static inline int64_t ortx_bgemm_packed_elements(int64_t rows, int64_t depth, int64_t panel) {
+    return ortx_round_up(rows, panel) * ortx_round_up(depth, 2);
+}
+
+/* Writes B[k0:k0+kc, n0:n0+nc] as bf16 K-pair panels at dst (B operands already rounded, e.g. conv's bf16 planes). */
+typedef void (*ortx_bgemm_pack_pairs_fn)(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                                         uint16_t *dst);
+
+/* An operand of ortx_bgemm: bf16 K-pair panels over the whole operand (packed != NULL), or for B panels written by
+ * pack_pairs(pack_context, ...), or fp32 read as in ortx_gemm_operand (raw with strides, or for B produced in
+ * gemm.h's fp32 panels by pack_b) and rounded to bf16 while it is packed. */
+typedef struct ortx_bgemm_operand {
+    const uint16_t *packed;
+    const float *data;
+    int64_t row_stride, col_stride;
+    ortx_gemm_pack_b_fn pack_b;
+    const void *pack_context;
+    ortx_bgemm_pack_pairs_fn pack_pairs;
+} ortx_bgemm_operand;
+
+/* Micro-kernel over `pairs` k pairs: c[0..MR)[0..NR*vectors) (row stride ldc) = (accumulate ? c : 0) + a * b,
+ * a: one A panel ([pairs][MR][2]), b: `vectors` adjacent B panels ([pairs][NR][2] each, b + v*NR*2*pairs), then
+ * the epilogue of the tile at (row0, col0) when epilogue is not NULL. */
+typedef void (*ortx_bgemm_micro_fn)(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc,
+                                    int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0);
+/* dst[2j] = bf16(first[j]), dst[2j+1] = bf16(second[j]) (0 when second is NULL) for j < count; count <= NR. */
+typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, int64_t count, uint16_t *dst);
+/* dst[j] = bf16(src[j]) for j < count. */
+typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
+/* One K pair of a 16-pixel panel from two rows of bf16 values: dst[2j] = first[at(j)], dst[2j+1] = second[at(j)]
+ * (0 when second is NULL) for j < NR, at(j) = offset0 + j*stride for j < split, offset1 + (j-split)*stride after
+ * (a panel crossing one output row end); stride 1 or 2; reads only the elements it uses. */
+typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, int64_t offset0, int64_t split,
+                                        int64_t offset1, int64_t stride, uint16_t *dst);
+
+typedef struct ortx_bgemm_isa {
+    const char *name;
+    ortx_bgemm_micro_fn micro;       /* MR x NR */
+    ortx_bgemm_micro_fn micro_wide;  /* MR x 2NR */
+    ortx_bf16_pair_rows_fn pair_rows;
+    ortx_bf16_convert_fn convert;
+    ortx_bf16_interleave_fn interleave;
+} ortx_bgemm_isa;
+
+extern const ortx_bgemm_isa ortx_bgemm_isa_portable;
+extern const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16;
+
+/* The AVX-512 BF16 table when the CPU has AVX512_BF16 and the selected ISA is AVX-512, else the portable one. */
+const ortx_bgemm_isa *ortx_bgemm_select_isa(void);
+
+int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads);
+
+/* C (row stride ldc) = epilogue(bf16(A) * bf16(B)); workspace: ortx_bgemm_workspace_floats floats. */
+void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, const ortx_bgemm_operand *B, float *C,
+                int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads);
+
+/* Packs a raw fp32 operand (rows x depth, element (r, k) at src[r*rs + k*cs]) times scale into bf16 K-pair
+ * panels of height `panel`; dst holds ortx_bgemm_packed_elements(rows, depth, panel) values. */
+void ortx_bgemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                     int64_t panel, float scale, uint16_t *dst);
+
+void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+/* Reference kernels (kernels/ref/gemm_bf16_ref.c). */
+void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+#endif

@@ -1,0 +1,146 @@
+/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): an 8x32 micro-kernel over two adjacent 16-column K-pair B
+ * panels (16 zmm accumulators; per k pair 2 B loads, 8 broadcasts of an A pair, 16 vdpbf16ps, each 32
+ * multiply-adds) and an 8x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
+ * ortx_bf16_from_float). The epilogue runs on the accumulators before the single store, through the AVX2 register
+ * epilogue on each 8-lane half (as gemm_avx512.c), so it matches ortx_gemm_epilogue_avx2 on edge tiles. */
+#include "gemm_avx2.h"
+#include "gemm_bf16.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) __m512 epilogue_register(
+    __m512 v, const ortx_gemm_epilogue *e, int64_t row, int64_t col0) {
+    __m256 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    epilogue_registers_avx2(&lo, &hi, e, row, col0);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_avx512_bf16(
+    const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc, int accumulate,
+    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
+    __m512 acc[ORTX_BGEMM_MR][2];
+    for (int i = 0; i < ORTX_BGEMM_MR; i++)
+        for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
+    const uint16_t *b_second = b + ORTX_GEMM_NR * 2 * pairs;
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < pairs; q++) {
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * ORTX_GEMM_NR * 2);
+        __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(b_second + q * ORTX_GEMM_NR * 2) : b0;
+        const uint16_t *aq = a + q * ORTX_BGEMM_MR * 2;
+        for (int i = 0; i < ORTX_BGEMM_MR; i++) {
+            int32_t pair;
+            __builtin_memcpy(&pair, aq + 2 * i, sizeof(pair));
+            __m512bh broadcast = (__m512bh)_mm512_set1_epi32(pair);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], broadcast, b0);
+            if (vectors == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], broadcast, b1);
+        }
+    }
+    /* broadcast residual columns need the scalar definition: store first, then the tile epilogue */
+    const ortx_gemm_epilogue *fused =
+        epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
+        float *row = c + i * ldc;
+        for (int v = 0; v < vectors; v++) {
+            __m512 value = acc[i][v];
+            if (accumulate) value = _mm512_add_ps(_mm512_loadu_ps(row + 16 * v), value);
+            if (fused) value = epilogue_register(value, fused, row0 + i, col0 + 16 * v);
+            _mm512_storeu_ps(row + 16 * v, value);
+        }
+    }
+    if (epilogue && !fused)
+        ortx_gemm_epilogue_avx2(c, ldc, ORTX_BGEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+}
+
+ORTX_TARGET_AVX512_BF16 static void micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
+                                                      int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
+                                                      int64_t row0, int64_t col0) {
+    tile_avx512_bf16(1, pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+ORTX_TARGET_AVX512_BF16 static void micro_wide_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b,
+                                                           float *c, int64_t ldc, int accumulate,
+                                                           const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                                           int64_t col0) {
+    tile_avx512_bf16(2, pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+/* Interleaves two rounded rows: vcvtne2ps2bf16 gives [first 0..15, second 0..15], vpermw pairs them up. */
+ORTX_TARGET_AVX512_BF16 static void pair_rows_avx512_bf16(const float *first, const float *second, int64_t count,
+                                                          uint16_t *dst) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    __mmask16 mask = count >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << count) - 1u);
+    __m512 lo = _mm512_maskz_loadu_ps(mask, first);
+    __m512 hi = second ? _mm512_maskz_loadu_ps(mask, second) : _mm512_setzero_ps();
+    __m512i rounded = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), rounded));
+}
+
+ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
+    int64_t i = 0;
+    for (; i + 32 <= count; i += 32) {
+        __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
+        _mm512_storeu_si512(dst + i, (__m512i)rounded);
+    }
+    for (; i < count; i += 16) {
+        int64_t left = count - i;
+        __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, src + i));
+        _mm256_mask_storeu_epi16(dst + i, mask, (__m256i)rounded);
+    }
+}
+
+/* Stride 1: the 16 values of each row in a ymm (two masked loads when the panel crosses a row end), vpermw pairs
+ * them up. Stride 2: 31 elements of each row in a zmm, vpermt2w takes the even ones of both, paired. */
+ORTX_TARGET_AVX512_BF16 static inline __m512i strided_row(const uint16_t *row, int64_t offset0, int64_t split,
+                                                          int64_t offset1, int64_t stride) {
+    if (stride == 1) {
+        __mmask16 head = (__mmask16)((1u << split) - 1u);
+        __m256i values = _mm256_maskz_loadu_epi16(head, row + offset0);
+        if (split < 16) values = _mm256_mask_loadu_epi16(values, (__mmask16)~head, row + offset1 - split);
+        return _mm512_castsi256_si512(values);
+    }
+    __mmask32 used = (__mmask32)0x55555555u;  /* even elements 0 .. 30 */
+    __mmask32 head = (__mmask32)(((uint64_t)1 << (2 * split)) - 1u) & used;
+    __m512i values = _mm512_maskz_loadu_epi16(head, row + offset0);
+    if (split < 16) values = _mm512_mask_loadu_epi16(values, used & ~head, row + offset1 - 2 * split);
+    return values;
+}
+
+ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
+                                                           int64_t offset0, int64_t split, int64_t offset1,
+                                                           int64_t stride, uint16_t *dst) {
+    static const uint16_t pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    static const uint16_t even_pairs[32] = {0, 32, 2, 34, 4, 36, 6, 38, 8, 40, 10, 42, 12, 44, 14, 46,
+                                            16, 48, 18, 50, 20, 52, 22, 54, 24, 56, 26, 58, 28, 60, 30, 62};
+    __m512i a = strided_row(first, offset0, split, offset1, stride);
+    __m512i b = second ? strided_row(second, offset0, split, offset1, stride) : _mm512_setzero_si512();
+    __m512i result;
+    if (stride == 1) {
+        __m512i both = _mm512_inserti64x4(a, _mm512_castsi512_si256(b), 1);
+        result = _mm512_permutexvar_epi16(_mm512_loadu_si512(pairs), both);
+    } else {
+        result = _mm512_permutex2var_epi16(a, _mm512_loadu_si512(even_pairs), b);
+    }
+    _mm512_storeu_si512(dst, result);
+}
+
+const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
+    .name = "avx512_bf16",
+    .micro = micro_avx512_bf16,
+    .micro_wide = micro_wide_avx512_bf16,
+    .pair_rows = pair_rows_avx512_bf16,
+    .convert = convert_avx512_bf16,
+    .interleave = interleave_avx512_bf16,
+};
+
+#else
+/* Never selected off x86 (ortx_bgemm_select_isa checks the CPU first). */
+const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {.name = "avx512_bf16"};
+#endif

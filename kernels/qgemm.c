@@ -1,0 +1,493 @@
+/* Family "qgemm": int8 convolution and GEMM with int32 accumulation and fused requantization (issue #5).
+ *
+ * qconv2d_i8 runs Conv, Gemm and MatMul whose activations are uint8/int8 and whose weights are constant
+ * symmetric int8 (arithmetic and packed layouts: kernels/qgemm.h):
+ *   1. NCHW inputs that need padding or the int8 -> uint8 shift are first copied into padded uint8 planes (the pad
+ *      value is the zero point), so the packing below never checks bounds;
+ *   2. the output is cut into tasks of (image, group, block of NB pixels, chunk of MR-row weight panels); chunks
+ *      split M only when there are too few pixel blocks to keep the threads busy (a classifier's one pixel);
+ *   3. per task: pack the block's im2col columns as [K4][NB][4] uint8 (one quad of k per 32-bit lane), then for
+ *      each weight panel run the ISA's micro-kernel over all of K (no K blocking: the int32 tile stays exact)
+ *      and the ISA's epilogue (requantize or scale to float, residual, activation) straight into the output.
+ * Integer sums are exact, so every ISA and every thread split gives the same bits; the epilogue's float steps
+ * (int32 -> float, one multiply, round-half-even through the current rounding mode) are the same instructions'
+ * semantics in C and SIMD.
+ * Limits: depthwise and other grouped convs run (group loop) but slowly (K is tiny); the lowering declines them.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "activation.h"
+#include "gemm.h"
+#include "ortx_kernels.h"
+#include "qgemm.h"
+#include "threadpool.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ISA choice: VNNI needs avx512vnni on top of the AVX-512 level dispatch.c selects. */
+static const ortx_qgemm_isa *select_isa(void) {
+    int isa = ortx_selected_isa();
+#if defined(__x86_64__) || defined(__i386__)
+    if (isa >= ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return &ortx_qgemm_isa_avx512_vnni;
+#endif
+    if (isa >= ORTX_ISA_AVX2) return &ortx_qgemm_isa_avx2;
+    return &ortx_qgemm_isa_portable;
+}
+
+float ortx_qconv_activation(const ortx_qconv_params *p, float value, float p0, float p1) {
+    return ortx_activation_scalar((int)p->activation, value, p0, p1);
+}
+
+/* Portable pieces ------------------------------------------------------------------------------------------------ */
+
+void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+    const int MR = ORTX_QGEMM_MR, NB = ORTX_QGEMM_NB;
+    memset(acc, 0, sizeof(int32_t) * MR * NB);
+    for (int64_t q = 0; q < k4; q++) {
+        const int8_t *aq = a + q * MR * 4;
+        const uint8_t *bq = b + q * NB * 4;
+        for (int m = 0; m < MR; m++) {
+            const int8_t *w = aq + m * 4;
+            int32_t *row = acc + m * NB;
+            for (int j = 0; j < NB; j++) {
+                const uint8_t *x = bq + j * 4;
+                row[j] += x[0] * w[0] + x[1] * w[1] + x[2] * w[2] + x[3] * w[3];
+            }
+        }
+    }
+}
+
+void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
+                                  uint8_t *out) {
+    (void)readable;
+    ortx_qgemm_pack_scalar(source, stride, 0, count, out);
+}
+
+__attribute__((optimize("fp-contract=off"))) void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols, const int32_t *bias,
+                     const float *multiplier, void *output, int64_t offset, const float *residual, float p0,
+                     float p1) {
+    float low = (float)(p->qmin - p->y_zero_point), high = (float)(p->qmax - p->y_zero_point);
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t j = 0; j < cols; j++) {
+            int64_t index = offset + i * p->out_channel_stride + j * p->out_pixel_stride;
+            float value = (float)(acc[i * ORTX_QGEMM_NB + j] + bias[i]) * multiplier[i];
+            if (p->output_kind == 2) {
+                if (residual) value += residual[index];
+                ((float *)output)[index] = ortx_qconv_activation(p, value, p0, p1);
+                continue;
+            }
+            value = value < low ? low : (value > high ? high : value);
+            int32_t q = (int32_t)lrintf(value) + (int32_t)p->y_zero_point;
+            if (p->output_kind == 0) ((uint8_t *)output)[index] = (uint8_t)q;
+            else ((int8_t *)output)[index] = (int8_t)q;
+        }
+    }
+}
+
+void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                  const int32_t *taps, int64_t oh, int32_t *acc) {
+    for (int64_t ow = 0; ow < p->out_width; ow++) acc[ow] = 0;
+    for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+        const uint8_t *row = plane + (oh * p->stride_height + kh * p->dilation_height) * plane_width;
+        for (int64_t kw = 0; kw < p->kernel_width; kw++) {
+            int32_t w = taps[kh * p->kernel_width + kw];
+            const uint8_t *x = row + kw * p->dilation_width;
+            for (int64_t ow = 0; ow < p->out_width; ow++) acc[ow] += (int32_t)x[ow * p->stride_width] * w;
+        }
+    }
+}
+
+const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ortx_qgemm_micro_portable,
+                                                .pack_run = ortx_qgemm_pack_run_portable,
+                                                .epilogue = ortx_qgemm_epilogue_portable,
+                                                .depthwise_row = ortx_qdepthwise_row_portable};
+
+/* Geometry ------------------------------------------------------------------------------------------------------- */
+
+typedef struct geometry {
+    int64_t cin_g, cout_g, K, k4, pixels, blocks, panels, m_chunks;
+    int64_t plane_height, plane_width;  /* the planes packing reads: padded copies, or the input itself */
+    int planes_copied;
+    int64_t planes_bytes, thread_bytes;
+    int64_t planes_end;  /* bytes packing may read from the start of the planes (copies have 64-byte slack) */
+} geometry;
+
+static geometry geometry_of(const ortx_qconv_params *p, int threads) {
+    geometry g;
+    g.cin_g = p->in_channels / p->group;
+    g.cout_g = p->out_channels / p->group;
+    g.K = p->input_kind == 1 ? p->in_channels : g.cin_g * p->kernel_height * p->kernel_width;
+    g.k4 = (g.K + 3) / 4;
+    g.pixels = p->input_kind == 1 ? p->out_width : p->out_height * p->out_width;
+    g.blocks = (g.pixels + ORTX_QGEMM_NB - 1) / ORTX_QGEMM_NB;
+    g.panels = (g.cout_g + ORTX_QGEMM_MR - 1) / ORTX_QGEMM_MR;
+    int64_t tasks = p->batch * p->group * g.blocks;
+    g.m_chunks = tasks >= 2 * threads ? 1 : min64(g.panels, (2 * threads + tasks - 1) / tasks);
+    g.plane_height = p->in_height;
+    g.plane_width = p->in_width;
+    g.planes_copied = 0;
+    if (p->input_kind == 0) {
+        int64_t need_h = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
+        int64_t need_w = (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1;
+        g.plane_height = max64(p->in_height + p->pad_top, need_h);
+        g.plane_width = max64(p->in_width + p->pad_left, need_w);
+        g.planes_copied = p->input_signed || p->pad_top || p->pad_left || g.plane_height > p->in_height ||
+                          g.plane_width > p->in_width;
+        if (!g.planes_copied) g.plane_height = p->in_height, g.plane_width = p->in_width;
+    }
+    g.planes_bytes = g.planes_copied ? ortx_round_up(p->batch * p->in_channels * g.plane_height * g.plane_width, 64)
+                                     : 0;
+    g.planes_end = g.planes_copied ? g.planes_bytes : p->batch * p->in_channels * g.plane_height * g.plane_width;
+    g.thread_bytes = ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4 + 64, 64) + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB;  /* + pack_run's spill */
+    return g;
+}
+
+static int64_t workspace_bytes(const ortx_qconv_params *p) {
+    int threads = (int)max64(1, p->num_threads);
+    geometry g = geometry_of(p, threads);
+    return g.planes_bytes + threads * g.thread_bytes + 64;
+}
+
+/* Step 1: padded uint8 planes ------------------------------------------------------------------------------------ */
+
+typedef struct job {
+    const ortx_qconv_params *p;
+    const ortx_qgemm_isa *isa;
+    geometry g;
+    const uint8_t *x;        /* the input's bytes */
+    const uint8_t *planes;   /* what packing reads: the copied planes or x */
+    uint8_t *planes_out;
+    uint8_t mask;            /* xor applied while packing (int8 input read in place: matrix input) */
+    uint8_t zero_u;          /* the input zero point as uint8 */
+    const int8_t *weights;
+    const int32_t *bias;
+    const float *multiplier;
+    void *output;
+    const float *residual;
+    float p0, p1;
+    uint8_t *thread_space;
+} job;
+
+static void fill_planes(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const job *j = context;
+    const ortx_qconv_params *p = j->p;
+    int64_t height = j->g.plane_height, width = j->g.plane_width;
+    uint8_t mask = p->input_signed ? 0x80 : 0;
+    for (int64_t plane = begin; plane < end; plane++) {
+        uint8_t *out = j->planes_out + plane * height * width;
+        const uint8_t *in = j->x + plane * p->in_height * p->in_width;
+        for (int64_t row = 0; row < height; row++) {
+            uint8_t *line = out + row * width;
+            int64_t source_row = row - p->pad_top;
+            if (source_row < 0 || source_row >= p->in_height) {
+                memset(line, j->zero_u, (size_t)width);
+                continue;
+            }
+            int64_t left = min64(p->pad_left, width), right = min64(width, p->pad_left + p->in_width);
+            memset(line, j->zero_u, (size_t)left);
+            const uint8_t *source = in + source_row * p->in_width;
+            for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+            if (right < width) memset(line + right, j->zero_u, (size_t)(width - right));
+        }
+    }
+}
+
+/* Step 3a: one block's packed columns ---------------------------------------------------------------------------- */
+
+static void pack_image_block(const job *j, int64_t n, int64_t group, int64_t p0, int64_t cols, uint8_t *dst) {
+    const ortx_qconv_params *p = j->p;
+    const geometry *g = &j->g;
+    const int NB = ORTX_QGEMM_NB;
+    int64_t area = p->kernel_height * p->kernel_width;
+    int64_t plane = g->plane_height * g->plane_width;
+    const uint8_t *image = j->planes + (n * p->in_channels + group * g->cin_g) * plane;
+    for (int64_t q = 0; q < g->k4; q++) {
+        const uint8_t *source[4];
+        for (int i = 0; i < 4; i++) {
+            int64_t k = 4 * q + i;
+            if (k >= g->K) { source[i] = NULL; continue; }
+            int64_t c = k / area, r = k % area, kh = r / p->kernel_width, kw = r % p->kernel_width;
+            source[i] = image + c * plane + kh * p->dilation_height * g->plane_width + kw * p->dilation_width;
+        }
+        uint8_t *out = dst + q * NB * 4;
+        int64_t oh = p0 / p->out_width, ow = p0 % p->out_width, done = 0;
+        while (done < cols) {
+            int64_t run = min64(p->out_width - ow, cols - done);
+            int64_t offset = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+            const uint8_t *run_source[4];
+            int64_t readable = INT64_MAX;
+            for (int i = 0; i < 4; i++) {
+                run_source[i] = source[i] ? source[i] + offset : NULL;
+                if (source[i]) readable = min64(readable, j->planes + g->planes_end - run_source[i]);
+            }
+            j->isa->pack_run(run_source, p->stride_width, run, readable, out + done * 4);
+            done += run;
+            ow = 0;
+            oh++;
+        }
+    }
+}
+
+/* Matrix input: pixel j's quad q is bytes 4q..4q+3 of its row (zero past K), xor the int8 shift. */
+static void pack_matrix_block(const job *j, int64_t p0, int64_t cols, uint8_t *dst) {
+    const geometry *g = &j->g;
+    const int NB = ORTX_QGEMM_NB;
+    int64_t K = g->K, full = K / 4;
+    uint32_t mask = j->mask * 0x01010101u;
+    for (int64_t t = 0; t < cols; t++) {
+        const uint8_t *row = j->x + (p0 + t) * K;
+        for (int64_t q = 0; q < full; q++) {
+            uint32_t quad;
+            memcpy(&quad, row + 4 * q, 4);
+            quad ^= mask;
+            memcpy(dst + (q * NB + t) * 4, &quad, 4);
+        }
+        if (full < g->k4) {
+            uint8_t *out = dst + (full * NB + t) * 4;
+            for (int i = 0; i < 4; i++) out[i] = 4 * full + i < K ? row[4 * full + i] ^ j->mask : 0;
+        }
+    }
+    for (int64_t q = 0; q < g->k4 && cols < NB; q++) memset(dst + (q * NB + cols) * 4, 0, (size_t)(NB - cols) * 4);
+    /* (image blocks leave columns past `cols` as they are: each column's sums are its own, and those are never
+     * stored) */
+}
+
+/* Steps 2-3: one task ---------------------------------------------------------------------------------------------- */
+
+static void run_task(void *context, int64_t task, int thread_index) {
+    const job *j = context;
+    const ortx_qconv_params *p = j->p;
+    const geometry *g = &j->g;
+    int64_t chunk = task % g->m_chunks, rest = task / g->m_chunks;
+    int64_t block = rest % g->blocks;
+    rest /= g->blocks;
+    int64_t group = rest % p->group, n = rest / p->group;
+    int64_t p0 = block * ORTX_QGEMM_NB, cols = min64(ORTX_QGEMM_NB, g->pixels - p0);
+    uint8_t *packed = j->thread_space + thread_index * g->thread_bytes;
+    int32_t *tile = (int32_t *)(packed + ortx_round_up(g->k4 * ORTX_QGEMM_NB * 4, 64));
+    if (p->input_kind == 1) pack_matrix_block(j, n * g->pixels + p0, cols, packed);
+    else pack_image_block(j, n, group, p0, cols, packed);
+    int64_t first = chunk * g->panels / g->m_chunks, last = (chunk + 1) * g->panels / g->m_chunks;
+    int64_t panel_bytes = g->k4 * ORTX_QGEMM_MR * 4;
+    for (int64_t panel = first; panel < last; panel++) {
+        j->isa->micro(g->k4, j->weights + (group * g->panels + panel) * panel_bytes, packed, tile);
+        int64_t m0 = group * g->cout_g + panel * ORTX_QGEMM_MR;
+        int64_t rows = min64(ORTX_QGEMM_MR, g->cout_g - panel * ORTX_QGEMM_MR);
+        j->isa->epilogue(p, tile, rows, cols, j->bias + m0, j->multiplier + m0, j->output,
+                 ortx_qconv_output_index(p, n, m0, p0), j->residual, j->p0, j->p1);
+    }
+}
+
+/* qconv2d_i8: ints ORTX_QCONV_INTS (qgemm.h's ortx_qconv_params, in order); floats: activation p0, p1;
+ * buffers: 0 x (uint8/int8), 1 packed weights, 2 bias_eff int32 [Cout], 3 multiplier f32 [Cout], 4 output,
+ * 5 workspace (qconv_sizes_i8), 6 residual (float output with has_residual). */
+static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_qconv_params p = ortx_qconv_params_read(ints);
+    int threads = (int)max64(1, min64(num_threads, max64(1, p.num_threads)));
+    job j;
+    j.p = &p;
+    j.isa = select_isa();
+    j.g = geometry_of(&p, (int)max64(1, p.num_threads));
+    j.x = buffers[0];
+    j.weights = buffers[1];
+    j.bias = buffers[2];
+    j.multiplier = buffers[3];
+    j.output = buffers[4];
+    j.residual = p.output_kind == 2 && p.has_residual ? buffers[6] : NULL;
+    j.p0 = floats[0];
+    j.p1 = floats[1];
+    j.zero_u = (uint8_t)(p.x_zero_point + (p.input_signed ? 128 : 0));
+    j.mask = p.input_signed ? 0x80 : 0;
+    uint8_t *workspace = (uint8_t *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
+    j.planes_out = workspace;
+    j.thread_space = workspace + j.g.planes_bytes;
+    j.planes = j.x;
+    if (j.g.planes_copied) {
+        ortx_parallel_range(threads, p.batch * p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_planes,
+                            &j);
+        j.planes = j.planes_out;
+    }
+    int64_t tasks = p.batch * p.group * j.g.blocks * j.g.m_chunks;
+    ortx_parallel_for(threads, tasks, run_task, &j);
+}
+
+/* qdepthwise2d_i8: qconv2d_i8's ints and buffers for group == in == out channels (weights in qgemm.h's packed
+ * layout, one row per group: tap k of channel c at c * K4*MR*4 + (k/4)*MR*4 + k%4; the same oracle). Tasks are
+ * (image, channel) planes: copy the plane padded with the zero point into the thread's workspace, then per output
+ * row the ISA's depthwise_row and the epilogue. */
+typedef struct depthwise_job {
+    const ortx_qconv_params *p;
+    const ortx_qgemm_isa *isa;
+    const uint8_t *x;
+    const int8_t *weights;
+    const int32_t *bias;
+    const float *multiplier;
+    void *output;
+    const float *residual;
+    float p0, p1;
+    uint8_t *thread_space;
+    int64_t plane_height, plane_width, thread_bytes, k4;
+} depthwise_job;
+
+static void depthwise_geometry(const ortx_qconv_params *p, int64_t *height, int64_t *width, int64_t *thread_bytes) {
+    *height = max64(p->in_height + p->pad_top,
+                    (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1);
+    *width = max64(p->in_width + p->pad_left,
+                   (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1);
+    /* plane + 64 bytes of read slack, then the taps and one row of int32 sums (+ 16 lanes of slack) */
+    *thread_bytes = ortx_round_up(*height * *width + 64, 64) + 4 * ortx_round_up(p->kernel_height * p->kernel_width, 16)
+                    + 4 * ortx_round_up(p->out_width + 16, 16);
+}
+
+static void depthwise_plane(void *context, int64_t task, int thread_index) {
+    const depthwise_job *j = context;
+    const ortx_qconv_params *p = j->p;
+    int64_t c = task % p->in_channels, n = task / p->in_channels;
+    uint8_t *plane = j->thread_space + thread_index * j->thread_bytes;
+    int32_t *taps = (int32_t *)(plane + ortx_round_up(j->plane_height * j->plane_width + 64, 64));
+    int32_t *acc = taps + ortx_round_up(p->kernel_height * p->kernel_width, 16);
+    uint8_t mask = p->input_signed ? 0x80 : 0, zero_u = (uint8_t)(p->x_zero_point + (p->input_signed ? 128 : 0));
+    const uint8_t *in = j->x + (n * p->in_channels + c) * p->in_height * p->in_width;
+    for (int64_t row = 0; row < j->plane_height; row++) {
+        uint8_t *line = plane + row * j->plane_width;
+        int64_t source_row = row - p->pad_top;
+        if (source_row < 0 || source_row >= p->in_height) {
+            memset(line, zero_u, (size_t)j->plane_width);
+            continue;
+        }
+        int64_t left = min64(p->pad_left, j->plane_width), right = min64(j->plane_width, p->pad_left + p->in_width);
+        memset(line, zero_u, (size_t)left);
+        const uint8_t *source = in + source_row * p->in_width;
+        for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+        if (right < j->plane_width) memset(line + right, zero_u, (size_t)(j->plane_width - right));
+    }
+    memset(plane + j->plane_height * j->plane_width, zero_u, 64);
+    int64_t area = p->kernel_height * p->kernel_width;
+    const int8_t *w = j->weights + c * j->k4 * ORTX_QGEMM_MR * 4;
+    for (int64_t k = 0; k < area; k++) taps[k] = w[(k / 4) * ORTX_QGEMM_MR * 4 + k % 4];
+    for (int64_t oh = 0; oh < p->out_height; oh++) {
+        j->isa->depthwise_row(p, plane, j->plane_width, taps, oh, acc);
+        j->isa->epilogue(p, acc, 1, p->out_width, j->bias + c, j->multiplier + c, j->output,
+                         ortx_qconv_output_index(p, n, c, oh * p->out_width), j->residual, j->p0, j->p1);
+    }
+}
+
+static void qdepthwise2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_qconv_params p = ortx_qconv_params_read(ints);
+    int threads = (int)max64(1, min64(num_threads, max64(1, p.num_threads)));
+    depthwise_job j;
+    j.p = &p;
+    j.isa = select_isa();
+    j.x = buffers[0];
+    j.weights = buffers[1];
+    j.bias = buffers[2];
+    j.multiplier = buffers[3];
+    j.output = buffers[4];
+    j.residual = p.output_kind == 2 && p.has_residual ? buffers[6] : NULL;
+    j.p0 = floats[0];
+    j.p1 = floats[1];
+    j.k4 = (p.kernel_height * p.kernel_width + 3) / 4;
+    depthwise_geometry(&p, &j.plane_height, &j.plane_width, &j.thread_bytes);
+    j.thread_space = (uint8_t *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
+    ortx_parallel_for(threads, p.batch * p.in_channels, depthwise_plane, &j);
+}
+
+/* qconv_sizes_i8: ints as qconv2d_i8; buffers: 0 int64[2] out: workspace bytes, packed weight bytes. */
+static void qconv_sizes_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    ortx_qconv_params p = ortx_qconv_params_read(ints);
+    geometry g = geometry_of(&p, (int)max64(1, p.num_threads));
+    int64_t *out = buffers[0];
+    out[0] = workspace_bytes(&p);
+    if (p.group > 1 && p.group == p.in_channels && p.group == p.out_channels && p.input_kind == 0) {
+        int64_t height, width, thread_bytes;
+        depthwise_geometry(&p, &height, &width, &thread_bytes);
+        out[0] = max64(out[0], max64(1, p.num_threads) * thread_bytes + 64);
+    }
+    out[1] = p.group * g.panels * g.k4 * ORTX_QGEMM_MR * 4;
+}
+
+/* qconv_pack_weights_i8: ints [rows per group M, depth K, groups]; buffers: 0 int8 weights [groups][M][K],
+ * 1 packed int8 (qconv_sizes_i8's size). The one writer of qgemm.h's weight layout. */
+static void qconv_pack_weights_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    int64_t M = ints[0], K = ints[1], groups = ints[2];
+    const int8_t *weights = buffers[0];
+    int8_t *packed = buffers[1];
+    int64_t k4 = (K + 3) / 4, panels = (M + ORTX_QGEMM_MR - 1) / ORTX_QGEMM_MR;
+    int64_t panel_bytes = k4 * ORTX_QGEMM_MR * 4;
+    memset(packed, 0, (size_t)(groups * panels * panel_bytes));
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < K; k++)
+                packed[(g * panels + m / ORTX_QGEMM_MR) * panel_bytes + (k / 4) * ORTX_QGEMM_MR * 4 +
+                       (m % ORTX_QGEMM_MR) * 4 + k % 4] = weights[(g * M + m) * K + k];
+}
+
+/* quantize_linear_f32: ints [count, zero_point, qmin, qmax, signed output]; floats [scale]; buffers: x f32, y.
+ * y = clamp(round_half_even(x / scale), qmin - zp, qmax - zp) + zp, as ORT's MLAS (divide, clamp, round). */
+static void quantize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    int64_t count = ints[0];
+    int32_t zero = (int32_t)ints[1];
+    float low = (float)(ints[2] - ints[1]), high = (float)(ints[3] - ints[1]), scale = floats[0];
+    const float *x = buffers[0];
+    int64_t i = ortx_selected_isa() >= ORTX_ISA_AVX512 ? ortx_quantize_avx512(x, count, scale, low, high, zero,
+                                                                             buffers[1]) : 0;
+    for (; i < count; i++) {
+        float value = x[i] / scale;
+        value = value >= low ? value : low;  /* NaN -> low, as MLAS's max */
+        value = value <= high ? value : high;
+        int32_t q = (int32_t)lrintf(value) + zero;
+        if (ints[4]) ((int8_t *)buffers[1])[i] = (int8_t)q;
+        else ((uint8_t *)buffers[1])[i] = (uint8_t)q;
+    }
+}
+
+/* dequantize_linear_f32: ints [count, zero_point, input kind 0 uint8 / 1 int8 / 2 int32]; floats [scale];
+ * buffers: q, y f32. y = float(q - zp) * scale. */
+static void dequantize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    int64_t count = ints[0];
+    int32_t zero = (int32_t)ints[1];
+    float scale = floats[0];
+    float *y = buffers[1];
+    int64_t i = ints[2] < 2 && ortx_selected_isa() >= ORTX_ISA_AVX512 ?
+                ortx_dequantize_avx512(buffers[0], count, (int)ints[2], zero, scale, y) : 0;
+    if (ints[2] == 0) {
+        const uint8_t *q = buffers[0];
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+    } else if (ints[2] == 1) {
+        const int8_t *q = buffers[0];
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+    } else {
+        const int32_t *q = buffers[0];
+        for (; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
+    }
+}
+
+/* qgemm_isa_name: buffers 0 int64[1] out: 0 portable, 1 avx2, 2 avx512 VNNI (what qconv2d_i8 runs now; tests). */
+static void qgemm_isa(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)ints;
+    (void)floats;
+    (void)num_threads;
+    const ortx_qgemm_isa *isa = select_isa();
+    ((int64_t *)buffers[0])[0] = isa == &ortx_qgemm_isa_avx512_vnni ? 2 : isa == &ortx_qgemm_isa_avx2 ? 1 : 0;
+}
+
+const ortx_kernel_entry ortx_family_qgemm[] = {
+    {"qconv2d_i8", qconv2d_i8, ortx_qconv2d_i8_ref},
+    {"qdepthwise2d_i8", qdepthwise2d_i8, ortx_qconv2d_i8_ref},
+    {"qconv_sizes_i8", qconv_sizes_i8, qconv_sizes_i8},
+    {"qconv_pack_weights_i8", qconv_pack_weights_i8, qconv_pack_weights_i8},
+    {"quantize_linear_f32", quantize_linear_f32, quantize_linear_f32},
+    {"dequantize_linear_f32", dequantize_linear_f32, dequantize_linear_f32},
+    {"qgemm_isa", qgemm_isa, qgemm_isa},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,123 @@
+/* Internal interface of the int8 convolution / GEMM (family "qgemm", kernels/qgemm.c).
+ *
+ * Arithmetic (the one definition; ortx/quantization/integer.py is its numpy twin and the tests' oracle):
+ *   acc[m, p]  = sum_k (ux[k, p] - zx_u) * w[m, k] + bias[m]                       (int32, exact)
+ *              = sum_k ux[k, p] * w[m, k] + bias_eff[m],  bias_eff = bias - zx_u * sum_k w[m, k]
+ *   quantized output:  y = clamp(round_half_even(float(acc) * multiplier[m]), qmin - zy, qmax - zy) + zy
+ *   float output:      y = act(float(acc) * multiplier[m] (+ residual))
+ * ux is the activation as uint8: uint8 inputs as they are, int8 inputs plus 128 (x ^ 0x80), zx_u likewise, so the
+ * product is always u8 x s8, VNNI's vpdpbusd; the shift cancels in (ux - zx_u). multiplier is one fp32 per output
+ * channel, computed by the lowering as fp32 (sx * sw[m]) / sy exactly as ORT's MLAS does; qmin/qmax fold the output
+ * type's range and a fused Relu/Clip. Spatial padding reads zx_u, so padded taps contribute 0.
+ *
+ * Packed layouts (the same for every ISA, so weights packed once at compile time run under any variant):
+ *   weights (A): per group, ceil(M/MR) panels; panel i holds [K4][MR][4] int8, element (m, k) at
+ *                panel (m / MR), quad k / 4, row m % MR, byte k % 4; K4 = ceil(K / 4), missing rows/k are 0.
+ *   activations (B), packed per task: [K4][NB][4] uint8, pixel j of the block at [q][j][k % 4]; missing k are 0.
+ * A micro-kernel multiplies one A panel with one B block over all of K into an MR x NB int32 tile.
+ */
+#ifndef ORTX_QGEMM_H
+#define ORTX_QGEMM_H
+
+#include <stdint.h>
+
+#define ORTX_QGEMM_MR 8
+#define ORTX_QGEMM_NB 32
+
+/* The qconv2d_i8 integer parameters, in the order of the ints array (kernels/qgemm.c documents each). */
+typedef struct ortx_qconv_params {
+    int64_t batch, in_channels, in_height, in_width, out_channels, out_height, out_width;
+    int64_t kernel_height, kernel_width, stride_height, stride_width, pad_top, pad_left;
+    int64_t dilation_height, dilation_width, group;
+    int64_t input_kind;     /* 0: NCHW image; 1: row-major matrix [pixels][K] (Gemm/MatMul A; 1x1 geometry) */
+    int64_t input_signed;   /* 0: uint8 activations, 1: int8 */
+    int64_t output_kind;    /* 0: uint8, 1: int8, 2: float32 */
+    int64_t out_channel_stride, out_pixel_stride, out_image_stride;  /* elements */
+    int64_t has_residual;   /* float output only: residual in the output's layout */
+    int64_t activation;     /* float output only: activation.h code */
+    int64_t x_zero_point;   /* as stored (int8 or uint8 value) */
+    int64_t y_zero_point, qmin, qmax;
+    int64_t num_threads;    /* the thread count the workspace was sized for */
+} ortx_qconv_params;
+
+#define ORTX_QCONV_INTS 29
+
+/* int32 tile: acc[m * NB + j] = sum over q < k4 of the u8 x s8 products of A panel a and B block b. */
+typedef void (*ortx_qgemm_micro_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+
+/* One run of `count` pixels of a k quad: out[t*4 + i] = source[i] ? source[i][t*stride] : 0. May read up to
+ * `readable` bytes from each source and write up to 64 bytes past out + 4*count (callers leave that room). */
+typedef void (*ortx_qgemm_pack_run_fn)(const uint8_t *const source[4], int64_t stride, int64_t count,
+                                       int64_t readable, uint8_t *out);
+/* Writes rows x cols of an int32 tile (row stride NB) to the output at element `offset` of (n, m0, p0): qgemm.h's
+ * arithmetic with bias/multiplier already offset to m0. */
+typedef void (*ortx_qgemm_epilogue_fn)(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,
+                                       const int32_t *bias, const float *multiplier, void *output, int64_t offset,
+                                       const float *residual, float p0, float p1);
+
+/* Depthwise: one output row's int32 sums over a padded uint8 plane (row stride plane_width), taps as int32
+ * [KH*KW]: acc[ow] = sum_{kh,kw} plane[(oh*SH + kh*DH)*plane_width + ow*SW + kw*DW] * taps[kh*KW + kw]. May read
+ * up to 64 bytes past the last tap of the row (the plane buffer has that slack). */
+typedef void (*ortx_qdepthwise_row_fn)(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                       const int32_t *taps, int64_t oh, int32_t *acc);
+
+typedef struct ortx_qgemm_isa {
+    const char *name;
+    ortx_qgemm_micro_fn micro;
+    ortx_qgemm_pack_run_fn pack_run;
+    ortx_qgemm_epilogue_fn epilogue;
+    ortx_qdepthwise_row_fn depthwise_row;
+} ortx_qgemm_isa;
+
+extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
+extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
+extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
+
+void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                  const int32_t *taps, int64_t oh, int32_t *acc);
+void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
+                                  uint8_t *out);
+void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,
+                                  const int32_t *bias, const float *multiplier, void *output, int64_t offset,
+                                  const float *residual, float p0, float p1);
+
+/* Pixels [first, first + count) of a run, scalar (the portable path and the vector paths' tails). */
+static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_t stride, int64_t first,
+                                          int64_t count, uint8_t *out) {
+    for (int i = 0; i < 4; i++) {
+        uint8_t *lane = out + 4 * first + i;
+        if (!source[i]) {
+            for (int64_t t = 0; t < count; t++) lane[4 * t] = 0;
+            continue;
+        }
+        const uint8_t *s = source[i] + first * stride;
+        for (int64_t t = 0; t < count; t++) lane[4 * t] = s[t * stride];
+    }
+}
+
+/* Vector QuantizeLinear / DequantizeLinear bodies (kernels/qgemm_avx512.c): each does a prefix of whole 16-lane
+ * vectors and returns its length; the caller finishes the tail with the scalar loop (same results). */
+int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                             void *y);
+int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y);
+
+/* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
+void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+static inline ortx_qconv_params ortx_qconv_params_read(const int64_t *ints) {
+    ortx_qconv_params p;
+    int64_t *fields = (int64_t *)&p;
+    for (int i = 0; i < ORTX_QCONV_INTS; i++) fields[i] = ints[i];
+    return p;
+}
+
+/* Output element index of (image n, channel m, pixel index p). */
+static inline int64_t ortx_qconv_output_index(const ortx_qconv_params *p, int64_t n, int64_t m, int64_t pixel) {
+    return n * p->out_image_stride + m * p->out_channel_stride + pixel * p->out_pixel_stride;
+}
+
+/* One output value from its int32 accumulator (bias included): the arithmetic above, shared by every path. */
+float ortx_qconv_activation(const ortx_qconv_params *p, float value, float p0, float p1);
+
+#endif

@@ -1,0 +1,88 @@
+/* Oracles for the bf16 family: the textbook loops of the fp32 oracles (gemm_ref.c, conv_ref.c) with every operand
+ * element rounded to bf16 (ortx_bf16_from_float; packed operands read through ortx_bgemm_packed_index()), the
+ * products and the running sum in fp32, k in ascending order. The fast kernels sum in another order (k pairs,
+ * odd product first), so they agree with these within a bf16-product tolerance, not bitwise. */
+#include "../activation.h"
+#include "../conv.h"
+#include "../gemm_bf16.h"
+
+/* A: (row=m, k); B: (row=n, k) in packed form but (k, n) with its strides when raw. */
+static float operand_at(const void *data, int packed, int64_t row_stride, int64_t col_stride, int64_t rows,
+                        int64_t depth, int64_t panel, int64_t row, int64_t k, int transposed) {
+    if (packed) return ortx_bf16_to_float(((const uint16_t *)data)[ortx_bgemm_packed_index(row, k, rows, depth, panel)]);
+    const float *raw = data;
+    float value = transposed ? raw[k * row_stride + row * col_stride] : raw[row * row_stride + k * col_stride];
+    return ortx_bf16_to_float(ortx_bf16_from_float(value));
+}
+
+/* Layout: see gemm_bf16 in kernels/gemm_bf16.c (gemm_f32's). */
+void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
+    const float *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2];
+    for (int64_t b = 0; b < batch; b++) {
+        /* packed operands are uint16 elements, raw ones floats: offsets count elements of their own type */
+        const void *A = ints[4] ? (const void *)((const uint16_t *)buffers[0] + ints[17 + b])
+                                : (const void *)((const float *)buffers[0] + ints[17 + b]);
+        const void *B = ints[7] ? (const void *)((const uint16_t *)buffers[1] + ints[17 + batch + b])
+                                : (const void *)((const float *)buffers[1] + ints[17 + batch + b]);
+        ortx_gemm_epilogue epilogue = {
+            .alpha = floats[0],
+            .bias_row = ints[10] == 1 ? bias : NULL,
+            .bias_col = ints[10] == 2 ? bias : NULL,
+            .residual = ints[11] ? residual + b * ints[14] : NULL,
+            .residual_row_stride = ints[12],
+            .residual_col_stride = ints[13],
+            .residual_scale = floats[1],
+            .activation = (int)ints[15],
+            .param0 = floats[2],
+            .param1 = floats[3],
+        };
+        for (int64_t m = 0; m < M; m++) {
+            for (int64_t n = 0; n < N; n++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < K; k++)
+                    acc += operand_at(A, (int)ints[4], ints[5], ints[6], M, K, ORTX_BGEMM_MR, m, k, 0) *
+                           operand_at(B, (int)ints[7], ints[8], ints[9], N, K, ORTX_GEMM_NR, n, k, 1);
+                Y[(b * M + m) * N + n] = ortx_gemm_epilogue_scalar(&epilogue, acc, m, n);
+            }
+        }
+    }
+}
+
+/* Layout: see kernels/conv_bf16.c. */
+void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *bias = buffers[4], *residual = buffers[5];
+    const uint16_t *packed = buffers[1];
+    float *Y = buffers[2];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++) {
+            int64_t g = co / cout_g, local = co - g * cout_g;
+            const uint16_t *weights = packed + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = 0.0f;
+                    for (int64_t ci = 0; ci < cin_g; ci++)
+                        for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                            for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                                int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                                int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                                if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                                int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
+                                float w = ortx_bf16_to_float(
+                                    weights[ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR)]);
+                                float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
+                                acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));
+                            }
+                    if (p.has_bias) acc += bias[co];
+                    int64_t index = ((n * p.out_channels + co) * p.out_height + oy) * p.out_width + ox;
+                    if (p.has_residual) acc += residual[index];
+                    Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
+                }
+        }
+}

@@ -1,0 +1,48 @@
+"""OrtxEP's `precision` option: what "bf16" means, and a numpy reference of it.
+
+precision="fp32" (the default) runs every kernel in float32. precision="bf16" runs the GEMMs and convolutions
+whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Conv/FusedConv) with bf16 operands
+and fp32 accumulation; every other op, and everything around those GEMMs, stays fp32: softmax, normalisation
+statistics, depthwise and transposed convs, attention's activation x activation products, and the epilogues
+(bias, residual, activation), which run on the fp32 accumulators.
+
+The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
+1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,
+   ties to even; NaN stays NaN (quieted); infinities stay; fp32 denormals become zero of the same sign; values
+   above bf16's largest finite round to infinity.
+2. Products of two bf16 values are exact in fp32; the sums are fp32 additions. The reference adds in ascending k;
+   the kernels add k pairs in order, odd product first (vdpbf16ps's order), so they differ from the reference
+   by reassociation only: within `tests/tolerances.py`'s bf16_reassociation entry, and within its bf16 entry of
+   the float32 result.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PRECISIONS = ("fp32", "bf16")
+KERNEL_SUFFIX = {"fp32": "f32", "bf16": "bf16"}  # the GEMM kernels of each: gemm_f32, gemm_bf16, ...
+
+
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 array of the same shape holding bf16(values) (step 1 above)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    denormal = (bits & 0x7F800000) == 0
+    rounded = bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))
+    result = np.where(nan, bits | np.uint32(0x00400000), rounded)
+    result = np.where(denormal, bits & np.uint32(0x80000000), result)
+    return (result & np.uint32(0xFFFF0000)).astype(np.uint32).view(np.float32)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """The uint16 bf16 encodings of `values` (as the packed weights store them)."""
+    return (round_to_bf16(values).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def bf16_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b with both operands rounded to bf16 and fp32 products and sums, k ascending (step 2's reference)."""
+    a16, b16 = round_to_bf16(a), round_to_bf16(b)
+    result = np.zeros(a16.shape[:-1] + b16.shape[-1:], dtype=np.float32)
+    for k in range(a16.shape[-1]):
+        result += a16[..., k:k + 1] * b16[..., k:k + 1, :]
+    return result

@@ -1,0 +1,166 @@
+"""`mixed_precision`: a precision per layer (fp32, fp16, bf16, int8, int4 weight-only) within an error budget.
+
+load a private copy -> ortx -O2 passes -> opset >= 21 when int4 is asked (int4 DequantizeLinear) -> layers
+(precisions.find_layers) -> calibration samples checked -> int8 activation ranges (mixed_model.int8_ranges) ->
+fp32 reference outputs (sensitivity.Evaluator) -> each layer alone at each precision (sensitivity.py) -> the search
+(mixed_search.py: greedy by sensitivity-per-cost, every candidate mix measured whole) -> the chosen model,
+onnx.checker, report. The output is standard ONNX (Cast, QuantizeLinear/DequantizeLinear) that plain ORT runs.
+"""
+from __future__ import annotations
+
+import itertools
+import numbers
+import time
+from typing import Callable, Iterable
+
+import onnx
+import onnx.version_converter
+
+from ortx.model_io import ModelSource, clamp_ir_version
+from ortx.quantization.calibrate import CALIBRATION_METHODS, DEFAULT_PERCENTILE
+from ortx.quantization.calibration_data import CalibrationDataError, calibration_set
+from ortx.quantization.mixed_model import build_mixed_model, int8_ranges
+from ortx.quantization.mixed_report import LayerChoice, MixedPrecisionReport
+from ortx.quantization.mixed_search import OBJECTIVES, search
+from ortx.quantization.plan import QuantizationError
+from ortx.quantization.precisions import (DEFAULT_BLOCK_SIZE, INT4_MIN_OPSET, PRECISIONS, PrecisionError,
+                                          default_opset, find_layers, ort_support)
+from ortx.quantization.quantize_model import ACTIVATION_DTYPES, prepare_model
+from ortx.quantization.sensitivity import Evaluator, Metric, analyse_sensitivity, resolve_metric
+
+DEFAULT_PRECISIONS = ("fp32", "fp16", "int8", "int4")
+
+# progress(stage, done, total): stage is "calibrating", "sensitivity" or "search"; total None when unknown
+MixedProgress = Callable[[str, int, "int | None"], None]
+
+
+def check_budget(budget: object) -> float:
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not budget >= 0 \
+            or budget == float("inf"):
+        raise ValueError(f"budget must be a finite number >= 0 (an error of the chosen metric), not {budget!r}")
+    return float(budget)
+
+
+def check_precisions(precisions: Iterable[str]) -> list[str]:
+    """The precisions in PRECISIONS order, fp32 always among them; PrecisionError names an unknown one or one
+    that this onnxruntime cannot run."""
+    if isinstance(precisions, str):
+        precisions = [part.strip() for part in precisions.split(",") if part.strip()]
+    asked = list(precisions)
+    unknown = [precision for precision in asked if precision not in PRECISIONS]
+    if unknown:
+        raise PrecisionError(f"precisions: unknown {', '.join(map(repr, unknown))}; choose from "
+                             f"{', '.join(PRECISIONS)}")
+    for precision in asked:
+        reason = ort_support(precision)
+        if reason:
+            raise PrecisionError(f"precisions: {precision} cannot be used: {reason}")
+    return [precision for precision in PRECISIONS if precision in asked or precision == "fp32"]
+
+
+def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
+    if default_opset(proto) >= INT4_MIN_OPSET:
+        return proto
+    try:
+        upgraded = onnx.version_converter.convert_version(proto, INT4_MIN_OPSET)
+        onnx.checker.check_model(upgraded)
+    except Exception as error:  # the converter raises several types; all mean "cannot upgrade"
+        raise PrecisionError(f"precisions: int4 needs opset >= {INT4_MIN_OPSET} and onnx.version_converter cannot "
+                             f"upgrade this model from opset {default_opset(proto)}: {error}; leave int4 out"
+                             ) from error
+    return upgraded
+
+
+def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
+                    precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
+                    method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
+                    activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
+                    exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
+                    error_samples: int | None = None, optimize: bool = True,
+                    threads: int = 2, progress: MixedProgress | None = None
+                    ) -> tuple[onnx.ModelProto, MixedPrecisionReport]:
+    """Returns (model, report). `budget`: the largest error of `metric` ("relative_l2", "cosine" for 1 - cosine,
+    or metric(reference, candidate) -> float over per-sample lists of outputs) the written model may have on the
+    calibration samples against the fp32 model (the first `error_samples` of them, default all). `objective`:
+    "size" (serialized bytes) or "latency" (ORT CPU median on `threads` threads). `precisions`: any of
+    fp32, fp16, bf16, int8, int4 (fp32 is always allowed). `method`, `percentile`, `activation_dtype` calibrate
+    int8 layers as ortx.quantize does; `block_size` blocks int4 MatMul/Gemm weights along K (0: per channel).
+    Layers named in `exclude_nodes` or of an op type in `exclude_op_types` stay fp32."""
+    start = time.perf_counter()
+    budget = check_budget(budget)
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, not {method!r}")
+    if activation_dtype not in ACTIVATION_DTYPES:
+        raise ValueError(f"activation_dtype must be 'int8' or 'uint8', not {activation_dtype!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
+        raise ValueError(f"block_size must be an int >= 0 (0: one int4 scale per output channel), not {block_size!r}")
+    if error_samples is not None and (not isinstance(error_samples, int) or error_samples < 1):
+        raise ValueError(f"error_samples must be a positive int or None, not {error_samples!r}")
+    metric_name, metric = resolve_metric(metric)
+    chosen = check_precisions(precisions)
+
+    proto = prepare_model(model, optimize)
+    if "int4" in chosen:
+        proto = _upgrade_opset(proto)
+    layers = find_layers(proto)
+    exclude_nodes = set(exclude_nodes)
+    unknown = sorted(exclude_nodes - {node.name for node in proto.graph.node})
+    if unknown:
+        raise QuantizationError(f"excluded node name(s) {', '.join(map(repr, unknown))} not in the model")
+    exclude_op_types = set(exclude_op_types)
+    layers = [layer for layer in layers
+              if layer.node not in exclude_nodes and layer.op_type not in exclude_op_types]
+    if not layers:
+        raise QuantizationError("the model has no Conv/Gemm/MatMul with a float32 initializer weight to give a "
+                                "precision (or all of them are excluded)")
+
+    samples_source = calibration_set(calibration, proto)
+    samples = []
+    for sample in samples_source:
+        samples.append(sample)
+        if progress is not None:
+            progress("calibrating", len(samples), samples_source.count)
+    ranges = None
+    if "int8" in chosen:
+        ranges = int8_ranges(proto, layers, samples, method=method, percentile=percentile,
+                             activation_dtype=activation_dtype, threads=threads)
+    evaluation = samples[:error_samples] if error_samples else samples
+    if not evaluation:
+        raise CalibrationDataError("the calibration set is empty (0 samples)")
+    evaluator = Evaluator(proto, evaluation, metric, threads=threads)
+
+    def build(assignment: dict[str, str]) -> onnx.ModelProto:
+        return build_mixed_model(proto, layers, assignment, ranges=ranges, block_size=block_size)
+
+    records = analyse_sensitivity(
+        proto, layers, chosen, build, evaluator, latency=objective == "latency",
+        progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+    counter = itertools.count(1)
+
+    def measure(assignment: dict[str, str]) -> float:
+        error = evaluator.error(evaluator.session(build(assignment)))
+        if progress is not None:
+            progress("search", next(counter), None)
+        return error
+
+    result = search(records, budget, objective, measure)
+    mixed = clamp_ir_version(build(result.assignment))
+    onnx.checker.check_model(mixed)
+    latency = fp32_latency = None
+    if objective == "latency":
+        latency, fp32_latency = evaluator.latency_ms(evaluator.session(mixed), blocks=10)
+    sizes = {(record.node, record.precision): record for record in records}
+    choices = [LayerChoice(layer.node, layer.op_type, result.assignment[layer.node],
+                           sizes[layer.node, result.assignment[layer.node]].bytes,
+                           sizes[layer.node, "fp32"].bytes,
+                           {record.precision: record.error for record in records if record.node == layer.node})
+               for layer in layers]
+    notes = [f"excluded {name}: kept fp32" for name in sorted(exclude_nodes)]
+    notes += [f"op type {op_type} excluded: kept fp32" for op_type in sorted(exclude_op_types)]
+    report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluation), result.error,
+                                  proto.ByteSize(), mixed.ByteSize(), choices, records, result.steps,
+                                  result.fell_back_to_fp32, time.perf_counter() - start, latency, fp32_latency,
+                                  notes)
+    return mixed, report

@@ -1,0 +1,250 @@
+"""bf16 kernels (gemm_bf16, gemm_pack_bf16, conv2d_bf16): against the numpy reference of ortx/ep/precision.py (same
+rounded operands: float32 tolerance) and against float32 (tests/tolerances.py's bf16 tolerance).
+
+Every case runs for each ISA this CPU has: under avx512 on a CPU with AVX512_BF16 the vdpbf16ps path, else the
+portable path (round to bf16, fp32 multiply-adds), on shapes whose M, N, K are not multiples of the 8x16 tile, the
+equal K blocks of at most 512 (odd K leaves a half pair) or the 144-row M block.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ortx import _kernels
+from ortx.ep.compile_nodes import run_graph
+from ortx.ep.precision import bf16_bits, bf16_matmul, round_to_bf16
+from tests.tolerances import assert_close, assert_close_bf16
+
+ISA_ORDER = ("portable", "avx2", "avx512")
+RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+MR, NR, KC_MAX = 8, 16, 512  # kernels/gemm_bf16.h: ORTX_BGEMM_MR, ORTX_GEMM_NR, ORTX_BGEMM_KC_MAX
+SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 8), (13, 33, 17), (37, 70, 301), (150, 47, 519), (7, 1100, 33),
+          (61, 5, 64), (9, 40, 1031)]
+
+
+@pytest.fixture(params=RUNNABLE_ISAS)
+def isa(request):
+    assert _kernels.force_isa(request.param) == request.param
+    yield request.param
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def test_bf16_path_follows_the_isa_and_the_cpu():
+    expected = "avx512_bf16" if _kernels.cpu_has_avx512_bf16() else "portable"
+    assert _kernels.bf16_isa() == expected
+    for name in RUNNABLE_ISAS[:-1]:
+        _kernels.force_isa(name)
+        assert _kernels.bf16_isa() == "portable"
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def sizes(M, N, K, threads=1):
+    out = np.zeros(3, np.int64)
+    _kernels.call("gemm_sizes_bf16", [M, N, K, threads], [], [out])
+    return out
+
+
+def pack(matrix, rows, depth, row_stride, col_stride, which, scale=1.0):
+    packed = np.full(int(sizes(rows, rows, depth)[1 + which]), 0xFFFF, np.uint16)
+    _kernels.call("gemm_pack_bf16", [rows, depth, row_stride, col_stride, which], [scale],
+                  [np.ascontiguousarray(matrix, dtype=np.float32), packed])
+    return packed
+
+
+def packed_index(row, k, rows, depth, panel):
+    """kernels/gemm_bf16.h's K-pair format, written out again."""
+    blocks = -(-depth // KC_MAX)
+    per_block = -(-depth // blocks)
+    block = max(2, -(-per_block // 2) * 2)
+    k0 = k // block * block
+    pairs = (np.minimum(block, depth - k0) + 1) // 2
+    rows_padded = -(-rows // panel) * panel
+    return k0 * rows_padded + row // panel * panel * 2 * pairs + ((k - k0) // 2 * panel + row % panel) * 2 + k % 2
+
+
+def gemm(a, b, M, N, K, *, a_packed=False, a_strides=None, b_packed=False, b_strides=None, alpha=1.0,
+         bias_mode=0, bias=None, residual=None, residual_strides=(0, 0, 0), residual_scale=1.0, activation=0,
+         params=(0.0, 0.0), a_offsets=(0,), b_offsets=(0,), threads=1, use_ref=False):
+    batch = len(a_offsets)
+    y = np.full((batch, M, N), np.nan, np.float32)
+    workspace = np.empty(int(sizes(M, N, K, threads)[0]) // 4 + 1, np.float32)
+    ints = [M, N, K, batch, int(a_packed), *(a_strides or (K, 1)), int(b_packed), *(b_strides or (N, 1)),
+            bias_mode, int(residual is not None), *residual_strides, activation, threads, *a_offsets, *b_offsets]
+    _kernels.call("gemm_bf16", ints, [alpha, residual_scale, *params],
+                  [a, b, y, workspace, bias if bias is not None else y, residual if residual is not None else y],
+                  threads, use_ref)
+    return y
+
+
+def random(shape, seed):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    x[x == 0] = 0.5
+    return x
+
+
+SPECIAL_BITS = np.array([
+    0x3F808000,  # a tie: rounds to the even 0x3F80
+    0x3F818000,  # a tie: rounds up to the even 0x3F82
+    0x3F80FFFF, 0xBF7FFFFF, 0x00400000, 0x80000001,  # round up; carry into the exponent; denormals -> signed 0
+    0x7F7FFFFF,  # the largest float rounds to infinity
+    0x7F800000, 0xFF800000, 0x7FC00001, 0x7F800001,  # infinities; NaNs stay NaN (quieted)
+    0x00800000, 0x3F800001, 0x42F6E979,
+], dtype=np.uint32)
+
+
+def test_reference_rounding_is_round_to_nearest_even():
+    values = SPECIAL_BITS.view(np.float32)
+    expected = [0x3F80, 0x3F82, 0x3F81, 0xBF80, 0x0000, 0x8000, 0x7F80, 0x7F80, 0xFF80, 0x7FC0, 0x7FC0, 0x0080,
+                0x3F80, 0x42F7]
+    assert bf16_bits(values).tolist() == expected
+
+
+def test_packing_rounds_and_lays_out_k_pairs():
+    rows, depth = 9, 2 * KC_MAX + 7  # a tail panel, three equal K blocks and an odd last block
+    matrix = random((rows, depth), 3)
+    matrix[0, :len(SPECIAL_BITS)] = SPECIAL_BITS.view(np.float32)
+    for which, panel in ((0, MR), (1, NR)):
+        packed = pack(matrix, rows, depth, depth, 1, which)
+        expected = np.zeros_like(packed)  # padding rows and the odd block's missing half are zero
+        r, k = np.meshgrid(np.arange(rows), np.arange(depth), indexing="ij")
+        expected[packed_index(r, k, rows, depth, panel)] = bf16_bits(matrix)
+        np.testing.assert_array_equal(packed, expected, err_msg=f"which={which}")
+
+
+def test_activations_are_rounded_as_the_reference(isa):
+    """The run-time rounding of both operands (A rows, B pairs) gives the reference's values: product by identity."""
+    size = 40
+    values = random((size, size), 4)
+    # finite after rounding (an infinity times the identity's zeros would make its whole row NaN)
+    values[3, :11] = SPECIAL_BITS[:6].view(np.float32).tolist() + [1e-40, -3e-39, 1.0000001, 2.5e38, -1.7e38]
+    values[5, 7] = np.nan
+    identity = np.eye(size, dtype=np.float32)
+    products = (gemm(values, pack(identity, size, size, 1, size, 1), size, size, size, b_packed=True)[0],
+                gemm(pack(identity, size, size, size, 1, 0), values, size, size, size, a_packed=True)[0])
+    expected = round_to_bf16(values)
+    for what, product in zip(("A", "B"), products):
+        assert np.isnan(product[5, 7]), what
+        finite = ~np.isnan(expected) & (np.arange(size) != 5)[:, None] & (np.arange(size) != 7)[None, :]
+        # exact values (a sum of products cannot keep a zero's sign: -0 * 1 + 0 is +0)
+        np.testing.assert_array_equal(product[finite], expected[finite], err_msg=f"rounding of {what}")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_matches_reference_and_fp32(isa, threads):
+    for seed, (M, N, K) in enumerate(SHAPES):
+        a, b = random((M, K), seed), random((K, N), seed + 100)
+        reference, fp32 = bf16_matmul(a, b), a @ b
+        a_packed, b_packed = pack(a, M, K, K, 1, 0), pack(b, N, K, 1, N, 1)
+        for a_arg, b_arg, flags in ((a, b_packed, (0, 1)), (a_packed, b, (1, 0)), (a_packed, b_packed, (1, 1)),
+                                    (a, b, (0, 0))):
+            fast = gemm(a_arg, b_arg, M, N, K, a_packed=flags[0], b_packed=flags[1], threads=threads)[0]
+            what = f"{M}x{N}x{K} packed {flags}"
+            assert_close(fast, reference, what=what)
+            assert_close_bf16(fast, fp32, what=what)
+            np.testing.assert_array_equal(
+                fast, gemm(a_arg, b_arg, M, N, K, a_packed=flags[0], b_packed=flags[1], threads=3 - threads)[0],
+                err_msg=f"{what}: 1 and 2 threads differ")
+        if M * N * K < 200_000:
+            assert_close(gemm(a, b_packed, M, N, K, b_packed=True, use_ref=True)[0], reference, what="_ref")
+
+
+def test_transposed_operands(isa):
+    M, N, K = 23, 41, 77
+    a_t, b_t = random((K, M), 5), random((N, K), 6)
+    expected = bf16_matmul(a_t.T, b_t.T)
+    assert_close(gemm(a_t, b_t, M, N, K, a_strides=(1, M), b_strides=(1, K), threads=2)[0], expected)
+    a_packed = pack(a_t, M, K, 1, M, 0, 0.5)  # packing transposed and scaled
+    assert_close(gemm(a_packed, b_t, M, N, K, a_packed=True, b_strides=(1, K))[0], 0.5 * expected)
+
+
+def test_avx512_bf16_path_is_bitwise_the_portable_path():
+    """vdpbf16ps adds the odd product then the even one in fp32; the portable path does the same additions."""
+    if not _kernels.cpu_has_avx512_bf16():
+        pytest.xfail("no AVX512_BF16 on this CPU: only the portable path runs here")
+    M, N, K = 37, 70, 301
+    a, b = random((M, K), 7), random((K, N), 8)
+    b_packed, bias = pack(b, N, K, 1, N, 1), random(N, 9)
+    kwargs = dict(b_packed=True, bias_mode=2, bias=bias, activation=1, threads=2)
+    fast = gemm(a, b_packed, M, N, K, **kwargs)[0]
+    _kernels.force_isa("avx2")
+    try:
+        portable = gemm(a, b_packed, M, N, K, **kwargs)[0]
+    finally:
+        _kernels.force_isa(_kernels.cpu_isa())
+    np.testing.assert_array_equal(fast, portable)
+
+
+@pytest.mark.parametrize("activation,params", [(0, (0.0, 0.0)), (1, (0.0, 0.0)), (3, (-0.5, 0.75)),
+                                               (4, (0.0, 0.0)), (6, (0.0, 0.0))])
+def test_epilogue_runs_on_fp32_accumulators(isa, activation, params):
+    definitions = {0: lambda x: x, 1: lambda x: np.maximum(x, 0), 3: lambda x: np.clip(x, -0.5, 0.75),
+                   4: lambda x: 1 / (1 + np.exp(-x)), 6: lambda x: x * np.clip(x / 6 + 0.5, 0, 1)}
+    M, N, K = 29, 45, 70
+    a, b = random((M, K), 1), random((K, N), 2)
+    acc = 0.5 * bf16_matmul(a, b)
+    row_bias, col_bias, full = random(M, 3), random(N, 4), random((M, N), 5)
+    cases = [(1, row_bias, None, (0, 0, 0), acc + row_bias[:, None]),
+             (2, col_bias, None, (0, 0, 0), acc + col_bias[None, :]),
+             (0, None, full, (N, 1, 0), acc + 1.5 * full),
+             (0, None, row_bias, (1, 0, 0), acc + 1.5 * row_bias[:, None])]
+    for bias_mode, bias, residual, strides, before in cases:
+        kwargs = dict(alpha=0.5, bias_mode=bias_mode, bias=bias, residual=residual, residual_strides=strides,
+                      residual_scale=1.5, activation=activation, params=params)
+        expected = definitions[activation](before).astype(np.float32)
+        assert_close(gemm(a, b, M, N, K, threads=2, **kwargs)[0], expected, what=f"epilogue {bias_mode} {strides}")
+        assert_close(gemm(a, b, M, N, K, use_ref=True, **kwargs)[0], expected, what="_ref epilogue")
+
+
+def test_batched_offsets_with_packed_b(isa):
+    M, N, K, batch = 9, 21, 35, 3
+    a, b = random((batch, M, K), 10), random((batch, K, N), 11)
+    each = int(sizes(M, N, K)[2])
+    b_packed = np.concatenate([pack(b[i], N, K, 1, N, 1) for i in range(batch)])
+    y = gemm(a, b_packed, M, N, K, b_packed=True, a_offsets=[i * M * K for i in range(batch)],
+             b_offsets=[i * each for i in range(batch)], threads=2)
+    assert_close(y, bf16_matmul(a, b))
+
+
+# Convolutions through the lowering (weights packed by it): single-node models against ORT's fp32 and the oracle.
+CONV_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
+    (16, 20, 9, 1, 1, 0, 1, 1),    # Case 1: pointwise, X read as B
+    (8, 13, 40, 3, 1, 1, 1, 1),    # Case 2: bf16 planes (stride 1, >= 32 output columns), panels across row ends
+    (3, 10, 36, 3, 1, 1, 1, 1),    # Case 2 with an odd K (27): the last pair's second row is zero
+    (8, 13, 20, 3, 2, 1, 1, 1),    # Case 3: im2col, strided
+    (3, 7, 17, 7, 2, 3, 1, 1),     # a stem
+    (16, 24, 12, 3, 1, 1, 4, 1),   # grouped
+    (6, 11, 15, 3, 1, 2, 1, 2),    # dilated, narrow output: im2col
+    (6, 11, 18, 3, 1, 2, 1, 2),    # dilated from bf16 planes (output 18 wide: panels across row ends)
+    (7, 12, 21, 3, 1, 1, 1, 1),    # stride 1, output 21 wide: one row end inside most panels
+    (5, 9, 37, 3, 2, 1, 1, 1),     # stride 2 from bf16 planes (vpermt2w path), output 19 wide
+    (3, 8, 64, 7, 2, 3, 1, 1),     # a stem from bf16 planes (K = 147, odd)
+    (40, 70, 7, 3, 1, 1, 1, 1),    # K = 360 across two K blocks, few pixels
+]
+
+
+def conv_model(cin, cout, size, kernel, stride, pad, group, dilation, seed):
+    weights = random((cout, cin // group, kernel, kernel), seed)
+    bias = random(cout, seed + 1)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[pad] * 4, strides=[stride] * 2, group=group,
+                            dilations=[dilation] * 2)
+    graph = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                             [2, cin, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_matches_fp32_and_reference(isa, case):
+    model = conv_model(*case, seed=sum(case))
+    x = random((2, case[0], case[2], case[2]), 12)
+    fp32 = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    assert_close_bf16(fast, fp32, what=f"conv {case}")
+    reference = run_graph(model, {"x": x}, use_reference_kernels=True, precision="bf16")[0]
+    assert_close(fast, reference, what=f"conv {case} vs _ref")
+    np.testing.assert_array_equal(fast, run_graph(model, {"x": x}, num_threads=1, precision="bf16")[0],
+                                  err_msg="1 and 2 threads differ")
