@@ -102,7 +102,8 @@ def featurizer(problem: gemm.GemmProblem, num_threads: int, caches: tuple[str, .
 
 
 _SIGNATURE = re.compile(r"gemm_f32\|(\d+)x(\d+)x(\d+)\|a=(\d+),(\d+)\|b=(packed|\d+,\d+)\|c=(\d+)\|alpha=([^|]+)"
-                        r"\|bias=(\d+)\|act=(\d+):([^,|]+),([^|]+)\|threads=(\d+)\|isa=(\w+)$")
+                        r"\|bias=(\d+)\|act=(\d+):([^,|]+),([^|]+)(?:\|residual=(\d+):([^|]+))?"
+                        r"\|threads=(\d+)\|isa=(\w+)$")
 
 
 def parse_signature(signature: str) -> tuple[gemm.GemmProblem, int, str] | None:
@@ -110,13 +111,14 @@ def parse_signature(signature: str) -> tuple[gemm.GemmProblem, int, str] | None:
     found = _SIGNATURE.match(signature)
     if found is None:
         return None
-    (m, n, k, a_row, a_column, b_layout, c_stride, alpha, bias, activation, first, second, threads,
-     isa) = found.groups()
+    (m, n, k, a_row, a_column, b_layout, c_stride, alpha, bias, activation, first, second, residual_stride,
+     residual_scale, threads, isa) = found.groups()
     packed = b_layout == "packed"
     b_strides = (int(n), 1) if packed else tuple(int(part) for part in b_layout.split(","))  # packed: unused
     try:
         problem = gemm.GemmProblem(int(m), int(n), int(k), (int(a_row), int(a_column)), b_strides, int(c_stride),
-                                   float(alpha), int(bias), int(activation), (float(first), float(second)), packed)
+                                   float(alpha), int(bias), int(activation), (float(first), float(second)), packed,
+                                   int(residual_stride or 0), float(residual_scale or 1.0))
     except (gemm.GemmError, ValueError):
         return None
     return problem, int(threads), isa

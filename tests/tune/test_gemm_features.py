@@ -44,6 +44,7 @@ def test_cache_sizes_are_read_from_the_fingerprint_strings():
     gemm.GemmProblem.dense(7, 5, 3, transpose_a=True, transpose_b=True),
     gemm.GemmProblem.dense(33, 65, 17, alpha=0.5, bias=2, activation=3, params=(-1.0, 6.0)),
     dataclasses.replace(gemm.GemmProblem.dense(48, 40, 256), b_packed=True),
+    dataclasses.replace(gemm.GemmProblem.dense(16, 24, 8), residual_row_stride=32, residual_scale=0.5),
 ])
 def test_task_signatures_parse_back_to_their_problems(problem):
     task = gemm_space.task_for(problem, 3, "avx2")
