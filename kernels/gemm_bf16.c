@@ -46,12 +46,12 @@ static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
 
-static void interleave_portable(const uint16_t *first, const uint16_t *second, int64_t offset0, int64_t split,
-                                int64_t offset1, int64_t stride, uint16_t *dst) {
+static void interleave_portable(const uint16_t *first, const uint16_t *second, const int32_t *at, int64_t column,
+                                int64_t width, int64_t stride, uint16_t *dst) {
+    (void)column, (void)width, (void)stride;
     for (int64_t j = 0; j < ORTX_GEMM_NR; j++) {
-        int64_t at = j < split ? offset0 + j * stride : offset1 + (j - split) * stride;
-        dst[2 * j] = first[at];
-        dst[2 * j + 1] = second ? second[at] : 0;
+        dst[2 * j] = first[at[j]];
+        dst[2 * j + 1] = second ? second[at[j]] : 0;
     }
 }
 
