@@ -152,7 +152,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
                 B.pack_b = ortx_conv_im2col_pack_b;
                 B.pack_context = &im2col;
             }
-            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_GEMM_MR), NULL, 0, 0,
+            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
                                     NULL, NULL, NULL};
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = {
@@ -181,6 +181,6 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
     int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
     out[0] = floats_needed * (int64_t)sizeof(float);
-    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_GEMM_MR);
+    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
     out[2] = 0;
 }

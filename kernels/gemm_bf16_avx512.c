@@ -1,6 +1,6 @@
-/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): a 6x32 micro-kernel over two adjacent 16-column K-pair B
- * panels (12 zmm accumulators; per k pair 2 B loads, 6 broadcasts of an A pair, 12 vdpbf16ps, each 32
- * multiply-adds) and a 6x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
+/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): an 8x32 micro-kernel over two adjacent 16-column K-pair B
+ * panels (16 zmm accumulators; per k pair 2 B loads, 8 broadcasts of an A pair, 16 vdpbf16ps, each 32
+ * multiply-adds) and an 8x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
  * ortx_bf16_from_float). The epilogue runs on the accumulators before the single store, through the AVX2 register
  * epilogue on each 8-lane half (as gemm_avx512.c), so it matches ortx_gemm_epilogue_avx2 on edge tiles. */
 #include "gemm_avx2.h"
@@ -19,20 +19,20 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) __m512 epil
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_avx512_bf16(
     const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc, int accumulate,
     const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
     }
-    __m512 acc[ORTX_GEMM_MR][2];
-    for (int i = 0; i < ORTX_GEMM_MR; i++)
+    __m512 acc[ORTX_BGEMM_MR][2];
+    for (int i = 0; i < ORTX_BGEMM_MR; i++)
         for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
     const uint16_t *b_second = b + ORTX_GEMM_NR * 2 * pairs;
 #pragma GCC unroll 2
     for (int64_t q = 0; q < pairs; q++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * ORTX_GEMM_NR * 2);
         __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(b_second + q * ORTX_GEMM_NR * 2) : b0;
-        const uint16_t *aq = a + q * ORTX_GEMM_MR * 2;
-        for (int i = 0; i < ORTX_GEMM_MR; i++) {
+        const uint16_t *aq = a + q * ORTX_BGEMM_MR * 2;
+        for (int i = 0; i < ORTX_BGEMM_MR; i++) {
             int32_t pair;
             __builtin_memcpy(&pair, aq + 2 * i, sizeof(pair));
             __m512bh broadcast = (__m512bh)_mm512_set1_epi32(pair);
@@ -43,7 +43,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_a
     /* broadcast residual columns need the scalar definition: store first, then the tile epilogue */
     const ortx_gemm_epilogue *fused =
         epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
         float *row = c + i * ldc;
         for (int v = 0; v < vectors; v++) {
             __m512 value = acc[i][v];
@@ -53,7 +53,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_a
         }
     }
     if (epilogue && !fused)
-        ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+        ortx_gemm_epilogue_avx2(c, ldc, ORTX_BGEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 ORTX_TARGET_AVX512_BF16 static void micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,

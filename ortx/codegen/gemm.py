@@ -11,8 +11,8 @@
 5. Steps: from_gemm_step reads a gemm_f32 step's ints and floats (kernels/gemm.c) as a GemmProblem, B possibly in
    kernels/gemm.h's packed format (constant weights, packed by the lowering); the generated object's
    `<symbol>_step` takes that step's arguments unchanged, so a JIT'd segment can call it in gemm_f32's place.
-Limits: fp32 only; the epilogue has no residual and only the activations that need no exp (none, relu, leaky
-relu, clip); A is never prepacked; NEON renders but is only compiled by an AArch64 compiler.
+Limits: fp32 only; the epilogue's residual is row-major (unit column stride, not broadcast over rows) and its
+activations only those that need no exp (none, relu, leaky relu, clip); A is never prepacked; NEON renders but is only compiled by an AArch64 compiler.
 """
 from __future__ import annotations
 
@@ -50,9 +50,10 @@ class GemmError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class GemmProblem:
-    """C[m, n] = act(alpha * A @ B + bias): A element (i, k) at a[i*a_strides[0] + k*a_strides[1]], B element (k, j)
-    at b[k*b_strides[0] + j*b_strides[1]] (or, b_packed, in kernels/gemm.h's packed panels; b_strides unused),
-    C element (i, j) at c[i*c_row_stride + j]."""
+    """C[m, n] = act(alpha * A @ B + bias + residual_scale * R): A element (i, k) at a[i*a_strides[0] + k*a_strides[1]],
+    B element (k, j) at b[k*b_strides[0] + j*b_strides[1]] (or, b_packed, in kernels/gemm.h's packed panels;
+    b_strides unused), C element (i, j) at c[i*c_row_stride + j], R element (i, j) at r[i*residual_row_stride + j]
+    (residual_row_stride 0: no residual)."""
 
     m: int
     n: int
@@ -65,6 +66,8 @@ class GemmProblem:
     activation: int = 0  # ACTIVATIONS
     params: tuple[float, float] = (0.0, 0.0)  # LeakyRelu alpha; Clip min, max
     b_packed: bool = False
+    residual_row_stride: int = 0
+    residual_scale: float = 1.0
 
     @classmethod
     def dense(cls, m: int, n: int, k: int, *, transpose_a: bool = False, transpose_b: bool = False,
@@ -83,6 +86,8 @@ class GemmProblem:
             raise GemmError(f"GemmProblem.bias {self.bias!r} is not one of {BIAS_MODES}")
         if self.activation not in ACTIVATIONS:
             raise GemmError(f"GemmProblem.activation {self.activation!r}: the template has only {ACTIVATIONS}")
+        if self.residual_row_stride < 0 or (0 < self.residual_row_stride < self.n and self.m > 1):
+            raise GemmError(f"GemmProblem.residual_row_stride {self.residual_row_stride}: 0 (none) or at least n")
 
     @property
     def signature(self) -> str:
@@ -90,14 +95,16 @@ class GemmProblem:
         b_layout = "packed" if self.b_packed else f"{self.b_strides[0]},{self.b_strides[1]}"
         return (f"gemm_f32|{self.m}x{self.n}x{self.k}|a={self.a_strides[0]},{self.a_strides[1]}"
                 f"|b={b_layout}|c={self.c_row_stride}|alpha={self.alpha!r}"
-                f"|bias={self.bias}|act={self.activation}:{self.params[0]!r},{self.params[1]!r}")
+                f"|bias={self.bias}|act={self.activation}:{self.params[0]!r},{self.params[1]!r}"
+                + (f"|residual={self.residual_row_stride}:{self.residual_scale!r}" if self.residual_row_stride else ""))
 
     def extent(self, operand: str) -> int:
         """Elements a flat buffer for operand "a", "b" or "c" must hold."""
         if operand == "b" and self.b_packed:
             return _round_up(self.n, PREPACKED_NR) * self.k
         rows, cols, strides = {"a": (self.m, self.k, self.a_strides), "b": (self.k, self.n, self.b_strides),
-                               "c": (self.m, self.n, (self.c_row_stride, 1))}[operand]
+                               "c": (self.m, self.n, (self.c_row_stride, 1)),
+                               "residual": (self.m, self.n, (self.residual_row_stride, 1))}[operand]
         return (rows - 1) * strides[0] + (cols - 1) * strides[1] + 1
 
     @property
@@ -220,6 +227,8 @@ def render_gemm(problem: GemmProblem, schedule: GemmSchedule) -> RenderedGemm:
         b_row_stride=problem.b_strides[0], b_col_stride=problem.b_strides[1], c_row_stride=problem.c_row_stride,
         alpha=_c_float(np.float32(problem.alpha)), bias_mode=problem.bias, activation=problem.activation,
         param0=_c_float(np.float32(problem.params[0])), param1=_c_float(np.float32(problem.params[1])),
+        residual_row_stride=problem.residual_row_stride,
+        residual_scale=_c_float(np.float32(problem.residual_scale)),
         isa=schedule.isa, mr=schedule.mr, nv=schedule.nr // VECTOR_WIDTH[schedule.isa], kc=schedule.kc,
         mc=schedule.mc, nc=schedule.nc, unroll=schedule.unroll, prefetch=schedule.prefetch,
         pack_a=int(schedule.pack_a), pack_b=int(schedule.pack_b), b_prepacked=int(problem.b_packed),
@@ -236,7 +245,7 @@ def render_gemm(problem: GemmProblem, schedule: GemmSchedule) -> RenderedGemm:
 
 
 _GEMM_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                                  ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+                                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 
 
 def parallel_for_address() -> int:
@@ -269,7 +278,7 @@ class GemmKernel:
         return array.ctypes.data
 
     def __call__(self, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None, bias: np.ndarray | None = None,
-                 *, num_threads: int = 1) -> np.ndarray:
+                 residual: np.ndarray | None = None, *, num_threads: int = 1) -> np.ndarray:
         """c (allocated [m, c_row_stride] when None) = the problem's result; returns c."""
         problem = self.problem
         if c is None:
@@ -278,6 +287,8 @@ class GemmKernel:
                     self._checked("c", c, problem.extent("c"))]
         bias_length = {0: 0, 1: problem.m, 2: problem.n}[problem.bias]
         pointers.append(self._checked("bias", bias, bias_length) if bias_length else None)
+        pointers.append(self._checked("residual", residual, problem.extent("residual"))
+                        if problem.residual_row_stride else None)
         with self._lock:
             self._function(*pointers, self._workspace.ctypes.data, max(int(num_threads), 1), self._parallel_for)
         return c
@@ -298,8 +309,8 @@ def from_gemm_step(ints, floats) -> tuple[GemmProblem | None, str]:
     a_packed, b_packed, bias_mode, has_residual, activation = ints[4], ints[7], ints[10], ints[11], ints[15]
     if a_packed:
         return None, "A is prepacked"
-    if has_residual:
-        return None, "the epilogue adds a residual"
+    if has_residual and (ints[13] != 1 or ints[12] < n):
+        return None, f"the residual is not row-major (row and column strides {ints[12]}, {ints[13]})"
     if activation not in ACTIVATIONS:
         return None, f"activation {activation} is not one of {sorted(ACTIVATIONS)}"
     if bias_mode not in BIAS_MODES:
@@ -308,4 +319,6 @@ def from_gemm_step(ints, floats) -> tuple[GemmProblem | None, str]:
         return None, f"empty problem {m}x{n}x{k}, batch {batch}"
     alpha, param0, param1 = (float(np.float32(value)) for value in (floats[0], floats[2], floats[3]))
     return GemmProblem(m, n, k, (ints[5], ints[6]), (ints[8], ints[9]), n, alpha=alpha, bias=bias_mode,
-                       activation=activation, params=(param0, param1), b_packed=bool(b_packed)), ""
+                       activation=activation, params=(param0, param1), b_packed=bool(b_packed),
+                       residual_row_stride=ints[12] if has_residual else 0,
+                       residual_scale=float(np.float32(floats[1])) if has_residual else 1.0), ""

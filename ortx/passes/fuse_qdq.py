@@ -7,7 +7,7 @@ Then every DequantizeLinear of a constant that is still read (weights of a depth
 folded into a float initializer, so those consumers run as float ops between the DQ/Q steps.
 Does not apply (a note names the node and the reason) when: x's DQ is per-axis or not constant-parameterized,
 weights are not constant int8 with zero points 0 (asymmetric), per-channel along another axis than the output
-channels, the conv is grouped/depthwise, the bias is not int32 at scale sx*sw, Gemm has transA/alpha/beta != 1,
+channels, the conv is grouped but not depthwise, the bias is not int32 at scale sx*sw, Gemm has transA/alpha/beta != 1,
 MatMul's weights are not 2-D, or an intermediate has another reader or is a graph output.
 Not in DEFAULT_PASSES: plain onnxruntime cannot run ai.ortx ops; the pipeline runs it when OrtxEP compiles.
 Each QConv lists the nodes it replaced in metadata_props["ortx.fused_from"].
@@ -130,8 +130,10 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
     x_scale, x_zero = constant_value(_input(x_dq, 1)), _input(x_dq, 2)
     if x_scale is None or x_scale.size != 1 or (x_zero is not None and constant_value(x_zero) is None):
         raise Declined("input DequantizeLinear is per-axis or its parameters are not constant")
-    if kind == "Conv" and int(attribute(node, "group", 1)) != 1:
-        raise Declined("grouped/depthwise conv (weights are dequantized to float instead)")
+    group = int(attribute(node, "group", 1))
+    if kind == "Conv" and group != 1 and not group == static_shape(node.inputs[0])[1] == \
+            static_shape(node.outputs[0])[1]:
+        raise Declined("grouped conv that is not depthwise (weights are dequantized to float instead)")
     weights, w_scale = _weights(node, w_dq, kind)
     channels = weights.shape[0]
     if w_scale.size not in (1, channels):

@@ -17,14 +17,15 @@ from ortx.cli_args import input_shape
 
 DESCRIPTION = """\
 Tunes MODEL here and records the results in the tuning database under this machine's hardware fingerprint:
-1. a task scheduler spends the --budget on the model's tuning tasks (today: each kernel step's thread count, on
-   1, 2, 4 ... up to --threads threads), the tasks whose next round is expected to cut the end-to-end time most
-   first, printing one line per round on stderr (elapsed/budget, tasks, trials, best-so-far ms, the estimated
+1. a task scheduler spends the --budget on the model's tuning tasks (each kernel step's thread count, on 1, 2,
+   4 ... up to --threads threads, and the schedule of each generated GEMM that can replace a gemm_f32 step of at
+   least 1M multiply-adds: MatMul, Gemm and 1x1 convs), the tasks whose next round is expected to cut the
+   end-to-end time most first, printing one line per round on stderr (elapsed/budget, tasks, trials, best-so-far ms, the estimated
    end-to-end ms) and a table per task at the end;
 2. per segment, the chosen thread counts are validated end to end against the default, and the segment OrtxEP
    claims is measured against ONNX Runtime running the same nodes (same threads, seeded random inputs).
 Later sessions (OrtxEP option tuning="cached", the default) run a step on fewer threads where that was validated
-faster, and give a segment back to ORT when ORT was faster by more than 2%. Records already in the database are
+faster, call a tuned generated GEMM where it beat the prebuilt kernel by more than 2%, and give a segment back to ORT when ORT was faster by more than 2%. Records already in the database are
 never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds the command's wall time from its
 start, after Python's start-up (step 2's share is estimated and reserved first; a tight budget can be overrun by
 that estimate's error); without it every task is searched to the end. --mode full measures longer than quick;

@@ -147,8 +147,8 @@ def close_to_reference(outputs, reference) -> str | None:
 
 
 def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
-    """Seeded random non-zero operands (a, b[, bias]) as flat buffers (a prepacked B packed by gemm_pack_f32) and
-    the float64 reference result."""
+    """Seeded random non-zero operands (a, b[, bias][, residual]) as flat buffers (a prepacked B packed by
+    gemm_pack_f32) and the float64 reference result."""
     def element_indexes(rows: int, cols: int, strides: tuple[int, int]) -> np.ndarray:
         return np.arange(rows)[:, None] * strides[0] + np.arange(cols)[None, :] * strides[1]
 
@@ -168,6 +168,11 @@ def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray]
         bias = rng.uniform(-1.0, 1.0, problem.m if problem.bias == 1 else problem.n).astype(np.float32)
         arrays.append(bias)
         value = value + (bias[:, None] if problem.bias == 1 else bias[None, :])
+    if problem.residual_row_stride:
+        residual = rng.uniform(-1.0, 1.0, problem.extent("residual")).astype(np.float32)
+        arrays.append(residual)
+        value = value + problem.residual_scale * residual[element_indexes(problem.m, problem.n,
+                                                                          (problem.residual_row_stride, 1))]
     if problem.activation == 1:
         value = np.maximum(value, 0.0)
     elif problem.activation == 2:
@@ -181,7 +186,10 @@ def _run_kernel(kernel, problem: gemm.GemmProblem, num_threads: int):
     output = np.zeros((problem.m, problem.c_row_stride), np.float32)
 
     def run(inputs):
-        kernel(*inputs[:2], output, inputs[2] if len(inputs) > 2 else None, num_threads=num_threads)
+        rest = iter(inputs[2:])  # operands() order: bias when the problem has one, then the residual
+        bias = next(rest) if problem.bias else None
+        residual = next(rest) if problem.residual_row_stride else None
+        kernel(inputs[0], inputs[1], output, bias, residual, num_threads=num_threads)
         return [output[:, : problem.n]]
     return run
 
@@ -216,16 +224,18 @@ class PrebuiltGemm:
         self.problem = problem
         self._sizes = {}
 
-    def __call__(self, a, b, c, bias=None, *, num_threads: int = 1):
+    def __call__(self, a, b, c, bias=None, residual=None, *, num_threads: int = 1):
         problem = self.problem
         if num_threads not in self._sizes:
             sizes = np.zeros(3, np.int64)
             _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, num_threads], [], [sizes])
             self._sizes[num_threads] = np.empty(int(sizes[0]) // 4 + 1, np.float32)
         ints = [problem.m, problem.n, problem.k, 1, 0, *problem.a_strides, int(problem.b_packed), *problem.b_strides,
-                problem.bias, 0, 0, 0, 0, problem.activation, num_threads, 0, 0]
-        _kernels.call("gemm_f32", ints, [problem.alpha, 1.0, *problem.params],
-                      [a, b, c, self._sizes[num_threads], bias if bias is not None else c, c], num_threads)
+                problem.bias, int(problem.residual_row_stride > 0), problem.residual_row_stride, 1, 0,
+                problem.activation, num_threads, 0, 0]
+        _kernels.call("gemm_f32", ints, [problem.alpha, problem.residual_scale, *problem.params],
+                      [a, b, c, self._sizes[num_threads], bias if bias is not None else c,
+                       residual if residual is not None else c], num_threads)
         return c
 
 

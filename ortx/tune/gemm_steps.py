@@ -1,7 +1,7 @@
 """Tuned generated GEMMs in JIT'd segments: which gemm_f32 steps call a generated kernel in the prebuilt one's place.
 
-1. A step qualifies when ortx.codegen.gemm.from_gemm_step reads it (no residual, no prepacked A, no activation
-   that needs exp), it has one batch (the prebuilt kernel runs batches of small problems one per thread, which
+1. A step qualifies when ortx.codegen.gemm.from_gemm_step reads it (a residual only row-major, no prepacked A,
+   no activation that needs exp), it has one batch (the prebuilt kernel runs batches of small problems one per thread, which
    tuning a single problem does not measure) and at least MIN_MULTIPLY_ADDS.
 2. Its schedule: tuning "cached" reads the records (gemm_space.recorded_schedule: measured on this machine,
    faster than the prebuilt kernel by MARGIN, fitting the workspace the lowering planned for gemm_f32); "quick"

@@ -8,18 +8,21 @@ generated kernel in place of (ortx.tune.gemm_steps) becomes a search Task over i
    default schedule first.
 3. Measure: one GemmRunner per task (seeded operands, the fp32 reference check, rotating copies), built on first
    use; the prebuilt gemm_f32 is measured and recorded before the task's first candidate (the baseline a session
-   needs a schedule to beat by gemm_space.MARGIN).
+   needs a schedule to beat by gemm_space.MARGIN). A round's candidates are first compiled COMPILE_JOBS at a time
+   into the JIT cache (nothing is timed meanwhile), so the runner's own build is a cache hit.
 4. Validate (after the search): per task measured in this call, the prebuilt kernel, the default and the 3
    fastest recorded schedules once more, in one call (gemm_space.validate_fastest).
 Sessions then read the result through gemm_space.recorded_schedule, as tuning "cached" always does.
 Limits: a GEMM is timed alone on its own operands, not inside its segment (its neighbours' cache footprint is not
-seen); steps gemm_steps skips (batched, prepacked A, residual, under 1M multiply-adds) have no task.
+seen); steps gemm_steps skips (batched, prepacked A, a strided residual, under 1M multiply-adds) have no task.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import statistics
 
 from ortx.codegen import gemm
+from ortx.codegen.jit import JitError
 from ortx.config import Options
 from ortx.ep.segment_builder import CompiledProgram
 from ortx.tune import gemm_space, gemm_steps
@@ -33,6 +36,7 @@ VALIDATE_FASTEST = 3  # as gemm_space.tune_gemm's default
 # Per task, step 4's share of the command's reserve: five timings of already-built kernels (~0.1 s each for the
 # models' GEMMs with TimingSettings' runs), plus a margin for a loaded host.
 VALIDATION_SECONDS = 1.0
+COMPILE_JOBS = 2  # concurrent C compiles of a round's candidates (the machines this runs on have 2+ cores)
 
 
 class GemmTasks:
@@ -81,9 +85,21 @@ class GemmTasks:
             self._runners[task.signature] = runner
         return runner
 
+    def _compile_ahead(self, pairs: list[tuple[Task, Schedule]]) -> None:
+        """Builds the candidates into the JIT cache in parallel; a failure is left for the runner to record."""
+        def build(pair: tuple[Task, Schedule]) -> None:
+            try:
+                gemm.build_gemm(self._problems[pair[0].signature], gemm_space.to_gemm_schedule(pair[1]), self.options)
+            except (gemm.GemmError, JitError):
+                pass
+
+        with concurrent.futures.ThreadPoolExecutor(COMPILE_JOBS) as pool:
+            list(pool.map(build, pairs))
+
     def measure(self, pairs: list[tuple[Task, Schedule]], database: TuningDatabase,
                 fingerprint: HardwareFingerprint) -> list[MeasureResult]:
         """Step 3: each task's candidates in one runner call; results in the order of `pairs`."""
+        self._compile_ahead(pairs)
         results: list[MeasureResult | None] = [None] * len(pairs)
         groups: dict[str, list[int]] = {}
         for index, (task, _) in enumerate(pairs):

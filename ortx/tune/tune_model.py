@@ -198,11 +198,13 @@ class _SegmentTasks:
 
 
 def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int, mode: str,
-               database_path: str, jit: Options, budget_seconds: float | None = None, seed: int = 0,
+               database_path: str, jit: Options, budget_seconds: float | None = None, trials: int | None = None,
+               seed: int = 0,
                started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
                on_phase: Callable[[str], None] | None = None) -> ModelTuning:
     """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
-    `budget_seconds` counts from `started` (time.perf_counter(); default: now); `on_round` sees each search round,
+    `budget_seconds` counts from `started` (time.perf_counter(); default: now), `trials` bounds the search's new
+    measurements (None: no bound); `on_round` sees each search round,
     `on_phase` a line when a step begins."""
     if mode not in MODES:
         raise ValueError(f"tune_model: mode {mode!r} is not one of {', '.join(MODES)}")
@@ -236,7 +238,7 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
     with TuningDatabase(database_path) as database:
         report = schedule_tasks(tasks, segment_tasks.strategies(),
                                 lambda pairs: segment_tasks.measure(pairs, database, fingerprint), database,
-                                fingerprint, budget_seconds=search_budget, batch=batch,
+                                fingerprint, budget_seconds=search_budget, trials=trials, batch=batch,
                                 tasks_per_round=TASKS_PER_ROUND, seed=seed, other_ms=other_ms,
                                 source=f"scheduler:{mode}", on_round=on_round)
         segment_tasks.gemms.validate(database, fingerprint)

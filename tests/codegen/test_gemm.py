@@ -139,6 +139,34 @@ def test_strides_epilogues_and_output_row_stride(tmp_path_factory, isa):
         assert_close(_reference_kernel(problem, a, b, bias), expected, what=f"reference {what}")
 
 
+@pytest.mark.parametrize("isa", ISAS)
+def test_residual_epilogue_matches_numpy_and_the_prebuilt_gemm(tmp_path_factory, isa):
+    """A row-major residual with a row stride wider than n and a scale, added after the bias and before the clip (as
+    gemm_f32 does), on a tail shape; against numpy and the prebuilt gemm_f32 given the same step ints."""
+    from ortx.tune.gemm_space import PrebuiltGemm
+    width = gemm.VECTOR_WIDTH[isa]
+    m, n, k = 13, 2 * width + 5, 37
+    problem = gemm.GemmProblem(m, n, k, (k, 1), (n, 1), n, bias=1, activation=3, params=(-1.5, 2.0),
+                               residual_row_stride=n + 3, residual_scale=0.75)
+    assert "|residual=" in problem.signature
+    schedule = gemm.GemmSchedule(isa=isa, mr=4, nr=width, kc=16, mc=8, nc=2 * width, tasks_m=2, tasks_n=1)
+    (kernel,) = _build_all([(problem, schedule)], _options(tmp_path_factory))
+    a, b = _operands(problem, 11)
+    rng = np.random.default_rng(12)
+    bias = rng.standard_normal(m).astype(np.float32)
+    residual = rng.standard_normal(problem.extent("residual")).astype(np.float32)
+    dense_residual = np.lib.stride_tricks.as_strided(residual, (m, n), ((n + 3) * 4, 4))
+    value = _dense(problem, a, "a").astype(np.float64) @ _dense(problem, b, "b") + bias[:, None]
+    expected = np.clip(value + 0.75 * dense_residual, -1.5, 2.0).astype(np.float32)
+    for threads in (1, 2):
+        c = np.full((m, n), np.nan, np.float32)
+        kernel(a, b, c, bias, residual, num_threads=threads)
+        assert_close(c, expected, what=f"{isa} residual epilogue, {threads} threads")
+    prebuilt = np.full((m, n), np.nan, np.float32)
+    PrebuiltGemm(problem)(a, b, prebuilt, bias, residual, num_threads=2)
+    assert_close(prebuilt, expected, what="prebuilt gemm_f32 with the same residual")
+
+
 def test_same_kc_is_bitwise_equal_across_schedules_and_the_prebuilt_gemm(tmp_path_factory):
     """Each C element is fma-accumulated in k order per KC block and the blocks added in order (as ortx_sgemm
     does with KC 256), so tile shape, loop order, task grid, packing and thread count change no bit; nor do the

@@ -138,11 +138,20 @@ def test_conv_matches_onnxruntime(isa, case):
 
 
 def test_depthwise_and_pointwise_use_their_fast_paths():
+    """A 1x1 stride-1 unpadded conv of one image and group is one gemm_f32 on NCHW (weights as a raw A, so a tuned
+    generated GEMM can take its place); batch 2, a group or a stride keep conv2d_f32."""
     from ortx.ep.compile_nodes import compile_graph
     depthwise = conv_model("Conv", (1, 8, 10, 10), (8, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1]))
     dense = conv_model("Conv", (1, 8, 10, 10), (4, 8, 1, 1), dict())
     assert compile_graph(infer_shapes(depthwise).graph).program.kernel_names == ("conv2d_depthwise_f32",)
-    assert compile_graph(infer_shapes(dense).graph).program.kernel_names == ("conv2d_f32",)
+    program = compile_graph(infer_shapes(dense).graph)
+    assert program.program.kernel_names == ("gemm_f32",)
+    (step,) = program.steps
+    assert list(step.ints[:11]) == [4, 100, 8, 1, 0, 8, 1, 0, 100, 1, 1], "M=Cout N=H*W K=Cin, raw A, B in place"
+    for shape, weights, attributes in [((2, 8, 10, 10), (4, 8, 1, 1), {}), ((1, 8, 10, 10), (4, 4, 1, 1),
+                                       dict(group=2)), ((1, 8, 10, 10), (4, 8, 1, 1), dict(strides=[2, 2]))]:
+        model = conv_model("Conv", shape, weights, attributes)
+        assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_f32",)
 
 
 @pytest.mark.parametrize("case", PIXEL_ROWS_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
@@ -156,8 +165,8 @@ def test_many_pixel_or_few_channel_convs_keep_channel_rows():
     from ortx.ep.compile_nodes import compile_graph
     many_pixels = conv_model("Conv", (1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1]))
     pointwise_14 = conv_model("Conv", (1, 384, 14, 14), (64, 384, 1, 1), dict())
-    for model in (many_pixels, pointwise_14):
-        assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_f32",)
+    assert compile_graph(infer_shapes(many_pixels).graph).program.kernel_names == ("conv2d_f32",)
+    assert compile_graph(infer_shapes(pointwise_14).graph).program.kernel_names == ("gemm_f32",)
 
 
 # (activation, ONNX node factory for the explicit graph, activation_params)
@@ -200,6 +209,38 @@ def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, param
     fused_model = make_model([fused], inputs, [tensor("y", y_shape)], list(reference.graph.initializer),
                              extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
     check_against(fused_model, {"x": x, "z": z}, expected)
+
+
+@pytest.mark.parametrize("activation, explicit, params", FUSED_ACTIVATIONS,
+                         ids=[a[0] or "none" for a in FUSED_ACTIVATIONS])
+def test_pointwise_gemm_with_activation_matches_onnxruntime(isa, activation, explicit, params):
+    """The 1x1 conv lowered to gemm_f32 (bias per row, FusedConv's residual and the activation in the epilogue), 437
+    pixels and 21 channels (tails of every tile), with and without bias and residual."""
+    from ortx.ep.compile_nodes import compile_graph
+    x_shape, w_shape = (1, 24, 19, 23), (21, 24, 1, 1)
+    x, z = random(x_shape, 8), random((1, 21, 19, 23), 9)
+    for bias, residual in ((True, False), (False, False), (True, True), (False, True)):
+        reference = conv_model("Conv", x_shape, w_shape, {}, bias=bias)
+        initializers = list(reference.graph.initializer)
+        names = ["x", "w", "b"] if bias else ["x", "w"]
+        nodes = [helper.make_node("Conv", names, ["conv"])]
+        nodes.append(helper.make_node("Add", ["conv", "z"], ["sum"]) if residual else
+                     helper.make_node("Identity", ["conv"], ["sum"]))
+        nodes += explicit("sum", "y") if explicit else [helper.make_node("Identity", ["sum"], ["y"])]
+        clip = [numpy_helper.from_array(np.float32(-0.5), "clip_min"),
+                numpy_helper.from_array(np.float32(0.6), "clip_max")]
+        inputs = [tensor("x", x_shape)] + ([tensor("z", z.shape)] if residual else [])
+        feeds = {"x": x, "z": z} if residual else {"x": x}
+        expected = run_ort(make_model(nodes, inputs, [tensor("y", None)], initializers + clip), feeds)
+        attributes = {"activation": activation} if activation else {}
+        if params:
+            attributes["activation_params"] = params
+        fused_inputs = (names if bias else names + [""]) + ["z"] if residual else names
+        fused = helper.make_node("FusedConv", fused_inputs, ["y"], domain="ai.ortx", **attributes)
+        model = make_model([fused], inputs, [tensor("y", expected.shape)], initializers,
+                           extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+        assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("gemm_f32",)
+        check_against(model, feeds, expected)
 
 
 def test_fused_conv_without_bias_or_residual(isa):

@@ -16,12 +16,13 @@
  *      are the same code instantiated for the tail's rows and lanes (masked loads and stores), never a scratch
  *      copy.
  *   3. A tile accumulates its K block in registers and adds C once per block; after the last block the epilogue
- *      (alpha, bias, activation) runs on the registers before the store.
+ *      (alpha, bias, residual, activation) runs on the registers before the store.
  * Every output element sums its products in the same order (K blocks in order, k in order inside a block) in any
  * task split and on any thread count, so results are bitwise repeatable.
  *
- * ABI: ${symbol}(a, b, c, bias, workspace, num_threads, parallel_for). workspace holds ${workspace_floats} floats,
- * 64-byte aligned (${symbol}_workspace_floats() returns the count); bias is NULL unless BIAS_MODE != 0.
+ * ABI: ${symbol}(a, b, c, bias, residual, workspace, num_threads, parallel_for). workspace holds ${workspace_floats}
+ * floats, 64-byte aligned (${symbol}_workspace_floats() returns the count); bias is NULL unless BIAS_MODE != 0,
+ * residual unless RESIDUAL_ROW_STRIDE != 0.
  * parallel_for may be NULL (tasks run in order on the caller); ortx passes its thread pool's ortx_parallel_for,
  * so this object never links against ortx.
  * ${symbol}_step is the same as an ortx step function (kernels/ortx_kernels.h) taking gemm_f32's ints and buffers
@@ -49,6 +50,10 @@ typedef void (*ortx_parallel_for_fn)(int num_threads, int64_t num_tasks, ortx_ta
 #define ACTIVATION ${activation} /* kernels/activation.h codes: 0 none, 1 relu, 2 leaky relu, 3 clip */
 #define PARAM0 ${param0}
 #define PARAM1 ${param1}
+/* 0: no residual; else C(i, j) += RESIDUAL_SCALE * R[i * RESIDUAL_ROW_STRIDE + j] after the bias, before the
+ * activation (gemm_f32's order, kernels/gemm.c ortx_gemm_epilogue_scalar) */
+#define RESIDUAL_ROW_STRIDE ((int64_t)${residual_row_stride})
+#define RESIDUAL_SCALE ${residual_scale}
 
 /* The schedule. */
 #define MR ${mr}
@@ -89,7 +94,7 @@ ${isa_source}
 #define ORTX_INLINE static inline __attribute__((always_inline)) ORTX_TARGET
 
 typedef struct gemm_job {
-    const float *a, *b, *bias;
+    const float *a, *b, *bias, *residual;
     float *c, *packed_a, *packed_b;
 } gemm_job;
 
@@ -154,11 +159,18 @@ ORTX_TARGET static void pack_task(void *context, int64_t task, int thread) {
     }
 }
 
-/* Step 3: one tile row's vector after the last K block: alpha, bias, activation. */
-ORTX_INLINE vec_t epilogue_vector(vec_t value, const float *bias, int64_t row, int64_t col, int lanes) {
+/* Step 3: one tile row's vector after the last K block: alpha, bias, residual, activation. */
+ORTX_INLINE vec_t epilogue_vector(vec_t value, const float *bias, const float *residual, int64_t row, int64_t col,
+                                  int lanes) {
     if (ALPHA != 1.0f) value = vec_mul(value, vec_set1(ALPHA));
     if (BIAS_MODE == 1) value = vec_add(value, vec_set1(bias[row]));
     if (BIAS_MODE == 2) value = vec_add(value, lanes == VL ? vec_load(bias + col) : vec_load_part(bias + col, lanes));
+    if (RESIDUAL_ROW_STRIDE) {
+        const float *r = residual + row * RESIDUAL_ROW_STRIDE + col;
+        vec_t term = lanes == VL ? vec_load(r) : vec_load_part(r, lanes);
+        if (RESIDUAL_SCALE != 1.0f) term = vec_mul(term, vec_set1(RESIDUAL_SCALE));
+        value = vec_add(value, term);
+    }
     if (ACTIVATION == 1) value = vec_max(value, vec_zero());
     if (ACTIVATION == 2) value = vec_where_negative(value, vec_mul(value, vec_set1(PARAM0)));
     if (ACTIVATION == 3) value = vec_min(vec_max(value, vec_set1(PARAM0)), vec_set1(PARAM1));
@@ -176,7 +188,7 @@ ORTX_INLINE const float *b_vector(const float *b, int64_t k, int v, int64_t kc) 
  * (packed: [kc][MR]; in place: rows of A) and the B micro-panel at b (b_vector). ROWS, VECTORS and LANES are
  * literals at every call, so each instance keeps its accumulators in registers. */
 ORTX_INLINE void tile(const int rows, const int vectors, const int lanes, int64_t kc, const float *a, const float *b,
-                      float *c, int accumulate, int last, const float *bias, int64_t row0, int64_t col0) {
+                      float *c, int accumulate, int last, const gemm_job *job, int64_t row0, int64_t col0) {
     vec_t acc[MR][NV];
     ORTX_UNROLL(32) for (int i = 0; i < rows; i++)
         ORTX_UNROLL(8) for (int v = 0; v < vectors; v++) acc[i][v] = vec_zero();
@@ -202,7 +214,7 @@ ORTX_INLINE void tile(const int rows, const int vectors, const int lanes, int64_
             vec_t value = acc[i][v];
             if (accumulate)
                 value = vec_add(width == VL ? vec_load(out + v * VL) : vec_load_part(out + v * VL, width), value);
-            if (last) value = epilogue_vector(value, bias, row0 + i, col0 + v * VL, width);
+            if (last) value = epilogue_vector(value, job->bias, job->residual, row0 + i, col0 + v * VL, width);
             if (width == VL) {
                 vec_store(out + v * VL, value);
             } else {
@@ -224,13 +236,13 @@ ORTX_TARGET static void run_tile(const gemm_job *job, int64_t row_panel, int64_t
     int accumulate = k0 > 0, last = k0 + kc == GEMM_K;
     int row_tail = M_TAIL != MR && row_panel == M_PANELS - 1, col_tail = N_TAIL != NR && col_panel == N_PANELS - 1;
     if (!row_tail && !col_tail) {
-        tile(MR, NV, VL, kc, a, b, c, accumulate, last, job->bias, row0, col0);
+        tile(MR, NV, VL, kc, a, b, c, accumulate, last, job, row0, col0);
     } else if (!row_tail) {
-        tile(MR, N_TAIL_VECTORS, N_TAIL_LANES, kc, a, b, c, accumulate, last, job->bias, row0, col0);
+        tile(MR, N_TAIL_VECTORS, N_TAIL_LANES, kc, a, b, c, accumulate, last, job, row0, col0);
     } else if (!col_tail) {
-        tile(M_TAIL, NV, VL, kc, a, b, c, accumulate, last, job->bias, row0, col0);
+        tile(M_TAIL, NV, VL, kc, a, b, c, accumulate, last, job, row0, col0);
     } else {
-        tile(M_TAIL, N_TAIL_VECTORS, N_TAIL_LANES, kc, a, b, c, accumulate, last, job->bias, row0, col0);
+        tile(M_TAIL, N_TAIL_VECTORS, N_TAIL_LANES, kc, a, b, c, accumulate, last, job, row0, col0);
     }
 }
 
@@ -272,17 +284,18 @@ static void run_tasks(int num_threads, int64_t tasks, ortx_task_fn task, void *c
 
 int64_t ${symbol}_workspace_floats(void) { return WORKSPACE_FLOATS; }
 
-void ${symbol}(const float *a, const float *b, float *c, const float *bias, float *workspace, int num_threads,
-               ortx_parallel_for_fn parallel_for) {
+void ${symbol}(const float *a, const float *b, float *c, const float *bias, const float *residual, float *workspace,
+               int num_threads, ortx_parallel_for_fn parallel_for) {
     float *aligned = (float *)(((uintptr_t)workspace + 63) & ~(uintptr_t)63);
-    gemm_job job = {a, b, bias, c, aligned + PACKED_B_FLOATS, aligned};
+    gemm_job job = {a, b, bias, residual, c, aligned + PACKED_B_FLOATS, aligned};
     run_tasks(num_threads, PACK_TASKS_B + PACK_TASKS_A, pack_task, &job, parallel_for);
     run_tasks(num_threads, TASKS_M * TASKS_N, compute_task, &job, parallel_for);
 }
 
-/* The ortx step ABI (kernels/ortx_kernels.h) over gemm_f32's parameters (kernels/gemm.c): ints [3] batch and, from
- * [17], the A then the B element offsets of each batch; buffers [0] A [1] B [2] Y (contiguous [batch, M, N]),
- * [3] workspace, [4] bias. Everything else in ints and floats is a literal of this file. */
+/* The ortx step ABI (kernels/ortx_kernels.h) over gemm_f32's parameters (kernels/gemm.c): ints [3] batch, [14] the
+ * residual's batch stride and, from [17], the A then the B element offsets of each batch; buffers [0] A [1] B [2] Y
+ * (contiguous [batch, M, N]), [3] workspace, [4] bias, [5] residual. Everything else in ints and floats is a
+ * literal of this file. */
 static ortx_parallel_for_fn step_parallel_for;
 
 void ${symbol}_init(ortx_parallel_for_fn parallel_for) { step_parallel_for = parallel_for; }
@@ -292,6 +305,7 @@ void ${symbol}_step(const int64_t *ints, const float *floats, void *const *buffe
     int64_t batch = ints[3];
     for (int64_t index = 0; index < batch; index++)
         ${symbol}((const float *)buffers[0] + ints[17 + index], (const float *)buffers[1] + ints[17 + batch + index],
-                  (float *)buffers[2] + index * GEMM_M * C_ROW_STRIDE, buffers[4], buffers[3], num_threads,
-                  step_parallel_for);
+                  (float *)buffers[2] + index * GEMM_M * C_ROW_STRIDE, buffers[4],
+                  RESIDUAL_ROW_STRIDE ? (const float *)buffers[5] + index * ints[14] : NULL, buffers[3],
+                  num_threads, step_parallel_for);
 }

@@ -282,6 +282,30 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
                  [builder.buffer(node.inputs[0]), weights, output, workspace, bias, residual])
 
 
+def _pointwise_gemm(plan: ConvPlan) -> bool:
+    """Whether the conv is one GEMM on NCHW as stored: one image, one group, a 1x1 kernel at stride 1 without
+    padding (Y[Cout, H*W] = W[Cout, Cin] @ X[Cin, H*W])."""
+    (batch, _, height, width, _, out_height, out_width, kernel_height, kernel_width, stride_height, stride_width,
+     _, _, _, _, group, _, _, _) = plan.ints
+    return (batch == 1 and group == 1 and (kernel_height, kernel_width, stride_height, stride_width) == (1, 1, 1, 1)
+            and (out_height, out_width) == (height, width))
+
+
+def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
+    """A gemm_f32 step reading the weights as a raw row-major A (so ortx.tune.gemm_steps can give it a tuned
+    generated kernel), X as B in place, the bias per row, FusedConv's residual (laid out as Y) and the activation in
+    the epilogue."""
+    in_channels, height, width, out_channels = plan.ints[1:5]
+    weights = builder.add_constant(np.ascontiguousarray(plan.weights.reshape(-1)), label=f"{node.name}:weights")
+    has_bias = present(node, 2) is not None
+    _emit_gemm(builder, M=out_channels, N=height * width, K=in_channels, a=weights, a_packed=False,
+               a_strides=(in_channels, 1), b=builder.buffer(node.inputs[0]), b_packed=False,
+               b_strides=(height * width, 1), output=builder.buffer(node.outputs[0]), bias_mode=1 if has_bias else 0,
+               bias=builder.buffer(node.inputs[2]) if has_bias else None,
+               residual=builder.buffer(node.inputs[3]) if plan.has_residual else None,
+               residual_strides=(height * width, 1, 0), activation=plan.activation, activation_params=plan.params)
+
+
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
     if plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
@@ -290,6 +314,8 @@ def lower_conv(node: ir.Node, builder) -> None:
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
     elif _sizes("conv_sizes_f32", [0, *plan.ints, builder.num_threads])[2]:  # the kernels' shape rule
         _lower_conv_like(node, builder, plan, 3, "conv2d_pixel_rows_f32")
+    elif _pointwise_gemm(plan):
+        _lower_pointwise_gemm(node, builder, plan)
     else:
         _lower_conv_like(node, builder, plan, 0, "conv2d_f32")
 
@@ -325,13 +351,14 @@ def _gemm_plan(node: ir.Node) -> dict:
 
 def _emit_gemm(builder, *, M, N, K, a, a_packed, a_strides, b, b_packed, b_strides, output, alpha=1.0,
                bias_mode=0, bias=None, residual=None, residual_strides=(0, 0, 0), residual_scale=1.0,
-               a_offsets=(0,), b_offsets=(0,), precision="fp32") -> None:
+               a_offsets=(0,), b_offsets=(0,), activation=0, activation_params=(0.0, 0.0),
+               precision="fp32") -> None:
     """gemm_f32, or gemm_bf16 (same ints; packed operands in bf16 K pairs) for precision "bf16"."""
     sizes = _sizes(f"gemm_sizes_{KERNEL_SUFFIX[precision]}", [M, N, K, builder.num_threads])
     workspace = builder.workspace(max(int(sizes[0]), 4), label="gemm")
     ints = [M, N, K, len(a_offsets), int(a_packed), *a_strides, int(b_packed), *b_strides, bias_mode,
-            int(residual is not None), *residual_strides, 0, builder.num_threads, *a_offsets, *b_offsets]
-    builder.emit(f"gemm_{KERNEL_SUFFIX[precision]}", ints, [alpha, residual_scale, 0.0, 0.0],
+            int(residual is not None), *residual_strides, activation, builder.num_threads, *a_offsets, *b_offsets]
+    builder.emit(f"gemm_{KERNEL_SUFFIX[precision]}", ints, [alpha, residual_scale, *activation_params],
                  [a, b, output, workspace, bias if bias is not None else output,
                   residual if residual is not None else output])
 
