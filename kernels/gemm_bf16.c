@@ -46,10 +46,12 @@ static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
 
-static void interleave_portable(const uint16_t *first, const uint16_t *second, uint16_t *dst) {
-    for (int j = 0; j < ORTX_GEMM_NR; j++) {
-        dst[2 * j] = first[j];
-        dst[2 * j + 1] = second[j];
+static void interleave_portable(const uint16_t *first, const uint16_t *second, int64_t offset0, int64_t split,
+                                int64_t offset1, int64_t stride, uint16_t *dst) {
+    for (int64_t j = 0; j < ORTX_GEMM_NR; j++) {
+        int64_t at = j < split ? offset0 + j * stride : offset1 + (j - split) * stride;
+        dst[2 * j] = first[at];
+        dst[2 * j + 1] = second ? second[at] : 0;
     }
 }
 

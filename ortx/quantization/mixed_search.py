@@ -1,8 +1,9 @@
 """The mixed-precision search: a precision per layer, minimising size or latency, within a measured error budget.
 
 1. Options per layer: the precisions whose error alone (sensitivity.py) is within the budget; fp32 always (error
-   0). Sorted by cost (bytes, or median latency for objective "latency", then bytes), an option is kept only if
-   it is strictly more accurate than every cheaper one kept: each layer gets a chain cheapest -> most accurate.
+   0). Sorted by cost (bytes; for objective "latency", the median ms the option adds to the fp32 model, measured
+   interleaved with it, then bytes), an option is kept only if it is strictly more accurate than every cheaper
+   one kept: each layer gets a chain cheapest -> most accurate.
 2. Start with every layer at its cheapest option. The upgrades (a layer one step up its chain) are ordered
    greedily by sensitivity-per-cost: (error drop) / (cost increase), recomputed for a layer after each of its
    steps, giving one sequence of moves; prefix k of the sequence is the assignment after k upgrades.
@@ -26,6 +27,9 @@ from ortx.quantization.precisions import PRECISIONS
 from ortx.quantization.sensitivity import SensitivityRecord
 
 OBJECTIVES = ("size", "latency")
+# Two medians of the same model, interleaved in blocks on this shared 2-core host, differ by up to a few percent;
+# a latency change below this share of the fp32 median is not told apart from noise.
+LATENCY_NOISE = 0.03
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +58,16 @@ class SearchResult:
 
 
 def _cost(record: SensitivityRecord, objective: str) -> tuple[float, float]:
-    if objective == "latency":
-        return (record.latency_ms if record.latency_ms is not None else math.inf, float(record.bytes))
-    return (float(record.bytes), 0.0)
+    """size: (bytes, 0). latency: (ms added to the fp32 model's median, bytes), where fp32 adds 0 and a change
+    within LATENCY_NOISE of the fp32 median counts as 0 (so bytes decide between equally fast options)."""
+    if objective != "latency":
+        return (float(record.bytes), 0.0)
+    if record.precision == "fp32":
+        return (0.0, float(record.bytes))
+    if record.latency_ms is None or record.fp32_latency_ms is None:
+        return (math.inf, float(record.bytes))
+    added = record.latency_ms - record.fp32_latency_ms
+    return (0.0 if abs(added) < LATENCY_NOISE * record.fp32_latency_ms else added, float(record.bytes))
 
 
 def layer_options(records: list[SensitivityRecord], budget: float, objective: str) -> dict[str, list[Option]]:
