@@ -36,7 +36,7 @@ from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu_extended
-from ortx.passes.fuse_qdq import fuse_qdq
+from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
 
 logger = logging.getLogger(__name__)
@@ -371,9 +371,11 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
         for node in segment.nodes:
             provider = "OrtxEP" if segment.claimed else ort_provider
             decision = decisions.get(node.name)
-            reason = "" if segment.claimed else (decision.reason if decision and decision.reason else
-                                                 "given back to ORT: segment too small to be worth a boundary")
-            precision = ("bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
+            reason = node.metadata_props.get(INT8_DECLINED_KEY, "") if segment.claimed else (
+                decision.reason if decision and decision.reason else
+                "given back to ORT: segment too small to be worth a boundary")
+            precision = ("int8" if node.op_type == "QConv" and node.domain == ORTX_DOMAIN else
+                         "bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
             runs_on[node.name] = (provider, reason, precision)
             fused = node.metadata_props.get(FUSED_FROM_KEY, "")
             for original in filter(None, fused.split(",")):

@@ -27,6 +27,8 @@ from ortx.passes._report import PassReport, record_fused_from, unique_initialize
 logger = logging.getLogger(__name__)
 
 ORTX_DOMAIN = "ai.ortx"
+# Node metadata: why a Conv/Gemm/MatMul fed by DequantizeLinear was not made int8 (the session's assignment shows it).
+INT8_DECLINED_KEY = "ortx.int8_declined"
 CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 # The bias scale written by quantizers is fp32 sx * sw[m]; allow its last-bit differences.
 BIAS_SCALE_RTOL = 1e-6
@@ -248,6 +250,7 @@ def fuse_qdq(model: ir.Model) -> PassReport:
             fused += 1
         except (Declined, NotStatic) as error:
             notes.append(f"{node.name}: {error}")
+            node.metadata_props[INT8_DECLINED_KEY] = f"runs fp32 on dequantized inputs, int8 declined: {error}"
     folded = _fold_constant_dequantize(graph)
     for note in notes:
         logger.debug("fuse_qdq: %s", note)
