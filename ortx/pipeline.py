@@ -322,19 +322,20 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order; fuse_qdq first, so QDQ compute patterns become
-# int8 QConv before any float fusion sees them): run after the standard passes, on a clone.
-ORTXEP_FUSIONS = (fuse_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
+# after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).
+ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
-    """Runs OrtxEP's fusions (contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a clone (weights
-    are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
+    """Runs OrtxEP's fusions (int8 QDQ patterns, contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a
+    clone (weights are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
     cannot run ai.ortx ops, so a declined one, or one made from `excluded` nodes (given back to ORT), must never
-    reach it. Conv epilogues skip `excluded` nodes themselves."""
+    reach it. QDQ patterns and Conv epilogues skip `excluded` nodes themselves."""
     before = {node.name for node in model.graph if node.domain == ORTX_DOMAIN}
     fused = model.clone()
-    reports = [fusion(fused) for fusion in ORTXEP_FUSIONS]
+    reports = [fuse_qdq(fused, excluded=excluded)]
+    reports += [fusion(fused) for fusion in ORTXEP_FUSIONS]
     reports.append(fuse_conv_epilogue(fused, excluded=excluded))
     fused_decisions = assign(fused.graph)
     problems = []

@@ -105,6 +105,16 @@ def test_asymmetric_weights_decline_the_int8_pattern_and_run_as_float():
     assert row.precision == "fp32" and "int8 declined" in row.reason and "asymmetric" in row.reason, row
 
 
+def test_fuse_qdq_leaves_nodes_given_back_to_ort_alone():
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
+    report = fuse_qdq(model, excluded=frozenset({"act"}))
+    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 2}
+    assert any("act runs on ORT" in note for note in report.notes), report.notes
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
+    report = fuse_qdq(model, excluded=frozenset({"conv", "dequantize_w", "dequantize_b"}))
+    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 0}
+
+
 def test_fuse_qdq_counts_and_idempotence():
     model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model(quantized_output=False)))
     first = fuse_qdq(model)
