@@ -2,6 +2,7 @@
 time and ORT CPU latency against fp32; writes BENCHMARKS.md's "Mixed precision" section.
 
 Usage: python benchmarks/mixed.py [--models rec,cls,det] [--budgets 0.001,0.01,0.05] [--samples 8]
+                                 [--objective size|latency]   (latency: its own section, "..., objective latency")
 Calibration: `--samples` random inputs uniform in [-1, 1] (PP-OCR's normalised image range), seed 0, at each
 model's shape (det at --det-size, 320 by default: 640x640 makes the one-layer-at-a-time analysis minutes per
 budget on 2 shared cores). The search runs `ortx.quantization.mixed_precision(budget=..., precisions
@@ -71,6 +72,8 @@ def main() -> int:
     parser.add_argument("--det-size", type=int, default=320)
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--objective", choices=("size", "latency"), default="size",
+                        help="the search's objective; latency writes its own section")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
     budgets = [float(budget) for budget in args.budgets.split(",")]
@@ -89,7 +92,7 @@ def main() -> int:
         for budget in budgets:
             start = time.perf_counter()
             mixed, report = mixed_precision(path, calibration, budget=budget, precisions="fp32,fp16,int8,int4",
-                                            sensitivity=sensitivity)
+                                            objective=args.objective, sensitivity=sensitivity)
             seconds = time.perf_counter() - start
             sensitivity = report.sensitivity   # the next budgets reuse the one-layer-at-a-time measurements
             fp32_reference = session(prepare_model(path, True))
@@ -124,10 +127,11 @@ def main() -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     body = (f"Measured {datetime.date.today()} on {platform.machine()}, onnxruntime {onnxruntime.__version__}, "
             f"load average {load:.1f} on 2 cores at the end; command: `python benchmarks/mixed.py --models "
-            f"{args.models} --budgets {args.budgets} --samples {args.samples}`. `ortx.quantization.mixed_precision` "
+            f"{args.models} --budgets {args.budgets} --samples {args.samples} --objective {args.objective}`. "
+            "`ortx.quantization.mixed_precision` "
             "with precisions fp32, fp16 (weights stored fp16 + Cast), int8 (QDQ, mse calibration, uint8 "
             "activations), int4 (weight-only DequantizeLinear, MatMul blocked by 32 along K, Conv per output "
-            "channel), objective size, metric relative L2 of the outputs against fp32 "
+            f"channel), objective {args.objective}, metric relative L2 of the outputs against fp32 "
             f"(sqrt(sum |y - y32|^2 / sum |y32|^2)), {args.samples} random calibration samples (uniform [-1, 1], "
             f"seed 0); held-out: {args.evaluate} other random inputs (seed 1). Size: written model / fp32 model after "
             "the same -O2 passes and opset 21. Sensitivity s: measuring every layer alone at every precision (first "
@@ -136,8 +140,9 @@ def main() -> int:
             f"alternating in blocks of 5 runs, {args.blocks} blocks, ratio of medians, range over {args.repeats} "
             "repetitions (shared host: noisy). Random inputs measure numerical fidelity, not recognition "
             "accuracy.\n\n" + table)
-    write_section(os.path.join(ROOT, "BENCHMARKS.md"), "Mixed precision", body)
-    print("wrote the Mixed precision section of BENCHMARKS.md")
+    heading = "Mixed precision" + (", objective latency" if args.objective == "latency" else "")
+    write_section(os.path.join(ROOT, "BENCHMARKS.md"), heading, body)
+    print(f"wrote the {heading} section of BENCHMARKS.md")
     return 0
 
 
