@@ -5,10 +5,10 @@
  * K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and are rounded to bf16 K pairs
  * in each thread's buffer:
  *   Case 1: a 1x1, stride-1, unpadded conv reads X as B;
- *   Case 2: convs with stride 1 or 2 and outputs >= 16 columns: the input is rounded once into zero-padded bf16
- *           planes (conv_planes.c's geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel
- *           panel is two plane rows read with (at most one row end in a panel) two masked loads each and
- *           interleaved: each input value is rounded once, not once per tap, and the fp32 staging pass is skipped;
+ *   Case 2: convs with stride 1 or 2: the input is rounded once into zero-padded bf16 planes (conv_planes.c's
+ *           geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel panel is two plane rows
+ *           read with one masked load per output-row run and interleaved: each input value is rounded once, not
+ *           once per tap, and the fp32 staging pass is skipped;
  *   Case 3: every other conv builds its patch rows from X (conv.c's im2col) in fp32, rounded while packed.
  * Known limits: depthwise and transposed convs have no bf16 kernel (the lowering keeps them fp32); conv2d_f32's
  * direct and pixel-rows forms have no bf16 counterpart.
@@ -29,9 +29,9 @@ static int is_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Case 2's rule: a 16-pixel panel then crosses at most one output row end, and its pixels are 1 or 2 apart. */
+/* Case 2's rule: inside an output row a panel's pixels are 1 or 2 apart in the planes (one masked load per run). */
 static int use_planes(const ortx_conv_params *p) {
-    return !is_pointwise(p) && p->stride_width <= 2 && p->out_width >= ORTX_GEMM_NR;
+    return !is_pointwise(p) && p->stride_width <= 2;
 }
 
 static int64_t gemm_floats(const ortx_conv_params *p, int threads) {
@@ -103,11 +103,9 @@ static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64
         for (int64_t j0 = 0; j0 < nc; j0 += NR) {
             int64_t n = n0 + j0;
             uint16_t *out = dst + j0 * 2 * pairs + q * NR * 2;
-            if (j0 + NR <= nc && n + NR <= N) {  /* use_planes: at most one row end inside */
-                int64_t split = p->out_width - n % p->out_width;
-                split = split < NR ? split : NR;
-                int64_t offset1 = split < NR ? ctx->pixel_offsets[n + split] : 0;
-                ctx->isa->interleave(rows[0], rows[1], ctx->pixel_offsets[n], split, offset1, p->stride_width, out);
+            if (j0 + NR <= nc && n + NR <= N) {
+                ctx->isa->interleave(rows[0], rows[1], ctx->pixel_offsets + n, n % p->out_width, p->out_width,
+                                     p->stride_width, out);
                 continue;
             }
             for (int64_t j = 0; j < NR; j++) {  /* the last panel of the output, or of the column block */

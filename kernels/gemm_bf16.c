@@ -46,12 +46,12 @@ static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
 
-static void interleave_portable(const uint16_t *first, const uint16_t *second, int64_t offset0, int64_t split,
-                                int64_t offset1, int64_t stride, uint16_t *dst) {
+static void interleave_portable(const uint16_t *first, const uint16_t *second, const int32_t *at, int64_t column,
+                                int64_t width, int64_t stride, uint16_t *dst) {
+    (void)column, (void)width, (void)stride;
     for (int64_t j = 0; j < ORTX_GEMM_NR; j++) {
-        int64_t at = j < split ? offset0 + j * stride : offset1 + (j - split) * stride;
-        dst[2 * j] = first[at];
-        dst[2 * j + 1] = second ? second[at] : 0;
+        dst[2 * j] = first[at[j]];
+        dst[2 * j + 1] = second ? second[at[j]] : 0;
     }
 }
 
@@ -203,16 +203,17 @@ static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
 
 /* How ortx_bgemm splits the work on `num_threads` threads (step 1). When tasks split M and B is produced at run
  * time, each task would round all of B again (8 tasks: 8 times; ResNet-18's 512 @7x7 3x3 convs, whose im2col
- * gathers are slow): B is then rounded once, in parallel, into one shared K-pair copy (up to SHARED_B_MAX
- * elements) that every task reads as prepacked. */
-#define SHARED_B_MAX (4 << 20)
+ * gathers are slow): B is then rounded once, in parallel, into one shared K-pair copy (up to SHARED_MAX
+ * elements) that every task reads as prepacked. Likewise a raw A when tasks split N (the activations of a
+ * Gemm/MatMul: BERT's 128 x 256 x 1024 rounded A 8 times). */
+#define SHARED_MAX (4 << 20)
 
 typedef struct bgemm_plan {
-    int threads, split_n, shared_b;
+    int threads, split_n, shared_a, shared_b;
     int64_t parts;
 } bgemm_plan;
 
-static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int b_is_packed) {
+static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int a_is_packed, int b_is_packed) {
     int64_t m_panels = ortx_round_up(M, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
     bgemm_plan plan;
@@ -224,15 +225,25 @@ static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int 
     parts = max64(plan.threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * plan.threads));
     plan.parts = parts / plan.threads * plan.threads;
     plan.shared_b = !b_is_packed && !plan.split_n && plan.parts > 1 &&
-                    ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_B_MAX;
+                    ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_MAX;
+    plan.shared_a = !a_is_packed && plan.split_n && plan.parts > 1 &&
+                    ortx_bgemm_packed_elements(M, K, ORTX_BGEMM_MR) <= SHARED_MAX;
     return plan;
 }
 
+static int64_t shared_floats(int64_t rows, int64_t K, int64_t panel) {
+    return ortx_round_up(ortx_bgemm_packed_elements(rows, K, panel) / 2, 16);
+}
+
 int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
-    int threads = num_threads < 1 ? 1 : num_threads, shared_b = 0;
-    for (int t = 1; t <= threads; t++) shared_b |= plan_of(M, N, K, t, 0).shared_b;  /* run on <= threads */
-    int64_t shared_floats = shared_b ? ortx_round_up(ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) / 2, 16) : 0;
-    return threads * thread_floats(M, N, K) + shared_floats + 16;
+    int threads = num_threads < 1 ? 1 : num_threads, shared_a = 0, shared_b = 0;
+    for (int t = 1; t <= threads; t++) {  /* a kernel may run on fewer threads than it was sized for */
+        bgemm_plan plan = plan_of(M, N, K, t, 0, 0);
+        shared_a |= plan.shared_a;
+        shared_b |= plan.shared_b;
+    }
+    return threads * thread_floats(M, N, K) + (shared_a ? shared_floats(M, K, ORTX_BGEMM_MR) : 0) +
+           (shared_b ? shared_floats(N, K, ORTX_GEMM_NR) : 0) + 16;
 }
 
 /* One tile at c (rows x cols valid; `vectors` B panels); edge tiles through a scratch tile. */
@@ -357,14 +368,14 @@ static void bgemm_task(void *context, int64_t task, int thread) {
 }
 
 /* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */
-typedef struct shared_b_job {
+typedef struct shared_job {
     const bgemm_job *job;
     uint16_t *packed;
     int64_t n_blocks;
-} shared_b_job;
+} shared_job;
 
 static void shared_b_task(void *context, int64_t task, int thread) {
-    const shared_b_job *pack = context;
+    const shared_job *pack = context;
     const bgemm_job *job = pack->job;
     const ortx_bgemm_operand *B = job->B;
     thread_layout layout = layout_of(job->M, job->N, job->K);
@@ -383,6 +394,18 @@ static void shared_b_task(void *context, int64_t task, int thread) {
     }
 }
 
+/* Rounds A's (K block, MC block) `task` into the shared K-pair copy. */
+static void shared_a_task(void *context, int64_t task, int thread) {
+    (void)thread;
+    const shared_job *pack = context;  /* n_blocks counts MC blocks here */
+    const bgemm_job *job = pack->job;
+    int64_t block = ortx_bgemm_block_depth(job->K);
+    int64_t pc = task / pack->n_blocks * block, ic = task % pack->n_blocks * ORTX_GEMM_MC;
+    int64_t kc = min64(block, job->K - pc), mc = min64(ORTX_GEMM_MC, job->M - ic);
+    pack_a_raw(job->isa, job->A, ic, mc, pc, kc,
+               pack->packed + pc * ortx_round_up(job->M, ORTX_BGEMM_MR) + ic * 2 * ((kc + 1) / 2));
+}
+
 void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, const ortx_bgemm_operand *B, float *C,
                 int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads) {
     if (M <= 0 || N <= 0) return;
@@ -395,19 +418,27 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
     }
     int64_t m_panels = ortx_round_up(M, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
-    bgemm_plan plan = plan_of(M, N, K, num_threads, B->packed != NULL);
+    bgemm_plan plan = plan_of(M, N, K, num_threads, A->packed != NULL, B->packed != NULL);
     bgemm_job job = {ortx_bgemm_select_isa(), M, N, K, A, B, C, ldc, epilogue,
                      ((uintptr_t)workspace + 63) & ~(uintptr_t)63, thread_floats(M, N, K), m_panels, n_panels,
                      plan.split_n, plan.parts};
-    ortx_bgemm_operand shared = {NULL, NULL, 0, 0, NULL, NULL, NULL};
+    ortx_bgemm_operand shared_a = {NULL, NULL, 0, 0, NULL, NULL, NULL}, shared_b = shared_a;
+    float *shared = (float *)job.base + plan.threads * job.per_thread;
+    int64_t block = ortx_bgemm_block_depth(K), k_blocks = (K + block - 1) / block;
     if (plan.shared_b) {
-        uint16_t *packed = (uint16_t *)((float *)job.base + plan.threads * job.per_thread);
-        int64_t block = ortx_bgemm_block_depth(K);
-        int64_t k_blocks = (K + block - 1) / block, n_blocks = (N + ORTX_GEMM_NC - 1) / ORTX_GEMM_NC;
-        shared_b_job pack = {&job, packed, n_blocks};
+        int64_t n_blocks = (N + ORTX_GEMM_NC - 1) / ORTX_GEMM_NC;
+        shared_job pack = {&job, (uint16_t *)shared, n_blocks};
         ortx_parallel_for(plan.threads, k_blocks * n_blocks, shared_b_task, &pack);
-        shared.packed = packed;
-        job.B = &shared;
+        shared_b.packed = (uint16_t *)shared;
+        job.B = &shared_b;
+        shared += shared_floats(N, K, ORTX_GEMM_NR);
+    }
+    if (plan.shared_a) {
+        int64_t m_blocks = (M + ORTX_GEMM_MC - 1) / ORTX_GEMM_MC;
+        shared_job pack = {&job, (uint16_t *)shared, m_blocks};
+        ortx_parallel_for(plan.threads, k_blocks * m_blocks, shared_a_task, &pack);
+        shared_a.packed = (uint16_t *)shared;
+        job.A = &shared_a;
     }
     ortx_parallel_for(plan.threads, plan.parts, bgemm_task, &job);
 }

@@ -92,11 +92,12 @@ typedef void (*ortx_bgemm_micro_fn)(int64_t pairs, const uint16_t *a, const uint
 typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, int64_t count, uint16_t *dst);
 /* dst[j] = bf16(src[j]) for j < count. */
 typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
-/* One K pair of a 16-pixel panel from two rows of bf16 values: dst[2j] = first[at(j)], dst[2j+1] = second[at(j)]
- * (0 when second is NULL) for j < NR, at(j) = offset0 + j*stride for j < split, offset1 + (j-split)*stride after
- * (a panel crossing one output row end); stride 1 or 2; reads only the elements it uses. */
-typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, int64_t offset0, int64_t split,
-                                        int64_t offset1, int64_t stride, uint16_t *dst);
+/* One K pair of a 16-pixel panel of a conv's patch matrix from two rows of bf16 values: dst[2j] = first[at[j]],
+ * dst[2j+1] = second[at[j]] (0 when second is NULL) for j < NR. The pixels run along output rows of `width`
+ * pixels, the first at column `column`: inside a row at[j+1] = at[j] + stride (1 or 2), so each row's run is one
+ * masked load; reads only the elements it uses. */
+typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, const int32_t *at,
+                                        int64_t column, int64_t width, int64_t stride, uint16_t *dst);
 
 typedef struct ortx_bgemm_isa {
     const char *name;

@@ -95,32 +95,36 @@ ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_
     }
 }
 
-/* Stride 1: the 16 values of each row in a ymm (two masked loads when the panel crosses a row end), vpermw pairs
- * them up. Stride 2: 31 elements of each row in a zmm, vpermt2w takes the even ones of both, paired. */
-ORTX_TARGET_AVX512_BF16 static inline __m512i strided_row(const uint16_t *row, int64_t offset0, int64_t split,
-                                                          int64_t offset1, int64_t stride) {
-    if (stride == 1) {
-        __mmask16 head = (__mmask16)((1u << split) - 1u);
-        __m256i values = _mm256_maskz_loadu_epi16(head, row + offset0);
-        if (split < 16) values = _mm256_mask_loadu_epi16(values, (__mmask16)~head, row + offset1 - split);
-        return _mm512_castsi256_si512(values);
+/* Stride 1: the 16 values of a row in a ymm, one masked load per output-row run; vpermw pairs the two rows up.
+ * Stride 2 (or more): the run's elements at even positions of a zmm (element j at 2j), vpermt2w takes the even
+ * ones of both rows, paired; larger strides gather element by element. */
+ORTX_TARGET_AVX512_BF16 static inline __m512i strided_row(const uint16_t *row, const int32_t *at, int64_t column,
+                                                          int64_t width, int64_t stride) {
+    __m512i values = _mm512_setzero_si512();
+    for (int64_t j = 0; j < 16;) {
+        int64_t run = width - column < 16 - j ? width - column : 16 - j;
+        uint32_t lanes = (uint32_t)(((1u << run) - 1u) << j);
+        if (stride == 1) {
+            values = _mm512_mask_loadu_epi16(values, (__mmask32)lanes, row + at[j] - j);
+        } else {  /* element j at lane 2j: the even lanes of [2j, 2(j + run)) */
+            uint32_t even = (uint32_t)((((uint64_t)1 << (2 * (j + run))) - ((uint64_t)1 << (2 * j))) & 0x55555555u);
+            values = _mm512_mask_loadu_epi16(values, (__mmask32)even, row + at[j] - 2 * j);
+        }
+        j += run;
+        column = 0;
     }
-    __mmask32 used = (__mmask32)0x55555555u;  /* even elements 0 .. 30 */
-    __mmask32 head = (__mmask32)(((uint64_t)1 << (2 * split)) - 1u) & used;
-    __m512i values = _mm512_maskz_loadu_epi16(head, row + offset0);
-    if (split < 16) values = _mm512_mask_loadu_epi16(values, used & ~head, row + offset1 - 2 * split);
     return values;
 }
 
 ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
-                                                           int64_t offset0, int64_t split, int64_t offset1,
+                                                           const int32_t *at, int64_t column, int64_t width,
                                                            int64_t stride, uint16_t *dst) {
     static const uint16_t pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     static const uint16_t even_pairs[32] = {0, 32, 2, 34, 4, 36, 6, 38, 8, 40, 10, 42, 12, 44, 14, 46,
                                             16, 48, 18, 50, 20, 52, 22, 54, 24, 56, 26, 58, 28, 60, 30, 62};
-    __m512i a = strided_row(first, offset0, split, offset1, stride);
-    __m512i b = second ? strided_row(second, offset0, split, offset1, stride) : _mm512_setzero_si512();
+    __m512i a = strided_row(first, at, column, width, stride);
+    __m512i b = second ? strided_row(second, at, column, width, stride) : _mm512_setzero_si512();
     __m512i result;
     if (stride == 1) {
         __m512i both = _mm512_inserti64x4(a, _mm512_castsi512_si256(b), 1);

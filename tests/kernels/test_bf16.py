@@ -215,6 +215,7 @@ CONV_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (8, 13, 20, 3, 2, 1, 1, 1),    # Case 3: im2col, strided
     (3, 7, 17, 7, 2, 3, 1, 1),     # a stem
     (16, 24, 12, 3, 1, 1, 4, 1),   # grouped
+    (4, 6, 20, 3, 3, 1, 1, 1),     # Case 3: im2col (stride 3)
     (6, 11, 15, 3, 1, 2, 1, 2),    # dilated, narrow output: im2col
     (6, 11, 18, 3, 1, 2, 1, 2),    # dilated from bf16 planes (output 18 wide: panels across row ends)
     (7, 12, 21, 3, 1, 1, 1, 1),    # stride 1, output 21 wide: one row end inside most panels
