@@ -9,9 +9,10 @@ onnx.checker, report. The output is standard ONNX (Cast, QuantizeLinear/Dequanti
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import onnx
 import onnx.version_converter
@@ -24,9 +25,10 @@ from ortx.quantization.mixed_report import LayerChoice, MixedPrecisionReport
 from ortx.quantization.mixed_search import OBJECTIVES, search
 from ortx.quantization.plan import QuantizationError
 from ortx.quantization.precisions import (DEFAULT_BLOCK_SIZE, INT4_MIN_OPSET, PRECISIONS, PrecisionError,
-                                          default_opset, find_layers, ort_support)
+                                          Layer, default_opset, find_layers, ort_support)
 from ortx.quantization.quantize_model import ACTIVATION_DTYPES, prepare_model
-from ortx.quantization.sensitivity import Evaluator, Metric, analyse_sensitivity, resolve_metric
+from ortx.quantization.sensitivity import (Evaluator, Metric, SensitivityRecord, analyse_sensitivity,
+                                           resolve_metric)
 
 DEFAULT_PRECISIONS = ("fp32", "fp16", "int8", "int4")
 
@@ -71,13 +73,33 @@ def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     return upgraded
 
 
+def _reused_records(records: Sequence[SensitivityRecord], layers: list[Layer], precisions: list[str],
+                    objective: str) -> list[SensitivityRecord]:
+    """The given records for these layers and precisions; ValueError naming `sensitivity` when any is missing."""
+    by_key = {(record.node, record.precision): record for record in records}
+    missing = [f"{layer.node} at {precision}" for layer in layers for precision in precisions
+               if (layer.node, precision) not in by_key]
+    if missing:
+        raise ValueError(f"sensitivity: no record for {', '.join(missing[:5])}"
+                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                         + "; pass the report.sensitivity of a run on the same model, options and precisions")
+    untimed = [f"{layer.node} at {precision}" for layer in layers for precision in precisions
+               if precision != "fp32" and objective == "latency" and by_key[layer.node, precision].latency_ms is None
+               and math.isfinite(by_key[layer.node, precision].error)]
+    if untimed:
+        raise ValueError(f"sensitivity: objective latency needs timed records; {untimed[0]} has none (the earlier "
+                         "run used objective size)")
+    return [by_key[layer.node, precision] for layer in layers for precision in precisions]
+
+
 def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
                     precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
                     method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
                     activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
                     exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
                     error_samples: int | None = None, optimize: bool = True,
-                    threads: int = 2, progress: MixedProgress | None = None
+                    threads: int = 2, progress: MixedProgress | None = None,
+                    sensitivity: Sequence[SensitivityRecord] | None = None
                     ) -> tuple[onnx.ModelProto, MixedPrecisionReport]:
     """Returns (model, report). `budget`: the largest error of `metric` ("relative_l2", "cosine" for 1 - cosine,
     or metric(reference, candidate) -> float over per-sample lists of outputs) the written model may have on the
@@ -85,7 +107,9 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     "size" (serialized bytes) or "latency" (ORT CPU median on `threads` threads). `precisions`: any of
     fp32, fp16, bf16, int8, int4 (fp32 is always allowed). `method`, `percentile`, `activation_dtype` calibrate
     int8 layers as ortx.quantize does; `block_size` blocks int4 MatMul/Gemm weights along K (0: per channel).
-    Layers named in `exclude_nodes` or of an op type in `exclude_op_types` stay fp32."""
+    Layers named in `exclude_nodes` or of an op type in `exclude_op_types` stay fp32. `sensitivity`: the records of
+    an earlier report on the same model, samples and options (report.sensitivity), to try another budget without
+    measuring every layer again."""
     start = time.perf_counter()
     budget = check_budget(budget)
     if objective not in OBJECTIVES:
@@ -134,9 +158,14 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     def build(assignment: dict[str, str]) -> onnx.ModelProto:
         return build_mixed_model(proto, layers, assignment, ranges=ranges, block_size=block_size)
 
-    records = analyse_sensitivity(
-        proto, layers, chosen, build, evaluator, latency=objective == "latency",
-        progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+    sensitivity_start = time.perf_counter()
+    if sensitivity is None:
+        records = analyse_sensitivity(
+            proto, layers, chosen, build, evaluator, latency=objective == "latency",
+            progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+    else:
+        records = _reused_records(sensitivity, layers, chosen, objective)
+    sensitivity_seconds = time.perf_counter() - sensitivity_start
     counter = itertools.count(1)
 
     def measure(assignment: dict[str, str]) -> float:
@@ -161,6 +190,6 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     notes += [f"op type {op_type} excluded: kept fp32" for op_type in sorted(exclude_op_types)]
     report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluation), result.error,
                                   proto.ByteSize(), mixed.ByteSize(), choices, records, result.steps,
-                                  result.fell_back_to_fp32, time.perf_counter() - start, latency, fp32_latency,
-                                  notes)
+                                  result.fell_back_to_fp32, time.perf_counter() - start, sensitivity_seconds,
+                                  sensitivity is not None, latency, fp32_latency, notes)
     return mixed, report
