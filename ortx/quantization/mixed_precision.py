@@ -174,7 +174,11 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
             progress("search", next(counter), None)
         return error
 
-    result = search(records, budget, objective, measure)
+    def measure_latency(assignment: dict[str, str]) -> float:
+        latency_ms, fp32_ms = evaluator.latency_ms(evaluator.session(build(assignment)))
+        return latency_ms / fp32_ms
+
+    result = search(records, budget, objective, measure, measure_latency)
     mixed = clamp_ir_version(build(result.assignment))
     onnx.checker.check_model(mixed)
     latency = fp32_latency = None
