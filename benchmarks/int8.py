@@ -105,6 +105,8 @@ def main() -> int:
     parser.add_argument("--quiet-wait", type=float, default=120.0,
                         help="seconds to wait, before timing each model, for the shared host to be idle for 2 s")
     args = parser.parse_args()
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()  # the code measured: read before anything runs
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         keys = args.models.split(",")
@@ -126,8 +128,6 @@ def main() -> int:
                   f"; OrtxEP / ORT best int8 {times['OrtxEP int8'] / times[best]:.2f}, claimed "
                   f"{100 * assignment.claimed_mac_share:.1f}%, {assignment.segments} segment(s)", flush=True)
     ratios = [times["OrtxEP int8"] / times[best] for _, _, times, _, best, _, _ in rows]
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, kernel "
         f"ISA {_kernels.selected_isa()}, {args.threads} threads for every engine, median of {args.runs} runs "

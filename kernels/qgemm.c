@@ -380,8 +380,12 @@ static void depthwise_plane(void *context, int64_t task, int thread_index) {
         }
         int64_t left = min64(p->pad_left, j->plane_width), right = min64(j->plane_width, p->pad_left + p->in_width);
         memset(line, zero_u, (size_t)left);
-        const uint8_t *source = in + source_row * p->in_width;
-        for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+        const uint8_t *source = in + source_row * p->in_width - p->pad_left;
+        if (mask) {
+            for (int64_t column = left; column < right; column++) line[column] = source[column] ^ mask;
+        } else {
+            memcpy(line + left, source + left, (size_t)(right - left));
+        }
         if (right < j->plane_width) memset(line + right, zero_u, (size_t)(j->plane_width - right));
     }
     memset(plane + j->plane_height * j->plane_width, zero_u, 64);
