@@ -14,7 +14,8 @@
    the answer is every layer fp32, whose error is 0 by definition.
 5. Objective latency: latencies do not add either (on PP-OCR cls, ten int8 layers that each cost ORT ~nothing
    alone made it 7x slower together), so the full sequence (every layer at its most accurate option, about fp32's
-   speed) is measured too, every measured mix within the budget is timed against fp32, and the fastest is kept.
+   speed) is measured too, every measured mix within the budget is timed against fp32, and the smallest of those
+   within LATENCY_NOISE of the fastest is kept.
 Limits: bisection assumes the measured error falls as upgrades are applied; where it does not, the answer still
 holds the budget (it was measured) but a shorter prefix may have held it too. Latency costs come from one layer
 changed at a time, so they are noisy where a layer's share of the run time is below the host's noise.
@@ -122,6 +123,11 @@ def assignment_after(chains: dict[str, list[Option]], sequence: list[tuple[str, 
     return {node: chains[node][index].precision for node, index in position.items()}
 
 
+def _bytes(chains: dict[str, list[Option]], assignment: dict[str, str]) -> int:
+    return sum(next(option.bytes for option in chains[node] if option.precision == precision)
+               for node, precision in assignment.items())
+
+
 def search(records: list[SensitivityRecord], budget: float, objective: str,
            measure: Callable[[dict[str, str]], float],
            measure_latency: Callable[[dict[str, str]], float] | None = None) -> SearchResult:
@@ -157,8 +163,10 @@ def search(records: list[SensitivityRecord], budget: float, objective: str,
             else:
                 failing = middle
     if timed:   # step 5
-        for step in steps:
-            if step.within_budget:
-                step.latency_ratio = measure_latency(assignment_after(chains, sequence, step.upgrades))
-        holding = min((step for step in steps if step.within_budget), key=lambda step: step.latency_ratio).upgrades
+        within = [step for step in steps if step.within_budget]
+        for step in within:
+            step.latency_ratio = measure_latency(assignment_after(chains, sequence, step.upgrades))
+        fastest = min(step.latency_ratio for step in within)
+        holding = min((step for step in within if step.latency_ratio <= fastest + LATENCY_NOISE),
+                      key=lambda step: _bytes(chains, assignment_after(chains, sequence, step.upgrades))).upgrades
     return SearchResult(assignment_after(chains, sequence, holding), measured[holding], steps, len(sequence), False)

@@ -84,3 +84,13 @@ def test_latency_objective_keeps_the_fastest_measured_mix_within_budget():
     result = search(records, 0.05, "latency", lambda assignment: 0.001 * len(assignment), latency)
     assert set(result.assignment.values()) <= {"fp16", "fp32"} and len(timed) == 2
     assert [step.latency_ratio for step in result.steps] == [1.5, 1.0]
+
+
+def test_latency_objective_takes_the_smallest_of_equally_fast_mixes():
+    records = [SensitivityRecord(node, "Conv", precision, error, size, 10.0, 10.0)
+               for node in ("a", "b") for precision, error, size in
+               (("fp32", 0.0, 1000), ("fp16", 0.001, 500), ("int8", 0.01, 260))]
+    # the mixes with fewer upgrades are smaller; all run within noise of each other
+    ratios = iter([1.0 + LATENCY_NOISE / 2, 1.0, 1.0 + LATENCY_NOISE / 3, 1.0])
+    result = search(records, 0.05, "latency", lambda assignment: 0.001, lambda assignment: next(ratios, 1.0))
+    assert result.assignment == {"a": "int8", "b": "int8"}
