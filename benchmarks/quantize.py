@@ -48,8 +48,10 @@ def random_inputs(count: int, shape: tuple, seed: int) -> np.ndarray:
 
 
 def ort_quantize_static(fp32: onnx.ModelProto, name: str, samples: np.ndarray, *,
-                        calibrate_method: str = "MinMax", op_types: list[str] | None = None) -> onnx.ModelProto:
-    """onnxruntime's quantize_static: QDQ, per-channel, U8S8; `calibrate_method` names a CalibrationMethod;
+                        calibrate_method: str = "MinMax", op_types: list[str] | None = None,
+                        activation_type: str = "QUInt8") -> onnx.ModelProto:
+    """onnxruntime's quantize_static: QDQ, per-channel, int8 weights, U8S8 (`activation_type` "QInt8": S8S8);
+    `calibrate_method` names a CalibrationMethod;
     `op_types` restricts the quantized op types (ORT's default: every op type it supports). A model below opset 13
     is converted to 13 first (as ortx.quantize does), else ORT writes per-channel DequantizeLinear it can't load."""
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
@@ -70,7 +72,7 @@ def ort_quantize_static(fp32: onnx.ModelProto, name: str, samples: np.ndarray, *
         with open(source, "wb") as stream:
             stream.write(to_ort_bytes(fp32))
         quantize_static(source, target, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        activation_type=QuantType[activation_type], weight_type=QuantType.QInt8,
                         calibrate_method=CalibrationMethod[calibrate_method], op_types_to_quantize=op_types)
         return onnx.load(target)
 

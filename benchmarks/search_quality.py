@@ -1,27 +1,37 @@
 """Search quality (issue #4): best-so-far against trials for random and cost-model-guided (evolutionary) search on
 conv layers' GEMM schedule spaces, and how many trials the guided search needs to reach random's final result.
 
-    python benchmarks/search_quality.py [--trials 64] [--seeds 3] [--threads 2] [--shapes LABEL,...]
-                                        [--plot search_quality.png] [--write BENCHMARKS.md]
+    python benchmarks/search_quality.py [--trials 64] [--seeds 3] [--threads 1] [--shapes LABEL,...]
+                                        [--table PATH] [--sample N] [--no-transfer] [--plot PNG] [--write BENCHMARKS.md]
 
-1. Tasks: each conv layer of CONV_LAYERS as the GEMM its im2col form computes (M = Cout, N = H*W of the output,
-   K = Cin*kh*kw; weights [M, K] times patches [K, N], both contiguous) in the generated GEMM's schedule space
+1. Tasks: each conv layer as the GEMM its im2col form computes (M = Cout, N = H*W of the output, K = Cin*kh*kw;
+   weights [M, K] times patches [K, N], both contiguous) in the generated GEMM's schedule space
    (ortx.tune.gemm_space, the machine's widest ISA), measured by its runner (built, checked against a float64
-   product, timed over rotating operand copies).
-2. Per layer and seed, RandomSearch and EvolutionarySearch (ridge cost model) advance in lockstep, one batch each
-   in turn, through one memoised measure: a schedule both propose is measured once, so both see the same time for
-   it, and both see the same machine load over time. Each has its own record database (no resumption across);
-   with the same seed both start from the same random samples (EvolutionarySearch's `initial` phase).
-3. Printed: per layer, best-so-far after 1, 2, 4, ... trials (median over seeds), both finals, the default
+   product, timed over rotating operand copies; the fastest of 20 runs, since a shared host only slows runs).
+   DEVELOPMENT_LAYERS are the layers the method was developed on, EVALUATION_LAYERS (the default --shapes) were
+   not looked at while developing it.
+2. Measurements are replayed: every measured schedule is stored in --table (JSON: per layer, schedule -> status
+   and ms, valid for one fingerprint key, thread count, template hash and timing setting) and a later run reads
+   it instead of measuring again, so both searches of every seed see the same number for a schedule, and the
+   searches can be re-run without the machine. Schedules not in the table are measured and added.
+3. Transfer: the guided search's database holds, before it starts, the table's records of the development
+   layers (never of the layer being searched), under this machine's fingerprint; ortx.tune.gemm_space's
+   guided_search reads them through gemm_features.transfer_data (fingerprint-matched) to seed its cost model.
+   --sample N first measures N seeded uniform samples of each development layer (the transfer records).
+4. Per layer and seed, RandomSearch and the guided search advance in lockstep, one batch each in turn, through
+   one memoised measure; each has its own record database.
+5. Printed: per layer, best-so-far after 1, 2, 4, ... trials (median over seeds), both finals, the default
    schedule's time, and per seed the first trial where guided's best-so-far is <= random's final (the issue's
    goal: at most half the trials); with matplotlib ([plot] extra), a PNG of best-so-far against trials.
-Everything but the space and its runner goes through Task / Space / measure (`compare`), so any schedule space can
-be compared the same way. Not run by CI: it compiles and times hundreds of kernels.
+Threads: 1 by default. On the shared 2-core host the same schedule timed on 2 threads twice differed by up to 2x
+(load 6-9 from other work), on 1 thread by about 5%, so 2-thread tables rank noise (--threads 2 still works).
+Not run by CI: it compiles and times hundreds of kernels.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -32,17 +42,26 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ortx.tune.fingerprint import current  # noqa: E402
 from ortx.tune.records import TuningDatabase  # noqa: E402
-from ortx.tune.search import EvolutionarySearch, RandomSearch, TaskProgress, measure_round  # noqa: E402
+from ortx.tune.search import RandomSearch, TaskProgress, measure_round  # noqa: E402
 
 # Conv layers as (label, model and layer, Cout, Cin, kh, kw, output H, output W), from the models of issue #4.
-CONV_LAYERS = (
+# Development layers: the search method was tuned on these, and their measurements are the transfer records.
+DEVELOPMENT_LAYERS = (
+    ("resnet18_128@28_3x3", "ResNet-18-style layer2 3x3 conv, 28x28", 128, 128, 3, 3, 28, 28),
+    ("resnet18_512@7_3x3", "ResNet-18-style layer4 3x3 conv, 7x7", 512, 512, 3, 3, 7, 7),
+    ("ppocr_det_384@20_1x1", "PP-OCRv4 det p2o.Conv.28 (backbone 1x1, 384->384) at 640x640 input", 384, 384, 1, 1,
+     20, 20),
+    ("mobilenetv2_144@56_1x1", "MobileNetV2-style block 2 expansion 1x1 (24->144), 56x56", 144, 24, 1, 1, 56, 56),
+)
+# Evaluation layers: never used while developing the method; searched with transfer from the development layers.
+EVALUATION_LAYERS = (
     ("resnet18_64@56_3x3", "ResNet-18-style layer1 3x3 conv, 56x56", 64, 64, 3, 3, 56, 56),
     ("resnet18_256@14_3x3", "ResNet-18-style layer3 3x3 conv, 14x14", 256, 256, 3, 3, 14, 14),
     ("ppocr_det_24@160_3x3", "PP-OCRv4 det p2o.Conv.58 (neck, 96->24 3x3) at 640x640 input", 24, 96, 3, 3, 160, 160),
-    ("ppocr_det_384@20_1x1", "PP-OCRv4 det p2o.Conv.28 (backbone 1x1, 384->384) at 640x640 input", 384, 384, 1, 1,
-     20, 20),
 )
-STRATEGIES = {"random": RandomSearch, "guided": EvolutionarySearch}
+CONV_LAYERS = DEVELOPMENT_LAYERS + EVALUATION_LAYERS
+DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "search_quality_table.json")
+STRATEGIES = ("random", "guided")
 CHECKPOINTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -52,7 +71,9 @@ class Comparison:
     description: str
     default_ms: float | None
     curves: dict[str, list[list[float]]]  # strategy -> per seed, best-so-far ms after each trial
-    measurements: int  # distinct schedules measured (the memo's size)
+    measurements: int  # distinct schedules known (the memo's size: replayed and new)
+    fresh: int  # measured by this run (the rest were replayed from the table)
+    transfer: int  # records of other layers in the guided search's database
     seconds: float
 
     def final(self, strategy: str) -> list[float]:
@@ -68,33 +89,92 @@ class Comparison:
 
 
 class MemoisedMeasure:
-    """measure(pairs) that measures each distinct schedule once and answers repeats from memory."""
+    """measure(pairs) that measures each distinct schedule once and answers repeats from memory; `known` preloads
+    results (a MeasurementTable's replayed rows)."""
 
-    def __init__(self, measure):
+    def __init__(self, measure, known=None):
         self.measure = measure
-        self.results = {}
+        self.results = dict(known or {})
+        self.fresh = 0  # measured by this process, not replayed
 
     def __call__(self, pairs):
         fresh = [(task, schedule) for task, schedule in dict.fromkeys(pairs) if schedule not in self.results]
         if fresh:
             for (_, schedule), result in zip(fresh, self.measure(fresh), strict=True):
                 self.results[schedule] = result
+            self.fresh += len(fresh)
         return [self.results[schedule] for _, schedule in pairs]
 
 
-def compare(task, measure, *, trials: int, seed: int, batch: int) -> dict[str, list[float]]:
-    """Random and guided search on `task`, in lockstep through `measure` (pairs -> results): best-so-far per trial."""
+class MeasurementTable:
+    """Measurements kept in a JSON file so a comparison can be replayed: per layer, one row per schedule
+    (its values in choice-name order, status, ms). Rows count only on the machine (fingerprint key), thread count
+    and GEMM template they were measured with; the file holds one such context and is replaced on another."""
+
+    def __init__(self, path: str | None, context: dict):
+        self.path = path
+        self.context = context
+        self.layers: dict[str, dict] = {}
+        if path and os.path.exists(path):
+            with open(path) as handle:
+                data = json.load(handle)
+            if data.get("context") == context:
+                self.layers = data["layers"]
+            else:
+                print(f"{path}: measured on another machine, thread count or template; not replayed", flush=True)
+
+    def results(self, label: str, space) -> dict:
+        from ortx.tune.runner import MeasureResult
+        from ortx.tune.space import Schedule
+
+        layer = self.layers.get(label)
+        if layer is None:
+            return {}
+        found = {}
+        for *values, status, median_ms in layer["rows"]:
+            schedule = Schedule.of(dict(zip(layer["choices"], values)))
+            if space.contains(schedule):
+                found[schedule] = MeasureResult(schedule, status, median_ms, runs=1)
+        return found
+
+    def store(self, label: str, results: dict) -> None:
+        names = sorted(next(iter(results)).as_dict()) if results else []
+        self.layers[label] = {"choices": names, "rows": [[*(schedule[name] for name in names), result.status,
+                                                          None if result.median_ms is None
+                                                          else round(result.median_ms, 5)]
+                                                         for schedule, result in results.items()]}
+        if self.path:
+            if os.path.exists(self.path):  # keep what another run stored for other layers meanwhile
+                with open(self.path) as handle:
+                    data = json.load(handle)
+                if data.get("context") == self.context:
+                    self.layers = {**data["layers"], label: self.layers[label]}
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(os.path.abspath(self.path)), delete=False,
+                                             suffix=".tmp") as handle:
+                json.dump({"context": self.context, "layers": self.layers}, handle, separators=(",", ":"))
+            os.chmod(handle.name, 0o644)
+            os.replace(handle.name, self.path)
+
+
+def compare(task, measure, *, trials: int, seed: int, batch: int, make_guided,
+            transfer=()) -> dict[str, list[float]]:
+    """Random and guided search on `task`, in lockstep through `measure` (pairs -> results): best-so-far per trial.
+    `transfer`: TuningRecords of other tasks put in the guided search's database before it starts;
+    `make_guided(task, database, fingerprint, seed)` builds the guided strategy (it may read them)."""
     with tempfile.TemporaryDirectory() as directory:
         databases = {name: TuningDatabase(os.path.join(directory, f"{name}.sqlite")) for name in STRATEGIES}
         try:
             fingerprint = current()
-            progress = {}
-            for name, strategy in STRATEGIES.items():
-                databases[name].add_fingerprint(fingerprint)
-                progress[name] = TaskProgress(task, strategy(task.space, seed=seed))
+            for database in databases.values():
+                database.add_fingerprint(fingerprint)
+            for record in transfer:
+                databases["guided"].add(record)
+            progress = {"random": TaskProgress(task, RandomSearch(task.space, seed=seed)),
+                        "guided": TaskProgress(task, make_guided(task, databases["guided"], fingerprint, seed))}
             live = set(STRATEGIES)
             while live:
-                for name in list(STRATEGIES):
+                for name in STRATEGIES:
                     state = progress[name]
                     left = min(batch, trials - len(state.measured))
                     proposals = state.strategy.propose(left, state.measured) if left > 0 and name in live else []
@@ -109,44 +189,101 @@ def compare(task, measure, *, trials: int, seed: int, batch: int) -> dict[str, l
                 database.close()
 
 
+@dataclasses.dataclass
+class LayerTask:
+    task: object  # ortx.tune.search.Task
+    default: object  # its default Schedule
+    measure: object  # pairs -> MeasureResults (builds its runner on first use)
+
+
 def conv_gemm_space(threads: int):
-    """(make_task(layer) -> (task, measure, default_ms)) over the generated GEMM's space, or the reason it is not
-    there. Imported here so the rest of the script works on any Task/Space/measure."""
+    """(make_task(layer) -> LayerTask, description, context) over the generated GEMM's space, or (None, the reason
+    it is not there, None). Imported here so the rest of the script works on any Task/Space/measure."""
     try:
         from ortx.codegen import gemm
         from ortx.config import Options
         from ortx.tune import gemm_space
         from ortx.tune.runner import TimingSettings
     except ImportError as error:
-        return None, f"the GEMM schedule space (ortx.tune.gemm_space, ortx.codegen.gemm) is not in this checkout: {error}"
+        return None, f"the GEMM schedule space (ortx.tune.gemm_space, ortx.codegen.gemm) is not in this checkout: " \
+                     f"{error}", None
     options = Options.from_environment()
     isa = gemm.runnable_isas()[-1]
-    settings = TimingSettings(warmup_runs=2, timed_runs=10, rotations=4)
+    settings = TimingSettings(warmup_runs=2, timed_runs=20, rotations=4, statistic="min")
 
     def make_task(layer):
         _, _, cout, cin, kh, kw, height, width = layer
         problem = gemm.GemmProblem.dense(cout, height * width, cin * kh * kw)
         task = gemm_space.task_for(problem, threads, isa)
-        runner = gemm_space.GemmRunner(problem, threads, options, settings)
-        default = runner.measure(gemm_space.default_schedule(problem, isa, threads))
-        return task, (lambda pairs: runner([schedule for _, schedule in pairs])), (
-            default.median_ms if default.ok else None)
+        runners = []
 
-    return make_task, f"generated GEMM ({isa}), {threads} threads"
+        def measure(pairs):
+            if not runners:
+                runners.append(gemm_space.GemmRunner(problem, threads, options, settings))
+            return runners[0]([schedule for _, schedule in pairs])
+        return LayerTask(task, task.default, measure)
+
+    context = {"fingerprint": current(options).key, "threads": threads, "isa": isa,
+               "template": gemm.template_hash(), "timing": dataclasses.asdict(settings)}
+    return make_task, f"generated GEMM ({isa}), {threads} threads", context
 
 
-def run(layers, make_task, *, trials: int, seeds: int, batch: int) -> list[Comparison]:
+def make_guided(task, database, fingerprint, seed):
+    from ortx.tune import gemm_space
+
+    return gemm_space.guided_search(task, database, fingerprint, seed=seed)
+
+
+def transfer_records(layers, make_task, table: MeasurementTable, fingerprint_key: str, exclude: str) -> list:
+    """The table's ok rows of `layers` other than `exclude`, as TuningRecords of their own tasks (signatures)."""
+    from ortx.tune.records import TuningRecord
+
+    records = []
+    for layer in layers:
+        if layer[0] == exclude:
+            continue
+        task = make_task(layer).task
+        for schedule, result in table.results(layer[0], task.space).items():
+            records.append(TuningRecord(task.signature, fingerprint_key, task.template, schedule.as_dict(),
+                                        result.status, result.median_ms, result.detail, source="search_quality:table"))
+    return records
+
+
+def sample(layers, make_task, table: MeasurementTable, count: int) -> None:
+    """Measures `count` seeded uniform samples of each layer's space (what is not in the table yet) and stores them."""
+    import numpy as np
+
+    for layer in layers:
+        start = time.perf_counter()
+        work = make_task(layer)
+        memo = MemoisedMeasure(work.measure, table.results(layer[0], work.task.space))
+        rng = np.random.default_rng(20261203)
+        wanted = list(dict.fromkeys([work.default] + [work.task.space.sample(rng) for _ in range(count - 1)]))
+        for first in range(0, len(wanted), 16):
+            memo([(work.task, schedule) for schedule in wanted[first:first + 16]])
+            table.store(layer[0], memo.results)
+        print(f"{layer[0]}: {len(memo.results)} schedules in the table ({memo.fresh} measured now, "
+              f"{time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def run(layers, make_task, table: MeasurementTable, *, trials: int, seeds: int, batch: int,
+        transfer_layers=()) -> list[Comparison]:
     comparisons = []
     for layer in layers:
         start = time.perf_counter()
-        task, measure, default_ms = make_task(layer)
-        memo = MemoisedMeasure(measure)
+        work = make_task(layer)
+        memo = MemoisedMeasure(work.measure, table.results(layer[0], work.task.space))
+        (default,) = memo([(work.task, work.default)])
+        transfer = transfer_records(transfer_layers, make_task, table, table.context["fingerprint"], layer[0])
         curves = {name: [] for name in STRATEGIES}
         for seed in range(seeds):
-            for name, curve in compare(task, memo, trials=trials, seed=seed, batch=batch).items():
+            found = compare(work.task, memo, trials=trials, seed=seed, batch=batch, make_guided=make_guided,
+                            transfer=transfer)
+            for name, curve in found.items():
                 curves[name].append(curve)
-        comparisons.append(Comparison(layer[0], layer[1], default_ms, curves, len(memo.results),
-                                      time.perf_counter() - start))
+            table.store(layer[0], memo.results)
+        comparisons.append(Comparison(layer[0], layer[1], default.median_ms if default.ok else None, curves,
+                                      len(memo.results), memo.fresh, len(transfer), time.perf_counter() - start))
         print(render([comparisons[-1]], trials), flush=True)
     return comparisons
 
@@ -208,23 +345,37 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=64, help="schedules per search (default 64)")
     parser.add_argument("--seeds", type=int, default=3, help="searches per strategy and layer (default 3)")
     parser.add_argument("--batch", type=int, default=4, help="schedules per round (default 4)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--shapes", default=",".join(layer[0] for layer in CONV_LAYERS[:3]),
-                        help=f"comma-separated labels of {', '.join(layer[0] for layer in CONV_LAYERS)}")
+    parser.add_argument("--threads", type=int, default=1, help="threads of the GEMMs (default 1: see the module "
+                        "docstring)")
+    parser.add_argument("--shapes", default=",".join(layer[0] for layer in EVALUATION_LAYERS),
+                        help="comma-separated labels (default: the evaluation layers) of "
+                             f"{', '.join(layer[0] for layer in CONV_LAYERS)}")
+    parser.add_argument("--table", default=DEFAULT_TABLE, help="JSON of measurements to replay and extend "
+                        "(default %(default)s; '' measures everything afresh)")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="first measure N seeded random schedules of every development layer into the table")
+    parser.add_argument("--no-transfer", action="store_true",
+                        help="guided search without the development layers' records")
     parser.add_argument("--plot", default="search_quality.png", help="PNG path (needs matplotlib)")
     parser.add_argument("--write", metavar="BENCHMARKS.md", help="also write the 'Search quality' section there")
     args = parser.parse_args()
     known = {layer[0]: layer for layer in CONV_LAYERS}
-    unknown = [label for label in args.shapes.split(",") if label not in known]
+    labels = [label for label in args.shapes.split(",") if label]
+    unknown = [label for label in labels if label not in known]
     if unknown:
         parser.error(f"--shapes: unknown {unknown}; known: {', '.join(known)}")
-    make_task, description = conv_gemm_space(args.threads)
+    make_task, description, context = conv_gemm_space(args.threads)
     if make_task is None:
         print(f"search_quality: {description}; nothing to measure", file=sys.stderr)
         return 1
+    table = MeasurementTable(args.table or None, context)
+    if args.sample:
+        sample(DEVELOPMENT_LAYERS, make_task, table, args.sample)
+    if not labels:
+        return 0
     print(f"search quality on {description}: {args.trials} trials, {args.seeds} seeds, batches of {args.batch}")
-    comparisons = run([known[label] for label in args.shapes.split(",")], make_task, trials=args.trials,
-                      seeds=args.seeds, batch=args.batch)
+    comparisons = run([known[label] for label in labels], make_task, table, trials=args.trials, seeds=args.seeds,
+                      batch=args.batch, transfer_layers=() if args.no_transfer else DEVELOPMENT_LAYERS)
     if plot(comparisons, args.plot):
         print(f"plot: {args.plot}")
     else:

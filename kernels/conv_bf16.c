@@ -5,10 +5,10 @@
  * K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and are rounded to bf16 K pairs
  * in each thread's buffer:
  *   Case 1: a 1x1, stride-1, unpadded conv reads X as B;
- *   Case 2: stride-1 convs with outputs >= 32 columns: the input is rounded once into zero-padded bf16 planes
- *           (conv_planes.c's geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel panel
- *           inside an output row is two contiguous 32-byte rows interleaved: each input value is rounded once,
- *           not once per tap, and the fp32 staging pass is skipped;
+ *   Case 2: convs with stride 1 or 2: the input is rounded once into zero-padded bf16 planes (conv_planes.c's
+ *           geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel panel is two plane rows
+ *           read with one masked load per output-row run and interleaved: each input value is rounded once, not
+ *           once per tap, and the fp32 staging pass is skipped;
  *   Case 3: every other conv builds its patch rows from X (conv.c's im2col) in fp32, rounded while packed.
  * Known limits: depthwise and transposed convs have no bf16 kernel (the lowering keeps them fp32); conv2d_f32's
  * direct and pixel-rows forms have no bf16 counterpart.
@@ -29,9 +29,9 @@ static int is_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Case 2's rule, as conv.c's use_planes: stride 1 makes a panel row inside an output row one 64-byte copy. */
+/* Case 2's rule: inside an output row a panel's pixels are 1 or 2 apart in the planes (one masked load per run). */
 static int use_planes(const ortx_conv_params *p) {
-    return !is_pointwise(p) && p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR;
+    return !is_pointwise(p) && p->stride_width <= 2;
 }
 
 static int64_t gemm_floats(const ortx_conv_params *p, int threads) {
@@ -103,12 +103,12 @@ static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64
         for (int64_t j0 = 0; j0 < nc; j0 += NR) {
             int64_t n = n0 + j0;
             uint16_t *out = dst + j0 * 2 * pairs + q * NR * 2;
-            int32_t base = ctx->panel_offsets[n / NR];
-            if (base >= 0 && j0 + NR <= nc && rows[1] && p->stride_width == 1) {
-                ctx->isa->interleave(rows[0] + base, rows[1] + base, out);
+            if (j0 + NR <= nc && n + NR <= N) {
+                ctx->isa->interleave(rows[0], rows[1], ctx->pixel_offsets + n, n % p->out_width, p->out_width,
+                                     p->stride_width, out);
                 continue;
             }
-            for (int64_t j = 0; j < NR; j++) {  /* a panel crossing an output row end, or the last ones */
+            for (int64_t j = 0; j < NR; j++) {  /* the last panel of the output, or of the column block */
                 int valid = j0 + j < nc && n + j < N;
                 int32_t offset = valid ? ctx->pixel_offsets[n + j] : 0;
                 out[2 * j] = valid ? rows[0][offset] : 0;
@@ -152,7 +152,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
                 B.pack_b = ortx_conv_im2col_pack_b;
                 B.pack_context = &im2col;
             }
-            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_GEMM_MR), NULL, 0, 0,
+            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
                                     NULL, NULL, NULL};
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = {
@@ -181,6 +181,6 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
     int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
     out[0] = floats_needed * (int64_t)sizeof(float);
-    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_GEMM_MR);
+    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
     out[2] = 0;
 }

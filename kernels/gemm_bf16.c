@@ -3,12 +3,14 @@
  * gemm_bf16_avx512.c. Numerics and the packed K-pair format: gemm_bf16.h.
  *
  * The driver (ortx_bgemm) is ortx_sgemm's (gemm.c) with bf16 panels:
- *   1. split the output between threads over N (NR-column units) or M (MR-row units), as ortx_sgemm does;
- *   2. per thread: for each NC block of columns and KC block of depth, take B's panels (prepacked bf16 weights,
- *      or fp32 produced by pack_b / read raw and rounded to bf16 K pairs into the thread's buffer), then for each
- *      MC block of rows A's panels (prepacked bf16 weights, or raw fp32 rounded into K pairs while packed), and
- *      run the micro-kernel over every MR x NR (or MR x 2NR) tile;
- *   3. after a tile's last KC block, the fp32 epilogue (bias, residual, activation) on its fp32 accumulators.
+ *   1. split the output between threads over N (NR-column units) or M (ORTX_BGEMM_MR-row units), as ortx_sgemm
+ *      does; an operand every task would round again (raw A when N is split, B when M is) is rounded once,
+ *      in parallel, into a shared K-pair copy first (plan_of);
+ *   2. per thread: for each NC block of columns and K block (ortx_bgemm_block_depth), take B's panels (prepacked
+ *      bf16, written by pack_pairs, or fp32 produced by pack_b / read raw and rounded to bf16 K pairs into the
+ *      thread's buffer), then for each MC block of rows A's panels (prepacked, or raw fp32 rounded into K pairs),
+ *      and run the micro-kernel over every MR x NR (or MR x 2NR) tile;
+ *   3. after a tile's last K block, the fp32 epilogue (bias, residual, activation) on its fp32 accumulators.
  * Every output element is summed in the same order whatever the thread split. Edge tiles run the full
  * micro-kernel on a scratch tile. Known limits: A is always packed (no in-place read: rounding needs a copy).
  */
@@ -46,17 +48,19 @@ static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
 
-static void interleave_portable(const uint16_t *first, const uint16_t *second, uint16_t *dst) {
-    for (int j = 0; j < ORTX_GEMM_NR; j++) {
-        dst[2 * j] = first[j];
-        dst[2 * j + 1] = second[j];
+static void interleave_portable(const uint16_t *first, const uint16_t *second, const int32_t *at, int64_t column,
+                                int64_t width, int64_t stride, uint16_t *dst) {
+    (void)column, (void)width, (void)stride;
+    for (int64_t j = 0; j < ORTX_GEMM_NR; j++) {
+        dst[2 * j] = first[at[j]];
+        dst[2 * j + 1] = second ? second[at[j]] : 0;
     }
 }
 
 static inline void tile_portable(const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
                                  int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                  int64_t col0) {
-    enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR };
+    enum { MR = ORTX_BGEMM_MR, NR = ORTX_GEMM_NR };
     float acc[MR][2 * NR] = {{0}};
     for (int v = 0; v < vectors; v++) {
         const uint16_t *panel = b + v * NR * 2 * pairs;
@@ -103,8 +107,9 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
 void ortx_bgemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
                      int64_t panel, float scale, uint16_t *dst) {
     int64_t rows_padded = ortx_round_up(rows, panel);
-    for (int64_t k0 = 0; k0 < depth; k0 += ORTX_GEMM_KC) {
-        int64_t kc = min64(ORTX_GEMM_KC, depth - k0), pairs = (kc + 1) / 2;
+    const int64_t block = ortx_bgemm_block_depth(depth);
+    for (int64_t k0 = 0; k0 < depth; k0 += block) {
+        int64_t kc = min64(block, depth - k0), pairs = (kc + 1) / 2;
         for (int64_t r = 0; r < rows_padded; r++) {
             uint16_t *out = dst + k0 * rows_padded + (r / panel) * panel * 2 * pairs + (r % panel) * 2;
             for (int64_t k = 0; k < 2 * pairs; k++) {
@@ -154,8 +159,8 @@ static void pack_b_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *B, i
  * 32-bit pairs are dealt out with the panel's stride. */
 static void pack_a_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *A, int64_t m0, int64_t mc, int64_t k0,
                        int64_t kc, uint16_t *dst) {
-    const int64_t MR = ORTX_GEMM_MR, pairs = (kc + 1) / 2;
-    uint16_t row_bf16[ORTX_GEMM_KC + 2] __attribute__((aligned(64)));
+    const int64_t MR = ORTX_BGEMM_MR, pairs = (kc + 1) / 2;
+    uint16_t row_bf16[ORTX_BGEMM_KC_MAX + 2] __attribute__((aligned(64)));
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         uint16_t *out = dst + i0 * 2 * pairs;
         for (int64_t i = 0; i < MR; i++) {
@@ -186,9 +191,9 @@ typedef struct thread_layout {
 } thread_layout;
 
 static thread_layout layout_of(int64_t M, int64_t N, int64_t K) {
-    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
+    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_BGEMM_MR));
     int64_t nc = min64(ORTX_GEMM_NC, ortx_round_up(N, ORTX_GEMM_NR));
-    int64_t kc = min64(ORTX_GEMM_KC, ortx_round_up(K > 0 ? K : 1, 2));
+    int64_t kc = ortx_bgemm_block_depth(K);
     thread_layout layout = {ortx_round_up(mc * kc / 2, 16), ortx_round_up(kc * nc / 2, 16), ortx_round_up(kc * nc, 16)};
     return layout;
 }
@@ -200,17 +205,18 @@ static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
 
 /* How ortx_bgemm splits the work on `num_threads` threads (step 1). When tasks split M and B is produced at run
  * time, each task would round all of B again (8 tasks: 8 times; ResNet-18's 512 @7x7 3x3 convs, whose im2col
- * gathers are slow): B is then rounded once, in parallel, into one shared K-pair copy (up to SHARED_B_MAX
- * elements) that every task reads as prepacked. */
-#define SHARED_B_MAX (4 << 20)
+ * gathers are slow): B is then rounded once, in parallel, into one shared K-pair copy (up to SHARED_MAX
+ * elements) that every task reads as prepacked. Likewise a raw A when tasks split N (the activations of a
+ * Gemm/MatMul: BERT's 128 x 256 x 1024 rounded A 8 times). */
+#define SHARED_MAX (4 << 20)
 
 typedef struct bgemm_plan {
-    int threads, split_n, shared_b;
+    int threads, split_n, shared_a, shared_b;
     int64_t parts;
 } bgemm_plan;
 
-static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int b_is_packed) {
-    int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int a_is_packed, int b_is_packed) {
+    int64_t m_panels = ortx_round_up(M, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
     bgemm_plan plan;
     plan.threads = num_threads < 1 ? 1 : num_threads;
@@ -221,28 +227,38 @@ static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int 
     parts = max64(plan.threads, min64(parts, (int64_t)ORTX_TASKS_PER_THREAD * plan.threads));
     plan.parts = parts / plan.threads * plan.threads;
     plan.shared_b = !b_is_packed && !plan.split_n && plan.parts > 1 &&
-                    ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_B_MAX;
+                    ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_MAX;
+    plan.shared_a = !a_is_packed && plan.split_n && plan.parts > 1 &&
+                    ortx_bgemm_packed_elements(M, K, ORTX_BGEMM_MR) <= SHARED_MAX;
     return plan;
 }
 
+static int64_t shared_floats(int64_t rows, int64_t K, int64_t panel) {
+    return ortx_round_up(ortx_bgemm_packed_elements(rows, K, panel) / 2, 16);
+}
+
 int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
-    int threads = num_threads < 1 ? 1 : num_threads, shared_b = 0;
-    for (int t = 1; t <= threads; t++) shared_b |= plan_of(M, N, K, t, 0).shared_b;  /* run on <= threads */
-    int64_t shared_floats = shared_b ? ortx_round_up(ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) / 2, 16) : 0;
-    return threads * thread_floats(M, N, K) + shared_floats + 16;
+    int threads = num_threads < 1 ? 1 : num_threads, shared_a = 0, shared_b = 0;
+    for (int t = 1; t <= threads; t++) {  /* a kernel may run on fewer threads than it was sized for */
+        bgemm_plan plan = plan_of(M, N, K, t, 0, 0);
+        shared_a |= plan.shared_a;
+        shared_b |= plan.shared_b;
+    }
+    return threads * thread_floats(M, N, K) + (shared_a ? shared_floats(M, K, ORTX_BGEMM_MR) : 0) +
+           (shared_b ? shared_floats(N, K, ORTX_GEMM_NR) : 0) + 16;
 }
 
 /* One tile at c (rows x cols valid; `vectors` B panels); edge tiles through a scratch tile. */
 static inline void run_tile(const ortx_bgemm_isa *isa, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
                             int64_t ldc, int64_t rows, int64_t cols, int vectors, int accumulate,
                             const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
-    const int64_t MR = ORTX_GEMM_MR, width = vectors * ORTX_GEMM_NR;
+    const int64_t MR = ORTX_BGEMM_MR, width = vectors * ORTX_GEMM_NR;
     ortx_bgemm_micro_fn micro = vectors == 2 ? isa->micro_wide : isa->micro;
     if (rows == MR && cols == width) {
         micro(pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
         return;
     }
-    float tile[ORTX_GEMM_MR * 2 * ORTX_GEMM_NR] __attribute__((aligned(64)));
+    float tile[ORTX_BGEMM_MR * 2 * ORTX_GEMM_NR] __attribute__((aligned(64)));
     if (accumulate) {
         memset(tile, 0, sizeof(tile));
         for (int64_t i = 0; i < rows; i++) memcpy(tile + i * width, c + i * ldc, cols * sizeof(float));
@@ -269,7 +285,7 @@ typedef struct bgemm_job {
 static inline void block_tile(const bgemm_job *job, int64_t pairs, const uint16_t *a_block, const uint16_t *b_block,
                               int64_t ic, int64_t jc, int64_t ir, int64_t jr, int64_t mc, int64_t cols, int vectors,
                               int accumulate, const ortx_gemm_epilogue *tile_epilogue) {
-    int64_t rows = min64(ORTX_GEMM_MR, mc - ir);
+    int64_t rows = min64(ORTX_BGEMM_MR, mc - ir);
     run_tile(job->isa, pairs, a_block + ir * 2 * pairs, b_block + jr * 2 * pairs,
              job->C + (ic + ir) * job->ldc + jc + jr, job->ldc, rows, cols, vectors, accumulate, tile_epilogue,
              ic + ir, jc + jr);
@@ -281,15 +297,16 @@ static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0
                         uint16_t *b_buffer, float *stage) {
     const ortx_bgemm_isa *isa = job->isa;
     const ortx_bgemm_operand *A = job->A, *B = job->B;
-    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, M = job->M, N = job->N, K = job->K;
+    const int64_t MR = ORTX_BGEMM_MR, NR = ORTX_GEMM_NR, M = job->M, N = job->N, K = job->K;
     int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
     int few_rows = m1 - m0 <= ORTX_GEMM_MC;
     int64_t block_width = ORTX_GEMM_NC;
-    if (few_rows) block_width = min64(ORTX_GEMM_NC, max64(2 * NR, (32768 / min64(ORTX_GEMM_KC, K)) / NR * NR));
+    const int64_t block = ortx_bgemm_block_depth(K);
+    if (few_rows) block_width = min64(ORTX_GEMM_NC, max64(2 * NR, (65536 / block) / NR * NR));  /* 128 KB of B */
     for (int64_t jc = n0; jc < n1; jc += block_width) {
         int64_t nc = min64(block_width, n1 - jc);
-        for (int64_t pc = 0; pc < K; pc += ORTX_GEMM_KC) {
-            int64_t kc = min64(ORTX_GEMM_KC, K - pc), pairs = (kc + 1) / 2;
+        for (int64_t pc = 0; pc < K; pc += block) {
+            int64_t kc = min64(block, K - pc), pairs = (kc + 1) / 2;
             int accumulate = pc > 0;
             const ortx_gemm_epilogue *tile_epilogue = pc + kc == K ? job->epilogue : NULL;
             const uint16_t *b_block = b_buffer;
@@ -346,27 +363,28 @@ static void bgemm_task(void *context, int64_t task, int thread) {
         n0 = job->n_panels * task / job->parts * ORTX_GEMM_NR;
         n1 = min64(job->N, job->n_panels * (task + 1) / job->parts * ORTX_GEMM_NR);
     } else {
-        m0 = job->m_panels * task / job->parts * ORTX_GEMM_MR;
-        m1 = min64(job->M, job->m_panels * (task + 1) / job->parts * ORTX_GEMM_MR);
+        m0 = job->m_panels * task / job->parts * ORTX_BGEMM_MR;
+        m1 = min64(job->M, job->m_panels * (task + 1) / job->parts * ORTX_BGEMM_MR);
     }
     if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage);
 }
 
 /* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */
-typedef struct shared_b_job {
+typedef struct shared_job {
     const bgemm_job *job;
     uint16_t *packed;
     int64_t n_blocks;
-} shared_b_job;
+} shared_job;
 
 static void shared_b_task(void *context, int64_t task, int thread) {
-    const shared_b_job *pack = context;
+    const shared_job *pack = context;
     const bgemm_job *job = pack->job;
     const ortx_bgemm_operand *B = job->B;
     thread_layout layout = layout_of(job->M, job->N, job->K);
     float *stage = (float *)job->base + thread * job->per_thread + layout.a_floats + layout.b_floats;
-    int64_t pc = task / pack->n_blocks * ORTX_GEMM_KC, jc = task % pack->n_blocks * ORTX_GEMM_NC;
-    int64_t kc = min64(ORTX_GEMM_KC, job->K - pc), nc = min64(ORTX_GEMM_NC, job->N - jc);
+    int64_t block = ortx_bgemm_block_depth(job->K);
+    int64_t pc = task / pack->n_blocks * block, jc = task % pack->n_blocks * ORTX_GEMM_NC;
+    int64_t kc = min64(block, job->K - pc), nc = min64(ORTX_GEMM_NC, job->N - jc);
     uint16_t *dst = pack->packed + pc * ortx_round_up(job->N, ORTX_GEMM_NR) + jc * 2 * ((kc + 1) / 2);
     if (B->pack_pairs) {
         B->pack_pairs(B->pack_context, pc, kc, jc, nc, dst);
@@ -376,6 +394,18 @@ static void shared_b_task(void *context, int64_t task, int thread) {
     } else {
         pack_b_raw(job->isa, B, pc, kc, jc, nc, dst);
     }
+}
+
+/* Rounds A's (K block, MC block) `task` into the shared K-pair copy. */
+static void shared_a_task(void *context, int64_t task, int thread) {
+    (void)thread;
+    const shared_job *pack = context;  /* n_blocks counts MC blocks here */
+    const bgemm_job *job = pack->job;
+    int64_t block = ortx_bgemm_block_depth(job->K);
+    int64_t pc = task / pack->n_blocks * block, ic = task % pack->n_blocks * ORTX_GEMM_MC;
+    int64_t kc = min64(block, job->K - pc), mc = min64(ORTX_GEMM_MC, job->M - ic);
+    pack_a_raw(job->isa, job->A, ic, mc, pc, kc,
+               pack->packed + pc * ortx_round_up(job->M, ORTX_BGEMM_MR) + ic * 2 * ((kc + 1) / 2));
 }
 
 void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, const ortx_bgemm_operand *B, float *C,
@@ -388,20 +418,29 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
         }
         return;
     }
-    int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+    int64_t m_panels = ortx_round_up(M, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
-    bgemm_plan plan = plan_of(M, N, K, num_threads, B->packed != NULL);
+    bgemm_plan plan = plan_of(M, N, K, num_threads, A->packed != NULL, B->packed != NULL);
     bgemm_job job = {ortx_bgemm_select_isa(), M, N, K, A, B, C, ldc, epilogue,
                      ((uintptr_t)workspace + 63) & ~(uintptr_t)63, thread_floats(M, N, K), m_panels, n_panels,
                      plan.split_n, plan.parts};
-    ortx_bgemm_operand shared = {NULL, NULL, 0, 0, NULL, NULL, NULL};
+    ortx_bgemm_operand shared_a = {NULL, NULL, 0, 0, NULL, NULL, NULL}, shared_b = shared_a;
+    float *shared = (float *)job.base + plan.threads * job.per_thread;
+    int64_t block = ortx_bgemm_block_depth(K), k_blocks = (K + block - 1) / block;
     if (plan.shared_b) {
-        uint16_t *packed = (uint16_t *)((float *)job.base + plan.threads * job.per_thread);
-        int64_t k_blocks = (K + ORTX_GEMM_KC - 1) / ORTX_GEMM_KC, n_blocks = (N + ORTX_GEMM_NC - 1) / ORTX_GEMM_NC;
-        shared_b_job pack = {&job, packed, n_blocks};
+        int64_t n_blocks = (N + ORTX_GEMM_NC - 1) / ORTX_GEMM_NC;
+        shared_job pack = {&job, (uint16_t *)shared, n_blocks};
         ortx_parallel_for(plan.threads, k_blocks * n_blocks, shared_b_task, &pack);
-        shared.packed = packed;
-        job.B = &shared;
+        shared_b.packed = (uint16_t *)shared;
+        job.B = &shared_b;
+        shared += shared_floats(N, K, ORTX_GEMM_NR);
+    }
+    if (plan.shared_a) {
+        int64_t m_blocks = (M + ORTX_GEMM_MC - 1) / ORTX_GEMM_MC;
+        shared_job pack = {&job, (uint16_t *)shared, m_blocks};
+        ortx_parallel_for(plan.threads, k_blocks * m_blocks, shared_a_task, &pack);
+        shared_a.packed = (uint16_t *)shared;
+        job.A = &shared_a;
     }
     ortx_parallel_for(plan.threads, plan.parts, bgemm_task, &job);
 }
@@ -465,7 +504,7 @@ static void gemm_bf16(const int64_t *ints, const float *floats, void *const *buf
 
 static void gemm_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
-    ortx_bgemm_pack(buffers[0], ints[0], ints[1], ints[2], ints[3], ints[4] ? ORTX_GEMM_NR : ORTX_GEMM_MR, floats[0],
+    ortx_bgemm_pack(buffers[0], ints[0], ints[1], ints[2], ints[3], ints[4] ? ORTX_GEMM_NR : ORTX_BGEMM_MR, floats[0],
                     buffers[1]);
 }
 
@@ -476,7 +515,7 @@ static void gemm_sizes_bf16(const int64_t *ints, const float *floats, void *cons
     int64_t shared = ortx_bgemm_workspace_floats(ints[0], ints[1], ints[2], (int)ints[3]);
     int64_t sliced = ints[3] * ortx_bgemm_workspace_floats(ints[0], ints[1], ints[2], 1);
     out[0] = (shared > sliced ? shared : sliced) * (int64_t)sizeof(float);
-    out[1] = ortx_bgemm_packed_elements(ints[0], ints[2], ORTX_GEMM_MR);
+    out[1] = ortx_bgemm_packed_elements(ints[0], ints[2], ORTX_BGEMM_MR);
     out[2] = ortx_bgemm_packed_elements(ints[1], ints[2], ORTX_GEMM_NR);
 }
 

@@ -7,9 +7,10 @@
  * the portable path does the same additions, so both ISAs give the same bits (products whose fp32 result is
  * denormal are flushed to zero by vdpbf16ps only).
  *
- * Packed format ("K pairs", the layout vdpbf16ps reads): K is cut into blocks of ORTX_GEMM_KC (even); block p
- * (k0 = p*KC, kc = min(KC, K-k0), pairs = ceil(kc/2)) starts at element k0 * rows_padded, and inside it panel i
- * (rows i*R .. i*R+R-1, R = MR for A, NR for B) starts at i*R*2*pairs and holds [pairs][R][2] bf16 values: the
+ * Packed format ("K pairs", the layout vdpbf16ps reads): K is cut into equal blocks of at most ORTX_BGEMM_KC_MAX,
+ * KB = ortx_bgemm_block_depth(K) deep (even; the last block may be shorter); block p (k0 = p*KB,
+ * kc = min(KB, K-k0), pairs = ceil(kc/2)) starts at element k0 * rows_padded, and inside it panel i
+ * (rows i*R .. i*R+R-1, R = ORTX_BGEMM_MR for A, NR for B) starts at i*R*2*pairs and holds [pairs][R][2] bf16 values: the
  * two values of row r at depth k0+2q and k0+2q+1 are adjacent (one 32-bit word). Rows past the operand's end and
  * the missing half of an odd last pair are zero. ortx_bgemm_packed_index() is the one definition.
  */
@@ -20,6 +21,10 @@
 #include <string.h>
 
 #include "gemm.h"
+
+/* Rows of the bf16 micro-tile (A panels' height): 8 x 32 outputs are 16 zmm accumulators, and 8 divides the
+ * channel counts of most CNNs (64, 96, 128, ...), where 6 (the fp32 tile's) leaves a partial panel. */
+#define ORTX_BGEMM_MR 8
 
 /* fp32 -> bf16, round to nearest even, as vcvtne2ps2bf16: NaN quieted, denormals to signed zero. */
 static inline uint16_t ortx_bf16_from_float(float value) {
@@ -38,9 +43,20 @@ static inline float ortx_bf16_to_float(uint16_t value) {
     return result;
 }
 
+/* Depth of the K blocks: K split into ceil(K / KC_MAX) equal even blocks. Deeper than the fp32 GEMM's 256 so the
+ * output tiles are reloaded fewer times (a bf16 k step is half the fp32 one's bytes), and equal so no thin last
+ * block runs the micro-kernel for a few pairs (ResNet's K = 576: 288 + 288, not 256 + 256 + 64). */
+#define ORTX_BGEMM_KC_MAX 512
+
+static inline int64_t ortx_bgemm_block_depth(int64_t depth) {
+    int64_t blocks = depth > 0 ? (depth + ORTX_BGEMM_KC_MAX - 1) / ORTX_BGEMM_KC_MAX : 1;
+    int64_t per_block = (depth + blocks - 1) / blocks;
+    return per_block < 2 ? 2 : (per_block + 1) / 2 * 2;
+}
+
 static inline int64_t ortx_bgemm_packed_index(int64_t row, int64_t k, int64_t rows, int64_t depth, int64_t panel) {
-    int64_t k0 = k / ORTX_GEMM_KC * ORTX_GEMM_KC;
-    int64_t kc = depth - k0 < ORTX_GEMM_KC ? depth - k0 : ORTX_GEMM_KC;
+    int64_t block = ortx_bgemm_block_depth(depth), k0 = k / block * block;
+    int64_t kc = depth - k0 < block ? depth - k0 : block;
     int64_t pairs = (kc + 1) / 2, q = (k - k0) / 2;
     return k0 * ortx_round_up(rows, panel) + (row / panel) * panel * 2 * pairs + (q * panel + row % panel) * 2 +
            (k - k0) % 2;
@@ -76,8 +92,12 @@ typedef void (*ortx_bgemm_micro_fn)(int64_t pairs, const uint16_t *a, const uint
 typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, int64_t count, uint16_t *dst);
 /* dst[j] = bf16(src[j]) for j < count. */
 typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
-/* dst[2j] = first[j], dst[2j+1] = second[j] for j < NR (values already bf16). */
-typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, uint16_t *dst);
+/* One K pair of a 16-pixel panel of a conv's patch matrix from two rows of bf16 values: dst[2j] = first[at[j]],
+ * dst[2j+1] = second[at[j]] (0 when second is NULL) for j < NR. The pixels run along output rows of `width`
+ * pixels, the first at column `column`: inside a row at[j+1] = at[j] + stride (1 or 2), so each row's run is one
+ * masked load; reads only the elements it uses. */
+typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, const int32_t *at,
+                                        int64_t column, int64_t width, int64_t stride, uint16_t *dst);
 
 typedef struct ortx_bgemm_isa {
     const char *name;

@@ -1,6 +1,6 @@
-/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): a 6x32 micro-kernel over two adjacent 16-column K-pair B
- * panels (12 zmm accumulators; per k pair 2 B loads, 6 broadcasts of an A pair, 12 vdpbf16ps, each 32
- * multiply-adds) and a 6x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
+/* AVX-512 BF16 pieces of the bf16 GEMM (gemm_bf16.h): an 8x32 micro-kernel over two adjacent 16-column K-pair B
+ * panels (16 zmm accumulators; per k pair 2 B loads, 8 broadcasts of an A pair, 16 vdpbf16ps, each 32
+ * multiply-adds) and an 8x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
  * ortx_bf16_from_float). The epilogue runs on the accumulators before the single store, through the AVX2 register
  * epilogue on each 8-lane half (as gemm_avx512.c), so it matches ortx_gemm_epilogue_avx2 on edge tiles. */
 #include "gemm_avx2.h"
@@ -19,20 +19,20 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) __m512 epil
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_avx512_bf16(
     const int vectors, int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc, int accumulate,
     const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
     }
-    __m512 acc[ORTX_GEMM_MR][2];
-    for (int i = 0; i < ORTX_GEMM_MR; i++)
+    __m512 acc[ORTX_BGEMM_MR][2];
+    for (int i = 0; i < ORTX_BGEMM_MR; i++)
         for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
     const uint16_t *b_second = b + ORTX_GEMM_NR * 2 * pairs;
 #pragma GCC unroll 2
     for (int64_t q = 0; q < pairs; q++) {
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * ORTX_GEMM_NR * 2);
         __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(b_second + q * ORTX_GEMM_NR * 2) : b0;
-        const uint16_t *aq = a + q * ORTX_GEMM_MR * 2;
-        for (int i = 0; i < ORTX_GEMM_MR; i++) {
+        const uint16_t *aq = a + q * ORTX_BGEMM_MR * 2;
+        for (int i = 0; i < ORTX_BGEMM_MR; i++) {
             int32_t pair;
             __builtin_memcpy(&pair, aq + 2 * i, sizeof(pair));
             __m512bh broadcast = (__m512bh)_mm512_set1_epi32(pair);
@@ -43,7 +43,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_a
     /* broadcast residual columns need the scalar definition: store first, then the tile epilogue */
     const ortx_gemm_epilogue *fused =
         epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+    for (int i = 0; i < ORTX_BGEMM_MR; i++) {
         float *row = c + i * ldc;
         for (int v = 0; v < vectors; v++) {
             __m512 value = acc[i][v];
@@ -53,7 +53,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_a
         }
     }
     if (epilogue && !fused)
-        ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+        ortx_gemm_epilogue_avx2(c, ldc, ORTX_BGEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 ORTX_TARGET_AVX512_BF16 static void micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
@@ -95,13 +95,44 @@ ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_
     }
 }
 
+/* Stride 1: the 16 values of a row in a ymm, one masked load per output-row run; vpermw pairs the two rows up.
+ * Stride 2 (or more): the run's elements at even positions of a zmm (element j at 2j), vpermt2w takes the even
+ * ones of both rows, paired; larger strides gather element by element. */
+ORTX_TARGET_AVX512_BF16 static inline __m512i strided_row(const uint16_t *row, const int32_t *at, int64_t column,
+                                                          int64_t width, int64_t stride) {
+    __m512i values = _mm512_setzero_si512();
+    for (int64_t j = 0; j < 16;) {
+        int64_t run = width - column < 16 - j ? width - column : 16 - j;
+        uint32_t lanes = (uint32_t)(((1u << run) - 1u) << j);
+        if (stride == 1) {
+            values = _mm512_mask_loadu_epi16(values, (__mmask32)lanes, row + at[j] - j);
+        } else {  /* element j at lane 2j: the even lanes of [2j, 2(j + run)) */
+            uint32_t even = (uint32_t)((((uint64_t)1 << (2 * (j + run))) - ((uint64_t)1 << (2 * j))) & 0x55555555u);
+            values = _mm512_mask_loadu_epi16(values, (__mmask32)even, row + at[j] - 2 * j);
+        }
+        j += run;
+        column = 0;
+    }
+    return values;
+}
+
 ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
-                                                           uint16_t *dst) {
-    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)first)),
-                                      _mm256_loadu_si256((const __m256i *)second), 1);
-    _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), both));
+                                                           const int32_t *at, int64_t column, int64_t width,
+                                                           int64_t stride, uint16_t *dst) {
+    static const uint16_t pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    static const uint16_t even_pairs[32] = {0, 32, 2, 34, 4, 36, 6, 38, 8, 40, 10, 42, 12, 44, 14, 46,
+                                            16, 48, 18, 50, 20, 52, 22, 54, 24, 56, 26, 58, 28, 60, 30, 62};
+    __m512i a = strided_row(first, at, column, width, stride);
+    __m512i b = second ? strided_row(second, at, column, width, stride) : _mm512_setzero_si512();
+    __m512i result;
+    if (stride == 1) {
+        __m512i both = _mm512_inserti64x4(a, _mm512_castsi512_si256(b), 1);
+        result = _mm512_permutexvar_epi16(_mm512_loadu_si512(pairs), both);
+    } else {
+        result = _mm512_permutex2var_epi16(a, _mm512_loadu_si512(even_pairs), b);
+    }
+    _mm512_storeu_si512(dst, result);
 }
 
 const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {

@@ -27,11 +27,17 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* ISA choice: VNNI needs avx512vnni on top of the AVX-512 level dispatch.c selects. */
+/* ISA choice: VNNI needs avx512vnni on top of the AVX-512 level dispatch.c selects; VBMI packing also avx512vbmi,
+ * unless a test turned it off (qgemm_isa with ints[0] = 1) to check the unpack packing on the same CPU. */
+static int vbmi_off = 0;
+
 static const ortx_qgemm_isa *select_isa(void) {
     int isa = ortx_selected_isa();
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa >= ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return &ortx_qgemm_isa_avx512_vnni;
+    if (isa >= ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) {
+        if (!vbmi_off && __builtin_cpu_supports("avx512vbmi")) return &ortx_qgemm_isa_avx512_vbmi;
+        return &ortx_qgemm_isa_avx512_vnni;
+    }
 #endif
     if (isa >= ORTX_ISA_AVX2) return &ortx_qgemm_isa_avx2;
     return &ortx_qgemm_isa_portable;
@@ -87,9 +93,23 @@ __attribute__((optimize("fp-contract=off"))) void ortx_qgemm_epilogue_portable(c
     }
 }
 
+void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                  const int32_t *taps, int64_t oh, int32_t *acc) {
+    for (int64_t ow = 0; ow < p->out_width; ow++) acc[ow] = 0;
+    for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+        const uint8_t *row = plane + (oh * p->stride_height + kh * p->dilation_height) * plane_width;
+        for (int64_t kw = 0; kw < p->kernel_width; kw++) {
+            int32_t w = taps[kh * p->kernel_width + kw];
+            const uint8_t *x = row + kw * p->dilation_width;
+            for (int64_t ow = 0; ow < p->out_width; ow++) acc[ow] += (int32_t)x[ow * p->stride_width] * w;
+        }
+    }
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ortx_qgemm_micro_portable,
                                                 .pack_run = ortx_qgemm_pack_run_portable,
-                                                .epilogue = ortx_qgemm_epilogue_portable};
+                                                .epilogue = ortx_qgemm_epilogue_portable,
+                                                .depthwise_row = ortx_qdepthwise_row_portable};
 
 /* Geometry ------------------------------------------------------------------------------------------------------- */
 
@@ -99,6 +119,7 @@ typedef struct geometry {
     int planes_copied;
     int64_t planes_bytes, thread_bytes;
     int64_t planes_end;  /* bytes packing may read from the start of the planes (copies have 64-byte slack) */
+    int64_t tap_bytes;   /* the tap offset table */
 } geometry;
 
 static geometry geometry_of(const ortx_qconv_params *p, int threads) {
@@ -127,6 +148,7 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
     g.planes_bytes = g.planes_copied ? ortx_round_up(p->batch * p->in_channels * g.plane_height * g.plane_width, 64)
                                      : 0;
     g.planes_end = g.planes_copied ? g.planes_bytes : p->batch * p->in_channels * g.plane_height * g.plane_width;
+    g.tap_bytes = ortx_round_up(8 * g.K, 64);
     g.thread_bytes = ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4 + 64, 64) + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB;  /* + pack_run's spill */
     return g;
 }
@@ -134,7 +156,7 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
 static int64_t workspace_bytes(const ortx_qconv_params *p) {
     int threads = (int)max64(1, p->num_threads);
     geometry g = geometry_of(p, threads);
-    return g.planes_bytes + threads * g.thread_bytes + 64;
+    return g.planes_bytes + g.tap_bytes + threads * g.thread_bytes + 64;
 }
 
 /* Step 1: padded uint8 planes ------------------------------------------------------------------------------------ */
@@ -155,6 +177,7 @@ typedef struct job {
     const float *residual;
     float p0, p1;
     uint8_t *thread_space;
+    const int64_t *tap_offsets;  /* image inputs: byte offset of k's tap in its group's planes, k < K */
 } job;
 
 static void fill_planes(void *context, int64_t begin, int64_t end, int thread_index) {
@@ -175,8 +198,12 @@ static void fill_planes(void *context, int64_t begin, int64_t end, int thread_in
             }
             int64_t left = min64(p->pad_left, width), right = min64(width, p->pad_left + p->in_width);
             memset(line, j->zero_u, (size_t)left);
-            const uint8_t *source = in + source_row * p->in_width;
-            for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+            const uint8_t *source = in + source_row * p->in_width - p->pad_left;
+            if (mask) {
+                for (int64_t column = left; column < right; column++) line[column] = source[column] ^ mask;
+            } else {
+                memcpy(line + left, source + left, (size_t)(right - left));
+            }
             if (right < width) memset(line + right, j->zero_u, (size_t)(width - right));
         }
     }
@@ -188,32 +215,29 @@ static void pack_image_block(const job *j, int64_t n, int64_t group, int64_t p0,
     const ortx_qconv_params *p = j->p;
     const geometry *g = &j->g;
     const int NB = ORTX_QGEMM_NB;
-    int64_t area = p->kernel_height * p->kernel_width;
     int64_t plane = g->plane_height * g->plane_width;
     const uint8_t *image = j->planes + (n * p->in_channels + group * g->cin_g) * plane;
+    /* the block's runs along output rows: at most NB, found once for every k */
+    int64_t run_offset[ORTX_QGEMM_NB], run_start[ORTX_QGEMM_NB], run_length[ORTX_QGEMM_NB], runs = 0;
+    for (int64_t oh = p0 / p->out_width, ow = p0 % p->out_width, done = 0; done < cols; ow = 0, oh++, runs++) {
+        run_length[runs] = min64(p->out_width - ow, cols - done);
+        run_offset[runs] = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+        run_start[runs] = done;
+        done += run_length[runs];
+    }
+    const uint8_t *end = j->planes + g->planes_end;
     for (int64_t q = 0; q < g->k4; q++) {
         const uint8_t *source[4];
-        for (int i = 0; i < 4; i++) {
-            int64_t k = 4 * q + i;
-            if (k >= g->K) { source[i] = NULL; continue; }
-            int64_t c = k / area, r = k % area, kh = r / p->kernel_width, kw = r % p->kernel_width;
-            source[i] = image + c * plane + kh * p->dilation_height * g->plane_width + kw * p->dilation_width;
-        }
+        for (int i = 0; i < 4; i++) source[i] = 4 * q + i < g->K ? image + j->tap_offsets[4 * q + i] : NULL;
         uint8_t *out = dst + q * NB * 4;
-        int64_t oh = p0 / p->out_width, ow = p0 % p->out_width, done = 0;
-        while (done < cols) {
-            int64_t run = min64(p->out_width - ow, cols - done);
-            int64_t offset = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+        for (int64_t r = 0; r < runs; r++) {
             const uint8_t *run_source[4];
             int64_t readable = INT64_MAX;
             for (int i = 0; i < 4; i++) {
-                run_source[i] = source[i] ? source[i] + offset : NULL;
-                if (source[i]) readable = min64(readable, j->planes + g->planes_end - run_source[i]);
+                run_source[i] = source[i] ? source[i] + run_offset[r] : NULL;
+                if (source[i]) readable = min64(readable, end - run_source[i]);
             }
-            j->isa->pack_run(run_source, p->stride_width, run, readable, out + done * 4);
-            done += run;
-            ow = 0;
-            oh++;
+            j->isa->pack_run(run_source, p->stride_width, run_length[r], readable, out + run_start[r] * 4);
         }
     }
 }
@@ -290,7 +314,16 @@ static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *bu
     j.mask = p.input_signed ? 0x80 : 0;
     uint8_t *workspace = (uint8_t *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
     j.planes_out = workspace;
-    j.thread_space = workspace + j.g.planes_bytes;
+    int64_t *tap_offsets = (int64_t *)(workspace + j.g.planes_bytes);
+    j.tap_offsets = tap_offsets;
+    j.thread_space = workspace + j.g.planes_bytes + j.g.tap_bytes;
+    if (p.input_kind == 0) {
+        int64_t area = p.kernel_height * p.kernel_width, plane = j.g.plane_height * j.g.plane_width;
+        for (int64_t k = 0; k < j.g.K; k++) {
+            int64_t c = k / area, r = k % area, kh = r / p.kernel_width, kw = r % p.kernel_width;
+            tap_offsets[k] = c * plane + kh * p.dilation_height * j.g.plane_width + kw * p.dilation_width;
+        }
+    }
     j.planes = j.x;
     if (j.g.planes_copied) {
         ortx_parallel_range(threads, p.batch * p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_planes,
@@ -301,6 +334,91 @@ static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *bu
     ortx_parallel_for(threads, tasks, run_task, &j);
 }
 
+/* qdepthwise2d_i8: qconv2d_i8's ints and buffers for group == in == out channels (weights in qgemm.h's packed
+ * layout, one row per group: tap k of channel c at c * K4*MR*4 + (k/4)*MR*4 + k%4; the same oracle). Tasks are
+ * (image, channel) planes: copy the plane padded with the zero point into the thread's workspace, then per output
+ * row the ISA's depthwise_row and the epilogue. */
+typedef struct depthwise_job {
+    const ortx_qconv_params *p;
+    const ortx_qgemm_isa *isa;
+    const uint8_t *x;
+    const int8_t *weights;
+    const int32_t *bias;
+    const float *multiplier;
+    void *output;
+    const float *residual;
+    float p0, p1;
+    uint8_t *thread_space;
+    int64_t plane_height, plane_width, thread_bytes, k4;
+} depthwise_job;
+
+static void depthwise_geometry(const ortx_qconv_params *p, int64_t *height, int64_t *width, int64_t *thread_bytes) {
+    *height = max64(p->in_height + p->pad_top,
+                    (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1);
+    *width = max64(p->in_width + p->pad_left,
+                   (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1);
+    /* plane + 64 bytes of read slack, then the taps and one row of int32 sums (+ 16 lanes of slack) */
+    *thread_bytes = ortx_round_up(*height * *width + 64, 64) + 4 * ortx_round_up(p->kernel_height * p->kernel_width, 16)
+                    + 4 * ortx_round_up(p->out_width + 16, 16);
+}
+
+static void depthwise_plane(void *context, int64_t task, int thread_index) {
+    const depthwise_job *j = context;
+    const ortx_qconv_params *p = j->p;
+    int64_t c = task % p->in_channels, n = task / p->in_channels;
+    uint8_t *plane = j->thread_space + thread_index * j->thread_bytes;
+    int32_t *taps = (int32_t *)(plane + ortx_round_up(j->plane_height * j->plane_width + 64, 64));
+    int32_t *acc = taps + ortx_round_up(p->kernel_height * p->kernel_width, 16);
+    uint8_t mask = p->input_signed ? 0x80 : 0, zero_u = (uint8_t)(p->x_zero_point + (p->input_signed ? 128 : 0));
+    const uint8_t *in = j->x + (n * p->in_channels + c) * p->in_height * p->in_width;
+    for (int64_t row = 0; row < j->plane_height; row++) {
+        uint8_t *line = plane + row * j->plane_width;
+        int64_t source_row = row - p->pad_top;
+        if (source_row < 0 || source_row >= p->in_height) {
+            memset(line, zero_u, (size_t)j->plane_width);
+            continue;
+        }
+        int64_t left = min64(p->pad_left, j->plane_width), right = min64(j->plane_width, p->pad_left + p->in_width);
+        memset(line, zero_u, (size_t)left);
+        const uint8_t *source = in + source_row * p->in_width - p->pad_left;
+        if (mask) {
+            for (int64_t column = left; column < right; column++) line[column] = source[column] ^ mask;
+        } else {
+            memcpy(line + left, source + left, (size_t)(right - left));
+        }
+        if (right < j->plane_width) memset(line + right, zero_u, (size_t)(j->plane_width - right));
+    }
+    memset(plane + j->plane_height * j->plane_width, zero_u, 64);
+    int64_t area = p->kernel_height * p->kernel_width;
+    const int8_t *w = j->weights + c * j->k4 * ORTX_QGEMM_MR * 4;
+    for (int64_t k = 0; k < area; k++) taps[k] = w[(k / 4) * ORTX_QGEMM_MR * 4 + k % 4];
+    for (int64_t oh = 0; oh < p->out_height; oh++) {
+        j->isa->depthwise_row(p, plane, j->plane_width, taps, oh, acc);
+        j->isa->epilogue(p, acc, 1, p->out_width, j->bias + c, j->multiplier + c, j->output,
+                         ortx_qconv_output_index(p, n, c, oh * p->out_width), j->residual, j->p0, j->p1);
+    }
+}
+
+static void qdepthwise2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_qconv_params p = ortx_qconv_params_read(ints);
+    int threads = (int)max64(1, min64(num_threads, max64(1, p.num_threads)));
+    depthwise_job j;
+    j.p = &p;
+    j.isa = select_isa();
+    j.x = buffers[0];
+    j.weights = buffers[1];
+    j.bias = buffers[2];
+    j.multiplier = buffers[3];
+    j.output = buffers[4];
+    j.residual = p.output_kind == 2 && p.has_residual ? buffers[6] : NULL;
+    j.p0 = floats[0];
+    j.p1 = floats[1];
+    j.k4 = (p.kernel_height * p.kernel_width + 3) / 4;
+    depthwise_geometry(&p, &j.plane_height, &j.plane_width, &j.thread_bytes);
+    j.thread_space = (uint8_t *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
+    ortx_parallel_for(threads, p.batch * p.in_channels, depthwise_plane, &j);
+}
+
 /* qconv_sizes_i8: ints as qconv2d_i8; buffers: 0 int64[2] out: workspace bytes, packed weight bytes. */
 static void qconv_sizes_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
@@ -309,6 +427,11 @@ static void qconv_sizes_i8(const int64_t *ints, const float *floats, void *const
     geometry g = geometry_of(&p, (int)max64(1, p.num_threads));
     int64_t *out = buffers[0];
     out[0] = workspace_bytes(&p);
+    if (p.group > 1 && p.group == p.in_channels && p.group == p.out_channels && p.input_kind == 0) {
+        int64_t height, width, thread_bytes;
+        depthwise_geometry(&p, &height, &width, &thread_bytes);
+        out[0] = max64(out[0], max64(1, p.num_threads) * thread_bytes + 64);
+    }
     out[1] = p.group * g.panels * g.k4 * ORTX_QGEMM_MR * 4;
 }
 
@@ -338,7 +461,9 @@ static void quantize_linear_f32(const int64_t *ints, const float *floats, void *
     int32_t zero = (int32_t)ints[1];
     float low = (float)(ints[2] - ints[1]), high = (float)(ints[3] - ints[1]), scale = floats[0];
     const float *x = buffers[0];
-    for (int64_t i = 0; i < count; i++) {
+    int64_t i = ortx_selected_isa() >= ORTX_ISA_AVX512 ? ortx_quantize_avx512(x, count, scale, low, high, zero,
+                                                                             buffers[1]) : 0;
+    for (; i < count; i++) {
         float value = x[i] / scale;
         value = value >= low ? value : low;  /* NaN -> low, as MLAS's max */
         value = value <= high ? value : high;
@@ -356,29 +481,34 @@ static void dequantize_linear_f32(const int64_t *ints, const float *floats, void
     int32_t zero = (int32_t)ints[1];
     float scale = floats[0];
     float *y = buffers[1];
+    int64_t i = ints[2] < 2 && ortx_selected_isa() >= ORTX_ISA_AVX512 ?
+                ortx_dequantize_avx512(buffers[0], count, (int)ints[2], zero, scale, y) : 0;
     if (ints[2] == 0) {
         const uint8_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
     } else if (ints[2] == 1) {
         const int8_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
     } else {
         const int32_t *q = buffers[0];
-        for (int64_t i = 0; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
+        for (; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
     }
 }
 
-/* qgemm_isa_name: buffers 0 int64[1] out: 0 portable, 1 avx2, 2 avx512 VNNI (what qconv2d_i8 runs now; tests). */
+/* qgemm_isa (tests): ints [VBMI packing off (0/1)]; buffers 0 int64[1] out: what qconv2d_i8 runs now: 0 portable,
+ * 1 avx2, 2 avx512 VNNI, 3 avx512 VNNI with VBMI packing. Not thread-safe: tests only. */
 static void qgemm_isa(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)ints;
     (void)floats;
     (void)num_threads;
+    vbmi_off = (int)ints[0];
     const ortx_qgemm_isa *isa = select_isa();
-    ((int64_t *)buffers[0])[0] = isa == &ortx_qgemm_isa_avx512_vnni ? 2 : isa == &ortx_qgemm_isa_avx2 ? 1 : 0;
+    ((int64_t *)buffers[0])[0] = isa == &ortx_qgemm_isa_avx512_vbmi ? 3 : isa == &ortx_qgemm_isa_avx512_vnni ? 2 :
+                                 isa == &ortx_qgemm_isa_avx2 ? 1 : 0;
 }
 
 const ortx_kernel_entry ortx_family_qgemm[] = {
     {"qconv2d_i8", qconv2d_i8, ortx_qconv2d_i8_ref},
+    {"qdepthwise2d_i8", qdepthwise2d_i8, ortx_qconv2d_i8_ref},
     {"qconv_sizes_i8", qconv_sizes_i8, qconv_sizes_i8},
     {"qconv_pack_weights_i8", qconv_pack_weights_i8, qconv_pack_weights_i8},
     {"quantize_linear_f32", quantize_linear_f32, quantize_linear_f32},

@@ -55,18 +55,28 @@ typedef void (*ortx_qgemm_epilogue_fn)(const ortx_qconv_params *p, const int32_t
                                        const int32_t *bias, const float *multiplier, void *output, int64_t offset,
                                        const float *residual, float p0, float p1);
 
+/* Depthwise: one output row's int32 sums over a padded uint8 plane (row stride plane_width), taps as int32
+ * [KH*KW]: acc[ow] = sum_{kh,kw} plane[(oh*SH + kh*DH)*plane_width + ow*SW + kw*DW] * taps[kh*KW + kw]. May read
+ * up to 64 bytes past the last tap of the row (the plane buffer has that slack). */
+typedef void (*ortx_qdepthwise_row_fn)(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                       const int32_t *taps, int64_t oh, int32_t *acc);
+
 typedef struct ortx_qgemm_isa {
     const char *name;
     ortx_qgemm_micro_fn micro;
     ortx_qgemm_pack_run_fn pack_run;
     ortx_qgemm_epilogue_fn epilogue;
+    ortx_qdepthwise_row_fn depthwise_row;
 } ortx_qgemm_isa;
 
 extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
+extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi;  /* VNNI + VBMI packing */
 
 void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                  const int32_t *taps, int64_t oh, int32_t *acc);
 void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
                                   uint8_t *out);
 void ortx_qgemm_epilogue_portable(const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols,
@@ -86,6 +96,12 @@ static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_
         for (int64_t t = 0; t < count; t++) lane[4 * t] = s[t * stride];
     }
 }
+
+/* Vector QuantizeLinear / DequantizeLinear bodies (kernels/qgemm_avx512.c): each does a prefix of whole 16-lane
+ * vectors and returns its length; the caller finishes the tail with the scalar loop (same results). */
+int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                             void *y);
+int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y);
 
 /* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
 void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

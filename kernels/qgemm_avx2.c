@@ -35,10 +35,12 @@ ORTX_TARGET_AVX2 static void micro_avx2(int64_t k4, const int8_t *a, const uint8
 
 const ortx_qgemm_isa ortx_qgemm_isa_avx2 = {.name = "avx2", .micro = micro_avx2,
                                             .pack_run = ortx_qgemm_pack_run_portable,
-                                            .epilogue = ortx_qgemm_epilogue_portable};
+                                            .epilogue = ortx_qgemm_epilogue_portable,
+                                            .depthwise_row = ortx_qdepthwise_row_portable};
 
 #else
 const ortx_qgemm_isa ortx_qgemm_isa_avx2 = {.name = "avx2", .micro = ortx_qgemm_micro_portable,
                                             .pack_run = ortx_qgemm_pack_run_portable,
-                                            .epilogue = ortx_qgemm_epilogue_portable};
+                                            .epilogue = ortx_qgemm_epilogue_portable,
+                                            .depthwise_row = ortx_qdepthwise_row_portable};
 #endif

@@ -3,7 +3,8 @@
  *     (16 pixels x 4 uint8 each) and one 32-bit weight broadcast per row, vpdpbusd (u8 x s8, four products summed
  *     into each int32 lane without intermediate saturation). Needs AVX-512 VNNI.
  *   - packing of one run of pixels (stride 1 or 2): 16 pixels of each of the 4 k sources per step (stride 2: 32
- *     bytes narrowed to their even bytes with vpmovwb), interleaved into quads with two rounds of unpacks;
+ *     bytes narrowed to their even bytes with vpmovwb), interleaved into quads with two rounds of unpacks, or with
+ *     one vpermb where the CPU has AVX512_VBMI (a second table, chosen at run time);
  *   - epilogue rows with pixel stride 1: requantize (or scale, residual, Relu) 16 lanes at a time, narrowing with
  *     vpmovdb; the same operations as the scalar epilogue in the same order, so results are bitwise equal.
  * The AVX2 table uses the portable packing and epilogue, so forcing AVX2 in the tests checks those too. */
@@ -66,19 +67,65 @@ ORTX_TARGET_AVX512 static void pack_run_avx512(const uint8_t *const source[4], i
     if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
 }
 
-/* fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
-ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
+/* The same with AVX512_VBMI: the four 16-byte rows in one zmm, interleaved into quads by a single vpermb: output
+ * byte o = 4t + i takes row i's byte t, at (o % 4) * 16 + o / 4. */
+static const uint8_t quad_order[64] __attribute__((aligned(64))) = {0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+#define ORTX_TARGET_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
+
+ORTX_TARGET_AVX512_VBMI static void pack_run_vbmi(const uint8_t *const source[4], int64_t stride, int64_t count,
+                                                 int64_t readable, uint8_t *out) {
+    int64_t t = 0;
+    if (stride <= 2) {
+        __m512i permutation = _mm512_loadu_si512(quad_order);
+        for (; t + 16 <= count || (t < count && (t + 16) * stride <= readable); t += 16) {
+            __m128i x[4];
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *at = source[i] + t * stride;
+                x[i] = !source[i] ? _mm_setzero_si128() : stride == 1 ? _mm_loadu_si128((const __m128i *)at) :
+                       _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)at));
+            }
+            __m512i rows = _mm512_inserti32x4(_mm512_castsi128_si512(x[0]), x[1], 1);
+            rows = _mm512_inserti32x4(rows, x[2], 2);
+            rows = _mm512_inserti32x4(rows, x[3], 3);
+            _mm512_storeu_si512(out + t * 4, _mm512_permutexvar_epi8(permutation, rows));
+        }
+    }
+    if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
+}
+
+/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu; at out32).
+ * fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
+ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static inline void epilogue_lanes(
+    const ortx_qconv_params *p, __m512i a, __m512 scale, __mmask16 mask, const float *residual, uint8_t *out8,
+    float *out32) {
+    __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+    if (p->output_kind != 2) {
+        __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
+        __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
+        value = _mm512_min_ps(_mm512_max_ps(value, low), high);
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), _mm512_set1_epi32((int32_t)p->y_zero_point));
+        _mm_mask_storeu_epi8(out8, mask, _mm512_cvtepi32_epi8(q));
+        return;
+    }
+    if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual));
+    if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    _mm512_mask_storeu_ps(out32, mask, value);
+}
+
+/* Rows are output channels, columns pixels. Pixel stride 1 (NCHW): each row's lanes go straight to the output.
+ * Channel stride 1 (Gemm/MatMul rows): the tile is finished in a local buffer and copied out transposed. */
+ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
                                               int64_t cols, const int32_t *bias, const float *multiplier,
                                               void *output, int64_t offset, const float *residual, float p0,
                                               float p1) {
     int quantized = p->output_kind != 2;
-    if (p->out_pixel_stride != 1 || (!quantized && p->activation != 0 && p->activation != 1)) {
+    int direct = p->out_pixel_stride == 1, transposed = p->out_channel_stride == 1 && !residual;
+    if ((!direct && !transposed) || (!quantized && p->activation != 0 && p->activation != 1)) {
         ortx_qgemm_epilogue_portable(p, acc, rows, cols, bias, multiplier, output, offset, residual, p0, p1);
         return;
     }
-    __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
-    __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
-    __m512i zero_point = _mm512_set1_epi32((int32_t)p->y_zero_point);
+    float tile32[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
+    uint8_t tile8[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
     for (int64_t i = 0; i < rows; i++) {
         __m512i b = _mm512_set1_epi32(bias[i]);
         __m512 scale = _mm512_set1_ps(multiplier[i]);
@@ -86,26 +133,105 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epil
         for (int64_t j = 0; j < cols; j += 16) {
             __mmask16 mask = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1);
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * ORTX_QGEMM_NB + j), b);
-            __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
-            if (quantized) {
-                value = _mm512_min_ps(_mm512_max_ps(value, low), high);
-                __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), zero_point);
-                _mm_mask_storeu_epi8((uint8_t *)output + row + j, mask, _mm512_cvtepi32_epi8(q));
+            if (direct) {
+                epilogue_lanes(p, a, scale, mask, residual ? residual + row + j : NULL, (uint8_t *)output + row + j,
+                               (float *)output + row + j);
             } else {
-                float *out = (float *)output + row + j;
-                if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual + row + j));
-                if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
-                _mm512_mask_storeu_ps(out, mask, value);
+                epilogue_lanes(p, a, scale, mask, NULL, tile8 + i * ORTX_QGEMM_NB + j, tile32 + i * ORTX_QGEMM_NB + j);
             }
+        }
+    }
+    if (direct) return;
+    for (int64_t j = 0; j < cols; j++) {
+        int64_t index = offset + j * p->out_pixel_stride;
+        if (quantized) {
+            uint8_t *out = (uint8_t *)output + index;
+            for (int64_t i = 0; i < rows; i++) out[i] = tile8[i * ORTX_QGEMM_NB + j];
+        } else {
+            float *out = (float *)output + index;
+            for (int64_t i = 0; i < rows; i++) out[i] = tile32[i * ORTX_QGEMM_NB + j];
         }
     }
 }
 
+/* QuantizeLinear over 16 lanes: x / scale, clamp (max first: NaN becomes low, as the scalar loop), round to nearest
+ * even (cvtps2dq), + zero point, narrowed (in range after the clamp). Returns how many elements it did. */
+ORTX_TARGET_AVX512 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high,
+                                               int32_t zero, void *y) {
+    __m512 s = _mm512_set1_ps(scale), lo = _mm512_set1_ps(low), hi = _mm512_set1_ps(high);
+    __m512i z = _mm512_set1_epi32(zero);
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+        __m512 value = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s), lo), hi);
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), z);
+        _mm_storeu_si128((__m128i *)((uint8_t *)y + i), _mm512_cvtepi32_epi8(q));
+    }
+    return i;
+}
+
+/* DequantizeLinear of uint8/int8 over 16 lanes: float(q - zero) * scale. Returns how many elements it did. */
+ORTX_TARGET_AVX512 int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero,
+                                                 float scale, float *y) {
+    __m512 s = _mm512_set1_ps(scale);
+    __m512i z = _mm512_set1_epi32(zero);
+    int64_t i = 0;
+    for (; i + 16 <= count; i += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)((const uint8_t *)q + i));
+        __m512i wide = is_signed ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
+        _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(wide, z)), s));
+    }
+    return i;
+}
+
+/* Depthwise row: 16 output columns per vector, per tap one widening load (stride 2: 32 bytes narrowed to their even
+ * bytes first), vpmulld by the broadcast tap, vpaddd. Exact int32 sums, so equal to the portable row. */
+ORTX_TARGET_AVX512 static void depthwise_row_avx512(const ortx_qconv_params *p, const uint8_t *plane,
+                                                   int64_t plane_width, const int32_t *taps, int64_t oh,
+                                                   int32_t *acc) {
+    if (p->stride_width > 2) {
+        ortx_qdepthwise_row_portable(p, plane, plane_width, taps, oh, acc);
+        return;
+    }
+    for (int64_t ow = 0; ow < p->out_width; ow += 16) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+            const uint8_t *row = plane + (oh * p->stride_height + kh * p->dilation_height) * plane_width +
+                                 ow * p->stride_width;
+            for (int64_t kw = 0; kw < p->kernel_width; kw++) {
+                const uint8_t *x = row + kw * p->dilation_width;
+                __m128i bytes = p->stride_width == 1 ? _mm_loadu_si128((const __m128i *)x)
+                                                     : _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)x));
+                __m512i value = _mm512_cvtepu8_epi32(bytes);
+                sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(value, _mm512_set1_epi32(taps[kh * p->kernel_width + kw])));
+            }
+        }
+        _mm512_storeu_si512(acc + ow, sum);
+    }
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
-                                                   .pack_run = pack_run_avx512, .epilogue = epilogue_avx512};
+                                                   .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
+                                                   .depthwise_row = depthwise_row_avx512};
+const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = micro_avx512_vnni,
+                                                   .pack_run = pack_run_vbmi, .epilogue = epilogue_avx512,
+                                                   .depthwise_row = depthwise_row_avx512};
 
 #else
+const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = ortx_qgemm_micro_portable,
+                                                   .pack_run = ortx_qgemm_pack_run_portable,
+                                                   .epilogue = ortx_qgemm_epilogue_portable,
+                                                   .depthwise_row = ortx_qdepthwise_row_portable};
+int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                             void *y) {
+    (void)x, (void)count, (void)scale, (void)low, (void)high, (void)zero, (void)y;
+    return 0;
+}
+int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y) {
+    (void)q, (void)count, (void)is_signed, (void)zero, (void)scale, (void)y;
+    return 0;
+}
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = ortx_qgemm_micro_portable,
                                                    .pack_run = ortx_qgemm_pack_run_portable,
-                                                   .epilogue = ortx_qgemm_epilogue_portable};
+                                                   .epilogue = ortx_qgemm_epilogue_portable,
+                                                   .depthwise_row = ortx_qdepthwise_row_portable};
 #endif

@@ -43,7 +43,7 @@ void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *b
             for (int64_t n = 0; n < N; n++) {
                 float acc = 0.0f;
                 for (int64_t k = 0; k < K; k++)
-                    acc += operand_at(A, (int)ints[4], ints[5], ints[6], M, K, ORTX_GEMM_MR, m, k, 0) *
+                    acc += operand_at(A, (int)ints[4], ints[5], ints[6], M, K, ORTX_BGEMM_MR, m, k, 0) *
                            operand_at(B, (int)ints[7], ints[8], ints[9], N, K, ORTX_GEMM_NR, n, k, 1);
                 Y[(b * M + m) * N + n] = ortx_gemm_epilogue_scalar(&epilogue, acc, m, n);
             }
@@ -63,7 +63,7 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g, local = co - g * cout_g;
-            const uint16_t *weights = packed + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_GEMM_MR);
+            const uint16_t *weights = packed + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     float acc = 0.0f;
@@ -75,7 +75,7 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
                                 float w = ortx_bf16_to_float(
-                                    weights[ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_GEMM_MR)]);
+                                    weights[ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR)]);
                                 float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
                                 acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));
                             }

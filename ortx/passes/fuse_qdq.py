@@ -7,7 +7,7 @@ Then every DequantizeLinear of a constant that is still read (weights of a depth
 folded into a float initializer, so those consumers run as float ops between the DQ/Q steps.
 Does not apply (a note names the node and the reason) when: x's DQ is per-axis or not constant-parameterized,
 weights are not constant int8 with zero points 0 (asymmetric), per-channel along another axis than the output
-channels, the conv is grouped/depthwise, the bias is not int32 at scale sx*sw, Gemm has transA/alpha/beta != 1,
+channels, the conv is grouped but not depthwise, the bias is not int32 at scale sx*sw, Gemm has transA/alpha/beta != 1,
 MatMul's weights are not 2-D, or an intermediate has another reader or is a graph output.
 Not in DEFAULT_PASSES: plain onnxruntime cannot run ai.ortx ops; the pipeline runs it when OrtxEP compiles.
 Each QConv lists the nodes it replaced in metadata_props["ortx.fused_from"].
@@ -27,6 +27,8 @@ from ortx.passes._report import PassReport, record_fused_from, unique_initialize
 logger = logging.getLogger(__name__)
 
 ORTX_DOMAIN = "ai.ortx"
+# Node metadata: why a Conv/Gemm/MatMul fed by DequantizeLinear was not made int8 (the session's assignment shows it).
+INT8_DECLINED_KEY = "ortx.int8_declined"
 CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 # The bias scale written by quantizers is fp32 sx * sw[m]; allow its last-bit differences.
 BIAS_SCALE_RTOL = 1e-6
@@ -112,7 +114,7 @@ def _activation(node: ir.Node) -> tuple[str, list[float]] | None:
     return None
 
 
-def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
+def _fuse_one(graph: ir.Graph, node: ir.Node, excluded: frozenset[str] = frozenset()) -> list[ir.Node]:
     """Replaces `node`'s pattern with a QConv; returns the nodes replaced. Raises Declined with the reason."""
     kind = "Conv" if node.op_type == "Conv" else "Gemm"
     if node.op_type == "Gemm":
@@ -130,8 +132,10 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
     x_scale, x_zero = constant_value(_input(x_dq, 1)), _input(x_dq, 2)
     if x_scale is None or x_scale.size != 1 or (x_zero is not None and constant_value(x_zero) is None):
         raise Declined("input DequantizeLinear is per-axis or its parameters are not constant")
-    if kind == "Conv" and int(attribute(node, "group", 1)) != 1:
-        raise Declined("grouped/depthwise conv (weights are dequantized to float instead)")
+    group = int(attribute(node, "group", 1))
+    if kind == "Conv" and group != 1 and not group == static_shape(node.inputs[0])[1] == \
+            static_shape(node.outputs[0])[1]:
+        raise Declined("grouped conv that is not depthwise (weights are dequantized to float instead)")
     weights, w_scale = _weights(node, w_dq, kind)
     channels = weights.shape[0]
     if w_scale.size not in (1, channels):
@@ -160,6 +164,9 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
             quantize = reader
             output = reader.outputs[0]
             replaced.append(reader)
+    touched = [n.name for n in replaced + [x_dq, w_dq] if n.name in excluded]
+    if touched:
+        raise Declined(f"{touched[0]} runs on ORT (given back)")
     weight_value = w_dq.inputs[0]
     if kind != "Conv" and not (node.op_type == "Gemm" and int(attribute(node, "transB", 0))):  # [K, M] -> [M, K]
         name = unique_initializer_name(graph, f"{weight_value.name}_rows")
@@ -202,11 +209,12 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
     return removed
 
 
-def _fold_constant_dequantize(graph: ir.Graph) -> int:
-    """Replaces each DequantizeLinear of constants that is still read by a float initializer; returns the count."""
+def _fold_constant_dequantize(graph: ir.Graph, excluded: frozenset[str]) -> int:
+    """Replaces each DequantizeLinear of constants that is still read by a float initializer (except `excluded`
+    ones); returns the count."""
     folded = 0
     for node in list(graph):
-        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx") or node.name in excluded:
             continue
         quantized, scale = constant_value(node.inputs[0]), constant_value(_input(node, 1))
         zero = constant_value(_input(node, 2)) if _input(node, 2) is not None else np.zeros((), np.int32)
@@ -231,7 +239,8 @@ def _fold_constant_dequantize(graph: ir.Graph) -> int:
     return folded
 
 
-def fuse_qdq(model: ir.Model) -> PassReport:
+def fuse_qdq(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> PassReport:
+    """`excluded`: node names that must stay standard ONNX (given back to ORT): a pattern touching one is left alone."""
     start = time.perf_counter()
     graph = model.graph
     notes, fused = [], 0
@@ -242,11 +251,12 @@ def fuse_qdq(model: ir.Model) -> PassReport:
         if _producer(node.inputs[0], "DequantizeLinear") is None:
             continue  # a float op, not a QDQ pattern
         try:
-            _fuse_one(graph, node)
+            _fuse_one(graph, node, excluded)
             fused += 1
         except (Declined, NotStatic) as error:
             notes.append(f"{node.name}: {error}")
-    folded = _fold_constant_dequantize(graph)
+            node.metadata_props[INT8_DECLINED_KEY] = f"runs fp32 on dequantized inputs, int8 declined: {error}"
+    folded = _fold_constant_dequantize(graph, excluded)
     for note in notes:
         logger.debug("fuse_qdq: %s", note)
     return PassReport(model=model, name="fuse_qdq", counts={"qconv_fused": fused, "dequantize_folded": folded}, notes=notes,

@@ -131,7 +131,7 @@ def analyse_sensitivity(model: onnx.ModelProto, layers: list[Layer], precisions:
                         build: Callable[[dict[str, str]], onnx.ModelProto], evaluator: Evaluator, *,
                         latency: bool = False, progress: SensitivityProgress | None = None
                         ) -> list[SensitivityRecord]:
-    """Step 2 of the module docstring; fp32 records have error 0 and are not run (only timed, when asked)."""
+    """Step 2 of the module docstring; fp32 records (error 0, the fp32 model's own latency) are not run."""
     base_size = model.ByteSize()
     records = []
     total = len(layers) * len(precisions)
@@ -140,13 +140,12 @@ def analyse_sensitivity(model: onnx.ModelProto, layers: list[Layer], precisions:
         fp32_bytes = fp32_parameter_bytes(model, layer)
         for precision in precisions:
             record = SensitivityRecord(layer.node, layer.op_type, precision, 0.0, fp32_bytes)
-            if precision != "fp32" or latency:
+            if precision != "fp32":
                 try:
-                    candidate = build({layer.node: precision}) if precision != "fp32" else model
+                    candidate = build({layer.node: precision})
                     record.bytes = fp32_bytes + candidate.ByteSize() - base_size
                     session = evaluator.session(candidate)
-                    if precision != "fp32":
-                        record.error = evaluator.error(session)
+                    record.error = evaluator.error(session)
                     if latency:
                         record.latency_ms, record.fp32_latency_ms = evaluator.latency_ms(session)
                 except Exception as error:  # a failed candidate is data: ORT and the rewrites raise many types

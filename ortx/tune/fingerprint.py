@@ -73,6 +73,12 @@ def _caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> tuple[st
     return tuple(caches)
 
 
+@functools.lru_cache(maxsize=None)
+def detected_caches() -> tuple[str, ...]:
+    """This machine's data caches as in HardwareFingerprint.caches, without looking for a compiler."""
+    return _caches()
+
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))

@@ -12,13 +12,15 @@
    timed over rotating operand copies.
 4. tune_gemm: the prebuilt gemm_f32 on the same operands is measured once as the baseline (its own records
    template, PREBUILT_TEMPLATE), then the default schedule (so the best is never worse than it), then the chosen
-   strategy (evolutionary by default, with the ridge cost model) proposes the rest; every result is a record.
+   strategy (evolutionary by default: guided_search, boosted trees with transfer) proposes the rest; every
+   result is a record.
    Then the baseline, the default and the `validate` fastest schedules are measured once more, in one call,
    and recorded too: a schedule's time is the fastest of its records, because a shared host's noise only ever
    slows a run down, and one unlucky measurement should not decide between close candidates.
 5. recorded_schedule answers from this machine's records only, and only with a schedule faster than the
    prebuilt kernel's record by more than MARGIN (what a session may put in gemm_f32's place).
-Limits: the cost model sees one task at a time (no transfer across shapes); timings are as noisy as the host.
+The guided search (guided_search) learns from ortx.tune.gemm_features' hardware-aware features and starts from
+this machine's records of other GEMM shapes (transfer). Limit: timings are as noisy as the host.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from ortx import _kernels
 from ortx.codegen import gemm
 from ortx.codegen.jit import JitError
 from ortx.config import Options
+from ortx.tune import gemm_features
 from ortx.tune.fingerprint import HardwareFingerprint
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
@@ -96,16 +99,19 @@ def _fits(problem: gemm.GemmProblem, schedule: Schedule, max_workspace_floats: i
     return values["tasks_m"] <= row_tiles and values["tasks_n"] <= column_tiles
 
 
-def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | None = None) -> Space:
+def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | None = None, *,
+               num_threads: int = 1) -> Space:
     """CHOICES[isa] for `problem`: a prepacked B fixes kc and pack_b and keeps the tile widths its panels allow;
-    `max_workspace_floats` drops schedules needing more workspace (a segment step's buffer is already planned)."""
+    `max_workspace_floats` drops schedules needing more workspace (a segment step's buffer is already planned).
+    Its cost-model features are gemm_features' (problem, `num_threads` and this machine's caches); work in GFLOP."""
     if isa not in CHOICES:
         raise gemm.GemmError(f"no GEMM schedule space for isa {isa!r} (have {sorted(CHOICES)})")
     choices = {"isa": (isa,), **CHOICES[isa]}
     if problem.b_packed:
         choices.update(kc=(gemm.PREPACKED_KC,), pack_b=(False,),
                        nr=tuple(nr for nr in choices["nr"] if nr % gemm.PREPACKED_NR == 0))
-    return Space(f"gemm_{isa}", choices, valid=lambda schedule: _fits(problem, schedule, max_workspace_floats))
+    return Space(f"gemm_{isa}", choices, valid=lambda schedule: _fits(problem, schedule, max_workspace_floats),
+                 featurize=gemm_features.featurizer(problem, num_threads), work=problem.flops / 1e9)
 
 
 def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> Schedule:
@@ -129,7 +135,7 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
 
 def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str, max_workspace_floats: int | None = None) -> Task:
     return Task(f"{problem.signature}|threads={num_threads}|isa={isa}",
-                gemm_space(problem, isa, max_workspace_floats), gemm.template_hash(),
+                gemm_space(problem, isa, max_workspace_floats, num_threads=num_threads), gemm.template_hash(),
                 default=default_schedule(problem, isa, num_threads))
 
 
@@ -259,6 +265,13 @@ class _DefaultFirst:
 STRATEGIES = {"evolutionary": EvolutionarySearch, "random": RandomSearch, "exhaustive": Exhaustive}
 
 
+def guided_search(task: Task, database: TuningDatabase, fingerprint: HardwareFingerprint, *,
+                  seed: int = 0) -> EvolutionarySearch:
+    """The cost-model-guided search for a task_for task, its model seeded with this machine's records of other
+    GEMM shapes (gemm_features.transfer_data) when there are enough."""
+    return EvolutionarySearch(task.space, seed, transfer=gemm_features.transfer_data(database, task, fingerprint))
+
+
 @dataclasses.dataclass(frozen=True)
 class GemmTuning:
     task: Task
@@ -288,7 +301,10 @@ def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDa
     task = task_for(problem, num_threads, isa, max_workspace_floats)
     if strategy not in STRATEGIES:
         raise ValueError(f"tune_gemm: strategy {strategy!r} is not one of {sorted(STRATEGIES)}")
-    search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
+    if strategy == "evolutionary":
+        search = guided_search(task, database, fingerprint, seed=seed)
+    else:
+        search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
     default = default_schedule(problem, isa, num_threads)
     runner = GemmRunner(problem, num_threads, options, settings, seed)
     measure_prebuilt(task, runner, database, fingerprint)

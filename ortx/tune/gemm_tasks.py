@@ -70,8 +70,10 @@ class GemmTasks:
                      default=task.default, prior_ms=statistics.fmean(self._times[signature]))
                 for signature, task in self._template.items()]
 
-    def strategies(self, tasks: list[Task]) -> list[EvolutionarySearch]:
-        return [EvolutionarySearch(task.space, self.seed) for task in tasks]
+    def strategies(self, tasks: list[Task], database: TuningDatabase,
+                   fingerprint: HardwareFingerprint) -> list[EvolutionarySearch]:
+        """Guided searches whose cost models start from this machine's records of other GEMM shapes."""
+        return [gemm_space.guided_search(task, database, fingerprint, seed=self.seed) for task in tasks]
 
     def owns(self, task: Task) -> bool:
         return task.signature in self._problems

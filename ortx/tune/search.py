@@ -12,13 +12,20 @@ measurement (failures included) stored in the TuningDatabase under this machine'
 Strategies (each deterministic given its seed):
 - Exhaustive: every valid schedule in Space.enumerate order.
 - RandomSearch: uniform valid samples, never one already measured.
-- EvolutionarySearch (as Ansor and MetaSchedule do): random samples until `initial` ok measurements, then each
-  proposal is the candidate with the lowest time predicted by a ridge regression on Space.features -> log(ms),
-  refitted on every measurement so far; candidates are the neighbours of the best `population` schedules,
-  crossovers of pairs of them and random samples; with probability `epsilon` a random sample instead (exploration).
+- EvolutionarySearch (as Ansor, MetaSchedule and TVM's XGBoost tuner do): a cost model (boosted trees,
+  ortx.tune.cost_model) predicts log(ms / Space.work) from Space.features; every round it is refitted on the
+  task's ok measurements plus, when given, TransferData (other tasks' records, weighted down), then
+  1. candidates: `pool` random samples, the neighbours of the `population` fastest measured schedules and the
+     transfer's fastest schedules that are in this space;
+  2. evolution against the model: `generations` times, the `survivors` best predicted and their neighbours are
+     scored, never measured;
+  3. the best predicted unmeasured candidates fill the batch, each slot with probability `epsilon` a random
+     sample instead (exploration).
+  Without transfer it measures random samples until `initial` are ok.
 The pieces are public so ortx.tune.scheduler can run rounds of chosen tasks: TaskProgress (one task's measured
 set, best and best-so-far, resumed from records) and measure_round (one measure call, every result a row).
-Limit: the cost model learns from one task's schedule features only (no transfer across shapes).
+Limits: the model ranks by regression on log time (no ranking loss); a batch is the top of one ranking, so its
+schedules can be close neighbours of each other.
 """
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ortx.tune.cost_model import BoostedTreesCostModel, RidgeCostModel  # noqa: F401 (RidgeCostModel: re-export)
 from ortx.tune.fingerprint import HardwareFingerprint
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import MeasureResult
@@ -57,28 +65,6 @@ class TaskResult:
     recorded: int  # schedules read back from the database (not measured again)
     failures: int  # non-ok results among measured and recorded
     best_so_far_ms: list[float]  # after each trial (recorded ones first), inf until the first "ok"
-
-
-class RidgeCostModel:
-    """Predicted log(ms) = standardised features . weights + bias, fitted by ridge regression (closed form)."""
-
-    def __init__(self, regularisation: float = 1.0):
-        self.regularisation = regularisation
-        self._fit = None
-
-    def fit(self, features: np.ndarray, log_ms: np.ndarray) -> None:
-        mean = features.mean(axis=0)
-        scale = features.std(axis=0)
-        scale[scale == 0] = 1.0
-        standard = (features - mean) / scale
-        bias = float(log_ms.mean())
-        gram = standard.T @ standard + self.regularisation * np.eye(standard.shape[1])
-        weights = np.linalg.solve(gram, standard.T @ (log_ms - bias))
-        self._fit = (mean, scale, weights, bias)
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        mean, scale, weights, bias = self._fit
-        return ((features - mean) / scale) @ weights + bias
 
 
 class Exhaustive:
@@ -130,58 +116,119 @@ class RandomSearch:
         pass
 
 
+CLIP_QUANTILE = 0.75  # log times above this quantile of a task's are cut to it before fitting (see clipped)
+
+
+def clipped(log_ms: np.ndarray) -> np.ndarray:
+    """Slow schedules (and runs a busy host slowed tenfold) cut to the CLIP_QUANTILE of the task's times: the
+    search ranks the fast end, and a squared-error fit would spend its splits on the outliers' magnitudes."""
+    return np.minimum(log_ms, np.quantile(log_ms, CLIP_QUANTILE)) if len(log_ms) >= 4 else log_ms
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferData:
+    """Measurements of other tasks for a guided search to start from: their feature rows (computed for their own
+    problems), log(ms / work) each (clipped per task), and their schedules, fastest first (candidate seeds where
+    the space has them)."""
+
+    features: np.ndarray
+    targets: np.ndarray
+    schedules: tuple[Schedule, ...] = ()
+
+
 class EvolutionarySearch(RandomSearch):
-    def __init__(self, space: Space, seed: int = 0, *, initial: int = 8, population: int = 8, crossovers: int = 32,
-                 random_candidates: int = 32, epsilon: float = 0.05, model: RidgeCostModel | None = None):
+    """Cost-model-guided evolutionary search (see the module docstring)."""
+
+    def __init__(self, space: Space, seed: int = 0, *, initial: int = 8, population: int = 8, pool: int = 256,
+                 survivors: int = 32, generations: int = 2, epsilon: float = 0.05, model=None,
+                 transfer: TransferData | None = None, transfer_weight: float = 0.25, transfer_seeds: int = 8):
         super().__init__(space, seed)
         self.initial = initial
         self.population = population
-        self.crossovers = crossovers
-        self.random_candidates = random_candidates
+        self.pool = pool
+        self.survivors = survivors
+        self.generations = generations
         self.epsilon = epsilon
-        self.model = model or RidgeCostModel()
+        self.model = model or BoostedTreesCostModel()
+        self.transfer = transfer if transfer is not None and len(transfer.targets) else None
+        self.transfer_weight = transfer_weight
+        self.transfer_seeds = transfer_seeds
         self._ok: dict[Schedule, float] = {}
+        self._features: dict[Schedule, np.ndarray] = {}
 
     def observe(self, result: MeasureResult) -> None:
         if result.ok:
             previous = self._ok.get(result.schedule, math.inf)
             self._ok[result.schedule] = min(previous, result.median_ms)
 
-    def _candidates(self, measured: set[Schedule], exclude: set[Schedule]) -> list[Schedule]:
+    def _featurised(self, schedules: Sequence[Schedule]) -> np.ndarray:
+        for schedule in schedules:
+            if schedule not in self._features:
+                self._features[schedule] = self.space.features(schedule)
+        return np.stack([self._features[schedule] for schedule in schedules])
+
+    def _fit(self) -> bool:
+        """Fits the model on this task's ok measurements and the transfer rows (weighted down); False when there
+        is too little to learn from (random samples instead)."""
+        if self.transfer is None and len(self._ok) < self.initial:
+            return False
+        own = list(self._ok)
+        parts, targets, weights = [], [], []
+        if own:
+            parts.append(self._featurised(own))
+            targets.append(clipped(np.log(np.array([self._ok[s] for s in own]) / self.space.work)))
+            weights.append(np.ones(len(own)))
+        if self.transfer is not None:
+            parts.append(self.transfer.features)
+            targets.append(self.transfer.targets)
+            weights.append(np.full(len(self.transfer.targets), self.transfer_weight))
+        self.model.fit(np.concatenate(parts), np.concatenate(targets), np.concatenate(weights))
+        return True
+
+    def _ranked(self, measured: set[Schedule]) -> list[Schedule]:
+        """Candidates, best predicted first: random samples, the measured elite's neighbours and the transfer seeds,
+        then `generations` rounds of the predicted best `survivors` replaced by the best of them and their
+        neighbours (evolution against the model, never measuring)."""
         elite = sorted(self._ok, key=self._ok.__getitem__)[: self.population]
         pool: dict[Schedule, None] = {}
         for member in elite:
             pool.update(dict.fromkeys(self.space.neighbours(member)))
-        for _ in range(self.crossovers if len(elite) > 1 else 0):
-            first, second = self.rng.choice(len(elite), size=2, replace=False)
-            child = self.space.crossover(elite[first], elite[second], self.rng)
-            if child is not None:
-                pool[child] = None
-        for _ in range(self.random_candidates):
+        if self.transfer is not None:
+            seeds = [s for s in self.transfer.schedules if self.space.contains(s)][: self.transfer_seeds]
+            pool.update(dict.fromkeys(seeds))
+        for _ in range(self.pool):
             sample = self.space.sample(self.rng)
             if sample is not None:
                 pool[sample] = None
-        return [schedule for schedule in pool if schedule not in measured and schedule not in exclude]
+        candidates = [schedule for schedule in pool if schedule not in measured]
+        if not candidates:
+            return []
+        scores = dict(zip(candidates, self.model.predict(self._featurised(candidates))))
+        for _ in range(self.generations):
+            best = sorted(scores, key=scores.__getitem__)[: self.survivors]
+            children = {child: None for parent in best for child in self.space.neighbours(parent)
+                        if child not in scores and child not in measured}
+            if not children:
+                break
+            scores.update(zip(children, self.model.predict(self._featurised(list(children)))))
+        return sorted(scores, key=scores.__getitem__)
 
     def propose(self, count: int, measured: set[Schedule]) -> list[Schedule]:
         chosen: list[Schedule] = []
-        while len(chosen) < count:
-            explore = len(self._ok) < self.initial or self.rng.random() < self.epsilon
-            candidates = [] if explore else self._candidates(measured, set(chosen))
-            if candidates:
-                schedules = list(self._ok)
-                self.model.fit(np.stack([self.space.features(s) for s in schedules]),
-                               np.log(np.array([self._ok[s] for s in schedules])))
-                predicted = self.model.predict(np.stack([self.space.features(s) for s in candidates]))
-                pick = candidates[int(np.argmin(predicted))]
-            else:
+        ranked = self._ranked(measured) if self._fit() else []
+        for schedule in ranked:
+            if len(chosen) == count:
+                break
+            if self.rng.random() < self.epsilon:  # exploration: a random sample in this slot
                 picked = super().propose(1, measured | set(chosen))
-                if not picked:
-                    break
-                pick = picked[0]
-            chosen.append(pick)
+                if picked:
+                    chosen.append(picked[0])
+                    continue
+            if schedule not in chosen:
+                chosen.append(schedule)
+        if len(chosen) < count:
+            chosen += super().propose(count - len(chosen), measured | set(chosen))
         return chosen
-
 
 
 def _recorded_results(database: TuningDatabase, task: Task, fingerprint: HardwareFingerprint) -> list[MeasureResult]:

@@ -51,6 +51,11 @@ class Space:
     name: str
     choices: Mapping[str, tuple]
     valid: Callable[[Schedule], bool] | None = None
+    # A family's own cost-model features (e.g. ortx.tune.gemm_space's, which carry the problem and the hardware)
+    # in place of the generic ones, and the work one schedule does (the model predicts log(ms / work), so
+    # records of another problem of the same family, with its own work, can be learnt from).
+    featurize: Callable[[Schedule], np.ndarray] | None = None
+    work: float = 1.0
 
     def __post_init__(self):
         for choice, values in self.choices.items():
@@ -108,7 +113,10 @@ class Space:
 
     def features(self, schedule: Schedule) -> np.ndarray:
         """Per choice: one-hot of the value's position, then log2(value) and its square when every allowed value
-        is a positive number (tile sizes, thread counts), so a linear model can fit a bowl over them."""
+        is a positive number (tile sizes, thread counts), so a linear model can fit a bowl over them; or the
+        space's own `featurize`."""
+        if self.featurize is not None:
+            return np.asarray(self.featurize(schedule), np.float64)
         parts = []
         for name, values in self.choices.items():
             one_hot = np.zeros(len(values))

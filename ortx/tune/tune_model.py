@@ -171,9 +171,9 @@ class _SegmentTasks:
         self.signatures.update(self.runners)
         self.signatures.update(self.gemms.segments)
 
-    def strategies(self) -> list:
+    def strategies(self, database: TuningDatabase, fingerprint: HardwareFingerprint) -> list:
         threads, gemms = self.tasks[:self.thread_tasks], self.tasks[self.thread_tasks:]
-        return [Exhaustive(task.space) for task in threads] + self.gemms.strategies(gemms)
+        return [Exhaustive(task.space) for task in threads] + self.gemms.strategies(gemms, database, fingerprint)
 
     def measure(self, pairs: list[tuple[Task, Schedule]], database: TuningDatabase,
                 fingerprint: HardwareFingerprint) -> list[MeasureResult]:
@@ -236,7 +236,7 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
                 + [GEMM_TRIALS_PER_ROUND] * (len(tasks) > segment_tasks.thread_tasks), default=1)
     fingerprint = current(jit)
     with TuningDatabase(database_path) as database:
-        report = schedule_tasks(tasks, segment_tasks.strategies(),
+        report = schedule_tasks(tasks, segment_tasks.strategies(database, fingerprint),
                                 lambda pairs: segment_tasks.measure(pairs, database, fingerprint), database,
                                 fingerprint, budget_seconds=search_budget, trials=trials, batch=batch,
                                 tasks_per_round=TASKS_PER_ROUND, seed=seed, other_ms=other_ms,

@@ -2,8 +2,8 @@
 rounded operands: float32 tolerance) and against float32 (tests/tolerances.py's bf16 tolerance).
 
 Every case runs for each ISA this CPU has: under avx512 on a CPU with AVX512_BF16 the vdpbf16ps path, else the
-portable path (round to bf16, fp32 multiply-adds), on shapes whose M, N, K are not multiples of the 6x16 tile, the
-256-deep K block (odd K leaves a half pair) or the 144-row M block.
+portable path (round to bf16, fp32 multiply-adds), on shapes whose M, N, K are not multiples of the 8x16 tile, the
+equal K blocks of at most 512 (odd K leaves a half pair) or the 144-row M block.
 """
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from tests.tolerances import assert_close, assert_close_bf16
 
 ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
-MR, NR, KC = 6, 16, 256
+MR, NR, KC_MAX = 8, 16, 512  # kernels/gemm_bf16.h: ORTX_BGEMM_MR, ORTX_GEMM_NR, ORTX_BGEMM_KC_MAX
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 8), (13, 33, 17), (37, 70, 301), (150, 47, 519), (7, 1100, 33),
-          (61, 5, 64)]
+          (61, 5, 64), (9, 40, 1031)]
 
 
 @pytest.fixture(params=RUNNABLE_ISAS)
@@ -55,8 +55,11 @@ def pack(matrix, rows, depth, row_stride, col_stride, which, scale=1.0):
 
 def packed_index(row, k, rows, depth, panel):
     """kernels/gemm_bf16.h's K-pair format, written out again."""
-    k0 = k // KC * KC
-    pairs = (np.minimum(KC, depth - k0) + 1) // 2
+    blocks = -(-depth // KC_MAX)
+    per_block = -(-depth // blocks)
+    block = max(2, -(-per_block // 2) * 2)
+    k0 = k // block * block
+    pairs = (np.minimum(block, depth - k0) + 1) // 2
     rows_padded = -(-rows // panel) * panel
     return k0 * rows_padded + row // panel * panel * 2 * pairs + ((k - k0) // 2 * panel + row % panel) * 2 + k % 2
 
@@ -99,7 +102,7 @@ def test_reference_rounding_is_round_to_nearest_even():
 
 
 def test_packing_rounds_and_lays_out_k_pairs():
-    rows, depth = 9, 2 * KC + 7  # a tail panel, a full K block and an odd last block
+    rows, depth = 9, 2 * KC_MAX + 7  # a tail panel, three equal K blocks and an odd last block
     matrix = random((rows, depth), 3)
     matrix[0, :len(SPECIAL_BITS)] = SPECIAL_BITS.view(np.float32)
     for which, panel in ((0, MR), (1, NR)):
@@ -212,7 +215,12 @@ CONV_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (8, 13, 20, 3, 2, 1, 1, 1),    # Case 3: im2col, strided
     (3, 7, 17, 7, 2, 3, 1, 1),     # a stem
     (16, 24, 12, 3, 1, 1, 4, 1),   # grouped
-    (6, 11, 15, 3, 1, 2, 1, 2),    # dilated
+    (4, 6, 20, 3, 3, 1, 1, 1),     # Case 3: im2col (stride 3)
+    (6, 11, 15, 3, 1, 2, 1, 2),    # dilated, narrow output: im2col
+    (6, 11, 18, 3, 1, 2, 1, 2),    # dilated from bf16 planes (output 18 wide: panels across row ends)
+    (7, 12, 21, 3, 1, 1, 1, 1),    # stride 1, output 21 wide: one row end inside most panels
+    (5, 9, 37, 3, 2, 1, 1, 1),     # stride 2 from bf16 planes (vpermt2w path), output 19 wide
+    (3, 8, 64, 7, 2, 3, 1, 1),     # a stem from bf16 planes (K = 147, odd)
     (40, 70, 7, 3, 1, 1, 1, 1),    # K = 360 across two K blocks, few pixels
 ]
 

@@ -18,13 +18,27 @@ RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 QGEMM_ISA = {"portable": 0, "avx2": 1}
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
+def _qgemm_isa(vbmi_off: int = 0) -> int:
     used = np.zeros(1, np.int64)
-    _kernels.call("qgemm_isa", [], [], [used])
-    assert used[0] == QGEMM_ISA.get(request.param, 2 if _kernels.cpu_isa() == "avx512" else 1)
-    yield request.param
+    _kernels.call("qgemm_isa", [vbmi_off], [], [used])
+    return int(used[0])
+
+
+# Each ISA level, and on AVX-512 machines also the VNNI variant without VBMI packing (what a VNNI CPU without
+# AVX512_VBMI runs), when this CPU would otherwise pick the VBMI one.
+VARIANTS = [(isa, 0) for isa in RUNNABLE_ISAS]
+if _kernels.cpu_isa() == "avx512" and _qgemm_isa() == 3:
+    VARIANTS.append(("avx512", 1))
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: v[0] + ("-novbmi" if v[1] else ""))
+def isa(request):
+    name, vbmi_off = request.param
+    assert _kernels.force_isa(name) == name
+    used = _qgemm_isa(vbmi_off)
+    assert used == QGEMM_ISA.get(name, used if used >= 2 else -1)
+    yield name
+    _qgemm_isa(0)
     _kernels.force_isa(_kernels.cpu_isa())
 
 
@@ -34,7 +48,7 @@ def quantized(rng, shape, dtype, low=None, high=None):
 
 
 def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, strides=(1, 1), pads=(0, 0, 0, 0),
-              dilations=(1, 1), out_size, residual=None, activation=0, threads=1, use_ref=False, gemm=False):
+              dilations=(1, 1), out_size, residual=None, activation=0, threads=1, use_ref=False, gemm=False, group=1):
     """Calls qconv2d_i8 as the lowering does; conv: qx [N, C, H, W], qw [M, C, KH, KW]; gemm: qx [rows, K]."""
     signed = int(qx.dtype == np.int8)
     out_kind = {"uint8": 0, "int8": 1, "float32": 2}[y_dtype]
@@ -47,18 +61,18 @@ def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, st
         n, c, h, w = qx.shape
         channels = qw.shape[0]
         pixels = out_size[0] * out_size[1]
-        ints = [n, c, h, w, channels, *out_size, *qw.shape[2:], *strides, pads[0], pads[1], *dilations, 1, 0,
+        ints = [n, c, h, w, channels, *out_size, *qw.shape[2:], *strides, pads[0], pads[1], *dilations, group, 0,
                 signed, out_kind, pixels, 1, channels * pixels]
         out_shape = (n, channels, *out_size)
     ints += [int(residual is not None), activation, zx, zy, qmin, qmax, threads]
-    plan = QConvPlan(ints, qw.reshape(1, channels, -1), np.asarray(bias, np.int64), multiplier, zx + 128 * signed,
+    plan = QConvPlan(ints, qw.reshape(group, channels // group, -1), np.asarray(bias, np.int64), multiplier, zx + 128 * signed,
                      (0.0, 0.0), residual is not None)
     sizes = qconv_sizes(ints)
     packed = pack_weights(plan.weights, sizes)
     y = np.full(out_shape, 7, dtype=y_dtype)
     workspace = np.empty(int(sizes[0]) + 64, np.uint8)
     residual_buffer = residual if residual is not None else y
-    _kernels.call("qconv2d_i8", ints, [0.0, 0.0],
+    _kernels.call(plan.kernel, ints, [0.0, 0.0],
                   [np.ascontiguousarray(qx), packed, effective_bias(plan), multiplier, y, workspace, residual_buffer],
                   num_threads=threads, use_ref=use_ref)
     return y
@@ -121,6 +135,36 @@ def test_qconv_float_output_with_residual(isa, relu):
         np.testing.assert_array_equal(actual, expected)
 
 
+DEPTHWISE_CASES = [  # (N, C, H, W, K, stride, pad, dilation)
+    (1, 19, 13, 37, 3, 1, 1, 1), (2, 8, 14, 14, 3, 2, 1, 1), (1, 5, 11, 20, 5, 1, 2, 1), (1, 4, 9, 33, 3, 2, 0, 1),
+    (1, 3, 12, 12, 3, 1, 2, 2), (1, 6, 10, 40, 3, 3, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES)
+@pytest.mark.parametrize("x_dtype,zx", [("uint8", 255), ("uint8", 0), ("int8", -128), ("int8", 50)])
+def test_qdepthwise_bitexact(isa, case, x_dtype, zx):
+    n, c, h, w, k, stride, pad, dilation = case
+    rng = np.random.default_rng(hash((case, x_dtype, zx)) % 2 ** 32)
+    qx = quantized(rng, (n, c, h, w), x_dtype)
+    qw = quantized(rng, (c, 1, k, k), "int8", -128, 127)
+    bias = rng.integers(-900, 900, c)
+    geometry = dict(strides=(stride, stride), pads=(pad,) * 4, dilations=(dilation, dilation))
+    acc, out_size = conv_accumulators(qx, zx, qw, bias, group=c, **geometry)
+    multiplier = requantization_multiplier(np.float32(0.02), rng.uniform(0.5, 1.5, c).astype(np.float32),
+                                           np.float32(0.02 * np.abs(acc).max() / 200))
+    expected = requantize(acc, multiplier, 9, 9, 255, "uint8").reshape(n, c, *out_size)  # a Relu at zero point 9
+    residual = rng.standard_normal((n, c, *out_size)).astype(np.float32)
+    expected_float = np.maximum(acc.astype(np.float32) * multiplier.reshape(-1, 1) + residual.reshape(n, c, -1), 0)
+    for threads, use_ref in ((1, False), (2, False), (1, True)):
+        actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="uint8", zy=9, qmin=9, qmax=255, out_size=out_size,
+                           threads=threads, use_ref=use_ref, group=c, **geometry)
+        np.testing.assert_array_equal(actual, expected)
+        actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="float32", out_size=out_size, residual=residual,
+                           activation=1, threads=threads, use_ref=use_ref, group=c, **geometry)
+        np.testing.assert_array_equal(actual, expected_float.reshape(actual.shape))
+
+
 def test_qconv_saturation_of_pairwise_int16_sums(isa):
     """255 * 127 + 255 * 127 overflows vpmaddubsw's int16; x = 255 and w = +-127/-128 must still sum exactly."""
     qx = np.full((1, 64, 4, 37), 255, np.uint8)
@@ -148,10 +192,15 @@ def test_qgemm_matrix_input(isa, rows, depth, channels, x_dtype, zx):
         actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="uint8", zy=3, qmin=0, qmax=255, out_size=None,
                            threads=threads, use_ref=use_ref, gemm=True)
         np.testing.assert_array_equal(actual, expected)
+        for relu in (0, 1):  # float output, rows x channels (the transposed epilogue)
+            actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="float32", out_size=None, activation=relu,
+                               threads=threads, use_ref=use_ref, gemm=True)
+            values = acc.T.astype(np.float32) * multiplier.reshape(-1, 1)
+            np.testing.assert_array_equal(actual, (np.maximum(values, 0) if relu else values).T)
 
 
 @pytest.mark.parametrize("dtype,zero", [("uint8", 0), ("uint8", 200), ("int8", -128), ("int8", 7)])
-def test_quantize_dequantize_match_reference(dtype, zero):
+def test_quantize_dequantize_match_reference(isa, dtype, zero):
     rng = np.random.default_rng(3)
     x = (rng.standard_normal(1003) * 3).astype(np.float32)
     x[:4] = [0.5 * 0.05, 1.5 * 0.05, -2.5 * 0.05, 1e9]  # ties (round half to even) and saturation

@@ -101,7 +101,8 @@ def test_user_metric_and_latency_objective():
     mixed, report = mixed_precision(model, _calibration(3), budget=0.05, metric=max_abs, objective="latency",
                                     precisions="fp32,fp16,int8")
     assert report.metric == "max_abs" and report.error <= 0.05
-    assert all(record.latency_ms > 0 and record.fp32_latency_ms > 0 for record in report.sensitivity)
+    assert all(record.latency_ms > 0 and record.fp32_latency_ms > 0 for record in report.sensitivity
+               if record.precision != "fp32")
     assert report.latency_ms > 0 and report.fp32_latency_ms > 0
     inputs = _calibration(3)["X"]
     assert max(float(np.max(np.abs(c - r))) for c, r in zip(_outputs(mixed, inputs), _outputs(model, inputs))) \
@@ -166,3 +167,19 @@ def test_command_bad_options_exit_2(tmp_path, capsys, arguments, message):
     assert main(["quantize", str(source), "-o", str(output), "--calibration", str(data), *arguments]) == 2
     assert message in capsys.readouterr().err
     assert not output.exists()
+
+
+def test_reused_sensitivity_gives_the_same_answer_without_measuring_layers(runs):
+    model, results = runs
+    first = results[0.07][1]
+    mixed, report = mixed_precision(model, _calibration(), budget=0.07, precisions=ALL, block_size=16,
+                                    sensitivity=first.sensitivity)
+    assert report.sensitivity_reused and "sensitivity reused" in report.summary()
+    assert [layer.precision for layer in report.layers] == [layer.precision for layer in first.layers]
+    assert report.error == first.error
+    with pytest.raises(ValueError, match="sensitivity: no record for conv_3 at int4"):
+        mixed_precision(model, _calibration(), budget=0.07, precisions=ALL,
+                        sensitivity=[record for record in first.sensitivity if record.precision != "int4"])
+    with pytest.raises(ValueError, match="sensitivity: objective latency needs timed records"):
+        mixed_precision(model, _calibration(), budget=0.07, precisions=ALL, objective="latency",
+                        sensitivity=first.sensitivity)

@@ -1,4 +1,5 @@
-"""Lowerings of quantized ops: ("ai.ortx", "QConv") -> qconv2d_i8, QuantizeLinear, DequantizeLinear.
+"""Lowerings of quantized ops: ("ai.ortx", "QConv") -> qconv2d_i8 (depthwise: qdepthwise2d_i8), QuantizeLinear,
+DequantizeLinear.
 
 ai.ortx::QConv is what ortx/passes/fuse_qdq.py makes of DQ(x) + DQ(w const) -> Conv/Gemm/MatMul (+ DQ(bias int32))
 -> [Add residual] -> [Relu/Clip] -> [Q]; its arithmetic is ortx/quantization/integer.py's. Inputs: 0 x (uint8/int8),
@@ -49,6 +50,10 @@ class QConvPlan:
     zero_u: int              # the input zero point as uint8
     activation_params: tuple[float, float]
     residual: bool
+
+    @property
+    def kernel(self) -> str:
+        return "qdepthwise2d_i8" if self.ints[15] > 1 else "qconv2d_i8"
 
 
 def _activation(node: ir.Node) -> tuple[str, list[float]]:
@@ -132,8 +137,8 @@ def _conv_geometry(node: ir.Node, weights: np.ndarray):
     out_channels = weights.shape[0]
     if channels % group or out_channels % group or weights.shape[1] != channels // group:
         raise Declined(f"group {group} does not fit input channels {channels} and weights {weights.shape}")
-    if group > 1:
-        raise Declined("grouped/depthwise int8 conv not supported (its weights are dequantized instead)")
+    if group > 1 and not group == channels == out_channels:
+        raise Declined("grouped (not depthwise) int8 conv not supported (its weights are dequantized instead)")
     begins, sizes = _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad)
     if tuple(y_shape) != (batch, out_channels, *sizes):
         raise Declined(f"computed output shape {(batch, out_channels, *sizes)} != inferred {y_shape}")
@@ -192,7 +197,7 @@ def lower_qconv(node: ir.Node, builder) -> None:
     output = builder.buffer(node.outputs[0])
     workspace = builder.workspace(max(int(sizes[0]), 64), label="qconv")
     residual = builder.buffer(node.inputs[8]) if plan.residual else output
-    builder.emit("qconv2d_i8", ints, list(plan.activation_params),
+    builder.emit(plan.kernel, ints, list(plan.activation_params),
                  [builder.buffer(node.inputs[0]), weights, bias, multiplier, output, workspace, residual])
 
 
