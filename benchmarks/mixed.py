@@ -8,9 +8,9 @@ model's shape (det at --det-size, 320 by default: 640x640 makes the one-layer-at
 budget on 2 shared cores). The search runs `ortx.quantization.mixed_precision(budget=..., precisions
 fp32,fp16,int8,int4, metric relative_l2)` from the packaged fp32 file for each budget; the first budget's call
 measures every layer alone at every precision ("sensitivity s"), the others reuse those records (`sensitivity=`);
-"search s" is the rest of each call (calibration, the measured candidate mixes, writing the model). "error" is what the search measured on the calibration samples;
-"held-out" is the same metric on `--evaluate` other random inputs (seed 1). Size: the written model's bytes over
-the fp32 model's after the same -O2 passes and opset upgrade. Latency: ORT CPU, 2 threads, the mixed and fp32
+"search s" is the rest of each call (calibration, the measured candidate mixes, writing the model). "error" is what
+the search measured on the calibration samples; "held-out" is the same metric on `--evaluate` other random inputs
+(seed 1). Size: the written model's bytes over the fp32 model's after the same -O2 passes and opset upgrade. Latency: ORT CPU, 2 threads, the mixed and fp32
 models alternating in blocks of 5 runs, median of each, `--blocks` blocks; the ratio's range over `--repeats`
 repetitions. Random inputs measure numerical fidelity, not recognition accuracy.
 """

@@ -92,6 +92,42 @@ def _reused_records(records: Sequence[SensitivityRecord], layers: list[Layer], p
     return [by_key[layer.node, precision] for layer in layers for precision in precisions]
 
 
+def _check_options(objective: str, method: str, activation_dtype: str, block_size: object,
+                   error_samples: object) -> None:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if method not in CALIBRATION_METHODS:
+        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, not {method!r}")
+    if activation_dtype not in ACTIVATION_DTYPES:
+        raise ValueError(f"activation_dtype must be 'int8' or 'uint8', not {activation_dtype!r}")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
+        raise ValueError(f"block_size must be an int >= 0 (0: one int4 scale per output channel), not {block_size!r}")
+    if error_samples is not None and (isinstance(error_samples, bool) or not isinstance(error_samples, int)
+                                      or error_samples < 1):
+        raise ValueError(f"error_samples must be a positive int or None, not {error_samples!r}")
+
+
+def _searched_layers(proto: onnx.ModelProto, exclude_nodes: set[str], exclude_op_types: set[str]) -> list[Layer]:
+    unknown = sorted(exclude_nodes - {node.name for node in proto.graph.node})
+    if unknown:
+        raise QuantizationError(f"excluded node name(s) {', '.join(map(repr, unknown))} not in the model")
+    layers = [layer for layer in find_layers(proto)
+              if layer.node not in exclude_nodes and layer.op_type not in exclude_op_types]
+    if not layers:
+        raise QuantizationError("the model has no Conv/Gemm/MatMul with a float32 initializer weight to give a "
+                                "precision (or all of them are excluded)")
+    return layers
+
+
+def _layer_choices(layers: list[Layer], records: list[SensitivityRecord], assignment: dict[str, str]
+                   ) -> list[LayerChoice]:
+    sizes = {(record.node, record.precision): record.bytes for record in records}
+    return [LayerChoice(layer.node, layer.op_type, assignment[layer.node], sizes[layer.node, assignment[layer.node]],
+                        sizes[layer.node, "fp32"],
+                        {record.precision: record.error for record in records if record.node == layer.node})
+            for layer in layers]
+
+
 def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
                     precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
                     method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
@@ -112,44 +148,21 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     measuring every layer again."""
     start = time.perf_counter()
     budget = check_budget(budget)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-    if method not in CALIBRATION_METHODS:
-        raise ValueError(f"method must be one of {', '.join(CALIBRATION_METHODS)}, not {method!r}")
-    if activation_dtype not in ACTIVATION_DTYPES:
-        raise ValueError(f"activation_dtype must be 'int8' or 'uint8', not {activation_dtype!r}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
-        raise ValueError(f"block_size must be an int >= 0 (0: one int4 scale per output channel), not {block_size!r}")
-    if error_samples is not None and (not isinstance(error_samples, int) or error_samples < 1):
-        raise ValueError(f"error_samples must be a positive int or None, not {error_samples!r}")
+    _check_options(objective, method, activation_dtype, block_size, error_samples)
     metric_name, metric = resolve_metric(metric)
     chosen = check_precisions(precisions)
-
     proto = prepare_model(model, optimize)
     if "int4" in chosen:
         proto = _upgrade_opset(proto)
-    layers = find_layers(proto)
-    exclude_nodes = set(exclude_nodes)
-    unknown = sorted(exclude_nodes - {node.name for node in proto.graph.node})
-    if unknown:
-        raise QuantizationError(f"excluded node name(s) {', '.join(map(repr, unknown))} not in the model")
-    exclude_op_types = set(exclude_op_types)
-    layers = [layer for layer in layers
-              if layer.node not in exclude_nodes and layer.op_type not in exclude_op_types]
-    if not layers:
-        raise QuantizationError("the model has no Conv/Gemm/MatMul with a float32 initializer weight to give a "
-                                "precision (or all of them are excluded)")
-
-    samples_source = calibration_set(calibration, proto)
-    samples = []
-    for sample in samples_source:
-        samples.append(sample)
-        if progress is not None:
-            progress("calibrating", len(samples), samples_source.count)
+    exclude_nodes, exclude_op_types = set(exclude_nodes), set(exclude_op_types)
+    layers = _searched_layers(proto, exclude_nodes, exclude_op_types)
+    samples = list(calibration_set(calibration, proto))   # checked as read; every later stage reruns them
     ranges = None
     if "int8" in chosen:
         ranges = int8_ranges(proto, layers, samples, method=method, percentile=percentile,
-                             activation_dtype=activation_dtype, threads=threads)
+                             activation_dtype=activation_dtype, threads=threads, total=len(samples),
+                             progress=None if progress is None else lambda done, total: progress("calibrating",
+                                                                                                  done, total))
     evaluation = samples[:error_samples] if error_samples else samples
     if not evaluation:
         raise CalibrationDataError("the calibration set is empty (0 samples)")
@@ -174,22 +187,21 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
             progress("search", next(counter), None)
         return error
 
-    result = search(records, budget, objective, measure)
+    def measure_latency(assignment: dict[str, str]) -> float:
+        latency_ms, fp32_ms = evaluator.latency_ms(evaluator.session(build(assignment)))
+        return latency_ms / fp32_ms
+
+    result = search(records, budget, objective, measure, measure_latency)
     mixed = clamp_ir_version(build(result.assignment))
     onnx.checker.check_model(mixed)
     latency = fp32_latency = None
     if objective == "latency":
         latency, fp32_latency = evaluator.latency_ms(evaluator.session(mixed), blocks=10)
-    sizes = {(record.node, record.precision): record for record in records}
-    choices = [LayerChoice(layer.node, layer.op_type, result.assignment[layer.node],
-                           sizes[layer.node, result.assignment[layer.node]].bytes,
-                           sizes[layer.node, "fp32"].bytes,
-                           {record.precision: record.error for record in records if record.node == layer.node})
-               for layer in layers]
     notes = [f"excluded {name}: kept fp32" for name in sorted(exclude_nodes)]
     notes += [f"op type {op_type} excluded: kept fp32" for op_type in sorted(exclude_op_types)]
     report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluation), result.error,
-                                  proto.ByteSize(), mixed.ByteSize(), choices, records, result.steps,
+                                  proto.ByteSize(), mixed.ByteSize(),
+                                  _layer_choices(layers, records, result.assignment), records, result.steps,
                                   result.fell_back_to_fp32, time.perf_counter() - start, sensitivity_seconds,
                                   sensitivity is not None, latency, fp32_latency, notes)
     return mixed, report

@@ -87,6 +87,7 @@ class MixedPrecisionReport:
         lines += [f"search: {step.upgrades} upgrades -> error {step.error:.4g} "
                   f"({'within' if step.within_budget else 'over'} budget) "
                   + ", ".join(f"{precision} {count}" for precision, count in step.counts.items())
+                  + (f"; latency {step.latency_ratio:.2f}x fp32" if step.latency_ratio is not None else "")
                   for step in self.steps]
         lines += [f"sensitivity failed: {record.node} at {record.precision}: {record.note}"
                   for record in self.sensitivity if record.note]
