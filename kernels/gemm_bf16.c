@@ -3,12 +3,14 @@
  * gemm_bf16_avx512.c. Numerics and the packed K-pair format: gemm_bf16.h.
  *
  * The driver (ortx_bgemm) is ortx_sgemm's (gemm.c) with bf16 panels:
- *   1. split the output between threads over N (NR-column units) or M (MR-row units), as ortx_sgemm does;
- *   2. per thread: for each NC block of columns and KC block of depth, take B's panels (prepacked bf16 weights,
- *      or fp32 produced by pack_b / read raw and rounded to bf16 K pairs into the thread's buffer), then for each
- *      MC block of rows A's panels (prepacked bf16 weights, or raw fp32 rounded into K pairs while packed), and
- *      run the micro-kernel over every MR x NR (or MR x 2NR) tile;
- *   3. after a tile's last KC block, the fp32 epilogue (bias, residual, activation) on its fp32 accumulators.
+ *   1. split the output between threads over N (NR-column units) or M (ORTX_BGEMM_MR-row units), as ortx_sgemm
+ *      does; an operand every task would round again (raw A when N is split, B when M is) is rounded once,
+ *      in parallel, into a shared K-pair copy first (plan_of);
+ *   2. per thread: for each NC block of columns and K block (ortx_bgemm_block_depth), take B's panels (prepacked
+ *      bf16, written by pack_pairs, or fp32 produced by pack_b / read raw and rounded to bf16 K pairs into the
+ *      thread's buffer), then for each MC block of rows A's panels (prepacked, or raw fp32 rounded into K pairs),
+ *      and run the micro-kernel over every MR x NR (or MR x 2NR) tile;
+ *   3. after a tile's last K block, the fp32 epilogue (bias, residual, activation) on its fp32 accumulators.
  * Every output element is summed in the same order whatever the thread split. Edge tiles run the full
  * micro-kernel on a scratch tile. Known limits: A is always packed (no in-place read: rounding needs a copy).
  */

@@ -27,11 +27,17 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* ISA choice: VNNI needs avx512vnni on top of the AVX-512 level dispatch.c selects. */
+/* ISA choice: VNNI needs avx512vnni on top of the AVX-512 level dispatch.c selects; VBMI packing also avx512vbmi,
+ * unless a test turned it off (qgemm_isa with ints[0] = 1) to check the unpack packing on the same CPU. */
+static int vbmi_off = 0;
+
 static const ortx_qgemm_isa *select_isa(void) {
     int isa = ortx_selected_isa();
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa >= ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return &ortx_qgemm_isa_avx512_vnni;
+    if (isa >= ORTX_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) {
+        if (!vbmi_off && __builtin_cpu_supports("avx512vbmi")) return &ortx_qgemm_isa_avx512_vbmi;
+        return &ortx_qgemm_isa_avx512_vnni;
+    }
 #endif
     if (isa >= ORTX_ISA_AVX2) return &ortx_qgemm_isa_avx2;
     return &ortx_qgemm_isa_portable;
@@ -113,6 +119,7 @@ typedef struct geometry {
     int planes_copied;
     int64_t planes_bytes, thread_bytes;
     int64_t planes_end;  /* bytes packing may read from the start of the planes (copies have 64-byte slack) */
+    int64_t tap_bytes;   /* the tap offset table */
 } geometry;
 
 static geometry geometry_of(const ortx_qconv_params *p, int threads) {
@@ -141,6 +148,7 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
     g.planes_bytes = g.planes_copied ? ortx_round_up(p->batch * p->in_channels * g.plane_height * g.plane_width, 64)
                                      : 0;
     g.planes_end = g.planes_copied ? g.planes_bytes : p->batch * p->in_channels * g.plane_height * g.plane_width;
+    g.tap_bytes = ortx_round_up(8 * g.K, 64);
     g.thread_bytes = ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4 + 64, 64) + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB;  /* + pack_run's spill */
     return g;
 }
@@ -148,7 +156,7 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
 static int64_t workspace_bytes(const ortx_qconv_params *p) {
     int threads = (int)max64(1, p->num_threads);
     geometry g = geometry_of(p, threads);
-    return g.planes_bytes + threads * g.thread_bytes + 64;
+    return g.planes_bytes + g.tap_bytes + threads * g.thread_bytes + 64;
 }
 
 /* Step 1: padded uint8 planes ------------------------------------------------------------------------------------ */
@@ -169,6 +177,7 @@ typedef struct job {
     const float *residual;
     float p0, p1;
     uint8_t *thread_space;
+    const int64_t *tap_offsets;  /* image inputs: byte offset of k's tap in its group's planes, k < K */
 } job;
 
 static void fill_planes(void *context, int64_t begin, int64_t end, int thread_index) {
@@ -189,8 +198,12 @@ static void fill_planes(void *context, int64_t begin, int64_t end, int thread_in
             }
             int64_t left = min64(p->pad_left, width), right = min64(width, p->pad_left + p->in_width);
             memset(line, j->zero_u, (size_t)left);
-            const uint8_t *source = in + source_row * p->in_width;
-            for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+            const uint8_t *source = in + source_row * p->in_width - p->pad_left;
+            if (mask) {
+                for (int64_t column = left; column < right; column++) line[column] = source[column] ^ mask;
+            } else {
+                memcpy(line + left, source + left, (size_t)(right - left));
+            }
             if (right < width) memset(line + right, j->zero_u, (size_t)(width - right));
         }
     }
@@ -202,32 +215,29 @@ static void pack_image_block(const job *j, int64_t n, int64_t group, int64_t p0,
     const ortx_qconv_params *p = j->p;
     const geometry *g = &j->g;
     const int NB = ORTX_QGEMM_NB;
-    int64_t area = p->kernel_height * p->kernel_width;
     int64_t plane = g->plane_height * g->plane_width;
     const uint8_t *image = j->planes + (n * p->in_channels + group * g->cin_g) * plane;
+    /* the block's runs along output rows: at most NB, found once for every k */
+    int64_t run_offset[ORTX_QGEMM_NB], run_start[ORTX_QGEMM_NB], run_length[ORTX_QGEMM_NB], runs = 0;
+    for (int64_t oh = p0 / p->out_width, ow = p0 % p->out_width, done = 0; done < cols; ow = 0, oh++, runs++) {
+        run_length[runs] = min64(p->out_width - ow, cols - done);
+        run_offset[runs] = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+        run_start[runs] = done;
+        done += run_length[runs];
+    }
+    const uint8_t *end = j->planes + g->planes_end;
     for (int64_t q = 0; q < g->k4; q++) {
         const uint8_t *source[4];
-        for (int i = 0; i < 4; i++) {
-            int64_t k = 4 * q + i;
-            if (k >= g->K) { source[i] = NULL; continue; }
-            int64_t c = k / area, r = k % area, kh = r / p->kernel_width, kw = r % p->kernel_width;
-            source[i] = image + c * plane + kh * p->dilation_height * g->plane_width + kw * p->dilation_width;
-        }
+        for (int i = 0; i < 4; i++) source[i] = 4 * q + i < g->K ? image + j->tap_offsets[4 * q + i] : NULL;
         uint8_t *out = dst + q * NB * 4;
-        int64_t oh = p0 / p->out_width, ow = p0 % p->out_width, done = 0;
-        while (done < cols) {
-            int64_t run = min64(p->out_width - ow, cols - done);
-            int64_t offset = oh * p->stride_height * g->plane_width + ow * p->stride_width;
+        for (int64_t r = 0; r < runs; r++) {
             const uint8_t *run_source[4];
             int64_t readable = INT64_MAX;
             for (int i = 0; i < 4; i++) {
-                run_source[i] = source[i] ? source[i] + offset : NULL;
-                if (source[i]) readable = min64(readable, j->planes + g->planes_end - run_source[i]);
+                run_source[i] = source[i] ? source[i] + run_offset[r] : NULL;
+                if (source[i]) readable = min64(readable, end - run_source[i]);
             }
-            j->isa->pack_run(run_source, p->stride_width, run, readable, out + done * 4);
-            done += run;
-            ow = 0;
-            oh++;
+            j->isa->pack_run(run_source, p->stride_width, run_length[r], readable, out + run_start[r] * 4);
         }
     }
 }
@@ -304,7 +314,16 @@ static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *bu
     j.mask = p.input_signed ? 0x80 : 0;
     uint8_t *workspace = (uint8_t *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
     j.planes_out = workspace;
-    j.thread_space = workspace + j.g.planes_bytes;
+    int64_t *tap_offsets = (int64_t *)(workspace + j.g.planes_bytes);
+    j.tap_offsets = tap_offsets;
+    j.thread_space = workspace + j.g.planes_bytes + j.g.tap_bytes;
+    if (p.input_kind == 0) {
+        int64_t area = p.kernel_height * p.kernel_width, plane = j.g.plane_height * j.g.plane_width;
+        for (int64_t k = 0; k < j.g.K; k++) {
+            int64_t c = k / area, r = k % area, kh = r / p.kernel_width, kw = r % p.kernel_width;
+            tap_offsets[k] = c * plane + kh * p.dilation_height * j.g.plane_width + kw * p.dilation_width;
+        }
+    }
     j.planes = j.x;
     if (j.g.planes_copied) {
         ortx_parallel_range(threads, p.batch * p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_planes,
@@ -361,8 +380,12 @@ static void depthwise_plane(void *context, int64_t task, int thread_index) {
         }
         int64_t left = min64(p->pad_left, j->plane_width), right = min64(j->plane_width, p->pad_left + p->in_width);
         memset(line, zero_u, (size_t)left);
-        const uint8_t *source = in + source_row * p->in_width;
-        for (int64_t column = left; column < right; column++) line[column] = source[column - p->pad_left] ^ mask;
+        const uint8_t *source = in + source_row * p->in_width - p->pad_left;
+        if (mask) {
+            for (int64_t column = left; column < right; column++) line[column] = source[column] ^ mask;
+        } else {
+            memcpy(line + left, source + left, (size_t)(right - left));
+        }
         if (right < j->plane_width) memset(line + right, zero_u, (size_t)(j->plane_width - right));
     }
     memset(plane + j->plane_height * j->plane_width, zero_u, 64);
@@ -472,13 +495,15 @@ static void dequantize_linear_f32(const int64_t *ints, const float *floats, void
     }
 }
 
-/* qgemm_isa_name: buffers 0 int64[1] out: 0 portable, 1 avx2, 2 avx512 VNNI (what qconv2d_i8 runs now; tests). */
+/* qgemm_isa (tests): ints [VBMI packing off (0/1)]; buffers 0 int64[1] out: what qconv2d_i8 runs now: 0 portable,
+ * 1 avx2, 2 avx512 VNNI, 3 avx512 VNNI with VBMI packing. Not thread-safe: tests only. */
 static void qgemm_isa(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)ints;
     (void)floats;
     (void)num_threads;
+    vbmi_off = (int)ints[0];
     const ortx_qgemm_isa *isa = select_isa();
-    ((int64_t *)buffers[0])[0] = isa == &ortx_qgemm_isa_avx512_vnni ? 2 : isa == &ortx_qgemm_isa_avx2 ? 1 : 0;
+    ((int64_t *)buffers[0])[0] = isa == &ortx_qgemm_isa_avx512_vbmi ? 3 : isa == &ortx_qgemm_isa_avx512_vnni ? 2 :
+                                 isa == &ortx_qgemm_isa_avx2 ? 1 : 0;
 }
 
 const ortx_kernel_entry ortx_family_qgemm[] = {

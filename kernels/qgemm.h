@@ -72,6 +72,7 @@ typedef struct ortx_qgemm_isa {
 extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
+extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi;  /* VNNI + VBMI packing */
 
 void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
 void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,

@@ -3,7 +3,8 @@
  *     (16 pixels x 4 uint8 each) and one 32-bit weight broadcast per row, vpdpbusd (u8 x s8, four products summed
  *     into each int32 lane without intermediate saturation). Needs AVX-512 VNNI.
  *   - packing of one run of pixels (stride 1 or 2): 16 pixels of each of the 4 k sources per step (stride 2: 32
- *     bytes narrowed to their even bytes with vpmovwb), interleaved into quads with two rounds of unpacks;
+ *     bytes narrowed to their even bytes with vpmovwb), interleaved into quads with two rounds of unpacks, or with
+ *     one vpermb where the CPU has AVX512_VBMI (a second table, chosen at run time);
  *   - epilogue rows with pixel stride 1: requantize (or scale, residual, Relu) 16 lanes at a time, narrowing with
  *     vpmovdb; the same operations as the scalar epilogue in the same order, so results are bitwise equal.
  * The AVX2 table uses the portable packing and epilogue, so forcing AVX2 in the tests checks those too. */
@@ -61,6 +62,32 @@ ORTX_TARGET_AVX512 static void pack_run_avx512(const uint8_t *const source[4], i
             _mm_storeu_si128((__m128i *)(o + 16), _mm_unpackhi_epi16(p01_lo, p23_lo));
             _mm_storeu_si128((__m128i *)(o + 32), _mm_unpacklo_epi16(p01_hi, p23_hi));
             _mm_storeu_si128((__m128i *)(o + 48), _mm_unpackhi_epi16(p01_hi, p23_hi));
+        }
+    }
+    if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
+}
+
+/* The same with AVX512_VBMI: the four 16-byte rows in one zmm, interleaved into quads by a single vpermb: output
+ * byte o = 4t + i takes row i's byte t, at (o % 4) * 16 + o / 4. */
+static const uint8_t quad_order[64] __attribute__((aligned(64))) = {0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38, 54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13, 29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+#define ORTX_TARGET_AVX512_VBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi")))
+
+ORTX_TARGET_AVX512_VBMI static void pack_run_vbmi(const uint8_t *const source[4], int64_t stride, int64_t count,
+                                                 int64_t readable, uint8_t *out) {
+    int64_t t = 0;
+    if (stride <= 2) {
+        __m512i permutation = _mm512_loadu_si512(quad_order);
+        for (; t + 16 <= count || (t < count && (t + 16) * stride <= readable); t += 16) {
+            __m128i x[4];
+            for (int i = 0; i < 4; i++) {
+                const uint8_t *at = source[i] + t * stride;
+                x[i] = !source[i] ? _mm_setzero_si128() : stride == 1 ? _mm_loadu_si128((const __m128i *)at) :
+                       _mm256_cvtepi16_epi8(_mm256_loadu_si256((const __m256i *)at));
+            }
+            __m512i rows = _mm512_inserti32x4(_mm512_castsi128_si512(x[0]), x[1], 1);
+            rows = _mm512_inserti32x4(rows, x[2], 2);
+            rows = _mm512_inserti32x4(rows, x[3], 3);
+            _mm512_storeu_si512(out + t * 4, _mm512_permutexvar_epi8(permutation, rows));
         }
     }
     if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
@@ -185,8 +212,15 @@ ORTX_TARGET_AVX512 static void depthwise_row_avx512(const ortx_qconv_params *p, 
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
                                                    .depthwise_row = depthwise_row_avx512};
+const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = micro_avx512_vnni,
+                                                   .pack_run = pack_run_vbmi, .epilogue = epilogue_avx512,
+                                                   .depthwise_row = depthwise_row_avx512};
 
 #else
+const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = ortx_qgemm_micro_portable,
+                                                   .pack_run = ortx_qgemm_pack_run_portable,
+                                                   .epilogue = ortx_qgemm_epilogue_portable,
+                                                   .depthwise_row = ortx_qdepthwise_row_portable};
 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
                              void *y) {
     (void)x, (void)count, (void)scale, (void)low, (void)high, (void)zero, (void)y;

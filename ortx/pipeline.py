@@ -36,7 +36,7 @@ from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_gelu import fuse_gelu_extended
-from ortx.passes.fuse_qdq import fuse_qdq
+from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
 
 logger = logging.getLogger(__name__)
@@ -322,19 +322,20 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order; fuse_qdq first, so QDQ compute patterns become
-# int8 QConv before any float fusion sees them): run after the standard passes, on a clone.
-ORTXEP_FUSIONS = (fuse_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
+# after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).
+ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
-    """Runs OrtxEP's fusions (contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a clone (weights
-    are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
+    """Runs OrtxEP's fusions (int8 QDQ patterns, contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a
+    clone (weights are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
     cannot run ai.ortx ops, so a declined one, or one made from `excluded` nodes (given back to ORT), must never
-    reach it. Conv epilogues skip `excluded` nodes themselves."""
+    reach it. QDQ patterns and Conv epilogues skip `excluded` nodes themselves."""
     before = {node.name for node in model.graph if node.domain == ORTX_DOMAIN}
     fused = model.clone()
-    reports = [fusion(fused) for fusion in ORTXEP_FUSIONS]
+    reports = [fuse_qdq(fused, excluded=excluded)]
+    reports += [fusion(fused) for fusion in ORTXEP_FUSIONS]
     reports.append(fuse_conv_epilogue(fused, excluded=excluded))
     fused_decisions = assign(fused.graph)
     problems = []
@@ -371,9 +372,11 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
         for node in segment.nodes:
             provider = "OrtxEP" if segment.claimed else ort_provider
             decision = decisions.get(node.name)
-            reason = "" if segment.claimed else (decision.reason if decision and decision.reason else
-                                                 "given back to ORT: segment too small to be worth a boundary")
-            precision = ("bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
+            reason = node.metadata_props.get(INT8_DECLINED_KEY, "") if segment.claimed else (
+                decision.reason if decision and decision.reason else
+                "given back to ORT: segment too small to be worth a boundary")
+            precision = ("int8" if node.op_type == "QConv" and node.domain == ORTX_DOMAIN else
+                         "bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
             runs_on[node.name] = (provider, reason, precision)
             fused = node.metadata_props.get(FUSED_FROM_KEY, "")
             for original in filter(None, fused.split(",")):

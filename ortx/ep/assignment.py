@@ -12,7 +12,8 @@ class NodeAssignment:
     op_type: str
     provider: str  # "OrtxEP", an ORT provider name, or "(removed)" for nodes the graph passes folded away
     reason: str = ""
-    precision: str = ""  # OrtxEP's nodes: "bf16" when a bf16 kernel runs it (ortx.ep.precision), else "fp32"
+    precision: str = ""  # OrtxEP's nodes: "bf16" when a bf16 kernel runs it (ortx.ep.precision), "int8" when an
+    #                      int8 kernel does (ortx.passes.fuse_qdq), else "fp32"
 
 
 class Assignment(tuple):
@@ -40,7 +41,7 @@ class Assignment(tuple):
         return counts
 
     def precision_counts(self) -> dict[str, int]:
-        """OrtxEP's nodes per kernel precision ("fp32", "bf16")."""
+        """OrtxEP's nodes per kernel precision ("fp32", "bf16", "int8")."""
         counts: dict[str, int] = {}
         for row in self:
             if row.precision:
@@ -49,14 +50,16 @@ class Assignment(tuple):
 
     def __str__(self) -> str:
         headers = ("node", "op", "provider", "reason")
-        rows = [(row.name, row.op_type, row.provider + (" (bf16)" if row.precision == "bf16" else ""), row.reason)
+        rows = [(row.name, row.op_type, row.provider + (f" ({row.precision})" if row.precision in ("bf16", "int8")
+                                                         else ""), row.reason)
                 for row in self]
         widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(3)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:3], widths)) + "  " + headers[3]]
         lines += ["  ".join(value.ljust(w) for value, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
         summary = ", ".join(f"{provider}: {count}" for provider, count in sorted(self.by_provider().items()))
         precisions = self.precision_counts()
-        in_bf16 = f"; {precisions['bf16']} of OrtxEP's nodes run bf16 kernels" if precisions.get("bf16") else ""
+        in_bf16 = "".join(f"; {precisions[kind]} of OrtxEP's nodes run {kind} kernels" for kind in ("bf16", "int8")
+                          if precisions.get(kind))
         lines.append(f"{len(self)} nodes ({summary}); {self.segments} segments; "
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs"
                      f"{in_bf16}")

@@ -7,6 +7,7 @@ import os
 import onnxruntime
 
 from ortx.config import Options
+from ortx.ep.precision import PRECISIONS
 
 ORTX_PROVIDER = "OrtxEP"
 
@@ -52,8 +53,6 @@ def _parse_tuning(value) -> str:
 
 
 def _parse_precision(value) -> str:
-    from ortx.ep.precision import PRECISIONS
-
     text = str(value).strip().lower()
     if text not in PRECISIONS:
         raise ValueError(f"expected one of {', '.join(PRECISIONS)}, got {value!r}")

@@ -27,6 +27,8 @@ from ortx.passes._report import PassReport, record_fused_from, unique_initialize
 logger = logging.getLogger(__name__)
 
 ORTX_DOMAIN = "ai.ortx"
+# Node metadata: why a Conv/Gemm/MatMul fed by DequantizeLinear was not made int8 (the session's assignment shows it).
+INT8_DECLINED_KEY = "ortx.int8_declined"
 CONV_ATTRIBUTES = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 # The bias scale written by quantizers is fp32 sx * sw[m]; allow its last-bit differences.
 BIAS_SCALE_RTOL = 1e-6
@@ -112,7 +114,7 @@ def _activation(node: ir.Node) -> tuple[str, list[float]] | None:
     return None
 
 
-def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
+def _fuse_one(graph: ir.Graph, node: ir.Node, excluded: frozenset[str] = frozenset()) -> list[ir.Node]:
     """Replaces `node`'s pattern with a QConv; returns the nodes replaced. Raises Declined with the reason."""
     kind = "Conv" if node.op_type == "Conv" else "Gemm"
     if node.op_type == "Gemm":
@@ -162,6 +164,9 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
             quantize = reader
             output = reader.outputs[0]
             replaced.append(reader)
+    touched = [n.name for n in replaced + [x_dq, w_dq] if n.name in excluded]
+    if touched:
+        raise Declined(f"{touched[0]} runs on ORT (given back)")
     weight_value = w_dq.inputs[0]
     if kind != "Conv" and not (node.op_type == "Gemm" and int(attribute(node, "transB", 0))):  # [K, M] -> [M, K]
         name = unique_initializer_name(graph, f"{weight_value.name}_rows")
@@ -204,11 +209,12 @@ def _fuse_one(graph: ir.Graph, node: ir.Node) -> list[ir.Node]:
     return removed
 
 
-def _fold_constant_dequantize(graph: ir.Graph) -> int:
-    """Replaces each DequantizeLinear of constants that is still read by a float initializer; returns the count."""
+def _fold_constant_dequantize(graph: ir.Graph, excluded: frozenset[str]) -> int:
+    """Replaces each DequantizeLinear of constants that is still read by a float initializer (except `excluded`
+    ones); returns the count."""
     folded = 0
     for node in list(graph):
-        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+        if node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx") or node.name in excluded:
             continue
         quantized, scale = constant_value(node.inputs[0]), constant_value(_input(node, 1))
         zero = constant_value(_input(node, 2)) if _input(node, 2) is not None else np.zeros((), np.int32)
@@ -233,7 +239,8 @@ def _fold_constant_dequantize(graph: ir.Graph) -> int:
     return folded
 
 
-def fuse_qdq(model: ir.Model) -> PassReport:
+def fuse_qdq(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> PassReport:
+    """`excluded`: node names that must stay standard ONNX (given back to ORT): a pattern touching one is left alone."""
     start = time.perf_counter()
     graph = model.graph
     notes, fused = [], 0
@@ -244,11 +251,12 @@ def fuse_qdq(model: ir.Model) -> PassReport:
         if _producer(node.inputs[0], "DequantizeLinear") is None:
             continue  # a float op, not a QDQ pattern
         try:
-            _fuse_one(graph, node)
+            _fuse_one(graph, node, excluded)
             fused += 1
         except (Declined, NotStatic) as error:
             notes.append(f"{node.name}: {error}")
-    folded = _fold_constant_dequantize(graph)
+            node.metadata_props[INT8_DECLINED_KEY] = f"runs fp32 on dequantized inputs, int8 declined: {error}"
+    folded = _fold_constant_dequantize(graph, excluded)
     for note in notes:
         logger.debug("fuse_qdq: %s", note)
     return PassReport(model=model, name="fuse_qdq", counts={"qconv_fused": fused, "dequantize_folded": folded}, notes=notes,

@@ -64,7 +64,8 @@ def add_quantize_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--exclude-op-type", metavar="OP", action="append", default=[],
                         help="leave every node of this op type in float (repeatable)")
     parser.add_argument("--no-optimize", action="store_true", help="quantize the model as it is, without -O2 passes")
-    parser.add_argument("--threads", type=int, default=0, help="onnxruntime threads for calibration (default: ORT's; 2 with --mixed)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime threads for calibration (default: ORT's; 2 with --mixed)")
     parser.add_argument("--report", metavar="REPORT.json", help="also write the report as JSON")
     mixed = parser.add_argument_group("mixed precision")
     mixed.add_argument("--mixed", action="store_true", help="choose a precision per layer within --budget")

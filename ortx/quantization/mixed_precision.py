@@ -9,9 +9,10 @@ onnx.checker, report. The output is standard ONNX (Cast, QuantizeLinear/Dequanti
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import onnx
 import onnx.version_converter
@@ -24,9 +25,10 @@ from ortx.quantization.mixed_report import LayerChoice, MixedPrecisionReport
 from ortx.quantization.mixed_search import OBJECTIVES, search
 from ortx.quantization.plan import QuantizationError
 from ortx.quantization.precisions import (DEFAULT_BLOCK_SIZE, INT4_MIN_OPSET, PRECISIONS, PrecisionError,
-                                          default_opset, find_layers, ort_support)
+                                          Layer, default_opset, find_layers, ort_support)
 from ortx.quantization.quantize_model import ACTIVATION_DTYPES, prepare_model
-from ortx.quantization.sensitivity import Evaluator, Metric, analyse_sensitivity, resolve_metric
+from ortx.quantization.sensitivity import (Evaluator, Metric, SensitivityRecord, analyse_sensitivity,
+                                           resolve_metric)
 
 DEFAULT_PRECISIONS = ("fp32", "fp16", "int8", "int4")
 
@@ -71,23 +73,27 @@ def _upgrade_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     return upgraded
 
 
-def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
-                    precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
-                    method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
-                    activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
-                    exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
-                    error_samples: int | None = None, optimize: bool = True,
-                    threads: int = 2, progress: MixedProgress | None = None
-                    ) -> tuple[onnx.ModelProto, MixedPrecisionReport]:
-    """Returns (model, report). `budget`: the largest error of `metric` ("relative_l2", "cosine" for 1 - cosine,
-    or metric(reference, candidate) -> float over per-sample lists of outputs) the written model may have on the
-    calibration samples against the fp32 model (the first `error_samples` of them, default all). `objective`:
-    "size" (serialized bytes) or "latency" (ORT CPU median on `threads` threads). `precisions`: any of
-    fp32, fp16, bf16, int8, int4 (fp32 is always allowed). `method`, `percentile`, `activation_dtype` calibrate
-    int8 layers as ortx.quantize does; `block_size` blocks int4 MatMul/Gemm weights along K (0: per channel).
-    Layers named in `exclude_nodes` or of an op type in `exclude_op_types` stay fp32."""
-    start = time.perf_counter()
-    budget = check_budget(budget)
+def _reused_records(records: Sequence[SensitivityRecord], layers: list[Layer], precisions: list[str],
+                    objective: str) -> list[SensitivityRecord]:
+    """The given records for these layers and precisions; ValueError naming `sensitivity` when any is missing."""
+    by_key = {(record.node, record.precision): record for record in records}
+    missing = [f"{layer.node} at {precision}" for layer in layers for precision in precisions
+               if (layer.node, precision) not in by_key]
+    if missing:
+        raise ValueError(f"sensitivity: no record for {', '.join(missing[:5])}"
+                         + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+                         + "; pass the report.sensitivity of a run on the same model, options and precisions")
+    untimed = [f"{layer.node} at {precision}" for layer in layers for precision in precisions
+               if precision != "fp32" and objective == "latency" and by_key[layer.node, precision].latency_ms is None
+               and math.isfinite(by_key[layer.node, precision].error)]
+    if untimed:
+        raise ValueError(f"sensitivity: objective latency needs timed records; {untimed[0]} has none (the earlier "
+                         "run used objective size)")
+    return [by_key[layer.node, precision] for layer in layers for precision in precisions]
+
+
+def _check_options(objective: str, method: str, activation_dtype: str, block_size: object,
+                   error_samples: object) -> None:
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     if method not in CALIBRATION_METHODS:
@@ -96,36 +102,67 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
         raise ValueError(f"activation_dtype must be 'int8' or 'uint8', not {activation_dtype!r}")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 0:
         raise ValueError(f"block_size must be an int >= 0 (0: one int4 scale per output channel), not {block_size!r}")
-    if error_samples is not None and (not isinstance(error_samples, int) or error_samples < 1):
+    if error_samples is not None and (isinstance(error_samples, bool) or not isinstance(error_samples, int)
+                                      or error_samples < 1):
         raise ValueError(f"error_samples must be a positive int or None, not {error_samples!r}")
-    metric_name, metric = resolve_metric(metric)
-    chosen = check_precisions(precisions)
 
-    proto = prepare_model(model, optimize)
-    if "int4" in chosen:
-        proto = _upgrade_opset(proto)
-    layers = find_layers(proto)
-    exclude_nodes = set(exclude_nodes)
+
+def _searched_layers(proto: onnx.ModelProto, exclude_nodes: set[str], exclude_op_types: set[str]) -> list[Layer]:
     unknown = sorted(exclude_nodes - {node.name for node in proto.graph.node})
     if unknown:
         raise QuantizationError(f"excluded node name(s) {', '.join(map(repr, unknown))} not in the model")
-    exclude_op_types = set(exclude_op_types)
-    layers = [layer for layer in layers
+    layers = [layer for layer in find_layers(proto)
               if layer.node not in exclude_nodes and layer.op_type not in exclude_op_types]
     if not layers:
         raise QuantizationError("the model has no Conv/Gemm/MatMul with a float32 initializer weight to give a "
                                 "precision (or all of them are excluded)")
+    return layers
 
-    samples_source = calibration_set(calibration, proto)
-    samples = []
-    for sample in samples_source:
-        samples.append(sample)
-        if progress is not None:
-            progress("calibrating", len(samples), samples_source.count)
+
+def _layer_choices(layers: list[Layer], records: list[SensitivityRecord], assignment: dict[str, str]
+                   ) -> list[LayerChoice]:
+    sizes = {(record.node, record.precision): record.bytes for record in records}
+    return [LayerChoice(layer.node, layer.op_type, assignment[layer.node], sizes[layer.node, assignment[layer.node]],
+                        sizes[layer.node, "fp32"],
+                        {record.precision: record.error for record in records if record.node == layer.node})
+            for layer in layers]
+
+
+def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
+                    precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
+                    method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
+                    activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
+                    exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
+                    error_samples: int | None = None, optimize: bool = True,
+                    threads: int = 2, progress: MixedProgress | None = None,
+                    sensitivity: Sequence[SensitivityRecord] | None = None
+                    ) -> tuple[onnx.ModelProto, MixedPrecisionReport]:
+    """Returns (model, report). `budget`: the largest error of `metric` ("relative_l2", "cosine" for 1 - cosine,
+    or metric(reference, candidate) -> float over per-sample lists of outputs) the written model may have on the
+    calibration samples against the fp32 model (the first `error_samples` of them, default all). `objective`:
+    "size" (serialized bytes) or "latency" (ORT CPU median on `threads` threads). `precisions`: any of
+    fp32, fp16, bf16, int8, int4 (fp32 is always allowed). `method`, `percentile`, `activation_dtype` calibrate
+    int8 layers as ortx.quantize does; `block_size` blocks int4 MatMul/Gemm weights along K (0: per channel).
+    Layers named in `exclude_nodes` or of an op type in `exclude_op_types` stay fp32. `sensitivity`: the records of
+    an earlier report on the same model, samples and options (report.sensitivity), to try another budget without
+    measuring every layer again."""
+    start = time.perf_counter()
+    budget = check_budget(budget)
+    _check_options(objective, method, activation_dtype, block_size, error_samples)
+    metric_name, metric = resolve_metric(metric)
+    chosen = check_precisions(precisions)
+    proto = prepare_model(model, optimize)
+    if "int4" in chosen:
+        proto = _upgrade_opset(proto)
+    exclude_nodes, exclude_op_types = set(exclude_nodes), set(exclude_op_types)
+    layers = _searched_layers(proto, exclude_nodes, exclude_op_types)
+    samples = list(calibration_set(calibration, proto))   # checked as read; every later stage reruns them
     ranges = None
     if "int8" in chosen:
         ranges = int8_ranges(proto, layers, samples, method=method, percentile=percentile,
-                             activation_dtype=activation_dtype, threads=threads)
+                             activation_dtype=activation_dtype, threads=threads, total=len(samples),
+                             progress=None if progress is None else lambda done, total: progress("calibrating",
+                                                                                                  done, total))
     evaluation = samples[:error_samples] if error_samples else samples
     if not evaluation:
         raise CalibrationDataError("the calibration set is empty (0 samples)")
@@ -134,9 +171,14 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     def build(assignment: dict[str, str]) -> onnx.ModelProto:
         return build_mixed_model(proto, layers, assignment, ranges=ranges, block_size=block_size)
 
-    records = analyse_sensitivity(
-        proto, layers, chosen, build, evaluator, latency=objective == "latency",
-        progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+    sensitivity_start = time.perf_counter()
+    if sensitivity is None:
+        records = analyse_sensitivity(
+            proto, layers, chosen, build, evaluator, latency=objective == "latency",
+            progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+    else:
+        records = _reused_records(sensitivity, layers, chosen, objective)
+    sensitivity_seconds = time.perf_counter() - sensitivity_start
     counter = itertools.count(1)
 
     def measure(assignment: dict[str, str]) -> float:
@@ -145,22 +187,21 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
             progress("search", next(counter), None)
         return error
 
-    result = search(records, budget, objective, measure)
+    def measure_latency(assignment: dict[str, str]) -> float:
+        latency_ms, fp32_ms = evaluator.latency_ms(evaluator.session(build(assignment)))
+        return latency_ms / fp32_ms
+
+    result = search(records, budget, objective, measure, measure_latency)
     mixed = clamp_ir_version(build(result.assignment))
     onnx.checker.check_model(mixed)
     latency = fp32_latency = None
     if objective == "latency":
         latency, fp32_latency = evaluator.latency_ms(evaluator.session(mixed), blocks=10)
-    sizes = {(record.node, record.precision): record for record in records}
-    choices = [LayerChoice(layer.node, layer.op_type, result.assignment[layer.node],
-                           sizes[layer.node, result.assignment[layer.node]].bytes,
-                           sizes[layer.node, "fp32"].bytes,
-                           {record.precision: record.error for record in records if record.node == layer.node})
-               for layer in layers]
     notes = [f"excluded {name}: kept fp32" for name in sorted(exclude_nodes)]
     notes += [f"op type {op_type} excluded: kept fp32" for op_type in sorted(exclude_op_types)]
     report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluation), result.error,
-                                  proto.ByteSize(), mixed.ByteSize(), choices, records, result.steps,
-                                  result.fell_back_to_fp32, time.perf_counter() - start, latency, fp32_latency,
-                                  notes)
+                                  proto.ByteSize(), mixed.ByteSize(),
+                                  _layer_choices(layers, records, result.assignment), records, result.steps,
+                                  result.fell_back_to_fp32, time.perf_counter() - start, sensitivity_seconds,
+                                  sensitivity is not None, latency, fp32_latency, notes)
     return mixed, report

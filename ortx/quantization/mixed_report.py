@@ -33,7 +33,9 @@ class MixedPrecisionReport:
     sensitivity: list[SensitivityRecord]
     steps: list[SearchStep]
     fell_back_to_fp32: bool
-    seconds: float
+    seconds: float                  # the whole call
+    sensitivity_seconds: float      # of which the one-layer-at-a-time analysis
+    sensitivity_reused: bool        # the records came from an earlier report
     latency_ms: float | None = None       # median ORT CPU latency of the written model (objective latency)
     fp32_latency_ms: float | None = None  # of the fp32 model, interleaved with it
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -58,7 +60,8 @@ class MixedPrecisionReport:
         ratio = self.bytes_after / self.bytes_before if self.bytes_before else 0.0
         counts = ", ".join(f"{precision} {count}" for precision, count in sorted(self.counts.items()))
         lines = [f"mixed precision: budget {self.budget:g} ({self.metric}), objective {self.objective}, "
-                 f"{self.samples} samples, {self.seconds:.1f} s",
+                 f"{self.samples} samples, {self.seconds:.1f} s (sensitivity "
+                 + ("reused" if self.sensitivity_reused else f"{self.sensitivity_seconds:.1f} s") + ")",
                  f"measured error {self.error:.4g}; layers: {counts}; model size {self.bytes_before} -> "
                  f"{self.bytes_after} bytes ({ratio:.3f}x)"]
         if self.latency_ms is not None and self.fp32_latency_ms:
@@ -84,6 +87,7 @@ class MixedPrecisionReport:
         lines += [f"search: {step.upgrades} upgrades -> error {step.error:.4g} "
                   f"({'within' if step.within_budget else 'over'} budget) "
                   + ", ".join(f"{precision} {count}" for precision, count in step.counts.items())
+                  + (f"; latency {step.latency_ratio:.2f}x fp32" if step.latency_ratio is not None else "")
                   for step in self.steps]
         lines += [f"sensitivity failed: {record.node} at {record.precision}: {record.note}"
                   for record in self.sensitivity if record.note]

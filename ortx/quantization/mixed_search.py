@@ -12,6 +12,10 @@
    its most accurate option), about log2(moves) + 2 measured models instead of one per move.
 4. If even the full sequence measures over the budget (layers whose errors are exact alone but not together),
    the answer is every layer fp32, whose error is 0 by definition.
+5. Objective latency: latencies do not add either (on PP-OCR cls, ten int8 layers that each cost ORT ~nothing
+   alone made it 7x slower together), so the full sequence (every layer at its most accurate option, about fp32's
+   speed) is measured too, every measured mix within the budget is timed against fp32, and the smallest of those
+   within LATENCY_NOISE of the fastest is kept.
 Limits: bisection assumes the measured error falls as upgrades are applied; where it does not, the answer still
 holds the budget (it was measured) but a shorter prefix may have held it too. Latency costs come from one layer
 changed at a time, so they are noisy where a layer's share of the run time is below the host's noise.
@@ -46,6 +50,7 @@ class SearchStep:
     error: float           # measured on the assembled model
     within_budget: bool
     counts: dict[str, int]  # precision -> layers
+    latency_ratio: float | None = None   # objective latency: median of the mix / median of fp32, interleaved
 
 
 @dataclasses.dataclass
@@ -118,9 +123,16 @@ def assignment_after(chains: dict[str, list[Option]], sequence: list[tuple[str, 
     return {node: chains[node][index].precision for node, index in position.items()}
 
 
+def _bytes(chains: dict[str, list[Option]], assignment: dict[str, str]) -> int:
+    return sum(next(option.bytes for option in chains[node] if option.precision == precision)
+               for node, precision in assignment.items())
+
+
 def search(records: list[SensitivityRecord], budget: float, objective: str,
-           measure: Callable[[dict[str, str]], float]) -> SearchResult:
-    """Steps 2-4; `measure(assignment)` returns the error of the assembled model."""
+           measure: Callable[[dict[str, str]], float],
+           measure_latency: Callable[[dict[str, str]], float] | None = None) -> SearchResult:
+    """Steps 2-5; `measure(assignment)` returns the error of the assembled model, `measure_latency(assignment)`
+    (objective latency) its median latency over fp32's."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     chains = layer_options(records, budget, objective)
@@ -137,15 +149,24 @@ def search(records: list[SensitivityRecord], budget: float, objective: str,
             steps.append(SearchStep(upgrades, measured[upgrades], measured[upgrades] <= budget, counts))
         return measured[upgrades]
 
-    if evaluate(0) <= budget:
-        return SearchResult(assignment_after(chains, sequence, 0), measured[0], steps, len(sequence), False)
-    if evaluate(len(sequence)) > budget:
-        return SearchResult({node: "fp32" for node in chains}, 0.0, steps, len(sequence), True)
-    failing, holding = 0, len(sequence)
-    while holding - failing > 1:
-        middle = (failing + holding) // 2
-        if evaluate(middle) <= budget:
-            holding = middle
-        else:
-            failing = middle
+    timed = objective == "latency" and measure_latency is not None
+    if evaluate(0) > budget or timed:
+        if evaluate(len(sequence)) > budget:
+            return SearchResult({node: "fp32" for node in chains}, 0.0, steps, len(sequence), True)
+    holding = 0
+    if measured[0] > budget:
+        failing, holding = 0, len(sequence)
+        while holding - failing > 1:
+            middle = (failing + holding) // 2
+            if evaluate(middle) <= budget:
+                holding = middle
+            else:
+                failing = middle
+    if timed:   # step 5
+        within = [step for step in steps if step.within_budget]
+        for step in within:
+            step.latency_ratio = measure_latency(assignment_after(chains, sequence, step.upgrades))
+        fastest = min(step.latency_ratio for step in within)
+        holding = min((step for step in within if step.latency_ratio <= fastest + LATENCY_NOISE),
+                      key=lambda step: _bytes(chains, assignment_after(chains, sequence, step.upgrades))).upgrades
     return SearchResult(assignment_after(chains, sequence, holding), measured[holding], steps, len(sequence), False)

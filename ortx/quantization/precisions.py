@@ -204,5 +204,6 @@ def ort_support(precision: str) -> str | None:
     expected = feed @ weight
     relative = float(np.linalg.norm(result - expected) / np.linalg.norm(expected))
     if not relative < 0.25:   # int4 on Gaussian weights is ~0.1; anything far beyond is a wrong kernel
-        return f"onnxruntime {onnxruntime.__version__} CPU runs it but its result is wrong (relative error {relative:.3g})"
+        return (f"onnxruntime {onnxruntime.__version__} CPU runs it but its result is wrong (relative error "
+                f"{relative:.3g})")
     return None

@@ -87,6 +87,7 @@ def test_qdq_conv_within_one_lsb_of_ort(x_dtype, zx, activation, stride):
     assert difference.max() <= 1 and np.mean(difference == 0) >= 0.99
     rows = {row.name: row for row in session.assignment}
     assert rows["conv"].provider == "OrtxEP" and "qconv" in rows["conv"].reason, str(session.assignment)
+    assert rows["conv"].precision == "int8", rows["conv"]
     assert all(row.provider == "OrtxEP" for row in session.assignment), str(session.assignment)
 
 
@@ -100,6 +101,18 @@ def test_asymmetric_weights_decline_the_int8_pattern_and_run_as_float():
     session, actual, expected = _run_both(model, feeds)
     assert np.abs(actual.astype(np.int32) - expected.astype(np.int32)).max() <= 1
     assert session.assignment.claimed_mac_share == 1.0, str(session.assignment)
+    row = next(row for row in session.assignment if row.name == "conv")
+    assert row.precision == "fp32" and "int8 declined" in row.reason and "asymmetric" in row.reason, row
+
+
+def test_fuse_qdq_leaves_nodes_given_back_to_ort_alone():
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
+    report = fuse_qdq(model, excluded=frozenset({"act"}))
+    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 2}
+    assert any("act runs on ORT" in note for note in report.notes), report.notes
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
+    report = fuse_qdq(model, excluded=frozenset({"conv", "dequantize_w", "dequantize_b"}))
+    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 0}
 
 
 def test_fuse_qdq_counts_and_idempotence():

@@ -18,13 +18,27 @@ RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 QGEMM_ISA = {"portable": 0, "avx2": 1}
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
+def _qgemm_isa(vbmi_off: int = 0) -> int:
     used = np.zeros(1, np.int64)
-    _kernels.call("qgemm_isa", [], [], [used])
-    assert used[0] == QGEMM_ISA.get(request.param, 2 if _kernels.cpu_isa() == "avx512" else 1)
-    yield request.param
+    _kernels.call("qgemm_isa", [vbmi_off], [], [used])
+    return int(used[0])
+
+
+# Each ISA level, and on AVX-512 machines also the VNNI variant without VBMI packing (what a VNNI CPU without
+# AVX512_VBMI runs), when this CPU would otherwise pick the VBMI one.
+VARIANTS = [(isa, 0) for isa in RUNNABLE_ISAS]
+if _kernels.cpu_isa() == "avx512" and _qgemm_isa() == 3:
+    VARIANTS.append(("avx512", 1))
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: v[0] + ("-novbmi" if v[1] else ""))
+def isa(request):
+    name, vbmi_off = request.param
+    assert _kernels.force_isa(name) == name
+    used = _qgemm_isa(vbmi_off)
+    assert used == QGEMM_ISA.get(name, used if used >= 2 else -1)
+    yield name
+    _qgemm_isa(0)
     _kernels.force_isa(_kernels.cpu_isa())
 
 

@@ -167,3 +167,19 @@ def test_command_bad_options_exit_2(tmp_path, capsys, arguments, message):
     assert main(["quantize", str(source), "-o", str(output), "--calibration", str(data), *arguments]) == 2
     assert message in capsys.readouterr().err
     assert not output.exists()
+
+
+def test_reused_sensitivity_gives_the_same_answer_without_measuring_layers(runs):
+    model, results = runs
+    first = results[0.07][1]
+    mixed, report = mixed_precision(model, _calibration(), budget=0.07, precisions=ALL, block_size=16,
+                                    sensitivity=first.sensitivity)
+    assert report.sensitivity_reused and "sensitivity reused" in report.summary()
+    assert [layer.precision for layer in report.layers] == [layer.precision for layer in first.layers]
+    assert report.error == first.error
+    with pytest.raises(ValueError, match="sensitivity: no record for conv_3 at int4"):
+        mixed_precision(model, _calibration(), budget=0.07, precisions=ALL,
+                        sensitivity=[record for record in first.sensitivity if record.precision != "int4"])
+    with pytest.raises(ValueError, match="sensitivity: objective latency needs timed records"):
+        mixed_precision(model, _calibration(), budget=0.07, precisions=ALL, objective="latency",
+                        sensitivity=first.sensitivity)

@@ -69,3 +69,28 @@ def test_latency_costs_within_noise_are_free_and_bytes_decide():
     assert [option.precision for option in chains["a"]] == ["int4", "fp16", "fp32"]
     with pytest.raises(ValueError, match="objective must be one of size, latency"):
         search(records, 0.1, "speed", lambda assignment: 0.0)
+
+
+def test_latency_objective_keeps_the_fastest_measured_mix_within_budget():
+    records = [SensitivityRecord(node, "Conv", precision, error, size, fp32_ms * factor, fp32_ms)
+               for node in ("a", "b") for precision, error, size, factor, fp32_ms in
+               (("fp32", 0.0, 1000, 1.0, 10.0), ("fp16", 0.001, 500, 1.0, 10.0), ("int8", 0.01, 260, 0.8, 10.0))]
+    timed = []
+
+    def latency(assignment):   # each int8 layer is faster alone, together they are slower than fp32
+        timed.append(dict(assignment))
+        return 1.5 if list(assignment.values()).count("int8") == 2 else 1.0
+
+    result = search(records, 0.05, "latency", lambda assignment: 0.001 * len(assignment), latency)
+    assert set(result.assignment.values()) <= {"fp16", "fp32"} and len(timed) == 2
+    assert [step.latency_ratio for step in result.steps] == [1.5, 1.0]
+
+
+def test_latency_objective_takes_the_smallest_of_equally_fast_mixes():
+    records = [SensitivityRecord(node, "Conv", precision, error, size, 10.0, 10.0)
+               for node in ("a", "b") for precision, error, size in
+               (("fp32", 0.0, 1000), ("fp16", 0.001, 500), ("int8", 0.01, 260))]
+    # the mixes with fewer upgrades are smaller; all run within noise of each other
+    ratios = iter([1.0 + LATENCY_NOISE / 2, 1.0, 1.0 + LATENCY_NOISE / 3, 1.0])
+    result = search(records, 0.05, "latency", lambda assignment: 0.001, lambda assignment: next(ratios, 1.0))
+    assert result.assignment == {"a": "int8", "b": "int8"}
