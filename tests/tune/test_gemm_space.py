@@ -143,6 +143,29 @@ def test_recorded_schedule_needs_a_margin_over_the_prebuilt_kernel_and_fits_the_
             gemm_space.to_gemm_schedule(in_place)
 
 
+def test_validation_records_alone_decide_when_present(tmp_path, database):
+    """A schedule whose fastest search record beat the prebuilt kernel but which lost in the validation call (same
+    call, same load) is not used; one that won the validation is."""
+    machine = current(Options(cache_dir=tmp_path))
+    database.add_fingerprint(machine)
+    problem = gemm.GemmProblem.dense(64, 512, 256)
+    task = gemm_space.task_for(problem, 2, ISA)
+    lucky, steady = (gemm_space.default_schedule(problem, ISA, 2).replace(pack_b=pack_b) for pack_b in (True, False))
+    for schedule, searched, validated in ((lucky, 0.30, 1.20), (steady, 0.80, 0.85)):
+        _record(database, machine, task.signature, task.template, schedule, searched)
+        database.add(TuningRecord(task.signature, machine.key, task.template, schedule.as_dict(), "ok", validated,
+                                  source="gemm:validation"))
+    _record(database, machine, task.signature, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT, 0.70)
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) == gemm_space.to_gemm_schedule(lucky), \
+        "without a validation record of the prebuilt kernel, the fastest records decide"
+    database.add(TuningRecord(task.signature, machine.key, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT.as_dict(),
+                              "ok", 1.00, source="gemm:validation"))
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) == gemm_space.to_gemm_schedule(steady)
+    database.add(TuningRecord(task.signature, machine.key, gemm_space.PREBUILT_TEMPLATE, gemm_space.PREBUILT.as_dict(),
+                              "ok", 0.86, source="gemm:validation"))
+    assert gemm_space.recorded_schedule(problem, 2, database, machine) is None, "0.85 is within the margin of 0.86"
+
+
 def test_prepacked_b_space_and_default():
     problem = gemm.GemmProblem.dense(128, 768, 256, b_packed=True, bias=2)
     for isa in sorted(gemm_space.CHOICES):
