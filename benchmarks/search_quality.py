@@ -295,7 +295,8 @@ def render(comparisons: list[Comparison], trials: int) -> str:
         reached = comparison.trials_to_reach()
         lines.append(f"{comparison.label}: {comparison.description}; default schedule "
                      + (f"{comparison.default_ms:.3f} ms" if comparison.default_ms is not None else "failed")
-                     + f"; {comparison.measurements} schedules measured in {comparison.seconds:.0f} s")
+                     + f"; {comparison.measurements} schedules known ({comparison.fresh} measured by this run, the "
+                     f"rest replayed), {comparison.transfer} transfer records; {comparison.seconds:.0f} s")
         lines.append("  best-so-far ms (median over seeds) after trial " + " ".join(f"{c:>7}" for c in checkpoints))
         for name in STRATEGIES:
             medians = [statistics.median(curve[c - 1] for curve in comparison.curves[name]) for c in checkpoints]
@@ -384,7 +385,12 @@ def main() -> int:
         from benchmarks._report import write_section
 
         body = (f"`python benchmarks/search_quality.py --trials {args.trials} --seeds {args.seeds}` on {description}"
-                f"; plot: `{args.plot}`.\n\n```\n{render(comparisons, args.trials)}\n```")
+                f"; plot: `{args.plot}`. Evaluation layers (not used while developing the method): "
+                f"{', '.join(labels)}; the guided search's transfer records are the development layers' "
+                f"({', '.join(layer[0] for layer in DEVELOPMENT_LAYERS)}) measurements, fingerprint-matched. "
+                "Measurements are replayed from `benchmarks/data/search_quality_table.json` (each schedule measured "
+                "once, the fastest of 20 runs; both searches of every seed see that number).\n\n"
+                f"```\n{render(comparisons, args.trials)}\n```")
         write_section(args.write, "Search quality", body)
     return 0
 
