@@ -17,7 +17,8 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
   ortx tune IN.onnx --budget 10m      tunes kernels within a budget; records, per claimed segment, whether
                                       OrtxEP or ORT is faster here
-  ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX
+  ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
+                                      --mixed --budget 0.01: a precision per layer (fp32/fp16/bf16/int8/int4)
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 

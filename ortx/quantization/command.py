@@ -79,6 +79,9 @@ def add_quantize_command(subparsers) -> argparse.ArgumentParser:
                        help=f"int4 block along K for MatMul/Gemm, 0 per channel (default {DEFAULT_BLOCK_SIZE})")
     mixed.add_argument("--error-samples", type=int, default=None,
                        help="measure errors on the first N calibration samples (default all)")
+    mixed.add_argument("--sensitivity", metavar="REPORT.json",
+                       help="reuse the per-layer measurements of an earlier --mixed --report on the same model, "
+                            "data and options (to try another --budget)")
     parser.set_defaults(handler=run_quantize_command)
     return parser
 
@@ -144,6 +147,11 @@ def _run_mixed(args, out) -> int:
         print(f"ortx quantize: error: --budget must be a finite number >= 0 with --mixed, not {args.budget!r}",
               file=sys.stderr)
         return 2
+    try:
+        sensitivity = _read_sensitivity(args.sensitivity) if args.sensitivity else None
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        print(f"ortx quantize: error: --sensitivity '{args.sensitivity}': {error}", file=sys.stderr)
+        return 2
     bars = {}
 
     def progress(stage: str, done: int, total: int | None) -> None:
@@ -162,7 +170,7 @@ def _run_mixed(args, out) -> int:
             activation_dtype=args.activation_dtype, block_size=args.block_size, exclude_nodes=args.exclude,
             exclude_op_types=args.exclude_op_type, error_samples=args.error_samples,
             optimize=not args.no_optimize, threads=args.threads or 2,
-            progress=progress)
+            progress=progress, sensitivity=sensitivity)
         save(model, args.output, protect=args.input)
     except PrecisionError as error:
         option = "--" if str(error).startswith("precisions:") else ""
@@ -182,3 +190,23 @@ def _run_mixed(args, out) -> int:
             json.dump(report.to_dict(), stream, indent=1)
         out.write(f"wrote {args.report}\n")
     return 0
+
+
+def _read_sensitivity(path: str) -> list:
+    """The sensitivity records of a --mixed --report JSON (errors written as null were infinite: failed)."""
+    import dataclasses
+    import math
+
+    from ortx.quantization.sensitivity import SensitivityRecord
+
+    with open(path) as stream:
+        data = json.load(stream)
+    if not isinstance(data, dict) or not isinstance(data.get("sensitivity"), list):
+        raise ValueError("not a --mixed report (no 'sensitivity' list)")
+    names = {field.name for field in dataclasses.fields(SensitivityRecord)}
+    records = []
+    for entry in data["sensitivity"]:
+        values = {key: value for key, value in entry.items() if key in names}
+        values["error"] = math.inf if values.get("error") is None else float(values["error"])
+        records.append(SensitivityRecord(**values))
+    return records

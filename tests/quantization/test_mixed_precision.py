@@ -183,3 +183,21 @@ def test_reused_sensitivity_gives_the_same_answer_without_measuring_layers(runs)
     with pytest.raises(ValueError, match="sensitivity: objective latency needs timed records"):
         mixed_precision(model, _calibration(), budget=0.07, precisions=ALL, objective="latency",
                         sensitivity=first.sensitivity)
+
+
+def test_command_reuses_a_report_sensitivity(tmp_path, capsys):
+    source = tmp_path / "net.onnx"
+    source.write_bytes(_models.mixed_precision_net().SerializeToString())
+    data = tmp_path / "calibration.npz"
+    np.savez(data, **_calibration(4))
+    first, second, report = tmp_path / "first.onnx", tmp_path / "second.onnx", tmp_path / "report.json"
+    common = ["--calibration", str(data), "--mixed", "--precisions", "fp32,fp16,int8,int4"]
+    assert main(["quantize", str(source), "-o", str(first), *common, "--budget", "0.01", "--report", str(report)]) == 0
+    assert main(["quantize", str(source), "-o", str(second), *common, "--budget", "0.05", "--sensitivity",
+                 str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert "(sensitivity reused)" in printed and "budget 0.05" in printed
+    onnx.checker.check_model(onnx.load(str(second)), full_check=True)
+    assert main(["quantize", str(source), "-o", str(tmp_path / "third.onnx"), *common, "--budget", "0.05",
+                 "--sensitivity", str(data)]) == 2
+    assert "--sensitivity" in capsys.readouterr().err
