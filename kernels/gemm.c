@@ -368,18 +368,7 @@ static void gemm_batch_task(void *context, int64_t b, int thread) {
     const int64_t *a_offsets = ints + 17, *b_offsets = ints + 17 + batch;
     ortx_gemm_operand A = {a_data + a_offsets[b], (int)ints[4], ints[5], ints[6], NULL, NULL};
     ortx_gemm_operand B = {b_data + b_offsets[b], (int)ints[7], ints[8], ints[9], NULL, NULL};
-    ortx_gemm_epilogue epilogue = {
-        .alpha = floats[0],
-        .bias_row = ints[10] == 1 ? bias : NULL,
-        .bias_col = ints[10] == 2 ? bias : NULL,
-        .residual = ints[11] ? residual + b * ints[14] : NULL,
-        .residual_row_stride = ints[12],
-        .residual_col_stride = ints[13],
-        .residual_scale = floats[1],
-        .activation = (int)ints[15],
-        .param0 = floats[2],
-        .param1 = floats[3],
-    };
+    ortx_gemm_epilogue epilogue = ortx_gemm_step_epilogue(ints, floats, bias, residual, b);
     float *scratch = job->by_batch ? workspace + thread * job->slice : workspace;
     ortx_sgemm(M, N, K, &A, &B, Y + b * M * N, N, &epilogue, scratch, job->by_batch ? 1 : job->threads);
 }

@@ -67,6 +67,25 @@ typedef struct ortx_gemm_epilogue {
     float param0, param1;
 } ortx_gemm_epilogue;
 
+/* The epilogue of batch element b of a step with gemm_f32's arguments (ints[10..15], floats[0..3]; bias and
+ * residual are buffers 4 and 5), shared by gemm_f32, gemm_bf16 and their reference kernels. */
+static inline ortx_gemm_epilogue ortx_gemm_step_epilogue(const int64_t *ints, const float *floats, const float *bias,
+                                                         const float *residual, int64_t b) {
+    ortx_gemm_epilogue epilogue = {
+        .alpha = floats[0],
+        .bias_row = ints[10] == 1 ? bias : NULL,
+        .bias_col = ints[10] == 2 ? bias : NULL,
+        .residual = ints[11] ? residual + b * ints[14] : NULL,
+        .residual_row_stride = ints[12],
+        .residual_col_stride = ints[13],
+        .residual_scale = floats[1],
+        .activation = (int)ints[15],
+        .param0 = floats[2],
+        .param1 = floats[3],
+    };
+    return epilogue;
+}
+
 /* Micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (accumulate ? c : 0) + a_panel * b_panel over kc, then, when
  * epilogue is not NULL, the epilogue of the tile whose first element is (row0, col0) of the problem (applied to
  * the registers before the single store where the ISA can, so the output is written once). */

@@ -477,18 +477,7 @@ static void gemm_batch_task(void *context, int64_t b, int thread) {
     ortx_bgemm_operand B = {NULL, (const float *)job->buffers[1] + b_offset, ints[8], ints[9], NULL, NULL, NULL};
     if (ints[4]) A.packed = (const uint16_t *)job->buffers[0] + a_offset;
     if (ints[7]) B.packed = (const uint16_t *)job->buffers[1] + b_offset;
-    ortx_gemm_epilogue epilogue = {
-        .alpha = floats[0],
-        .bias_row = ints[10] == 1 ? bias : NULL,
-        .bias_col = ints[10] == 2 ? bias : NULL,
-        .residual = ints[11] ? residual + b * ints[14] : NULL,
-        .residual_row_stride = ints[12],
-        .residual_col_stride = ints[13],
-        .residual_scale = floats[1],
-        .activation = (int)ints[15],
-        .param0 = floats[2],
-        .param1 = floats[3],
-    };
+    ortx_gemm_epilogue epilogue = ortx_gemm_step_epilogue(ints, floats, bias, residual, b);
     float *scratch = job->by_batch ? workspace + thread * job->slice : workspace;
     ortx_bgemm(M, N, K, &A, &B, Y + b * M * N, N, &epilogue, scratch, job->by_batch ? 1 : job->threads);
 }

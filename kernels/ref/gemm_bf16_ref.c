@@ -27,18 +27,7 @@ void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *b
                                 : (const void *)((const float *)buffers[0] + ints[17 + b]);
         const void *B = ints[7] ? (const void *)((const uint16_t *)buffers[1] + ints[17 + batch + b])
                                 : (const void *)((const float *)buffers[1] + ints[17 + batch + b]);
-        ortx_gemm_epilogue epilogue = {
-            .alpha = floats[0],
-            .bias_row = ints[10] == 1 ? bias : NULL,
-            .bias_col = ints[10] == 2 ? bias : NULL,
-            .residual = ints[11] ? residual + b * ints[14] : NULL,
-            .residual_row_stride = ints[12],
-            .residual_col_stride = ints[13],
-            .residual_scale = floats[1],
-            .activation = (int)ints[15],
-            .param0 = floats[2],
-            .param1 = floats[3],
-        };
+        ortx_gemm_epilogue epilogue = ortx_gemm_step_epilogue(ints, floats, bias, residual, b);
         for (int64_t m = 0; m < M; m++) {
             for (int64_t n = 0; n < N; n++) {
                 float acc = 0.0f;

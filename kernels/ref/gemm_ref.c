@@ -18,18 +18,7 @@ void ortx_gemm_f32_ref(const int64_t *ints, const float *floats, void *const *bu
     for (int64_t b = 0; b < batch; b++) {
         const float *A = (const float *)buffers[0] + ints[17 + b];
         const float *B = (const float *)buffers[1] + ints[17 + batch + b];
-        ortx_gemm_epilogue epilogue = {
-            .alpha = floats[0],
-            .bias_row = ints[10] == 1 ? bias : NULL,
-            .bias_col = ints[10] == 2 ? bias : NULL,
-            .residual = ints[11] ? residual + b * ints[14] : NULL,
-            .residual_row_stride = ints[12],
-            .residual_col_stride = ints[13],
-            .residual_scale = floats[1],
-            .activation = (int)ints[15],
-            .param0 = floats[2],
-            .param1 = floats[3],
-        };
+        ortx_gemm_epilogue epilogue = ortx_gemm_step_epilogue(ints, floats, bias, residual, b);
         for (int64_t m = 0; m < M; m++) {
             for (int64_t n = 0; n < N; n++) {
                 float acc = 0.0f;
