@@ -134,7 +134,8 @@ def test_tune_command_records_and_exports(tmp_path, capsys):
     path = tmp_path / "mobilenet.onnx"
     path.write_bytes(_models.mobilenetv2_style(size=32).SerializeToString())
     cache, exported = tmp_path / "cache", tmp_path / "records.json"
-    assert main(["tune", str(path), "--cache-dir", str(cache), "--export", str(exported)]) == 0
+    # a budget: without one, every GEMM task of the model runs its whole search (minutes of compiles)
+    assert main(["tune", str(path), "--budget", "15s", "--cache-dir", str(cache), "--export", str(exported)]) == 0
     printed = capsys.readouterr().out
     with TuningDatabase(cache / "tuning.sqlite") as database:
         recorded = len(database.records())  # engine, per-step thread and validation rows, all of this model
