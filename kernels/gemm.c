@@ -375,10 +375,8 @@ static void gemm_batch_task(void *context, int64_t b, int thread) {
 
 static void gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
-    int threads = num_threads < 1 ? 1 : num_threads;
-    if (threads > ints[16]) threads = ints[16] < 1 ? 1 : (int)ints[16];
-    /* Many small problems: one per thread (each with its workspace slice); else each uses all threads. */
-    int by_batch = threads > 1 && batch > 1 && (batch % threads == 0 || batch >= 4 * threads);
+    int by_batch;
+    int threads = ortx_gemm_step_threads(ints, num_threads, &by_batch);
     int64_t slice = ortx_sgemm_workspace_floats(M, N, K, 1);
     gemm_batch_job job = {ints, floats, buffers, slice, by_batch, threads};
     ortx_parallel_for(by_batch ? threads : 1, batch, gemm_batch_task, &job);

@@ -86,6 +86,16 @@ static inline ortx_gemm_epilogue ortx_gemm_step_epilogue(const int64_t *ints, co
     return epilogue;
 }
 
+/* Threads for a step with gemm_f32's arguments (ints[16] caps them) and whether its batch runs one problem per
+ * thread, each with a one-thread workspace slice (many small problems), rather than each problem on all threads. */
+static inline int ortx_gemm_step_threads(const int64_t *ints, int num_threads, int *by_batch) {
+    int64_t batch = ints[3];
+    int threads = num_threads < 1 ? 1 : num_threads;
+    if (threads > ints[16]) threads = ints[16] < 1 ? 1 : (int)ints[16];
+    *by_batch = threads > 1 && batch > 1 && (batch % threads == 0 || batch >= 4 * threads);
+    return threads;
+}
+
 /* Micro-kernel: c[0..MR)[0..NR) (row stride ldc) = (accumulate ? c : 0) + a_panel * b_panel over kc, then, when
  * epilogue is not NULL, the epilogue of the tile whose first element is (row0, col0) of the problem (applied to
  * the registers before the single store where the ISA can, so the output is written once). */
