@@ -28,7 +28,8 @@ Later sessions (OrtxEP option tuning="cached", the default) run a step on fewer 
 faster, call a tuned generated GEMM where it beat the prebuilt kernel by more than 2%, and give a segment back to ORT when ORT was faster by more than 2%. Records already in the database are
 never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds the command's wall time from its
 start, after Python's start-up (step 2's share is estimated and reserved first; a tight budget can be overrun by
-that estimate's error); without it every task is searched to the end. --mode full measures longer than quick;
+that estimate's error); the default is 10m (the issue's per-model bound), and --budget none searches every task to
+the end (hours on a large model: every GEMM task compiles hundreds of kernels). --mode full measures longer than quick;
 --export writes this model's records to a JSON file that ships with the model, --import merges such a file
 (records measured on another machine are kept but never used here). exit status: 0 ok, 2 usage or input error."""
 
@@ -36,12 +37,18 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smh])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600}
 
 
-def budget_duration(text: str) -> float:
-    """'90s' / '10m' / '1h' (decimals allowed) -> seconds; an argparse type, so a bad value names --budget."""
+DEFAULT_BUDGET = "10m"
+
+
+def budget_duration(text: str) -> float | None:
+    """'90s' / '10m' / '1h' (decimals allowed) -> seconds, 'none' -> None (no bound); an argparse type, so a bad
+    value names --budget."""
+    if text.strip().lower() == "none":
+        return None
     match = _DURATION.fullmatch(text.strip().lower())
     seconds = float(match.group(1)) * _SECONDS[match.group(2)] if match else 0.0
     if not match or seconds <= 0 or not math.isfinite(seconds):
-        raise argparse.ArgumentTypeError(f"expected a positive duration with a unit, like 90s, 10m or 1h, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive duration with a unit, like 90s, 10m or 1h, or none, got {text!r}")
     return seconds
 
 
@@ -52,8 +59,9 @@ def add_tune_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("model", nargs="?", help="ONNX model path (optional with --import alone)")
     parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append", default=[],
                         help="fix an input's shape (repeat for several inputs); needed for dynamic dims")
-    parser.add_argument("--budget", type=budget_duration, metavar="DURATION",
-                        help="wall time for the whole command: 90s, 10m, 1h (default: no bound)")
+    parser.add_argument("--budget", type=budget_duration, metavar="DURATION", default=DEFAULT_BUDGET,
+                        help=f"wall time for the whole command: 90s, 10m, 1h, or none for no bound "
+                             f"(default {DEFAULT_BUDGET})")
     parser.add_argument("--threads", type=int, default=2, help="threads for both engines (default 2)")
     parser.add_argument("--mode", choices=("quick", "full"), default="quick", help="measurement length")
     parser.add_argument("--seed", type=int, default=0, help="the task scheduler's seed (default 0)")

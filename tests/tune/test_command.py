@@ -17,6 +17,16 @@ def test_budget_takes_seconds_minutes_and_hours(text, seconds):
     assert budget_duration(text) == seconds
 
 
+def test_the_default_budget_is_ten_minutes_and_none_removes_the_bound():
+    from ortx.tune.command import add_tune_command
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_tune_command(parser.add_subparsers())
+    assert parser.parse_args(["tune", "model.onnx"]).budget == 600
+    assert parser.parse_args(["tune", "model.onnx", "--budget", "none"]).budget is None
+
+
 @pytest.mark.parametrize("text", ["10", "10x", "m", "-5m", "0s", "1h30m", "ten minutes"])
 def test_a_bad_budget_is_a_usage_error_naming_the_option(tmp_path, capsys, text):
     with pytest.raises(SystemExit) as exit_info:
