@@ -20,6 +20,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
                                       --mixed --budget 0.01: a precision per layer (fp32/fp16/bf16/int8/int4)
   ortx compile IN.onnx -o OUT.ortx    one portable artifact: optimized graph, partition, tuning records
+  ortx npu dump STREAM|MODEL          disassembles an NPU command stream, or a model's NPU segments
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
@@ -72,11 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
     from ortx.memory.command import add_memory_command
     from ortx.tune.command import add_tune_command
     from ortx.quantization.command import add_quantize_command
+    from ortx.npu.command import add_npu_command
 
     add_memory_command(commands)
     add_tune_command(commands)
     add_quantize_command(commands)
     add_compile_command(commands)
+    add_npu_command(commands)
     return parser
 
 
