@@ -8,6 +8,7 @@ import pytest
 
 import ortx
 from ortx.ep.compile_nodes import infer_shapes
+from ortx.ep.options import parse_providers
 from ortx.tune.fingerprint import current
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.sparse_choice import (PRIOR_MIN_ZEROS, SPARSE_TEMPLATE, SparseChoice, SparsePolicy, signature,
@@ -103,3 +104,15 @@ def test_session_reports_sparse_layers_and_matches_onnxruntime(tmp_path):
     convs = [row.name for row in session.assignment if row.op_type == "Conv"]
     assert sparse and set(sparse) <= set(convs) | {row.name for row in session.assignment if row.op_type == "Gemm"}
     assert "run sparse (CSR) kernels" in str(session.assignment)
+    dense = ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                  provider_options=[{"tuning": "off", "jit": "off", "sparse": "off"}, {}])
+    assert_close(dense.run(None, {"input": x})[0], expected)
+    assert dense.assignment.sparse_nodes() == ()
+
+
+def test_sparse_option_is_validated():
+    providers = ["OrtxEP", "CPUExecutionProvider"]
+    assert parse_providers(providers, [{"sparse": " Measure"}, {}]).ortx.sparse == "measure"
+    assert parse_providers(providers, [{}, {}]).ortx.tuning_settings().sparse == "auto"
+    with pytest.raises(ValueError, match=r"'sparse'.*expected one of auto, measure, off, got 'always'"):
+        parse_providers(providers, [{"sparse": "always"}, {}])
