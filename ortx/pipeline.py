@@ -392,3 +392,12 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
             precision = "fp32"
         rows.append(NodeAssignment(name, op_type, provider, reason, precision))
     return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
+
+
+def __getattr__(name: str):
+    # ortx.pipeline.split / ortx.pipeline.run: pipeline parallelism (ortx.parallel), loaded on first use
+    if name in ("split", "run"):
+        import ortx.parallel
+
+        return getattr(ortx.parallel, name)
+    raise AttributeError(f"module 'ortx.pipeline' has no attribute {name!r}")
