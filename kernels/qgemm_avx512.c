@@ -9,6 +9,7 @@
  *   - epilogue rows with pixel stride 1: requantize (or scale, residual, Relu) 16 lanes at a time, narrowing with
  *     vpmovdb; the same operations as the scalar epilogue in the same order, so results are bitwise equal.
  * The AVX2 table uses the portable packing and epilogue, so forcing AVX2 in the tests checks those too. */
+#include "activation.h"
 #include "isa.h"
 #include "qgemm.h"
 
@@ -111,11 +112,12 @@ ORTX_TARGET_AVX512 static inline __m128i narrow_bytes(__m512i lanes) {
     return bytes;
 }
 
-/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu; at out32).
+/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu or Clip
+ * between clip_low and clip_high; at out32).
  * fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
 ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"), always_inline)) static inline void epilogue_lanes(
-    const ortx_qconv_params *p, __m512i a, __m512 scale, __mmask16 mask, const float *residual, uint8_t *out8,
-    float *out32) {
+    const ortx_qconv_params *p, __m512i a, __m512 scale, __m512 clip_low, __m512 clip_high, __mmask16 mask,
+    const float *residual, uint8_t *out8, float *out32) {
     __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
     if (p->output_kind != 2) {
         __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
@@ -126,7 +128,9 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"), always_inline)) s
         return;
     }
     if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual));
-    if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    if (p->activation == ORTX_ACT_RELU) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    /* Clip as the scalar x < p0 ? p0 : (x > p1 ? p1 : x): max/min return their second operand (x) on NaN and ties */
+    if (p->activation == ORTX_ACT_CLIP) value = _mm512_min_ps(clip_high, _mm512_max_ps(clip_low, value));
     _mm512_mask_storeu_ps(out32, mask, value);
 }
 
@@ -138,12 +142,15 @@ ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const
                                               float p1) {
     int quantized = p->output_kind != 2;
     int direct = p->out_pixel_stride == 1, transposed = p->out_channel_stride == 1 && !residual;
-    if ((!direct && !transposed) || (!quantized && p->activation != 0 && p->activation != 1)) {
+    int vector_activation = p->activation == ORTX_ACT_NONE || p->activation == ORTX_ACT_RELU ||
+                            p->activation == ORTX_ACT_CLIP;
+    if ((!direct && !transposed) || (!quantized && !vector_activation)) {
         ortx_qgemm_epilogue_portable(p, acc, rows, cols, bias, multiplier, output, offset, residual, p0, p1);
         return;
     }
     float tile32[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
     uint8_t tile8[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
+    __m512 clip_low = _mm512_set1_ps(p0), clip_high = _mm512_set1_ps(p1);
     for (int64_t i = 0; i < rows; i++) {
         __m512i b = _mm512_set1_epi32(bias[i]);
         __m512 scale = _mm512_set1_ps(multiplier[i]);
@@ -152,10 +159,12 @@ ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const
             __mmask16 mask = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1);
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * ORTX_QGEMM_NB + j), b);
             if (direct) {
-                epilogue_lanes(p, a, scale, mask, residual ? residual + row + j : NULL, (uint8_t *)output + row + j,
+                epilogue_lanes(p, a, scale, clip_low, clip_high, mask, residual ? residual + row + j : NULL,
+                               (uint8_t *)output + row + j,
                                (float *)output + row + j);
             } else {
-                epilogue_lanes(p, a, scale, mask, NULL, tile8 + i * ORTX_QGEMM_NB + j, tile32 + i * ORTX_QGEMM_NB + j);
+                epilogue_lanes(p, a, scale, clip_low, clip_high, mask, NULL, tile8 + i * ORTX_QGEMM_NB + j,
+                               tile32 + i * ORTX_QGEMM_NB + j);
             }
         }
     }
