@@ -236,12 +236,54 @@ ORTX_TARGET_AVX512 static void depthwise_row_avx512(const ortx_qconv_params *p, 
     }
 }
 
+/* Depthwise row for 3-wide kernels (no horizontal dilation, stride 1 or 2) with VNNI and VBMI: per kernel row, one
+ * 64-byte load of the plane row, one vpermb that gives each of 16 output lanes its three input bytes (x[s*j],
+ * x[s*j + 1], x[s*j + 2], and a fourth whose weight is 0), one vpdpbusd with the row's three taps broadcast: three
+ * instructions per tap row where the widening path above needs twelve. The 64-byte loads stay inside the plane's
+ * 64 bytes of slack. Exact int32 sums, so equal to the portable row. */
+static const uint8_t triple_stride1[64] __attribute__((aligned(64))) = {
+    0, 1, 2, 0, 1, 2, 3, 0, 2, 3, 4, 0, 3, 4, 5, 0, 4, 5, 6, 0, 5, 6, 7, 0, 6, 7, 8, 0, 7, 8, 9, 0,
+    8, 9, 10, 0, 9, 10, 11, 0, 10, 11, 12, 0, 11, 12, 13, 0, 12, 13, 14, 0, 13, 14, 15, 0, 14, 15, 16, 0,
+    15, 16, 17, 0};
+static const uint8_t triple_stride2[64] __attribute__((aligned(64))) = {
+    0, 1, 2, 0, 2, 3, 4, 0, 4, 5, 6, 0, 6, 7, 8, 0, 8, 9, 10, 0, 10, 11, 12, 0, 12, 13, 14, 0, 14, 15, 16, 0,
+    16, 17, 18, 0, 18, 19, 20, 0, 20, 21, 22, 0, 22, 23, 24, 0, 24, 25, 26, 0, 26, 27, 28, 0, 28, 29, 30, 0,
+    30, 31, 32, 0};
+#define ORTX_TARGET_AVX512_VNNI_VBMI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+
+ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_params *p, const uint8_t *plane,
+                                                            int64_t plane_width, const int32_t *taps, int64_t oh,
+                                                            int32_t *acc) {
+    if (p->kernel_width != 3 || p->dilation_width != 1 || p->stride_width > 2 || p->kernel_height > 8) {
+        depthwise_row_avx512(p, plane, plane_width, taps, oh, acc);
+        return;
+    }
+    __m512i order = _mm512_load_si512(p->stride_width == 1 ? triple_stride1 : triple_stride2);
+    __m512i weights[8];
+    for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+        const int32_t *t = taps + kh * 3;
+        weights[kh] = _mm512_set1_epi32((int32_t)((uint32_t)(t[0] & 0xff) | (uint32_t)(t[1] & 0xff) << 8 |
+                                                  (uint32_t)(t[2] & 0xff) << 16));
+    }
+    const uint8_t *top = plane + oh * p->stride_height * plane_width;
+    for (int64_t ow = 0; ow < p->out_width; ow += 16) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+            const uint8_t *x = top + kh * p->dilation_height * plane_width + ow * p->stride_width;
+            __m512i triples = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x));
+            sum = _mm512_dpbusd_epi32(sum, triples, weights[kh]);
+        }
+        _mm512_storeu_si512(acc + ow, sum);
+    }
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
                                                    .depthwise_row = depthwise_row_avx512};
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_vbmi, .epilogue = epilogue_avx512,
-                                                   .depthwise_row = depthwise_row_avx512};
+                                                   .depthwise_row = depthwise_row_vbmi};
 
 #else
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = ortx_qgemm_micro_portable,
