@@ -168,7 +168,8 @@ def main() -> None:
     for name in ("a", "b"):  # the two-branch model gives each branch's outputs exactly as the branch alone does
         expected.update(dict(zip([o.name for o in models[name].graph.output], sessions[name].run(None, feeds[name]))))
     both = sessions["both"].run(None, feeds["both"])
-    identical = all(np.array_equal(value, expected[info.name]) for value, info in zip(both, models["both"].graph.output))
+    identical = all(np.array_equal(value, expected[info.name])
+                    for value, info in zip(both, models["both"].graph.output))
     ratios, times = [], {name: [] for name in sessions}
     for _ in range(args.rounds):
         measured = {name: _seconds(sessions[name], feeds[name], args.runs) for name in ("both", "a", "b")}

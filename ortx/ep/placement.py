@@ -8,9 +8,9 @@
 3. Cost (list scheduling, in the spirit of HEFT): in graph order (topological), each node goes to the capable device
    where it would finish first: ready = the latest of its inputs' arrival (producer's finish + bytes / bandwidth of
    the slower side + a hand-off latency when the devices differ; graph inputs and outputs are in host memory, the
-   CPU's side; initializers are loaded at compile time and cost nothing per run), start = max(ready, device free), finish = start +
-   the device's `estimate_seconds`. Independent branches thus spread over idle devices (horizontal), a chain stays
-   on the device where it is fastest once transfers are paid (vertical).
+   CPU's side; initializers are loaded at compile time and cost nothing per run), start = max(ready, device free),
+   finish = start + the device's `estimate_seconds`. Independent branches thus spread over idle devices
+   (horizontal), a chain stays on the device where it is fastest once transfers are paid (vertical).
 4. Cut refinement: a node moves to a neighbour's device when that lowers its estimate plus the transfer cost of its
    edges; repeated until nothing moves, so a vertical cut settles where the fewest bytes cross.
 5. Nodes no selected device runs go to ONNX Runtime (label ORT), on the CPU lane.
