@@ -9,10 +9,11 @@
  *   has_window]; buffers = [signal[batch, signal_length, 1 or 2], window[frame_length] (unused unless
  *   has_window), y[batch, num_frames, output_bins, 2]]; frame f is signal[f * frame_step ...] times the window,
  *   transformed forward with n = frame_length.
- * fir_f32: ints = [batch, channels, input_length, taps, output_length, pad_begin, has_bias, method];
- *   buffers = [x[batch, channels, input_length], weight[channels, taps], bias[channels], y[batch, channels,
+ * fir_f32: ints = [batch, channels, input_length, taps, output_length, pad_begin, has_bias, method, shared_input];
+ *   buffers = [x[batch, channels or 1, input_length], weight[channels, taps], bias[channels], y[batch, channels,
  *   output_length]]; y[t] = bias + sum_k weight[k] x[t + k - pad_begin] (ONNX Conv: a correlation, stride 1,
- *   x zero outside [0, input_length)). method 0: direct; 1: overlap-save with FFTs, two real blocks per complex
+ *   x zero outside [0, input_length)). shared_input: every channel filters input channel 0 (a filter bank on a
+ *   one-channel signal) instead of its own (depthwise). method 0: direct; 1: overlap-save with FFTs, two real blocks per complex
  *   FFT (real and imaginary parts), which pays for long filters (the Python side picks by taps).
  * Threads split over whole transforms (rows, frames or FIR blocks); each output is computed by one task in a
  * fixed order, so results do not depend on the thread count. An allocation failure leaves y unwritten.
@@ -193,7 +194,8 @@ static void fir_direct_rows(void *context, int64_t begin, int64_t end, int threa
     const int64_t output_length = job->ints[4], pad_begin = job->ints[5], has_bias = job->ints[6];
     for (int64_t row = begin; row < end; row++) {
         const int64_t channel = row % channels;
-        const float *x = job->x + row * input_length, *w = job->weight + channel * taps;
+        const float *x = job->x + (job->ints[8] ? row / channels : row) * input_length;
+        const float *w = job->weight + channel * taps;
         float *y = job->y + row * output_length;
         const float bias = has_bias ? job->bias[channel] : 0.0f;
         for (int64_t t = 0; t < output_length; t++) {
@@ -219,7 +221,7 @@ static void fir_overlap_save_pairs(void *context, int64_t begin, int64_t end, in
     ortx_cpx *scratch = work + n;
     for (int64_t task = begin; task < end; task++) {
         const int64_t row = task / job->pair_blocks, pair = task % job->pair_blocks, channel = row % channels;
-        const float *x = job->x + row * input_length;
+        const float *x = job->x + (job->ints[8] ? row / channels : row) * input_length;
         const ortx_cpx *response = job->responses + channel * n;
         /* y[t] = sum_j h[j] x[t - pad_begin + taps - 1 - j] with h the reversed taps: block output t0 + u,
          * u < block, is circular-convolution index u + taps - 1 of the input window starting at t0 - pad_begin. */

@@ -90,7 +90,8 @@ void ortx_fir_f32_ref(const int64_t *ints, const float *floats, void *const *buf
             for (int64_t k = 0; k < taps; k++) {
                 const int64_t index = t - pad_begin + k;
                 if (index >= 0 && index < input_length)
-                    sum += (double)weight[(row % channels) * taps + k] * x[row * input_length + index];
+                    sum += (double)weight[(row % channels) * taps + k] *
+                           x[(ints[8] ? row / channels : row) * input_length + index];
             }
             y[row * output_length + t] = (float)sum;
         }
