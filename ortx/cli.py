@@ -19,6 +19,8 @@ ortx: a neural-network compiler toolkit for ONNX models.
                                       OrtxEP or ORT is faster here
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
                                       --mixed --budget 0.01: a precision per layer (fp32/fp16/bf16/int8/int4)
+  ortx prune IN.onnx -o OUT.onnx      magnitude (--sparsity 0.8), N:M (--structured 2:4) or channel pruning
+  ortx compile IN.onnx -o OUT.ortx    one portable artifact: optimized graph, partition, tuning records
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
 """
 
@@ -67,13 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--threads", type=int, default=2, help="threads for OrtxEP and onnxruntime (default 2)")
     demo.set_defaults(handler=_demo)
 
+    from ortx.compile_command import add_compile_command
     from ortx.memory.command import add_memory_command
+    from ortx.pruning.command import add_prune_command
     from ortx.tune.command import add_tune_command
     from ortx.quantization.command import add_quantize_command
 
     add_memory_command(commands)
     add_tune_command(commands)
     add_quantize_command(commands)
+    add_prune_command(commands)
+    add_compile_command(commands)
     return parser
 
 

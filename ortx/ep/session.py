@@ -15,6 +15,7 @@ import onnx
 import onnxruntime
 
 from ortx import pipeline
+from ortx.artifact import is_artifact, read_artifact
 from ortx.ep.assignment import Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
@@ -86,7 +87,9 @@ class InferenceSession:
         # OrtxEP does not. Only its interface is kept (names, types, metadata): the graph passes work on an onnx_ir
         # model that owns its weights (pipeline.proto_to_ir), so the proto is dropped before they run and every
         # weight is held once.
-        proto = pipeline.load(path_or_bytes)
+        # An ortx artifact (`ortx compile`) carries the graph after the passes, its placement and tuning records.
+        self._artifact = read_artifact(path_or_bytes) if is_artifact(path_or_bytes) else None
+        proto = pipeline.load(self._artifact.model if self._artifact is not None else path_or_bytes)
         pipeline.name_nodes(proto)
         self._inputs = [_node_arg(info) for info in proto.graph.input
                         if info.name not in {t.name for t in proto.graph.initializer}]
@@ -106,7 +109,10 @@ class InferenceSession:
             return
         model = pipeline.proto_to_ir(proto)
         del proto
-        self._prepared = pipeline.prepare_model(model, passes=pipeline.DEFAULT_PASSES)
+        self._prepared = pipeline.prepare_model(model, passes=() if self._artifact is not None
+                                                else pipeline.DEFAULT_PASSES)
+        if self._artifact is not None and self._artifact.records is not None:
+            self._merge_artifact_records()
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
                                          self._choice.ort_providers, self._choice.ort_provider_options,
                                          sub_session_options(self._sess_options, shares_cores_with_ortx=False))
@@ -115,6 +121,24 @@ class InferenceSession:
             self._compiled_for(fixed)
 
     # Construction helpers ----------------------------------------------------------------------------------
+    def _merge_artifact_records(self) -> None:
+        """The artifact's tuning records go into this machine's database (tuning "off": left alone); records
+        measured on another machine are kept there under their fingerprint and never used here."""
+        if self._choice.ortx.tuning == "off":
+            return
+        import os
+        import tempfile
+
+        from ortx.tune.records import TuningDatabase
+
+        database_path = self._choice.ortx.tuning_settings().database_path
+        os.makedirs(os.path.dirname(database_path), exist_ok=True)
+        with tempfile.NamedTemporaryFile(suffix=".json") as records:
+            records.write(self._artifact.records)
+            records.flush()
+            with TuningDatabase(database_path) as database:
+                database.import_records(records.name)
+
     def _needs_whole_model_ort(self) -> str:
         """Why ORT must run the whole model (non-tensor graph inputs or outputs), or ''."""
         if not self._choice.use_ortx:
