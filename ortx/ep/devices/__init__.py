@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from ortx.ep.devices.cpu import CPU
 from ortx.ep.devices.device import Device, DeviceProgram, OpSupport
+from ortx.ep.devices.dsp import DSP
 
 DEVICES: tuple[Device, ...] = (
     CPU,
+    DSP,
 )
 
 
