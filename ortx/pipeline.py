@@ -417,3 +417,12 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
         # the product itself runs sparse; ops fused into its epilogue are marked by their own row's reason
         rows.append(NodeAssignment(name, op_type, provider, reason, precision, sparse and op_type in BF16_OPS))
     return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
+
+
+def __getattr__(name: str):
+    # ortx.pipeline.split / ortx.pipeline.run: pipeline parallelism (ortx.parallel), loaded on first use
+    if name in ("split", "run"):
+        import ortx.parallel
+
+        return getattr(ortx.parallel, name)
+    raise AttributeError(f"module 'ortx.pipeline' has no attribute {name!r}")
