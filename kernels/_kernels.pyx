@@ -208,3 +208,42 @@ cdef class Program:
         cdef ortx_segment_fn segment = <ortx_segment_fn>function
         with nogil:
             segment(arena_pointer, constant_pointers, external_pointers, num_threads, kernels, seconds)
+
+
+# --- NPU simulator (issue #7; owner: npu; kernels/npu_sim.c) ------------------------------------------------------
+cdef extern from "npu_sim.h":
+    int ORTX_NPU_STATS
+    int ortx_npu_simulate(const unsigned char *stream, int64_t length, const unsigned char *constants,
+                          int64_t constant_bytes, unsigned char *work, int64_t work_bytes, int64_t *stats,
+                          int64_t *timeline, char *error, int64_t error_bytes) nogil
+
+NPU_STAT_NAMES = ("cycles", "macs", "dma_bytes", "dma_cycles", "compute_cycles", "mac_cycles", "phases")
+
+
+def npu_simulate(bytes stream, constants, work, timeline=None):
+    """Runs an NPU command stream on uint8 DRAM regions (constants read-only, work in place); returns the stats
+    array (NPU_STAT_NAMES). timeline: optional int64 array, one entry per command. Raises ValueError with the
+    simulator's message (naming the command) on a bad stream."""
+    for name, array in (("constants", constants), ("work", work)):
+        if array.dtype != np.uint8 or not array.flags.c_contiguous:
+            raise ValueError(f"npu_simulate: {name} must be a C-contiguous uint8 array")
+    cdef cnp.ndarray[int64_t, ndim=1] stats = np.zeros(ORTX_NPU_STATS, np.int64)
+    cdef int64_t *timeline_pointer = NULL
+    if timeline is not None:
+        if timeline.dtype != np.int64 or not timeline.flags.c_contiguous:
+            raise ValueError("npu_simulate: timeline must be a C-contiguous int64 array")
+        timeline_pointer = <int64_t *>_address(timeline)
+    cdef char error[512]
+    error[0] = 0
+    cdef const unsigned char *stream_pointer = stream
+    cdef int64_t length = len(stream)
+    cdef const unsigned char *constant_pointer = <const unsigned char *>_address(constants)
+    cdef unsigned char *work_pointer = <unsigned char *>_address(work)
+    cdef int64_t constant_bytes = constants.shape[0], work_bytes = work.shape[0]
+    cdef int status
+    with nogil:
+        status = ortx_npu_simulate(stream_pointer, length, constant_pointer, constant_bytes, work_pointer,
+                                   work_bytes, &stats[0], timeline_pointer, error, 512)
+    if status != 0:
+        raise ValueError(error.decode(errors="replace"))
+    return stats

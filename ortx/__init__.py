@@ -2,7 +2,7 @@
 from ortx.ep.session import InferenceSession
 from ortx.patch import patch_onnxruntime, unpatch_onnxruntime
 
-__all__ = ["InferenceSession", "patch_onnxruntime", "unpatch_onnxruntime", "quantize"]
+__all__ = ["InferenceSession", "patch_onnxruntime", "unpatch_onnxruntime", "quantize", "distill"]
 __version__ = "0.1.0"
 
 
@@ -13,4 +13,8 @@ def __getattr__(name: str):
         from ortx.quantization import quantize
 
         return quantize
+    if name == "distill":  # the torch extra; ortx.distillation imports torch only when called
+        from ortx.distillation import distill
+
+        return distill
     raise AttributeError(f"module 'ortx' has no attribute {name!r}")

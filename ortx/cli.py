@@ -19,7 +19,9 @@ ortx: a neural-network compiler toolkit for ONNX models.
                                       OrtxEP or ORT is faster here
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
                                       --mixed --budget 0.01: a precision per layer (fp32/fp16/bf16/int8/int4)
+  ortx prune IN.onnx -o OUT.onnx      magnitude (--sparsity 0.8), N:M (--structured 2:4) or channel pruning
   ortx compile IN.onnx -o OUT.ortx    one portable artifact: optimized graph, partition, tuning records
+  ortx npu dump STREAM|MODEL          disassembles an NPU command stream, or a model's NPU segments
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
   ortx devices [--json]               the devices OrtxEP can place nodes on, with ops, memory, bandwidth, peak
 """
@@ -84,13 +86,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ortx.compile_command import add_compile_command
     from ortx.memory.command import add_memory_command
+    from ortx.pruning.command import add_prune_command
     from ortx.tune.command import add_tune_command
     from ortx.quantization.command import add_quantize_command
+    from ortx.npu.command import add_npu_command
 
     add_memory_command(commands)
     add_tune_command(commands)
     add_quantize_command(commands)
+    add_prune_command(commands)
     add_compile_command(commands)
+    add_npu_command(commands)
     return parser
 
 

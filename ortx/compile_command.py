@@ -36,7 +36,8 @@ def add_compile_command(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def run_compile_command(args, out=sys.stdout) -> int:
+def run_compile_command(args, out=None) -> int:
+    out = out or sys.stdout
     from ortx.artifact import ArtifactError
     from ortx.compile_artifact import compile_artifact
     from ortx.model_io import ModelLoadError

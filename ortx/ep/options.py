@@ -52,6 +52,15 @@ def _parse_tuning(value) -> str:
     return text
 
 
+def _parse_sparse(value) -> str:
+    from ortx.tune.sparse_choice import SPARSE_OPTIONS
+
+    text = str(value).strip().lower()
+    if text not in SPARSE_OPTIONS:
+        raise ValueError(f"expected one of {', '.join(SPARSE_OPTIONS)}, got {value!r}")
+    return text
+
+
 def _parse_precision(value) -> str:
     text = str(value).strip().lower()
     if text not in PRECISIONS:
@@ -90,6 +99,10 @@ PROVIDER_OPTIONS = {
                 "`ortx devices` lists them); nodes none of them runs go to ONNX Runtime", _parse_devices),
     "placement": ("forces nodes onto devices, 'NODE:DEVICE,...' (the device must be in `devices` and able to run "
                   "the node, else an error says why)", _parse_placement),
+    "sparse": ("constant-weight Conv/Gemm/MatMul layers with many zeros on CSR kernels: 'auto' (default) decides "
+               "per layer from the measured dense/sparse crossover as `tuning` allows (records for 'cached', "
+               "measured now for 'quick'/'full', else sparse only from 80% zeros), 'measure' times each candidate "
+               "layer now and records it, 'off' keeps every layer dense", _parse_sparse),
 }
 
 
@@ -104,6 +117,7 @@ class OrtxOptions:
     precision: str = "fp32"
     devices: str = "cpu"
     placement: dict = dataclasses.field(default_factory=dict)
+    sparse: str = "auto"
 
     def device_settings(self):
         """The devices and forced placements for the pipeline (ortx.pipeline.DeviceSettings)."""
@@ -117,7 +131,7 @@ class OrtxOptions:
         from ortx.pipeline import TuningSettings
 
         cache_dir = Options.from_environment(cache_dir=self.jit_cache_dir or None).cache_dir
-        return TuningSettings(self.tuning, str(cache_dir / "tuning.sqlite"))
+        return TuningSettings(self.tuning, str(cache_dir / "tuning.sqlite"), sparse=self.sparse)
 
     def jit_options(self) -> Options | None:
         """What the pipeline needs to JIT claimed segments, or None when the JIT is off."""

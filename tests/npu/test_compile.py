@@ -1,0 +1,128 @@
+"""NPU compiler + simulator against the CPU int8 kernels (ortx.npu.verify): byte-identical outputs on seeded random
+inputs, tile tails, the cycle count docs/npu.md works by hand, and clear errors."""
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto
+
+from ortx.ep.devices import npu as npu_device
+from ortx.npu.compile import NpuUnsupported, check_node, compile_nodes
+from ortx.npu.cost import stream_cycles
+from ortx.npu.params import NpuParams
+from ortx.npu.stream import decode
+from ortx.npu.verify import check_model, prepared_graph
+from ortx.quantization import quantize
+from tests import _models
+from tests.ep.test_qdq import _qdq_conv_model
+
+# A small NPU forces m, k and p tiling with tails (13 -> 21 channels, K = 117, 17 x 23 pixels).
+SMALL = NpuParams(rows=8, cols=8, sram_bytes=16 * 1024, dma_bytes_per_cycle=8, dma_setup_cycles=16)
+
+
+def _feeds(model, seed=1):
+    value = model.graph.input[0]
+    shape = [dim.dim_value for dim in value.type.tensor_type.shape.dim]
+    return {value.name: np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)}
+
+
+def _assert_exact(checks, expected_segments=None):
+    assert checks, "no NPU segment"
+    for check in checks:
+        assert check.bit_exact, f"segment {check.nodes[:3]}: max |npu - cpu| = {check.max_abs_difference}"
+    if expected_segments is not None:
+        assert len(checks) == expected_segments
+
+
+@pytest.mark.parametrize("params", [NpuParams(), SMALL], ids=["default", "small"])
+@pytest.mark.parametrize("x_dtype,zx,activation,stride,quantized", [
+    (TensorProto.UINT8, 128, "Relu", 1, True), (TensorProto.INT8, -7, "", 2, True),
+    (TensorProto.UINT8, 3, "Relu", 1, False),
+])
+def test_qconv_bit_exact(params, x_dtype, zx, activation, stride, quantized):
+    model = _qdq_conv_model(x_dtype=x_dtype, zx=zx, activation=activation, stride=stride, quantized_output=quantized)
+    _assert_exact(check_model(model, _feeds(model), params), expected_segments=1)
+
+
+@pytest.fixture(scope="module")
+def int8_models():
+    models = {}
+    for name, builder in (("resnet", _models.resnet18_style), ("mobilenet", _models.mobilenetv2_style)):
+        model = builder(size=32)
+        input_name = model.graph.input[0].name
+        calibration = np.random.default_rng(0).uniform(-1, 1, (2, 3, 32, 32)).astype(np.float32)
+        models[name] = quantize(model, {input_name: calibration})[0]
+    return models
+
+
+@pytest.mark.parametrize("name", ["resnet", "mobilenet"])
+def test_int8_networks_bit_exact(int8_models, name):
+    """ResNet-18-style (residual QConv with float outputs, MaxPool, Gemm) and MobileNetV2-style (depthwise)."""
+    checks = check_model(int8_models[name], _feeds(int8_models[name]))
+    _assert_exact(checks)
+    assert sum(len(check.nodes) for check in checks) >= 20
+    assert sum(check.totals["macs"] for check in checks) > 0
+
+
+def test_resnet_bit_exact_on_a_small_npu(int8_models):
+    _assert_exact(check_model(int8_models["resnet"], _feeds(int8_models["resnet"]), SMALL))
+
+
+def _hand_layer():
+    """docs/npu.md's worked layer: uint8 [1, 4, 48, 48] -> 3x3 conv, pads 1 -> 8 channels, requantized."""
+    return _qdq_conv_model(channels=(4, 8), size=(48, 48), activation="", stride=1)
+
+
+def test_cycles_match_the_hand_calculation_in_the_docs():
+    model = _hand_layer()
+    (check,) = check_model(model, _feeds(model))
+    (layer,) = [layer for layer in check.layers if layer["op_type"] == "QConv"]
+    assert layer["cycles"] == 8259  # docs/npu.md, "One layer by hand"
+    assert layer["macs"] == 8 * 36 * 48 * 48
+    assert layer["dma_bytes"] == 288 * 2 + 32 * 4 + 36 * 2304 + 8 * 2304
+
+
+def test_static_cost_model_equals_the_simulated_cycles(int8_models):
+    graph = prepared_graph(int8_models["resnet"], {"input": (1, 3, 32, 32)}).graph
+    checks = check_model(int8_models["resnet"], _feeds(int8_models["resnet"]))
+    nodes = {node.name: node for node in graph}
+    for check in checks:
+        segment_nodes = [nodes[name] for name in check.nodes]
+        produced = {value.name for node in segment_nodes for value in node.outputs}
+        inputs, seen = [], set()
+        for node in segment_nodes:
+            for value in node.inputs:
+                if value is not None and value.const_value is None and value.name not in produced \
+                        and value.name not in seen:
+                    inputs.append(value)
+                    seen.add(value.name)
+        compiled = compile_nodes(segment_nodes, inputs, [segment_nodes[-1].outputs[0]])
+        assert stream_cycles(decode(compiled.stream).commands, compiled.params) == check.totals["cycles"]
+
+
+def test_unsupported_nodes_are_declined_with_reasons():
+    graph = prepared_graph(_models.tiny_conv_relu(), {"x": (1, 3, 8, 8)}).graph
+    conv = next(node for node in graph if node.op_type in ("Conv", "FusedConv"))
+    reason = npu_device.check(conv)
+    assert reason is not None and conv.op_type in reason and "not an NPU op" in reason
+    with pytest.raises(NpuUnsupported, match=f"node {conv.name!r} cannot run on the NPU"):
+        compile_nodes([conv], [graph.inputs[0]], [conv.outputs[0]])
+    x = ir.Value(name="x", shape=ir.Shape([2, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    y = ir.Value(name="y", shape=ir.Shape([1, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    out = ir.Value(name="out", shape=ir.Shape([2, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    add = ir.Node("", "Add", [x, y], outputs=[out], name="broadcast_add")
+    assert "broadcasting 'y'" in check_node(add)
+
+
+def test_device_backend_compiles_and_estimates():
+    model = _hand_layer()
+    graph = prepared_graph(model, {"x": (1, 4, 48, 48)}).graph
+    qconv = next(node for node in graph if node.op_type == "QConv")
+    assert npu_device.check(qconv) is None
+    assert npu_device.estimate_seconds(qconv) == pytest.approx(8259 / 1e9)
+    program = npu_device.compile([qconv], [qconv.inputs[0]], [qconv.outputs[0]], num_threads=1)
+    x = np.random.default_rng(0).integers(0, 256, (1, 4, 48, 48)).astype(np.uint8)
+    y = np.empty((1, 8, 48, 48), np.uint8)
+    program.run([x], [y])
+    assert program.stats()["cycles"] == 8259 and 0 < program.stats()["mac_utilisation"] < 1
