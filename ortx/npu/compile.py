@@ -286,9 +286,11 @@ def _lower_qconv(node: ir.Node, dram: _Dram, params: NpuParams):
         batch, pixels = fields["batch"], fields["out_height"] * fields["out_width"]
     channels_out = plan.weights.shape[0] * plan.weights.shape[1]
     items, contents = [], _SlotContents()
+    # One tiling and SRAM layout for every chunk (the first is the largest): items of consecutive chunks share
+    # phases, so their buffers must not move.
+    tiles = choose_tiles(chunks[0].out_channels, chunks[0].depth, pixels, out_bytes, residual is not None, params)
+    sram = _tile_sram(tiles, out_bytes, residual is not None)
     for chunk in chunks:
-        tiles = choose_tiles(chunk.out_channels, chunk.depth, pixels, out_bytes, residual is not None, params)
-        sram = _tile_sram(tiles, out_bytes, residual is not None)
         for image in range(batch):
             for m0 in range(0, chunk.out_channels, tiles.mt):
                 mt = min(tiles.mt, chunk.out_channels - m0)
