@@ -144,7 +144,8 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                 continue
             try:
                 programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                     num_threads=num_threads, precision=precision)
+                                                     num_threads=num_threads, precision=precision,
+                                                     sparse_policy=_sparse_policy(jit, tuning))
             except Exception as error:  # a lowering bug must not take the session down: decline and retry
                 node_name = getattr(error, "node_name", None) or segment.nodes[0].name
                 logger.warning("OrtxEP: declining node %s after a compile error: %s", node_name, error)
@@ -161,6 +162,18 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                             for position, program in programs.items()}
             return segments, programs
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
+
+
+def _sparse_policy(jit: Options | None, tuning: "TuningSettings | None"):
+    """Dense or sparse kernels per constant-weight layer (ortx.tune.sparse_choice): measured now for tuning
+    "quick"/"full", recorded for "cached", else the prior."""
+    from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice, SparsePolicy
+
+    if tuning is None:
+        return SparsePolicy("off")
+    if tuning.sparse == "off":
+        return ForcedPolicy(SparseChoice("dense", source="option"))
+    return SparsePolicy("quick" if tuning.sparse == "measure" else tuning.mode, tuning.database_path, jit)
 
 
 def _step_threads(programs: dict, segments: list[Segment], num_threads: int, jit: Options,
@@ -224,6 +237,8 @@ class TuningSettings:
     search_step_threads: bool = True  # False: "quick"/"full" validate the recorded per-step thread counts without
     #                                   searching more (ortx tune's task scheduler searched them under a budget),
     #                                   and read tuned GEMM schedules from the records without searching either
+    sparse: str = "auto"  # OrtxEP option "sparse" (ortx.tune.sparse_choice): "auto" follows `mode`, "measure"
+    #                       times each candidate layer now (as "quick"), "off" keeps every layer dense
 
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
@@ -308,7 +323,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     plan = ExecutionPlan(steps, tensors, [v.name for v in model.graph.inputs], [v.name for v in model.graph.outputs],
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT",
-                             _bf16_nodes(programs))
+                             _bf16_nodes(programs), _sparse_nodes(programs))
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 
@@ -364,8 +379,15 @@ def _bf16_nodes(programs: dict) -> frozenset[str]:
                      if step.kernel.endswith("_bf16"))
 
 
+def _sparse_nodes(programs: dict) -> frozenset[str]:
+    """Nodes (as lowered: fused names) with a step running a sparse kernel (ortx.tune.sparse_choice)."""
+    return frozenset(step.node for program in programs.values() for step in getattr(program, "steps", ())
+                     if step.kernel.startswith("sparse_"))
+
+
 def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],
-                ort_provider: str, bf16_nodes: frozenset[str] = frozenset()) -> Assignment:
+                ort_provider: str, bf16_nodes: frozenset[str] = frozenset(),
+                sparse_nodes: frozenset[str] = frozenset()) -> Assignment:
     runs_on: dict[str, tuple[str, str]] = {}
     claimed_macs = total_macs = 0
     for segment in segments:
@@ -377,18 +399,30 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
                 "given back to ORT: segment too small to be worth a boundary")
             precision = ("int8" if node.op_type == "QConv" and node.domain == ORTX_DOMAIN else
                          "bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
-            runs_on[node.name] = (provider, reason, precision)
+            sparse = segment.claimed and node.name in sparse_nodes
+            runs_on[node.name] = (provider, reason, precision, sparse)
             fused = node.metadata_props.get(FUSED_FROM_KEY, "")
             for original in filter(None, fused.split(",")):
                 if original != node.name:
-                    runs_on.setdefault(original, (provider, f"fused into {node.name}", precision))
+                    runs_on.setdefault(original, (provider, f"fused into {node.name}", precision, sparse))
             macs = node_macs(node)
             total_macs += macs
             claimed_macs += macs if segment.claimed else 0
     rows = []
     for name, op_type in prepared.original_nodes:
-        provider, reason, precision = runs_on.get(name, ("(removed)", "folded or removed by the graph passes", ""))
+        provider, reason, precision, sparse = runs_on.get(
+            name, ("(removed)", "folded or removed by the graph passes", "", False))
         if precision == "bf16" and op_type not in BF16_OPS:  # fused into a bf16 kernel's fp32 epilogue
             precision = "fp32"
-        rows.append(NodeAssignment(name, op_type, provider, reason, precision))
+        # the product itself runs sparse; ops fused into its epilogue are marked by their own row's reason
+        rows.append(NodeAssignment(name, op_type, provider, reason, precision, sparse and op_type in BF16_OPS))
     return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
+
+
+def __getattr__(name: str):
+    # ortx.pipeline.split / ortx.pipeline.run: pipeline parallelism (ortx.parallel), loaded on first use
+    if name in ("split", "run"):
+        import ortx.parallel
+
+        return getattr(ortx.parallel, name)
+    raise AttributeError(f"module 'ortx.pipeline' has no attribute {name!r}")

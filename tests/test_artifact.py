@@ -138,3 +138,22 @@ def test_the_cli_writes_the_artifact_and_never_overwrites_its_input(lstm_model, 
     assert "does not exist" in capsys.readouterr().err
     assert main(["compile", str(lstm_model), "-o", str(output), "--records", str(lstm_model)]) == 2
     assert "not an ortx tuning record file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("isa", ["avx2", "portable"])
+def test_an_artifact_compiled_here_runs_on_a_machine_with_another_isa(lstm_model, tmp_path, isa):
+    """'Another machine': the kernels capped at an older ISA when the artifact is loaded; the session lowers for it."""
+    from ortx import _kernels
+
+    output = tmp_path / "lstm.ortx"
+    compile_artifact(lstm_model, output)
+    reference, feeds = _feeds(lstm_model, seed=3)
+    try:
+        assert _kernels.force_isa(isa) == isa
+        session = ortx.InferenceSession(str(output), providers=PROVIDERS)
+        got = session.run(None, feeds)
+    finally:
+        _kernels.force_isa(_kernels.cpu_isa())
+    for value, want in zip(got, reference.run(None, feeds)):
+        assert_close(value, want, what=f"artifact output with kernels capped at {isa}")
+    assert read_artifact(output).manifest["compiled_on"]["kernel_isa"] == _kernels.cpu_isa()

@@ -14,6 +14,7 @@ class NodeAssignment:
     reason: str = ""
     precision: str = ""  # OrtxEP's nodes: "bf16" when a bf16 kernel runs it (ortx.ep.precision), "int8" when an
     #                      int8 kernel does (ortx.passes.fuse_qdq), else "fp32"
+    sparse: bool = False  # OrtxEP runs the product with sparse (CSR) weights (ortx.tune.sparse_choice)
 
 
 class Assignment(tuple):
@@ -48,10 +49,14 @@ class Assignment(tuple):
                 counts[row.precision] = counts.get(row.precision, 0) + 1
         return counts
 
+    def sparse_nodes(self) -> tuple[str, ...]:
+        """Names of the nodes whose product runs on sparse (CSR) weights."""
+        return tuple(row.name for row in self if row.sparse)
+
     def __str__(self) -> str:
         headers = ("node", "op", "provider", "reason")
         rows = [(row.name, row.op_type, row.provider + (f" ({row.precision})" if row.precision in ("bf16", "int8")
-                                                         else ""), row.reason)
+                                                         else "") + (" (sparse)" if row.sparse else ""), row.reason)
                 for row in self]
         widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(3)]
         lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:3], widths)) + "  " + headers[3]]
@@ -62,7 +67,8 @@ class Assignment(tuple):
                           if precisions.get(kind))
         lines.append(f"{len(self)} nodes ({summary}); {self.segments} segments; "
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs"
-                     f"{in_bf16}")
+                     f"{in_bf16}" + (f"; {len(self.sparse_nodes())} run sparse (CSR) kernels"
+                                     if self.sparse_nodes() else ""))
         for choice in self.engine_choices:
             lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
                          f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")

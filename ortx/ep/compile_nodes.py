@@ -69,15 +69,17 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
 
 
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
-                    precision: str = "fp32") -> CompiledProgram:
+                    precision: str = "fp32", sparse_policy=None) -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
     in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
-    ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels)."""
+    ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels). `sparse_policy`:
+    ortx.tune.sparse_choice's per-layer dense/sparse choice (None: its prior alone)."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
             raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
-    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads, precision=precision)
+    builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads, precision=precision,
+                             sparse_policy=sparse_policy)
     for node in memory_ordered(nodes, inputs, outputs):
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]

@@ -52,6 +52,15 @@ def _parse_tuning(value) -> str:
     return text
 
 
+def _parse_sparse(value) -> str:
+    from ortx.tune.sparse_choice import SPARSE_OPTIONS
+
+    text = str(value).strip().lower()
+    if text not in SPARSE_OPTIONS:
+        raise ValueError(f"expected one of {', '.join(SPARSE_OPTIONS)}, got {value!r}")
+    return text
+
+
 def _parse_precision(value) -> str:
     text = str(value).strip().lower()
     if text not in PRECISIONS:
@@ -74,6 +83,10 @@ PROVIDER_OPTIONS = {
     "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
                   "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
                   _parse_precision),
+    "sparse": ("constant-weight Conv/Gemm/MatMul layers with many zeros on CSR kernels: 'auto' (default) decides "
+               "per layer from the measured dense/sparse crossover as `tuning` allows (records for 'cached', "
+               "measured now for 'quick'/'full', else sparse only from 80% zeros), 'measure' times each candidate "
+               "layer now and records it, 'off' keeps every layer dense", _parse_sparse),
 }
 
 
@@ -86,13 +99,14 @@ class OrtxOptions:
     jit_cache_dir: str = ""
     tuning: str = "cached"
     precision: str = "fp32"
+    sparse: str = "auto"
 
     def tuning_settings(self):
         """Where and how the pipeline chooses OrtxEP or ORT per segment (ortx.pipeline.TuningSettings)."""
         from ortx.pipeline import TuningSettings
 
         cache_dir = Options.from_environment(cache_dir=self.jit_cache_dir or None).cache_dir
-        return TuningSettings(self.tuning, str(cache_dir / "tuning.sqlite"))
+        return TuningSettings(self.tuning, str(cache_dir / "tuning.sqlite"), sparse=self.sparse)
 
     def jit_options(self) -> Options | None:
         """What the pipeline needs to JIT claimed segments, or None when the JIT is off."""

@@ -39,11 +39,13 @@ class SegmentBuilder:
     """The lowering context for one segment; `finish()` turns it into a runnable `CompiledProgram`."""
 
     def __init__(self, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
-                 in_place: bool = True, precision: str = "fp32"):
+                 in_place: bool = True, precision: str = "fp32", sparse_policy=None):
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
         self.num_threads = num_threads
         self.precision = precision  # ortx.ep.precision: what the GEMM/conv lowerings emit
+        # ortx.tune.sparse_choice: dense or sparse kernels per constant-weight layer (None: the prior alone)
+        self.sparse_policy = sparse_policy
         self.in_place = in_place
         self._buffers: list[_Buffer] = []
         self._by_value: dict[str, BufferRef] = {}

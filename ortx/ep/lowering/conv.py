@@ -1,4 +1,5 @@
 """Lowerings for the gemm and conv kernel families: Conv, ("ai.ortx", "FusedConv"), ConvTranspose, Gemm, MatMul.
+Constant weights that ortx.tune.sparse_choice finds faster as CSR go to ortx.ep.lowering.sparse instead.
 
 float32 tensors only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
@@ -17,6 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx import _kernels
+from ortx.ep.lowering import sparse
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
@@ -306,12 +308,21 @@ def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
                residual_strides=(height * width, 1, 0), activation=plan.activation, activation_params=plan.params)
 
 
+def _conv_buffers(node: ir.Node, builder, plan: ConvPlan) -> tuple:
+    """X, Y, bias (or None) and FusedConv's residual (or None)."""
+    return (builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]),
+            builder.buffer(node.inputs[2]) if present(node, 2) is not None else None,
+            builder.buffer(node.inputs[3]) if plan.has_residual else None)
+
+
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
     if plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
     elif builder.precision == "bf16":
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
+    elif sparse.try_sparse_conv(node, builder, plan, _conv_buffers(node, builder, plan)):
+        return  # ortx.tune.sparse_choice chose sparse_conv2d_f32 for these weights
     elif _sizes("conv_sizes_f32", [0, *plan.ints, builder.num_threads])[2]:  # the kernels' shape rule
         _lower_conv_like(node, builder, plan, 3, "conv2d_pixel_rows_f32")
     elif _pointwise_gemm(plan):
@@ -363,8 +374,28 @@ def _emit_gemm(builder, *, M, N, K, a, a_packed, a_strides, b, b_packed, b_strid
                   residual if residual is not None else output])
 
 
+def _try_sparse_gemm(node: ir.Node, builder, plan: dict) -> bool:
+    """sparse_gemm_f32 for a Gemm with constant B, an activation A as stored and no C, or C a constant row
+    (a bias per column), when ortx.tune.sparse_choice chooses sparse."""
+    b_value, c_shape, beta = constant_value(node.inputs[1]), plan["c_shape"], plan["beta"]
+    if builder.precision != "fp32" or b_value is None or plan["trans_a"] or constant_value(node.inputs[0]) is not None:
+        return False
+    bias = None
+    if c_shape is not None and beta != 0.0:
+        c_value = constant_value(node.inputs[2])
+        if c_value is None or c_shape[0] != 1:  # Case general C: the dense epilogue's residual
+            return False
+        bias = builder.add_constant(np.broadcast_to(beta * c_value.reshape(1, -1), (1, plan["N"])).reshape(-1)
+                                    .astype(np.float32), label=f"{node.name}:bias")
+    weights_t = plan["alpha"] * np.asarray(b_value if plan["trans_b"] else b_value.T, dtype=np.float32)
+    return sparse.try_sparse_gemm(node, builder, plan["M"], weights_t, builder.buffer(node.inputs[0]),
+                                  builder.buffer(node.outputs[0]), bias)
+
+
 def lower_gemm(node: ir.Node, builder) -> None:
     plan = _gemm_plan(node)
+    if _try_sparse_gemm(node, builder, plan):
+        return
     M, N, K, alpha, beta = plan["M"], plan["N"], plan["K"], plan["alpha"], plan["beta"]
     # element (m, k) of A and (k, n) of B in their stored layouts
     a_strides = (1, M) if plan["trans_a"] else (K, 1)
@@ -442,6 +473,10 @@ def lower_matmul(node: ir.Node, builder) -> None:
     b_batch = int(np.prod(b2[:-2], dtype=np.int64))
     output = builder.buffer(node.outputs[0])
     a = builder.buffer(node.inputs[0])
+    if b_value is not None and b_batch == 1 and builder.precision == "fp32" and sparse.try_sparse_gemm(
+            node, builder, M * int(np.prod(batch, dtype=np.int64)),
+            np.asarray(b_value, dtype=np.float32).reshape(K, N).T, a, output):
+        return  # Case constant B chosen sparse (ortx.tune.sparse_choice): every batch's rows in one product
     if b_batch == 1:  # Case one B for every batch: the batches of A are rows of one tall GEMM
         M, a_offsets, b_offsets = M * int(np.prod(batch, dtype=np.int64)), [0], [0]
     else:

@@ -1,0 +1,79 @@
+/* AVX-512 row kernel of the "sparse" family: a tile of 64 columns is four zmm accumulators per output row; each
+ * nonzero (block) is one broadcast per row and four loads of B shared by the block's R rows. Tails use masks. */
+#include "isa.h"
+#include "sparse.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+#include "activation.h"
+#include "gemm.h"
+#include "gemm_avx2.h"
+
+ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
+    const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_row, const float *b, int64_t ldb,
+    const __mmask16 masks[4], float *c, int64_t ldc, const ortx_sparse_epilogue *e, const int R, const int full) {
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    const float *values = w->values;
+    for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
+        const float *x = b + (int64_t)w->cols[block] * ldb;
+        __m512 xv[4];
+        for (int v = 0; v < 4; v++) xv[v] = full ? _mm512_loadu_ps(x + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x + 16 * v);
+        for (int r = 0; r < R; r++) {
+            __m512 weight = _mm512_set1_ps(values[(int64_t)block * R + r]);
+            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(weight, xv[v], acc[r][v]);
+        }
+    }
+    __m512 p0 = _mm512_set1_ps(e->param0), p1 = _mm512_set1_ps(e->param1), zero = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++) {
+        int64_t row = block_row * R + r, local = row - block_begin * R;
+        if (row >= w->rows) break;
+        __m512 bias = _mm512_set1_ps(e->bias ? e->bias[row] : 0.0f);
+        const float *residual = e->residual ? e->residual + local * e->ldr : NULL;
+        float *out = c + local * ldc;
+        for (int v = 0; v < 4; v++) {
+            __m512 value = _mm512_add_ps(acc[r][v], bias);
+            if (residual)
+                value = _mm512_add_ps(value, full ? _mm512_loadu_ps(residual + 16 * v)
+                                                  : _mm512_maskz_loadu_ps(masks[v], residual + 16 * v));
+            if (e->activation == ORTX_ACT_RELU) value = _mm512_max_ps(value, zero);
+            else if (e->activation == ORTX_ACT_CLIP) value = _mm512_min_ps(_mm512_max_ps(value, p0), p1);
+            if (full) _mm512_storeu_ps(out + 16 * v, value);
+            else _mm512_mask_storeu_ps(out + 16 * v, masks[v], value);
+        }
+        if (e->activation != ORTX_ACT_NONE && e->activation != ORTX_ACT_RELU && e->activation != ORTX_ACT_CLIP) {
+            int64_t count = 0;
+            for (int v = 0; v < 4; v++) count += __builtin_popcount(masks[v]);
+            ortx_activation_array_avx2(out, count, e->activation, e->param0, e->param1);
+        }
+    }
+}
+
+ORTX_TARGET_AVX512 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end,
+                                                const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
+                                                const ortx_sparse_epilogue *e) {
+    __mmask16 masks[4];
+    for (int v = 0; v < 4; v++) {
+        int64_t left = ncols - 16 * v;
+        masks[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
+    }
+    int full = ncols == ORTX_SPARSE_TILE;
+    for (int64_t block_row = block_begin; block_row < block_end; block_row++) {
+        if (w->block_rows == 4) {
+            if (full) block_rows(w, block_begin, block_row, b, ldb, masks, c, ldc, e, 4, 1);
+            else block_rows(w, block_begin, block_row, b, ldb, masks, c, ldc, e, 4, 0);
+        } else {
+            if (full) block_rows(w, block_begin, block_row, b, ldb, masks, c, ldc, e, 1, 1);
+            else block_rows(w, block_begin, block_row, b, ldb, masks, c, ldc, e, 1, 0);
+        }
+    }
+}
+
+#else
+void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
+                             int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e) {
+    ortx_sparse_rows_portable(w, block_begin, block_end, b, ldb, ncols, c, ldc, e);
+}
+#endif

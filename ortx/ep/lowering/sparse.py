@@ -1,0 +1,143 @@
+"""Sparse lowerings: constant weights packed as blocked CSR (kernels/sparse.h) for sparse_conv2d_f32 and
+sparse_gemm_f32, when ortx.tune.sparse_choice says sparse is faster for the layer.
+
+Conv -> sparse_conv2d_f32 (group 1, fp32; epilogues bias, residual, activation as the dense conv);
+Gemm (constant B, no general C) and MatMul (one constant 2-D B) -> sparse_gemm_f32 on W^T.
+Depthwise, grouped and transposed convs, bf16 and products of two activations always stay dense.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ortx import _kernels
+
+BLOCK_ROWS = (1, 4)  # the fast kernels' block heights (kernels/sparse_avx512.c)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockedCsr:
+    """Blocked CSR of a rows x depth matrix: block row i holds blocks row_ptr[i]:row_ptr[i+1], block b sits in
+    column cols[b] and holds values[b*R:(b+1)*R] for rows i*R .. i*R+R-1 (rows past `rows` are zero)."""
+    rows: int
+    depth: int
+    block_rows: int
+    values: np.ndarray  # float32 [blocks * R]
+    cols: np.ndarray  # int32 [blocks]
+    row_ptr: np.ndarray  # int32 [ceil(rows / R) + 1]
+
+    @property
+    def blocks(self) -> int:
+        return int(self.cols.size)
+
+    @property
+    def stored_density(self) -> float:
+        """Multiply-adds the kernel runs per dense multiply-add (stored values, zeros inside blocks included)."""
+        return self.values.size / max(self.rows * self.depth, 1)
+
+
+def pack_blocked_csr(matrix: np.ndarray, block_rows: int = 1) -> BlockedCsr:
+    """Blocked CSR of a 2-D float matrix; a block is kept when any of its R values is nonzero."""
+    if block_rows not in BLOCK_ROWS:
+        raise ValueError(f"blocked CSR: block_rows {block_rows} is not one of {BLOCK_ROWS}")
+    matrix = np.asarray(matrix, dtype=np.float32)
+    if matrix.ndim != 2:
+        raise ValueError(f"blocked CSR: expected a 2-D matrix, got shape {matrix.shape}")
+    rows, depth = matrix.shape
+    if rows * depth >= 2 ** 31:
+        raise ValueError(f"blocked CSR: {rows}x{depth} has too many elements for int32 indices")
+    padded_rows = -(-rows // block_rows) * block_rows
+    padded = np.zeros((padded_rows, depth), np.float32)
+    padded[:rows] = matrix
+    blocks = padded.reshape(-1, block_rows, depth).transpose(0, 2, 1)  # [block row, column, R]
+    keep = np.any(blocks != 0, axis=2)
+    row_ptr = np.zeros(keep.shape[0] + 1, np.int32)
+    np.cumsum(keep.sum(axis=1), out=row_ptr[1:])
+    cols = np.nonzero(keep)[1].astype(np.int32)
+    values = np.ascontiguousarray(blocks[keep], dtype=np.float32).reshape(-1)
+    return BlockedCsr(rows, depth, block_rows, values, cols, row_ptr)
+
+
+def unpack_blocked_csr(csr: BlockedCsr) -> np.ndarray:
+    """The dense rows x depth matrix (the round trip of pack_blocked_csr)."""
+    block_count = csr.row_ptr.size - 1
+    dense = np.zeros((block_count, csr.depth, csr.block_rows), np.float32)
+    block_row_of = np.repeat(np.arange(block_count), np.diff(csr.row_ptr))
+    dense[block_row_of, csr.cols] = csr.values.reshape(-1, csr.block_rows)
+    return dense.transpose(0, 2, 1).reshape(-1, csr.depth)[:csr.rows]
+
+
+def add_csr(builder, csr: BlockedCsr, label: str):
+    """The three constant buffers of a packed weight (values, cols, row_ptr); one spare element each so an all-zero
+    matrix still has addresses."""
+    return [builder.add_constant(np.append(array, np.zeros(1, array.dtype)), label=f"{label}:{name}")
+            for name, array in (("values", csr.values), ("cols", csr.cols), ("row_ptr", csr.row_ptr))]
+
+
+def workspace_bytes(kind: int, ints) -> int:
+    out = np.zeros(1, np.int64)
+    _kernels.call("sparse_sizes_f32", [kind, *ints], [], [out])
+    return int(out[0])
+
+
+def emit_sparse_conv(builder, node_name: str, conv_ints, params, csr: BlockedCsr, buffers) -> None:
+    """buffers: X, Y, bias (or None), residual (or None)."""
+    x, y, bias, residual = buffers
+    ints = list(conv_ints) + [builder.num_threads, csr.block_rows]
+    workspace = builder.workspace(max(workspace_bytes(0, ints[:20]), 4), label="sparse_patches")
+    values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
+    builder.emit("sparse_conv2d_f32", ints, list(params),
+                 [x, values, cols, row_ptr, y, workspace, bias if bias is not None else y,
+                  residual if residual is not None else y])
+
+
+def emit_sparse_gemm(builder, node_name: str, M: int, csr: BlockedCsr, a, y, bias=None, activation: int = 0,
+                     activation_params=(0.0, 0.0)) -> None:
+    """Y[M, N] = act(A[M, K] @ W + bias) with csr = W^T (N x K); A row-major with row stride K."""
+    N, K = csr.rows, csr.depth
+    workspace = builder.workspace(max(workspace_bytes(1, [M, N, K]), 4), label="sparse_transposed")
+    values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
+    builder.emit("sparse_gemm_f32", [M, N, K, K, csr.block_rows, int(bias is not None), activation,
+                                     builder.num_threads], list(activation_params),
+                 [a, values, cols, row_ptr, y, workspace, bias if bias is not None else y])
+
+
+# The lowerings' entry points: each returns False (emitting nothing) when the layer stays dense. ----------------
+
+def _policy(builder):
+    from ortx.tune.sparse_choice import SparsePolicy
+
+    return builder.sparse_policy if getattr(builder, "sparse_policy", None) is not None else SparsePolicy("off")
+
+
+def _choose(node, builder, kind: str, shape_text: str, weights: np.ndarray):
+    from ortx.tune.sparse_choice import zero_fraction
+
+    choice = _policy(builder).choose(node, kind, shape_text, zero_fraction(weights), builder.num_threads)
+    return choice if choice.engine == "sparse" else None
+
+
+def try_sparse_conv(node, builder, plan, buffers) -> bool:
+    """plan: conv.ConvPlan of a non-depthwise fp32 conv; buffers: X, Y, bias (or None), residual (or None)."""
+    ints = plan.ints
+    if ints[15] != 1:  # Case grouped: not covered by sparse_conv2d_f32
+        return False
+    weights = plan.weights.reshape(ints[4], -1)
+    shape_text = "x".join(map(str, ints[:4])) + "|" + "x".join(map(str, (ints[4], *plan.weights.shape[1:]))) + \
+        "|" + ",".join(map(str, ints[9:15]))
+    choice = _choose(node, builder, "conv", shape_text, weights)
+    if choice is None:
+        return False
+    emit_sparse_conv(builder, node.name, ints, plan.params, pack_blocked_csr(weights, choice.block_rows), buffers)
+    return True
+
+
+def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None) -> bool:
+    """Y[M, N] = A[M, K] @ W (+ bias[N]) with weights_t = W^T (N x K, alpha folded in), A row-major."""
+    N, K = weights_t.shape
+    choice = _choose(node, builder, "gemm", f"{M}x{K}x{N}", weights_t)
+    if choice is None:
+        return False
+    emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows), a, y, bias)
+    return True

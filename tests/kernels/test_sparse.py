@@ -1,0 +1,175 @@
+"""Sparse family (kernels/sparse*.c): blocked-CSR packing round trips, and sparse_conv2d_f32 / sparse_gemm_f32 fast
+vs reference vs numpy/onnxruntime on random sparse weights, for every ISA this CPU has, 1 and 2 threads.
+
+Shapes include pixel/token tails that are not multiples of 8, 16, 32 or the 64-column tile, rows that are not a
+multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, both conv patch paths (tiled and whole
+image) and the 1x1 path that reads X in place.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import helper, numpy_helper
+
+from ortx import _kernels
+from ortx.ep.compile_nodes import compile_segment, infer_shapes
+from ortx.ep.lowering.sparse import pack_blocked_csr, unpack_blocked_csr, workspace_bytes
+from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice
+from tests.tolerances import assert_close
+
+ISA_ORDER = ("portable", "avx2", "avx512")
+RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+ACTIVATIONS = {0: None, 1: lambda v: np.maximum(v, 0), 3: lambda v: np.clip(v, -0.5, 0.75),
+               4: lambda v: 1 / (1 + np.exp(-v))}
+
+
+@pytest.fixture(params=RUNNABLE_ISAS)
+def isa(request):
+    assert _kernels.force_isa(request.param) == request.param
+    yield request.param
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def sparse_matrix(rows, depth, zeros, seed, *, empty_row=None, dense_row=None):
+    rng = np.random.default_rng(seed)
+    matrix = rng.standard_normal((rows, depth)).astype(np.float32)
+    matrix[matrix == 0] = 0.5
+    matrix[rng.random(matrix.shape) < zeros] = 0
+    if empty_row is not None:
+        matrix[empty_row] = 0
+    if dense_row is not None:
+        matrix[dense_row] = rng.uniform(0.5, 1.5, depth).astype(np.float32)
+    return matrix
+
+
+@pytest.mark.parametrize("block_rows", [1, 4])
+@pytest.mark.parametrize("rows, depth, zeros", [(1, 1, 0.0), (7, 13, 0.8), (16, 64, 0.5), (33, 5, 0.95),
+                                                (9, 30, 1.0), (4, 4, 0.0)])
+def test_csr_round_trip(rows, depth, zeros, block_rows):
+    matrix = sparse_matrix(rows, depth, zeros, seed=rows * depth, empty_row=0 if rows > 2 else None,
+                           dense_row=rows - 1 if rows > 2 else None)
+    csr = pack_blocked_csr(matrix, block_rows)
+    np.testing.assert_array_equal(unpack_blocked_csr(csr), matrix)
+    assert csr.row_ptr.shape == (-(-rows // block_rows) + 1,) and csr.row_ptr[-1] == csr.blocks
+    assert csr.values.size == csr.blocks * block_rows
+    if block_rows == 1:
+        assert csr.blocks == np.count_nonzero(matrix)
+    for block_row in range(csr.row_ptr.size - 1):  # columns sorted within a block row
+        cols = csr.cols[csr.row_ptr[block_row]:csr.row_ptr[block_row + 1]]
+        assert np.all(np.diff(cols) > 0)
+
+
+def test_csr_all_zero_matrix_and_errors():
+    csr = pack_blocked_csr(np.zeros((6, 10), np.float32), 4)
+    assert csr.blocks == 0 and list(csr.row_ptr) == [0, 0, 0]
+    np.testing.assert_array_equal(unpack_blocked_csr(csr), np.zeros((6, 10), np.float32))
+    with pytest.raises(ValueError, match="block_rows 3"):
+        pack_blocked_csr(np.ones((4, 4)), 3)
+    with pytest.raises(ValueError, match="2-D"):
+        pack_blocked_csr(np.ones(4), 1)
+
+
+def _gemm(a, csr, bias, activation, threads, use_ref):
+    M, K = a.shape
+    y = np.full((M, csr.rows), np.nan, np.float32)
+    workspace = np.zeros(max(workspace_bytes(1, [M, csr.rows, K]) // 4, 1), np.float32)
+    _kernels.call("sparse_gemm_f32", [M, csr.rows, K, K, csr.block_rows, int(bias is not None), activation, threads],
+                  [-0.5, 0.75], [a, np.append(csr.values, np.float32(0)), np.append(csr.cols, np.int32(0)), csr.row_ptr, y, workspace,
+                                 bias if bias is not None else y], num_threads=threads, use_ref=use_ref)
+    return y
+
+
+@pytest.mark.parametrize("block_rows", [1, 4])
+@pytest.mark.parametrize("M, K, N, zeros, activation", [
+    (1, 7, 5, 0.5, 0), (63, 33, 18, 0.9, 1), (65, 64, 31, 0.7, 3), (130, 21, 70, 0.95, 4), (17, 50, 16, 1.0, 1),
+    (8, 300, 9, 0.0, 0)])
+def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation, block_rows):
+    rng = np.random.default_rng(M + K + N)
+    weights_t = sparse_matrix(N, K, zeros, seed=M, empty_row=0 if N > 2 else None, dense_row=N - 1 if N > 2 else None)
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32) if activation != 4 else None
+    csr = pack_blocked_csr(weights_t, block_rows)
+    expected = a.astype(np.float64) @ weights_t.T.astype(np.float64) + (0 if bias is None else bias)
+    if ACTIVATIONS[activation] is not None:
+        expected = ACTIVATIONS[activation](expected)
+    expected = expected.astype(np.float32)
+    reference = _gemm(a, csr, bias, activation, 1, True)
+    assert_close(reference, expected, what="reference vs numpy")
+    for threads in (1, 2):
+        fast = _gemm(a, csr, bias, activation, threads, False)
+        assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs numpy")
+        np.testing.assert_array_equal(fast, _gemm(a, csr, bias, activation, threads, False))
+
+
+def _conv_model(cin, cout, size, kernel, stride, pad, batch, dilation, zeros, seed, *, fused):
+    rng = np.random.default_rng(seed)
+    weights = sparse_matrix(cout, cin * kernel * kernel, zeros, seed, empty_row=0,
+                            dense_row=cout - 1).reshape(cout, cin, kernel, kernel)
+    bias = rng.standard_normal(cout).astype(np.float32)
+    out = (size[0] + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1, \
+        (size[1] + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    inputs = [helper.make_tensor_value_info("X", 1, [batch, cin, *size])]
+    conv_inputs = ["X", "W", "B"]
+    attributes = dict(pads=[pad] * 4, strides=[stride] * 2, dilations=[dilation] * 2)
+    opsets = [helper.make_opsetid("", 17)]
+    if fused:  # FusedConv with a residual and Relu: the dense path's epilogue, checked against Conv -> Add -> Relu
+        inputs.append(helper.make_tensor_value_info("R", 1, [batch, cout, *out]))
+        node = helper.make_node("FusedConv", conv_inputs + ["R"], ["Y"], domain="ai.ortx", name="conv",
+                                activation="Relu", **attributes)
+        opsets.append(helper.make_opsetid("ai.ortx", 1))
+        plain = [helper.make_node("Conv", conv_inputs, ["C"], **attributes), helper.make_node("Add", ["C", "R"], ["S"]),
+                 helper.make_node("Relu", ["S"], ["Y"])]
+    else:
+        node = helper.make_node("Conv", conv_inputs, ["Y"], name="conv", **attributes)
+        plain = [node]
+    initializers = [numpy_helper.from_array(weights, "W"), numpy_helper.from_array(bias, "B")]
+    output = [helper.make_tensor_value_info("Y", 1, [batch, cout, *out])]
+
+    def model(nodes, opset_list):
+        proto = helper.make_model(helper.make_graph(nodes, "sparse_conv", inputs, output, initializer=initializers),
+                                  opset_imports=opset_list)
+        proto.ir_version = 10
+        return proto
+
+    return model([node], opsets), model(plain, opsets[:1])
+
+
+def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
+    graph = infer_shapes(model).graph
+    compiled = compile_segment(list(graph), list(graph.inputs), list(graph.outputs), num_threads=threads,
+                               sparse_policy=ForcedPolicy(choice))
+    arrays = [feeds[value.name] for value in graph.inputs]
+    arrays += [np.full(value.shape.numpy(), np.nan, np.float32) for value in graph.outputs]
+    externals = np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
+    compiled.program.run(np.empty(max(compiled.arena_bytes, 1), np.uint8), externals, threads, use_ref)
+    return arrays[-1], compiled.program.kernel_names
+
+
+@pytest.mark.parametrize("block_rows", [1, 4])
+@pytest.mark.parametrize("cin, cout, size, kernel, stride, pad, batch, dilation, zeros, fused", [
+    (16, 24, (9, 11), 3, 1, 1, 1, 1, 0.85, False),   # whole-image patches (2 tiles), tail of 35 pixels
+    (8, 40, (20, 20), 1, 1, 0, 1, 1, 0.9, True),     # 1x1: X read in place; residual + Relu
+    (8, 37, (20, 21), 3, 2, 1, 2, 1, 0.7, True),     # stride 2, batch 2, rows not a multiple of 4
+    (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, False),     # dilation 2, tiled patches (7 tiles)
+    (3, 6, (5, 5), 3, 1, 1, 1, 1, 1.0, False),       # all-zero weights: bias only
+])
+def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
+                                                       zeros, fused, block_rows):
+    model, plain = _conv_model(cin, cout, size, kernel, stride, pad, batch, dilation, zeros, seed=cin * cout,
+                               fused=fused)
+    rng = np.random.default_rng(1)
+    feeds = {"X": rng.standard_normal((batch, cin, *size)).astype(np.float32)}
+    if fused:
+        residual_shape = [dim.dim_value for dim in model.graph.input[1].type.tensor_type.shape.dim]
+        feeds["R"] = rng.standard_normal(residual_shape).astype(np.float32)
+    session = onnxruntime.InferenceSession(plain.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, feeds)[0]
+    choice = SparseChoice("sparse", block_rows, "forced")
+    reference, kernels = run_forced(model, feeds, choice, use_ref=True)
+    assert kernels == ("sparse_conv2d_f32",)
+    assert_close(reference, expected, what="reference vs onnxruntime")
+    for threads in (1, 2):
+        fast, _ = run_forced(model, feeds, choice, threads=threads)
+        assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs onnxruntime")
+        np.testing.assert_array_equal(fast, run_forced(model, feeds, choice, threads=threads)[0])
