@@ -10,7 +10,8 @@ each, shared-memory rings of 2 slots). All OrtxEP sessions run with tuning "off"
 Sessions and stage processes are built and warmed up first; then `--rounds` rounds each time one pass over all
 micro-batches per engine, the engines' order rotating per round; throughput = micro-batches / wall seconds,
 medians and ranges over rounds. Outputs: the pipeline's against the 1-thread session's, bitwise and max abs error.
-Quote only runs at host load < 1.0: the script waits up to --quiet-wait s for it and prints the load.
+Quote only runs at host load < 1.0: the script waits up to --quiet-wait s for it before the split (whose costs are
+measured) and before the timed rounds, and prints the load.
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def measure(name: str, path: str, shape, args) -> dict:
     batches = [{"x": rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(args.micro_batches)]
     input_name = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).get_inputs()[0].name
     batches = [{input_name: batch["x"]} for batch in batches]
+    split_load = wait_for_quiet(args.quiet_wait)  # the split's costs are timed too
     plan = ortx.pipeline.split(path, stages=2, sample_inputs=batches[0])
     print(plan.describe(), flush=True)
     single, double = session(path, input_name, shape, 1), session(path, input_name, shape, 2)
@@ -87,11 +89,11 @@ def measure(name: str, path: str, shape, args) -> dict:
     reference, piped = outputs["1 process, 1 thread"], outputs["2 stage processes, 1 thread each"]
     error = max(float(np.max(np.abs(a - b))) for a, b in zip(reference, piped))
     identical = all(np.array_equal(a, b) for a, b in zip(reference, piped))
-    result = {"name": name, "plan": plan, "throughput": throughput, "load": (before, after), "error": error,
+    result = {"name": name, "plan": plan, "throughput": throughput, "load": (split_load, before, after), "error": error,
               "identical": identical}
     for label, values in throughput.items():
         print(f"  {label}: {statistics.median(values):.1f} micro-batches/s ({min(values):.1f}-{max(values):.1f})")
-    print(f"  load {before:.2f} -> {after:.2f}; outputs bitwise identical: {identical} (max abs {error:.3g})",
+    print(f"  load at split {split_load:.2f}, timed rounds {before:.2f} -> {after:.2f}; outputs bitwise identical: {identical} (max abs {error:.3g})",
           flush=True)
     return result
 
@@ -109,8 +111,8 @@ def section(results: list[dict], args) -> str:
     loads = [value for result in results for value in result["load"]]
     lines = [
         f"`python benchmarks/pipeline.py --micro-batches {args.micro_batches} --rounds {args.rounds}` on {commit}, "
-        f"{datetime.date.today()}, 2 cores, host load {min(loads):.2f}-{max(loads):.2f} (1-min average before/after "
-        "the timed rounds). Micro-batches of batch 1; throughput = micro-batches / wall s, median over rounds "
+        f"{datetime.date.today()}, 2 cores, host load {min(loads):.2f}-{max(loads):.2f} (1-min average at the split's "
+        "profiling and before/after the timed rounds). Micro-batches of batch 1; throughput = micro-batches / wall s, median over rounds "
         "(range); the ratio is the pipeline's throughput over the other engine's, per round (the engines ran "
         "side by side in each round), median (range). OrtxEP tuning 'off' everywhere; each stage process has 1 "
         "intra-op thread, so '1 process, 1 thread' is the like-for-like per-core comparison and '1 process, 2 "
