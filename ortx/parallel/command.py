@@ -11,7 +11,7 @@ from ortx.cli_args import input_shape
 
 DESCRIPTION = """\
 Cuts MODEL into N stage models for pipeline parallelism (ortx.pipeline.split): the graph passes run first, stages
-are balanced by cost and, within 5% of the best balance, cut where the fewest bytes cross. Prints each stage's
+are balanced by cost and, within 2% of the best balance, cut where the fewest bytes cross. Prints each stage's
 nodes and cost and each cut's tensors and bytes; -o DIR writes stage_<k>.onnx and plan.json (atomically).
 --measure profiles the model in onnxruntime on seeded random inputs (1 thread) for the costs; without it they are
 estimated from MACs. Dynamic input dims need --input-shape.

@@ -50,7 +50,7 @@ def _check_invariants(plan: PipelinePlan, stages: int) -> None:
     assert sum(len(stage.nodes) for stage in plan.stages) <= plan.max_stages
 
 
-@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("stages", [3])  # 2 stages: the transformer tests below
 def test_resnet_stages_chain_to_the_model_outputs(stages):
     model = _models.resnet18_style(size=32)
     plan = ortx.pipeline.split(model, stages=stages)
