@@ -23,6 +23,7 @@ from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, static_s
 from ortx.ep.lowering.conv import Declined
 from ortx.ep.lowering.elementwise import _clip_bounds
 from ortx.ep.lowering.qdq import _dequantize_plan, _qconv_plan, _quantize_plan
+from ortx.ep.macs import node_macs
 from ortx.npu.params import DEFAULT_PARAMS, NpuParams
 from ortx.npu.schedule import WorkItem, double_buffered
 from ortx.npu.stream import ACTIVATIONS, KINDS, NO_RESIDUAL, Stream, command, encode
@@ -46,6 +47,7 @@ class Layer:
     op_type: str
     first_command: int
     end_command: int  # one past the last
+    macs: int  # the node's own multiply-accumulates (a depthwise conv's block-diagonal zeros are not counted)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,10 @@ class CompiledStream:
     outputs: tuple[TensorPlace, ...]
     layers: tuple[Layer, ...]
     params: NpuParams
+
+    @property
+    def macs(self) -> int:
+        return sum(layer.macs for layer in self.layers)
 
 
 def _aligned(size: int) -> int:
@@ -286,9 +292,11 @@ def _lower_qconv(node: ir.Node, dram: _Dram, params: NpuParams):
         batch, pixels = fields["batch"], fields["out_height"] * fields["out_width"]
     channels_out = plan.weights.shape[0] * plan.weights.shape[1]
     items, contents = [], _SlotContents()
+    # One tiling and SRAM layout for every chunk (the first is the largest): items of consecutive chunks share
+    # phases, so their buffers must not move.
+    tiles = choose_tiles(chunks[0].out_channels, chunks[0].depth, pixels, out_bytes, residual is not None, params)
+    sram = _tile_sram(tiles, out_bytes, residual is not None)
     for chunk in chunks:
-        tiles = choose_tiles(chunk.out_channels, chunk.depth, pixels, out_bytes, residual is not None, params)
-        sram = _tile_sram(tiles, out_bytes, residual is not None)
         for image in range(batch):
             for m0 in range(0, chunk.out_channels, tiles.mt):
                 mt = min(tiles.mt, chunk.out_channels - m0)
@@ -468,7 +476,7 @@ def compile_nodes(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir
             raise NpuUnsupported(f"node {node.name!r} cannot run on the NPU: {reason}")
         first = len(commands)
         commands += _lowering(node)(node, dram, params)
-        layers.append(Layer(node.name, node.op_type, first, len(commands)))
+        layers.append(Layer(node.name, node.op_type, first, len(commands), node_macs(node)))
     missing = [value.name for value in outputs if value.name not in dram.places]
     if missing:
         raise NpuUnsupported(f"outputs {missing} are not produced by the NPU segment's nodes or inputs")

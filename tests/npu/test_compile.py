@@ -126,3 +126,24 @@ def test_device_backend_compiles_and_estimates():
     y = np.empty((1, 8, 48, 48), np.uint8)
     program.run([x], [y])
     assert program.stats()["cycles"] == 8259 and 0 < program.stats()["mac_utilisation"] < 1
+
+
+def test_depthwise_with_a_short_last_chunk_bit_exact():
+    """40 depthwise channels on a 32-column array: chunks of 32 and 8 share one SRAM layout (they share phases)."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    initializers = [numpy_helper.from_array(rng.normal(0, 0.3, (40, 1, 3, 3)).astype(np.float32), "dw"),
+                    numpy_helper.from_array(rng.normal(0, 0.2, (24, 40, 1, 1)).astype(np.float32), "pw"),
+                    numpy_helper.from_array(rng.normal(0, 0.1, 24).astype(np.float32), "pb")]
+    nodes = [helper.make_node("Conv", ["x", "dw"], ["d"], name="depthwise", group=40, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["d"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "pw", "pb"], ["y"], name="pointwise")]
+    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 40, 19, 21])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 19, 21])], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    calibration = rng.uniform(-1, 1, (2, 40, 19, 21)).astype(np.float32)
+    quantized = quantize(model, {"x": calibration})[0]
+    checks = check_model(quantized, _feeds(quantized))
+    _assert_exact(checks)
+    assert any(layer["op_type"] == "QConv" for check in checks for layer in check.layers)
