@@ -22,6 +22,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx prune IN.onnx -o OUT.onnx      magnitude (--sparsity 0.8), N:M (--structured 2:4) or channel pruning
   ortx compile IN.onnx -o OUT.ortx    one portable artifact: optimized graph, partition, tuning records
   ortx npu dump STREAM|MODEL          disassembles an NPU command stream, or a model's NPU segments
+  ortx split IN.onnx --stages N -o DIR   pipeline stages balanced by cost, cut where the fewest bytes cross
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
   ortx devices [--json]               the devices OrtxEP can place nodes on, with ops, memory, bandwidth, peak
 """
@@ -90,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ortx.tune.command import add_tune_command
     from ortx.quantization.command import add_quantize_command
     from ortx.npu.command import add_npu_command
+    from ortx.parallel.command import add_split_command
 
     add_memory_command(commands)
     add_tune_command(commands)
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_prune_command(commands)
     add_compile_command(commands)
     add_npu_command(commands)
+    add_split_command(commands)
     return parser
 
 
