@@ -87,47 +87,56 @@ typedef struct conv_job {
     ortx_sparse_rows_fn rows;
 } conv_job;
 
-/* Output columns [ox0, ox1) of output row oy of patch-matrix row (channel plane, ky, kx): zeros where the tap falls
- * in the padding, a (strided) copy of the input row in between, so the loop has no per-element branch. */
-static void patch_segment(const ortx_conv_params *p, const float *plane, int64_t ky, int64_t kx, int64_t oy,
-                          int64_t ox0, int64_t ox1, float *dst) {
-    int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
-    if (iy < 0 || iy >= p->in_height) {
-        memset(dst, 0, sizeof(float) * (ox1 - ox0));
-        return;
-    }
-    const float *row = plane + iy * p->in_width;
-    int64_t offset = kx * p->dilation_width - p->pad_left, s = p->stride_width;
-    /* valid ox: 0 <= ox*s + offset < in_width */
-    int64_t lo = offset >= 0 ? 0 : (-offset + s - 1) / s;
-    int64_t hi = p->in_width - 1 - offset < 0 ? 0 : (p->in_width - 1 - offset) / s + 1;
-    if (lo < ox0) lo = ox0;
-    if (hi > ox1) hi = ox1;
-    if (hi < lo) hi = lo;
-    int64_t j = ox0;
-    for (; j < lo; j++) dst[j - ox0] = 0.0f;
-    if (s == 1) {
-        memcpy(dst + (lo - ox0), row + lo + offset, sizeof(float) * (hi - lo));
-        j = hi;
-    } else {
-        for (; j < hi; j++) dst[j - ox0] = row[j * s + offset];
-    }
-    for (; j < ox1; j++) dst[j - ox0] = 0.0f;
-}
-
-/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd. */
+/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd.
+ * The pixel range is cut once into runs along output rows; per kernel column kx, the output columns whose tap lands
+ * inside the input row are one range [first[kx], last[kx]), so each run is zeros, a (strided) copy of the input row
+ * and zeros again, with no division or branch per element (at 64-pixel tiles the per-run overhead dominated). */
 static void patch_block(const ortx_conv_params *p, const float *input, int64_t k_begin, int64_t k_end, int64_t p0,
                         int64_t count, float *dst, int64_t ldd) {
-    int64_t taps = p->kernel_height * p->kernel_width;
+    const int64_t s = p->stride_width, kw = p->kernel_width, taps = p->kernel_height * kw;
+    int64_t runs = count / p->out_width + 2;
+    int64_t run_row[runs], run_begin[runs], run_end[runs], run_offset[runs], first[kw], last[kw];
+    int64_t run_count = 0;
+    for (int64_t pixel = p0; pixel < p0 + count; run_count++) {
+        int64_t oy = pixel / p->out_width, ox = pixel % p->out_width;
+        int64_t end = p->out_width - ox < p0 + count - pixel ? p->out_width : ox + (p0 + count - pixel);
+        run_row[run_count] = oy, run_begin[run_count] = ox, run_end[run_count] = end;
+        run_offset[run_count] = pixel - p0;
+        pixel += end - ox;
+    }
+    for (int64_t kx = 0; kx < kw; kx++) {  /* valid ox: 0 <= ox*s + offset < in_width */
+        int64_t offset = kx * p->dilation_width - p->pad_left;
+        first[kx] = offset >= 0 ? 0 : (-offset + s - 1) / s;
+        last[kx] = p->in_width - 1 - offset < 0 ? 0 : (p->in_width - 1 - offset) / s + 1;
+        if (last[kx] < first[kx]) last[kx] = first[kx];
+    }
+    int64_t channel = k_begin / taps, ky = k_begin % taps / kw, kx = k_begin % kw;
     for (int64_t k = k_begin; k < k_end; k++) {
-        int64_t channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
         const float *plane = input + channel * p->in_height * p->in_width;
+        const int64_t offset = kx * p->dilation_width - p->pad_left;
         float *row_dst = dst + (k - k_begin) * ldd;
-        for (int64_t pixel = p0; pixel < p0 + count;) {
-            int64_t oy = pixel / p->out_width, ox = pixel % p->out_width;
-            int64_t ox1 = p->out_width - ox < p0 + count - pixel ? p->out_width : ox + (p0 + count - pixel);
-            patch_segment(p, plane, ky, kx, oy, ox, ox1, row_dst + (pixel - p0));
-            pixel += ox1 - ox;
+        for (int64_t run = 0; run < run_count; run++) {
+            int64_t iy = run_row[run] * p->stride_height - p->pad_top + ky * p->dilation_height;
+            int64_t ox0 = run_begin[run], ox1 = run_end[run];
+            float *out = row_dst + run_offset[run] - ox0;  /* out[ox] for ox in [ox0, ox1) */
+            if (iy < 0 || iy >= p->in_height) {
+                for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;
+                continue;
+            }
+            const float *row = plane + iy * p->in_width + offset;
+            int64_t lo = first[kx] > ox0 ? first[kx] : ox0, hi = last[kx] < ox1 ? last[kx] : ox1;
+            if (hi < lo) hi = lo;
+            for (int64_t ox = ox0; ox < lo; ox++) out[ox] = 0.0f;
+            if (s == 1) {
+                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox];
+            } else {
+                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox * s];
+            }
+            for (int64_t ox = hi; ox < ox1; ox++) out[ox] = 0.0f;
+        }
+        if (++kx == kw) {
+            kx = 0;
+            if (++ky == p->kernel_height) ky = 0, channel++;
         }
     }
 }
@@ -240,14 +249,22 @@ typedef struct gemm_job {
 
 #define GEMM_STORE_ROWS 16
 
-static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16); }
+/* + 16: a row stride that is not a power of two, so TRANSPOSE_K consecutive rows fall in different cache sets. */
+static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) + 16; }
+
+/* A^T rows [TRANSPOSE_K * begin, TRANSPOSE_K * end): each token's run of TRANSPOSE_K features is read contiguously
+ * (reading one feature of every token hits one cache set M times when lda is a multiple of 1024). */
+#define TRANSPOSE_K 64
 
 static void transpose_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const gemm_job *job = context;
-    for (int64_t k = begin; k < end; k++) {
-        float *dst = job->transposed + k * job->ldt;
-        for (int64_t i = 0; i < job->M; i++) dst[i] = job->a[i * job->lda + k];
+    for (int64_t k0 = begin * TRANSPOSE_K; k0 < end * TRANSPOSE_K && k0 < job->K; k0 += TRANSPOSE_K) {
+        int64_t k1 = k0 + TRANSPOSE_K < job->K ? k0 + TRANSPOSE_K : job->K;
+        for (int64_t i = 0; i < job->M; i++) {
+            const float *src = job->a + i * job->lda;
+            for (int64_t k = k0; k < k1; k++) job->transposed[k * job->ldt + i] = src[k];
+        }
     }
 }
 
@@ -287,7 +304,8 @@ static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *cons
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
-    ortx_parallel_range(threads, job.K, (int64_t)ORTX_TASKS_PER_THREAD * threads, transpose_rows, &job);
+    ortx_parallel_range(threads, (job.K + TRANSPOSE_K - 1) / TRANSPOSE_K, (int64_t)ORTX_TASKS_PER_THREAD * threads,
+                        transpose_rows, &job);
     ortx_parallel_for(threads, job.tiles * job.chunks, gemm_task, &job);
 }
 
