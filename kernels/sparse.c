@@ -40,7 +40,7 @@ void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin,
         for (int64_t r = 0; r < R; r++)
             for (int64_t t = 0; t < ncols; t++) acc[r][t] = 0.0f;
         for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
-            const float *x = b + (int64_t)w->cols[block] * ldb;
+            const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
             for (int64_t r = 0; r < R; r++) {
                 float value = w->values[(int64_t)block * R + r];
                 for (int64_t t = 0; t < ncols; t++) acc[r][t] += value * x[t];
@@ -85,6 +85,10 @@ typedef struct conv_job {
     ortx_sparse_epilogue epilogue;
     int64_t pixels, tiles, chunks;
     ortx_sparse_rows_fn rows;
+    /* Case direct (stride 1): the zero-padded input planes, the tap offsets and per-thread result tiles */
+    int64_t padded_rows, padded_width, padded_plane, virtual_pixels, temp_rows;
+    float *padded, *temps;
+    int32_t *offsets;
 } conv_job;
 
 /* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd.
@@ -181,6 +185,87 @@ static int conv_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
+/* Case direct: a stride-1 conv reads its patch matrix in place from zero-padded input planes (padded_rows x
+ * padded_width per channel). Output pixel (oy, ox) is "virtual pixel" v = oy * padded_width + ox, and patch row
+ * k = (c, ky, kx) of virtual pixel v is padded[offsets[k] + v] with offsets[k] = c * plane + ky*dh * padded_width +
+ * kx*dw: a tile of 64 consecutive virtual pixels is 64 consecutive floats of every patch row, so no im2col runs.
+ * Columns ox >= out_width are computed into the per-thread tile and not stored (waste (kw-1)*dw / padded_width). */
+static int conv_direct(const ortx_conv_params *p) {
+    return !conv_pointwise(p) && p->stride_height == 1 && p->stride_width == 1;
+}
+
+static void direct_geometry(const ortx_conv_params *p, conv_job *job) {
+    job->padded_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height;
+    job->padded_width = p->out_width + (p->kernel_width - 1) * p->dilation_width;
+    job->padded_plane = job->padded_rows * job->padded_width;
+    job->virtual_pixels = p->out_height * job->padded_width;
+}
+
+/* Floats of the direct case's workspace before the per-thread tiles: planes (+ a tile of slack), offsets. */
+static int64_t direct_shared_floats(const ortx_conv_params *p, const conv_job *job) {
+    int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
+    return ortx_round_up(p->in_channels * job->padded_plane + ORTX_SPARSE_TILE, 16) + ortx_round_up(depth, 16);
+}
+
+static void direct_fill(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const conv_job *job = context;
+    const ortx_conv_params *p = job->p;
+    for (int64_t channel = begin; channel < end; channel++) {
+        const float *plane = job->input + channel * p->in_height * p->in_width;
+        float *dst = job->padded + channel * job->padded_plane;
+        /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left); the rest are zeros */
+        int64_t lo = p->pad_left < job->padded_width ? p->pad_left : job->padded_width;
+        int64_t hi = p->pad_left + p->in_width < job->padded_width ? p->pad_left + p->in_width : job->padded_width;
+        for (int64_t r = 0; r < job->padded_rows; r++, dst += job->padded_width) {
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= p->in_height || hi <= lo) {
+                memset(dst, 0, sizeof(float) * job->padded_width);
+                continue;
+            }
+            memset(dst, 0, sizeof(float) * lo);
+            memcpy(dst + lo, plane + iy * p->in_width, sizeof(float) * (hi - lo));
+            memset(dst + hi, 0, sizeof(float) * (job->padded_width - hi));
+        }
+    }
+}
+
+static void direct_task(void *context, int64_t task, int thread_index) {
+    const conv_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const int64_t R = job->w.block_rows;
+    int64_t tile = task % job->tiles, begin, end;
+    chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
+    if (begin == end) return;
+    int64_t v0 = tile * ORTX_SPARSE_TILE;
+    int64_t ncols = job->virtual_pixels - v0 < ORTX_SPARSE_TILE ? job->virtual_pixels - v0 : ORTX_SPARSE_TILE;
+    float *temp = job->temps + (int64_t)thread_index * job->temp_rows * ORTX_SPARSE_TILE;
+    ortx_sparse_epilogue none = {NULL, NULL, 0, ORTX_ACT_NONE, 0.0f, 0.0f};
+    job->rows(&job->w, begin, end, job->padded + v0, 1, ncols, temp, ORTX_SPARSE_TILE, &none);
+    int64_t row_end = end * R < job->w.rows ? end * R : job->w.rows;
+    for (int64_t v = v0; v < v0 + ncols;) {  /* runs of valid output columns */
+        int64_t oy = v / job->padded_width, ox = v % job->padded_width;
+        int64_t run_end = (oy + 1) * job->padded_width < v0 + ncols ? (oy + 1) * job->padded_width : v0 + ncols;
+        int64_t count = ox < p->out_width ? (p->out_width - ox < run_end - v ? p->out_width - ox : run_end - v) : 0;
+        for (int64_t row = begin * R; row < row_end && count > 0; row++) {
+            const float *src = temp + (row - begin * R) * ORTX_SPARSE_TILE + (v - v0);
+            int64_t index = row * job->pixels + oy * p->out_width + ox;
+            float *out = job->output + index;
+            const float *residual = job->residual ? job->residual + index : NULL;
+            float bias = job->epilogue.bias ? job->epilogue.bias[row] : 0.0f;
+            for (int64_t j = 0; j < count; j++) out[j] = src[j] + bias + (residual ? residual[j] : 0.0f);
+            if (job->epilogue.activation == ORTX_ACT_RELU) {
+                for (int64_t j = 0; j < count; j++) out[j] = out[j] > 0.0f ? out[j] : 0.0f;
+            } else if (job->epilogue.activation != ORTX_ACT_NONE) {
+                for (int64_t j = 0; j < count; j++)
+                    out[j] = ortx_activation_scalar(job->epilogue.activation, out[j], job->epilogue.param0,
+                                                    job->epilogue.param1);
+            }
+        }
+        v = run_end;
+    }
+}
+
 /* Tiled patches (conv_tile_task) when every thread gets at least two tiles, else the whole patch matrix. */
 static int conv_tiled(const ortx_conv_params *p, int threads) {
     int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
@@ -195,6 +280,14 @@ static int conv_threads(const ortx_conv_params *p, int num_threads) {
 
 static int64_t conv_workspace_bytes(const ortx_conv_params *p) {
     if (conv_pointwise(p)) return 0;
+    if (conv_direct(p)) {
+        conv_job job = {0};
+        direct_geometry(p, &job);
+        int64_t threads = p->workspace_threads < 1 ? 1 : p->workspace_threads;
+        /* per-thread tiles: every row of the layer at most (4 rows of padding for 4x1 blocks) */
+        return (int64_t)sizeof(float) * (direct_shared_floats(p, &job) +
+                                         threads * ortx_round_up(p->out_channels, 4) * ORTX_SPARSE_TILE);
+    }
     int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
     int64_t whole = depth * p->out_height * p->out_width;
     int64_t tiles = 0;
@@ -208,7 +301,7 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
     int threads = conv_threads(&p, num_threads);
     conv_job job = {.p = &p, .patches = buffers[5], .rows = select_rows()};
     job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
-                                 ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3]};
+                                 ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, 0, (int)p.activation, p.param0,
                                           p.param1};
     job.pixels = p.out_height * p.out_width;
@@ -217,11 +310,31 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
     int64_t block_rows = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
     job.chunks = chunk_count(job.tiles, block_rows, threads);
     int pointwise = conv_pointwise(&p);
+    if (conv_direct(&p)) {
+        direct_geometry(&p, &job);
+        job.padded = buffers[5];
+        job.offsets = (int32_t *)((float *)buffers[5] + ortx_round_up(p.in_channels * job.padded_plane +
+                                                                      ORTX_SPARSE_TILE, 16));
+        job.temps = (float *)buffers[5] + direct_shared_floats(&p, &job);
+        job.temp_rows = ortx_round_up(p.out_channels, 4);
+        int64_t taps = p.kernel_height * p.kernel_width;
+        for (int64_t k = 0; k < job.w.depth; k++)
+            job.offsets[k] = (int32_t)(k / taps * job.padded_plane +
+                                       k % taps / p.kernel_width * p.dilation_height * job.padded_width +
+                                       k % p.kernel_width * p.dilation_width);
+        job.w.offsets = job.offsets;
+        job.tiles = (job.virtual_pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
+        job.chunks = chunk_count(job.tiles, block_rows, threads);
+    }
     for (int64_t image = 0; image < p.batch; image++) {
         job.input = (const float *)buffers[0] + image * p.in_channels * p.in_height * p.in_width;
         job.output = (float *)buffers[4] + image * p.out_channels * job.pixels;
         job.residual = p.has_residual ? (const float *)buffers[7] + image * p.out_channels * job.pixels : NULL;
-        if (pointwise) {
+        if (conv_direct(&p)) {
+            ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
+            ortx_parallel_for(threads, job.tiles * job.chunks, direct_task, &job);
+            continue;
+        } else if (pointwise) {
             job.b = job.input;
         } else if (conv_tiled(&p, threads)) {
             ortx_parallel_for(threads, job.tiles, conv_tile_task, &job);
@@ -300,7 +413,7 @@ static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *cons
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
                     .transposed = buffers[5], .y = buffers[4], .rows = select_rows()};
     job.ldt = gemm_transposed_stride(job.M);
-    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3]};
+    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
