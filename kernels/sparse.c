@@ -3,10 +3,14 @@
  * sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR.
  *   ints: the 20 conv ints of conv.h (workspace_threads unused), [20] block rows R (1 or 4).
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
- *   Steps per image: 1. the patch matrix B (Cin*KH*KW x OH*OW) by im2col into the workspace, in parallel over its
- *   rows, except for a 1x1, stride-1, unpadded conv, whose B is X as stored; 2. tasks = pixel tiles of
- *   ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD tasks per thread), each
- *   running the ISA's row kernel with the epilogue (bias, residual laid out as Y, activation) on its tile.
+ *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
+ *   Case 1x1 (stride 1, unpadded): as X is stored;
+ *   Case direct (other stride-1 convs): in place from zero-padded input planes (see conv_direct);
+ *   Case im2col (strided): built per 64-pixel tile in the thread's workspace slice when every thread gets two tiles
+ *   or more, else for the whole image, in parallel over its rows.
+ *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
+ *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
+ *   activation) on its tile.
  * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
  *   ints: M, N, K, lda, R, has_bias, activation, threads (unused). floats: param0, param1.
  *   buffers: A, values, cols, row_ptr, Y, workspace, bias.

@@ -11,6 +11,8 @@
    Without them, records of the same shape at other zero fractions give the crossover: sparse when sparse won at a
    fraction <= this one, dense when dense won at a fraction >= this one.
 5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more.
+OrtxEP's provider option "sparse" (SPARSE_OPTIONS): "auto" as above, "measure" runs step 3 whatever the tuning mode,
+"off" keeps every layer dense (ForcedPolicy; also what the measurement compiles each candidate with).
 Limits: the measurement runs the step interpreter (no JIT), single layers with random inputs (cache state of a
 whole network differs); bump SPARSE_TEMPLATE when the sparse kernels change, so old records stop deciding.
 """

@@ -153,7 +153,7 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     (8, 40, (20, 20), 1, 1, 0, 1, 1, 0.9, True),     # 1x1: X read in place; residual + Relu
     (8, 37, (20, 21), 3, 2, 1, 2, 1, 0.7, True),     # stride 2, batch 2, rows not a multiple of 4: whole-image
     #                                                  patches (2 tiles)
-    (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, False),     # dilation 2, direct
+    (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, True),      # dilation 2, direct; residual + Relu in the scatter
     (3, 6, (5, 5), 3, 1, 1, 1, 1, 1.0, False),       # all-zero weights: bias only
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
