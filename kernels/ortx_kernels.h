@@ -29,6 +29,8 @@ extern const ortx_kernel_entry ortx_family_layout[];
 extern const ortx_kernel_entry ortx_family_bf16[];
 extern const ortx_kernel_entry ortx_family_qgemm[];
 extern const ortx_kernel_entry ortx_family_sparse[];
+/* DSP device (issue #7): DFT, STFT, FIR on planned FFTs (fft.c) */
+extern const ortx_kernel_entry ortx_family_fft[];
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };

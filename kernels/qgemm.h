@@ -14,7 +14,15 @@
  *   weights (A): per group, ceil(M/MR) panels; panel i holds [K4][MR][4] int8, element (m, k) at
  *                panel (m / MR), quad k / 4, row m % MR, byte k % 4; K4 = ceil(K / 4), missing rows/k are 0.
  *   activations (B), packed per task: [K4][NB][4] uint8, pixel j of the block at [q][j][k % 4]; missing k are 0.
- * A micro-kernel multiplies one A panel with one B block over all of K into an MR x NB int32 tile.
+ * A micro-kernel multiplies one A panel with one B block over all of K into an MR x NB int32 tile; B's quad q starts
+ * at b + quad_offsets[q] (packed blocks: q * NB * 4) and pixel j of it is the 4 bytes at + 4 * j.
+ *
+ * Direct mode (ortx_qconv_direct: dense KxK convs with stride 1, the 3x3 convs of ResNets) packs nothing per task:
+ * the input is copied once into padded planes of channel quads, [N][C4][plane_height][plane_width][4] uint8 (C4 =
+ * ceil(C / 4), pad = the zero point), and K is ordered (channel quad, kh, kw, channel % 4), so quad q = (cq, tap)
+ * of 32 consecutive "virtual" pixels v = oh * plane_width + ow is one contiguous 128-byte run of the planes at
+ * (cq, v + tap offset). Virtual pixels with ow >= out_width are computed and dropped (plane_width - out_width of
+ * every plane_width); the weights are packed in the same K order (ortx_qconv_weight_k), missing channels are 0.
  */
 #ifndef ORTX_QGEMM_H
 #define ORTX_QGEMM_H
@@ -42,8 +50,10 @@ typedef struct ortx_qconv_params {
 
 #define ORTX_QCONV_INTS 29
 
-/* int32 tile: acc[m * NB + j] = sum over q < k4 of the u8 x s8 products of A panel a and B block b. */
-typedef void (*ortx_qgemm_micro_fn)(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+/* int32 tile: acc[m * NB + j] = sum over q < k4 of the u8 x s8 products of A panel a and B quad q at
+ * b + quad_offsets[q] (NB pixels of 4 bytes). */
+typedef void (*ortx_qgemm_micro_fn)(int64_t k4, const int8_t *a, const uint8_t *b, const int64_t *quad_offsets,
+                                    int32_t *acc);
 
 /* One run of `count` pixels of a k quad: out[t*4 + i] = source[i] ? source[i][t*stride] : 0. May read up to
  * `readable` bytes from each source and write up to 64 bytes past out + 4*count (callers leave that room). */
@@ -74,7 +84,8 @@ extern const ortx_qgemm_isa ortx_qgemm_isa_avx2;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni;
 extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi;  /* VNNI + VBMI packing */
 
-void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc);
+void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, const int64_t *quad_offsets,
+                               int32_t *acc);
 void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
                                   const int32_t *taps, int64_t oh, int32_t *acc);
 void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
@@ -111,6 +122,25 @@ static inline ortx_qconv_params ortx_qconv_params_read(const int64_t *ints) {
     int64_t *fields = (int64_t *)&p;
     for (int i = 0; i < ORTX_QCONV_INTS; i++) fields[i] = ints[i];
     return p;
+}
+
+/* Direct mode (see the top): dense convs with a kernel larger than 1x1 at stride 1. */
+static inline int ortx_qconv_direct(const ortx_qconv_params *p) {
+    return p->input_kind == 0 && p->group == 1 && p->stride_height == 1 && p->stride_width == 1 &&
+           p->kernel_height * p->kernel_width > 1;
+}
+
+/* Quads of k per output channel in the packed weights (K4). */
+static inline int64_t ortx_qconv_depth_quads(const ortx_qconv_params *p) {
+    int64_t area = p->kernel_height * p->kernel_width;
+    if (ortx_qconv_direct(p)) return (p->in_channels + 3) / 4 * area;
+    return ((p->input_kind == 1 ? p->in_channels : p->in_channels / p->group * area) + 3) / 4;
+}
+
+/* Position in the packed K order of the weight of channel c (within its group) at tap (kh * KW + kw). */
+static inline int64_t ortx_qconv_weight_k(const ortx_qconv_params *p, int64_t c, int64_t tap) {
+    int64_t area = p->input_kind == 1 ? 1 : p->kernel_height * p->kernel_width;
+    return ortx_qconv_direct(p) ? ((c / 4) * area + tap) * 4 + c % 4 : c * area + tap;
 }
 
 /* Output element index of (image n, channel m, pixel index p). */

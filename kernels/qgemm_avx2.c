@@ -11,13 +11,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-ORTX_TARGET_AVX2 static void micro_avx2(int64_t k4, const int8_t *a, const uint8_t *b, int32_t *acc) {
+ORTX_TARGET_AVX2 static void micro_avx2(int64_t k4, const int8_t *a, const uint8_t *b, const int64_t *quad_offsets,
+                                        int32_t *acc) {
     const __m256i low_bytes = _mm256_set1_epi16(0x00ff);
     for (int column = 0; column < ORTX_QGEMM_NB; column += 8) {
         __m256i c[ORTX_QGEMM_MR];
         for (int m = 0; m < ORTX_QGEMM_MR; m++) c[m] = _mm256_setzero_si256();
         for (int64_t q = 0; q < k4; q++) {
-            __m256i x = _mm256_loadu_si256((const __m256i *)(b + (q * ORTX_QGEMM_NB + column) * 4));
+            __m256i x = _mm256_loadu_si256((const __m256i *)(b + quad_offsets[q] + column * 4));
             __m256i even = _mm256_and_si256(x, low_bytes), odd = _mm256_srli_epi16(x, 8);
             const int8_t *aq = a + q * ORTX_QGEMM_MR * 4;
             for (int m = 0; m < ORTX_QGEMM_MR; m++) {

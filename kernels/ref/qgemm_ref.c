@@ -19,7 +19,7 @@ __attribute__((optimize("fp-contract=off"))) void ortx_qconv2d_i8_ref(const int6
     const float *residual = p.output_kind == 2 && p.has_residual ? buffers[6] : NULL;
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t area = p.kernel_height * p.kernel_width;
-    int64_t K = p.input_kind == 1 ? p.in_channels : cin_g * area, k4 = (K + 3) / 4;
+    int64_t K = p.input_kind == 1 ? p.in_channels : cin_g * area, k4 = ortx_qconv_depth_quads(&p);
     int64_t panels = (cout_g + ORTX_QGEMM_MR - 1) / ORTX_QGEMM_MR, panel_bytes = k4 * ORTX_QGEMM_MR * 4;
     int64_t pixels = p.input_kind == 1 ? p.out_width : p.out_height * p.out_width;
     int32_t zero_u = (int32_t)p.x_zero_point + (p.input_signed ? 128 : 0);
@@ -31,7 +31,8 @@ __attribute__((optimize("fp-contract=off"))) void ortx_qconv2d_i8_ref(const int6
             for (int64_t pixel = 0; pixel < pixels; pixel++) {
                 int32_t acc = bias[m];
                 for (int64_t k = 0; k < K; k++) {
-                    int32_t w = panel[(k / 4) * ORTX_QGEMM_MR * 4 + k % 4], u;
+                    int64_t packed_k = p.input_kind == 1 ? k : ortx_qconv_weight_k(&p, k / area, k % area);
+                    int32_t w = panel[(packed_k / 4) * ORTX_QGEMM_MR * 4 + packed_k % 4], u;
                     if (p.input_kind == 1) {
                         u = input_u8(&p, x, (n * pixels + pixel) * K + k);
                     } else {

@@ -20,8 +20,9 @@ load, the prior elsewhere: the ratio carries over, the absolute time may not), e
    several tasks' candidates together); with probability EPSILON each pick is a random live task instead (seeded).
 4. Each round: the chosen tasks' strategies propose up to `batch` unmeasured schedules each; a task whose strategy
    has nothing left is done; every result, failures included, is a database row (search.measure_round).
-5. Stop when no task is live, after `trials` new measurements, or when the budget would be overrun: a round does
-   not start when the elapsed time plus the mean round time so far exceeds `budget_seconds`.
+5. Stop when no task is live, after `trials` new measurements, when the budget would be overrun (a round does
+   not start when the elapsed time plus the mean round time so far exceeds `budget_seconds`), or when
+   `should_stop()` says so before a round (a notebook's Stop button; the round in flight finishes and is recorded).
 Reports per task: trials (new and recorded), best-so-far per trial, its default's time, the estimated
 end-to-end gain weight x (untuned - time_i), untuned being prior_ms, else the default's time; per round, E.
 Limits: a round's time is only predicted from earlier rounds, so the first one may overrun; a task with no ok
@@ -94,7 +95,7 @@ class ScheduleReport:
     tasks: tuple[ScheduledTask, ...]  # in the given order
     rounds: tuple[RoundReport, ...]
     seconds: float
-    stopped: str  # "done" (no live task), "trials" or "budget"
+    stopped: str  # "done" (no live task), "trials", "budget" or "requested" (should_stop)
     untuned_ms: float  # E with every task untuned (where nothing is known of that: as now)
     estimated_ms: float  # E at the end
 
@@ -201,7 +202,8 @@ def schedule_tasks(tasks: Sequence[Task], strategies: Sequence, measure: Callabl
                    budget_seconds: float | None = None, trials: int | None = None, batch: int = 1,
                    tasks_per_round: int = 1, seed: int = 0, other_ms: float = 0.0, source: str = "scheduler",
                    on_round: Callable[[RoundReport], None] | None = None,
-                   clock: Callable[[], float] = time.perf_counter) -> ScheduleReport:
+                   clock: Callable[[], float] = time.perf_counter,
+                   should_stop: Callable[[], bool] | None = None) -> ScheduleReport:
     """`strategies[i]` searches `tasks[i]`; `measure` gets (task, schedule) pairs and returns one result each.
     `budget_seconds` / `trials` (new measurements): where to stop, None for no bound; `other_ms`: model time no
     task covers (added to the estimates); `on_round` sees each RoundReport as it happens; `clock` (seconds) is
@@ -224,6 +226,9 @@ def schedule_tasks(tasks: Sequence[Task], strategies: Sequence, measure: Callabl
             break
         if trials is not None and new_trials >= trials:
             stopped = "trials"
+            break
+        if should_stop is not None and should_stop():
+            stopped = "requested"
             break
         elapsed = clock() - start
         mean_round = statistics.fmean(r.seconds for r in rounds) if rounds else 0.0

@@ -201,11 +201,13 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
                database_path: str, jit: Options, budget_seconds: float | None = None, trials: int | None = None,
                seed: int = 0,
                started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
-               on_phase: Callable[[str], None] | None = None) -> ModelTuning:
+               on_phase: Callable[[str], None] | None = None,
+               should_stop: Callable[[], bool] | None = None) -> ModelTuning:
     """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
     `budget_seconds` counts from `started` (time.perf_counter(); default: now), `trials` bounds the search's new
     measurements (None: no bound); `on_round` sees each search round,
-    `on_phase` a line when a step begins."""
+    `on_phase` a line when a step begins; `should_stop()` true ends the search early (step 4 still validates
+    what was found, so the records a later session reads are complete)."""
     if mode not in MODES:
         raise ValueError(f"tune_model: mode {mode!r} is not one of {', '.join(MODES)}")
     started = time.perf_counter() if started is None else started
@@ -240,7 +242,7 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
                                 lambda pairs: segment_tasks.measure(pairs, database, fingerprint), database,
                                 fingerprint, budget_seconds=search_budget, trials=trials, batch=batch,
                                 tasks_per_round=TASKS_PER_ROUND, seed=seed, other_ms=other_ms,
-                                source=f"scheduler:{mode}", on_round=on_round)
+                                source=f"scheduler:{mode}", on_round=on_round, should_stop=should_stop)
         segment_tasks.gemms.validate(database, fingerprint)
     search_seconds = time.perf_counter() - search_start
 

@@ -68,7 +68,7 @@ def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, st
     plan = QConvPlan(ints, qw.reshape(group, channels // group, -1), np.asarray(bias, np.int64), multiplier, zx + 128 * signed,
                      (0.0, 0.0), residual is not None)
     sizes = qconv_sizes(ints)
-    packed = pack_weights(plan.weights, sizes)
+    packed = pack_weights(plan.weights, ints, sizes)
     y = np.full(out_shape, 7, dtype=y_dtype)
     workspace = np.empty(int(sizes[0]) + 64, np.uint8)
     residual_buffer = residual if residual is not None else y
@@ -85,6 +85,9 @@ CONV_CASES = [  # (N, C, H, W, M, K, stride, pad, dilation)
     (1, 5, 12, 9, 17, 3, 2, 1, 1),      # strided
     (1, 6, 10, 10, 8, 3, 1, 2, 2),      # dilated
     (1, 4, 15, 17, 33, 7, 2, 3, 1),     # 7x7 stride 2 stem
+    # stride-1 KxK: direct mode (qgemm.h), channel quads with a tail (7 = 4 + 3), two images, no padding
+    (2, 7, 6, 19, 12, 3, 1, 1, 1),
+    (1, 9, 12, 40, 16, 5, 1, 0, 1),
 ]
 
 

@@ -120,6 +120,15 @@ def test_stops_before_a_round_would_overrun_the_time_budget(database):
     assert all(r.budget_seconds == 11.0 and r.seconds == 2.0 for r in report.rounds)
 
 
+def test_stops_before_the_next_round_when_asked(database):
+    """A notebook's Stop button: should_stop is asked before every round; the round in flight is kept."""
+    tasks, costs = three_tasks()
+    asked = []
+    report, measure = run(tasks, costs, database, batch=2, should_stop=lambda: asked.append(1) or len(asked) > 3)
+    assert report.stopped == "requested"
+    assert len(report.rounds) == 3 and len(measure.calls) == 3
+
+
 def test_resumes_from_records_without_measuring_them_again(database):
     tasks, costs = three_tasks()
     first, first_measure = run(tasks, costs, database, trials=30, batch=3)

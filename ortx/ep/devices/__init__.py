@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from ortx.ep.devices.cpu import CPU
 from ortx.ep.devices.device import Device, DeviceProgram, OpSupport
+from ortx.ep.devices.dsp import DSP
 from ortx.ep.devices.npu import NPU
 
 DEVICES: tuple[Device, ...] = (
     CPU,
     NPU,
+    DSP,
 )
 
 

@@ -164,11 +164,11 @@ def qconv_ints(plan: QConvPlan, num_threads: int) -> list[int]:
     return list(plan.ints) + [num_threads]
 
 
-def pack_weights(weights: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """qconv_pack_weights_i8 of [group, M, K] int8 weights into qgemm.h's panels."""
-    groups, rows, depth = weights.shape
+def pack_weights(weights: np.ndarray, ints: list[int], sizes: np.ndarray) -> np.ndarray:
+    """qconv_pack_weights_i8 of [group, M, K] int8 weights into qgemm.h's panels for the qconv2d_i8 call `ints` (the
+    K order depends on the geometry: direct mode's channel quads)."""
     packed = np.empty(int(sizes[1]), np.int8)
-    _kernels.call("qconv_pack_weights_i8", [rows, depth, groups], [], [np.ascontiguousarray(weights), packed])
+    _kernels.call("qconv_pack_weights_i8", ints, [], [np.ascontiguousarray(weights), packed])
     return packed
 
 
@@ -191,7 +191,7 @@ def lower_qconv(node: ir.Node, builder) -> None:
     plan = _qconv_plan(node)
     ints = qconv_ints(plan, builder.num_threads)
     sizes = qconv_sizes(ints)
-    weights = builder.add_constant(pack_weights(plan.weights, sizes), label=f"{node.name}:packed_weights")
+    weights = builder.add_constant(pack_weights(plan.weights, ints, sizes), label=f"{node.name}:packed_weights")
     bias = builder.add_constant(effective_bias(plan), label=f"{node.name}:bias_int32")
     multiplier = builder.add_constant(plan.multiplier, label=f"{node.name}:multiplier")
     output = builder.buffer(node.outputs[0])

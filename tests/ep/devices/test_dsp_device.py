@@ -1,0 +1,90 @@
+"""The DSP device's declaration and backend functions (check / estimate_seconds / compile) on signal nodes."""
+import threading
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from ortx.ep.devices import DEVICES, select
+from ortx.ep.devices import dsp
+from tests.tolerances import assert_close
+
+
+def _log_mel_model(samples=16000, n_fft=512, hop=160, mel_bins=64):
+    """STFT (Hann window from HannWindow) -> power -> MelWeightMatrix MatMul -> Log: a speech front end."""
+    constants = [numpy_helper.from_array(np.array(value, dtype), name) for name, value, dtype in [
+        ("n_fft", n_fft, np.int64), ("hop", hop, np.int64), ("mel_bins", mel_bins, np.int64),
+        ("rate", 16000, np.int64), ("low", 20.0, np.float32), ("high", 7600.0, np.float32),
+        ("starts", [0], np.int64), ("ends", [1], np.int64), ("last", [-1], np.int64), ("eps", 1e-6, np.float32)]]
+    nodes = [
+        helper.make_node("HannWindow", ["n_fft"], ["window"], name="window"),
+        helper.make_node("STFT", ["audio", "hop", "window"], ["spectrum"], name="stft", onesided=1),
+        helper.make_node("Mul", ["spectrum", "spectrum"], ["squares"], name="square"),
+        helper.make_node("ReduceSum", ["squares", "last"], ["power"], name="power", keepdims=0),
+        helper.make_node("MelWeightMatrix", ["mel_bins", "n_fft", "rate", "low", "high"], ["mel"], name="mel"),
+        helper.make_node("MatMul", ["power", "mel"], ["mel_power"], name="project"),
+        helper.make_node("Add", ["mel_power", "eps"], ["floored"], name="floor"),
+        helper.make_node("Log", ["floored"], ["log_mel"], name="log"),
+    ]
+    graph = helper.make_graph(nodes, "log_mel", [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
+                                                                               [1, samples, 1])],
+                              [helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, None)], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ir(model):
+    return ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(model, strict_mode=True))
+
+
+def test_dsp_is_in_the_table_and_selectable():
+    assert dsp.DSP in DEVICES
+    assert [device.name for device in select("dsp,cpu")] == ["dsp", "cpu"]
+    assert dsp.DSP.kind == "dsp"
+    assert {op.op_type for op in dsp.DSP.ops} == {"DFT", "STFT", "HannWindow", "HammingWindow", "BlackmanWindow",
+                                                  "MelWeightMatrix", "Conv"}
+
+
+def test_check_claims_signal_nodes_and_names_the_others():
+    graph = _ir(_log_mel_model()).graph
+    verdicts = {node.name: dsp.check(node) for node in graph}
+    assert verdicts["window"] is None and verdicts["stft"] is None and verdicts["mel"] is None
+    assert "square" in verdicts["square"] and "not a DSP op" in verdicts["square"]
+
+
+def test_estimate_is_calibrated_and_grows_with_length():
+    assert 0 < dsp.seconds_per_point() < 1e-6  # a 2020s core does >= 1 FFT point per microsecond
+    graph = _ir(_log_mel_model()).graph
+    stft = next(node for node in graph if node.op_type == "STFT")
+    longer = next(node for node in _ir(_log_mel_model(samples=64000)).graph if node.op_type == "STFT")
+    assert 0 < dsp.estimate_seconds(stft) < dsp.estimate_seconds(longer)
+    square = next(node for node in graph if node.op_type == "Mul")
+    assert dsp.estimate_seconds(square) == float("inf")
+
+
+def test_compiled_front_end_matches_ort_from_a_worker_thread():
+    import onnxruntime as ort
+
+    from ortx.model_io import to_ort_bytes
+
+    model = _log_mel_model()
+    graph = _ir(model).graph
+    signal_nodes = [node for node in graph if dsp.check(node) is None]
+    spectrum = next(node for node in signal_nodes if node.op_type == "STFT").outputs[0]
+    mel = next(node for node in signal_nodes if node.op_type == "MelWeightMatrix").outputs[0]
+    program = dsp.compile(signal_nodes, [graph.inputs[0]], [spectrum, mel], num_threads=2)
+    audio = np.random.default_rng(5).standard_normal((1, 16000, 1)).astype(np.float32)
+    outputs = [np.zeros(spectrum.shape.numpy(), np.float32), np.zeros(mel.shape.numpy(), np.float32)]
+    worker = threading.Thread(target=program.run, args=([audio], outputs))
+    worker.start()
+    worker.join()
+    # ORT computes the same two tensors when they are graph outputs
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    probe.graph.output.extend([helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+                               for name in ("spectrum", "mel")])
+    session = ort.InferenceSession(to_ort_bytes(probe), providers=["CPUExecutionProvider"])
+    expected_spectrum, expected_mel = session.run(["spectrum", "mel"], {"audio": audio})
+    assert_close(outputs[0], expected_spectrum, what="STFT on the DSP vs ORT")
+    assert_close(outputs[1], expected_mel, what="MelWeightMatrix on the DSP vs ORT")
+    assert program.stats()["runs"] == 1
