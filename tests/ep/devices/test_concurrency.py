@@ -140,3 +140,19 @@ def test_forcing_onto_an_unselected_device_or_unknown_node(test_devices):
         _session(_two_branch_model(), devices="numpya,cpu", placement="nope:numpya")
     with pytest.raises(ValueError, match=r"option 'placement'.*is not NODE:DEVICE"):
         _session(_two_branch_model(), devices="numpya,cpu", placement="a1")
+
+
+def test_ort_segments_run_in_waves_beside_device_lanes(test_devices):
+    model = _two_branch_model()
+    # Hardmax: OrtxEP has no lowering, so ONNX Runtime runs it on the main lane, after the join
+    model.graph.node.append(helper.make_node("Hardmax", ["y"], ["h"], name="hardmax", axis=-1))
+    model.graph.output[0].name = "h"
+    session = _session(model, devices="numpya,cpu", placement="a1:numpya,a2:numpya")
+    rows = {row.name: row for row in session.assignment}
+    assert rows["hardmax"].provider == "CPUExecutionProvider" and rows["hardmax"].device == ""
+    assert "cpu: Hardmax: op not supported" in rows["hardmax"].reason and "numpya: " in rows["hardmax"].reason
+    [compiled] = session._compiled.values()
+    kinds = [(type(step).__name__, wave) for step, wave in zip(compiled.plan.steps, compiled.plan.times)]
+    assert ("DeviceStep", 0) in kinds and kinds[-1] == ("OrtStep", max(compiled.plan.times))
+    for _ in range(2):
+        _check_against_ort(session, model)
