@@ -188,6 +188,8 @@ def _schedule(nodes: list[ir.Node], candidates: dict[str, list[str]], forced: di
             reasons[node.name] = f"forced onto {label} (provider option placement)"
         elif len(options) > 1:
             reasons[node.name] = f"{label}: earliest estimated finish of {', '.join(options)}"
+        elif label != ORT:
+            reasons[node.name] = f"{label}: the only selected device that runs it"
     return labels, reasons, max(finish.values(), default=0.0)
 
 
