@@ -90,6 +90,11 @@ class InferenceSession:
         # weight is held once.
         # An ortx artifact (`ortx compile`) carries the graph after the passes, its placement and tuning records.
         self._artifact = read_artifact(path_or_bytes) if is_artifact(path_or_bytes) else None
+        if self._artifact is not None and self._devices is not None and len(self._devices.devices) > 1:
+            # its placement, where this machine has the device and the device can run the node here
+            selected = {device.name for device in self._devices.devices}
+            self._devices = dataclasses.replace(self._devices, preferred={
+                node: device for node, device in self._artifact.placement.items() if device in selected})
         proto = pipeline.load(self._artifact.model if self._artifact is not None else path_or_bytes)
         pipeline.name_nodes(proto)
         self._inputs = [_node_arg(info) for info in proto.graph.input

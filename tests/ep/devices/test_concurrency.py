@@ -156,3 +156,23 @@ def test_ort_segments_run_in_waves_beside_device_lanes(test_devices):
     assert ("DeviceStep", 0) in kinds and kinds[-1] == ("OrtStep", max(compiled.plan.times))
     for _ in range(2):
         _check_against_ort(session, model)
+
+
+def test_artifact_placement_is_followed_on_load(test_devices, tmp_path):
+    from ortx.artifact import read_artifact
+    from ortx.compile_artifact import compile_artifact
+
+    source = tmp_path / "two.onnx"
+    source.write_bytes(_two_branch_model().SerializeToString())
+    artifact = tmp_path / "two.ortx"
+    forced = {"devices": "numpya,cpu", "placement": "a1:numpya,a2:numpya"}
+    compile_artifact(str(source), artifact, provider_options=forced)
+    # loaded without the forced placement: the artifact's decides (the cost model alone keeps these tiny ops on cpu)
+    session = ortx.InferenceSession(str(artifact), providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"devices": "numpya,cpu"}, {}])
+    rows = {row.name: row for row in session.assignment}
+    assert rows["a1"].device == rows["a2"].device == "numpya"
+    assert rows["a1"].reason == "numpya: the compiled artifact's placement"
+    stored = read_artifact(str(artifact)).placement
+    assert {name: row.device or "ort" for name, row in rows.items()} == stored
+    _check_against_ort(session, _two_branch_model())
