@@ -3,7 +3,9 @@
 The cases feed their scalar parameters (dft_length, axis, frame_step, window size, mel parameters) as graph
 inputs; the DSP compiles static transforms, so each scalar input is bound as an initializer holding the case's
 value first (what a deployment with fixed parameters does), then every node must be claimed by ortx.dsp.check and
-the outputs must match the case's expected data within its own tolerances.
+the outputs must match the case's expected data within its own tolerances, with the absolute one raised to an
+FFT's float32 rounding (8 sqrt(log2 n + 1) eps max|X|, as tests/dsp/test_fft_kernels.py): test_dft_inverse's
+atol of 1e-7 is below the rounding noise of its own expected values (1.9e-7 on entries of magnitude 45).
 """
 import warnings
 
@@ -61,4 +63,6 @@ def test_backend_case_runs_on_the_dsp(case):
     outputs = [np.zeros(static_shape(value), numpy_dtype(value)) for value in graph.outputs]
     program.run([signals[value.name] for value in graph.inputs], outputs)
     for actual, wanted in zip(outputs, expected):
-        np.testing.assert_allclose(actual, wanted, rtol=case.rtol, atol=case.atol, err_msg=case.name)
+        length = max(wanted.shape[1:-1] or (1,))
+        rounding = 8.0 * np.sqrt(np.log2(max(length, 2)) + 1.0) * np.finfo(np.float32).eps * np.max(np.abs(wanted))
+        np.testing.assert_allclose(actual, wanted, rtol=case.rtol, atol=max(case.atol, rounding), err_msg=case.name)
