@@ -217,7 +217,7 @@ cdef extern from "npu_sim.h":
                           int64_t constant_bytes, unsigned char *work, int64_t work_bytes, int64_t *stats,
                           int64_t *timeline, char *error, int64_t error_bytes) nogil
 
-NPU_STAT_NAMES = ("cycles", "macs", "dma_bytes", "dma_cycles", "compute_cycles", "mac_cycles", "phases")
+NPU_STAT_NAMES = ("cycles", "issued_macs", "dma_bytes", "dma_cycles", "compute_cycles", "mac_cycles", "phases")
 
 
 def npu_simulate(bytes stream, constants, work, timeline=None):

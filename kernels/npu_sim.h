@@ -8,7 +8,7 @@
 /* stats[ORTX_NPU_STATS]: what the run counted. */
 enum {
     ORTX_NPU_CYCLES = 0,        /* total: the sum over phases of max(DMA cycles, compute cycles) */
-    ORTX_NPU_MACS,              /* useful multiply-accumulates (m * k * p of every MAC_TILE) */
+    ORTX_NPU_MACS,              /* issued multiply-accumulates (m * k * p of every MAC_TILE, zero weights too) */
     ORTX_NPU_DMA_BYTES,         /* bytes moved by DMA_IN, DMA_IM2COL and DMA_OUT */
     ORTX_NPU_DMA_CYCLES,        /* sum of DMA command cycles (busy time of the DMA engine) */
     ORTX_NPU_COMPUTE_CYCLES,    /* sum of MAC/REQUANT/VECTOR/POOL cycles (busy time of the compute engine) */

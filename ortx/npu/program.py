@@ -54,8 +54,7 @@ class NpuProgram:
             if layer.end_command == layer.first_command:
                 continue
             end = int(timeline[layer.end_command - 1])
-            macs = sum(c.fields["m"] * c.fields["k"] * c.fields["p"]
-                       for c in commands[layer.first_command:layer.end_command] if c.op == "MAC_TILE")
+            macs = layer.macs
             dma = sum(_dma_bytes(c) for c in commands[layer.first_command:layer.end_command])
             cycles = end - previous
             layers.append({"node": layer.node, "op_type": layer.op_type, "cycles": cycles, "macs": macs,
@@ -67,6 +66,7 @@ class NpuProgram:
     def _summary(self, counts: np.ndarray) -> dict:
         params = self.compiled.params
         record = dict(zip(_kernels.NPU_STAT_NAMES, (int(value) for value in counts)))
+        record["macs"] = self.compiled.macs
         record["mac_utilisation"] = record["macs"] / (record["cycles"] * params.rows * params.cols) \
             if record["cycles"] else 0.0
         record["seconds"] = record["cycles"] / params.clock_hz

@@ -1,8 +1,10 @@
 """Per-node cost of one micro-batch, for balancing pipeline stages.
 
-measured_costs: onnxruntime's profiler on the split graph, 1 intra-op thread (a stage's default), graph
-optimizations off so every profiled kernel is one of our nodes by name; the median of each node's kernel times
-over `runs` runs after one warm-up. estimated_costs (no sample inputs): MACs at ESTIMATED_MACS_PER_SECOND for
+measured_costs: what the stages will run, timed at 1 intra-op thread (a stage's default): the split graph compiled
+through ortx's data path (ortx.pipeline.compile_for_shapes, as ortx.InferenceSession does) and run with its
+per-step timings; a fused step's time goes to the node it is named after (its fused partners cost 0). Nodes that
+OrtxEP leaves to ORT are timed by onnxruntime's profiler (graph optimizations off, so every profiled kernel is one
+of our nodes by name). Medians over `runs` runs after one warm-up. estimated_costs (no sample inputs): MACs at ESTIMATED_MACS_PER_SECOND for
 Conv/Gemm/MatMul, output bytes at ESTIMATED_BYTES_PER_SECOND for the rest. Only the ratios between stages matter
 for the balance; the seconds are also compared with cut copy times (ortx.parallel.cuts).
 """
@@ -49,8 +51,43 @@ def _nbytes(value: ir.Value) -> int:
 
 def measured_costs(model: ir.Model, sample_inputs: dict[str, np.ndarray], *, runs: int = PROFILE_RUNS
                    ) -> dict[str, float]:
-    """Median seconds per node over `runs` profiled runs; a node the profiler never reports (none expected with
-    optimizations off) costs 0 and is logged."""
+    """Median seconds per node of `model` (static shapes) on `sample_inputs`."""
+    step_seconds, on_ort = ortx_step_costs(model, sample_inputs, runs=runs)
+    profiled = ort_profile_costs(model, sample_inputs, runs=runs) if on_ort else {}
+    return {node.name: profiled.get(node.name, 0.0) if node.name in on_ort else step_seconds.get(node.name, 0.0)
+            for node in model.graph}
+
+
+def ortx_step_costs(model: ir.Model, sample_inputs: dict[str, np.ndarray], *, runs: int = PROFILE_RUNS
+                    ) -> tuple[dict[str, float], set[str]]:
+    """(median seconds per timed OrtxEP step, by node name; the nodes OrtxEP left to ORT)."""
+    from ortx import pipeline
+    from ortx.config import Options
+    from ortx.ep.options import sub_session_options
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    prepared = pipeline.prepare_loaded(ir.serde.serialize_model(model))
+    ort = pipeline.OrtSettings(sub_session_options(options, shares_cores_with_ortx=True), ["CPUExecutionProvider"],
+                               [{}])
+    shapes = {value.name: tuple(value.shape) for value in model.graph.inputs}
+    compiled = pipeline.compile_for_shapes(prepared, shapes, ort, num_threads=1, jit=Options.from_environment())
+    feeds = {name: np.ascontiguousarray(sample_inputs[name]) for name in shapes}
+    samples: dict[str, list[float]] = collections.defaultdict(list)
+    for run in range(runs + 1):
+        seconds: dict[str, float] = {}
+        compiled.plan.run(feeds, step_seconds=seconds)
+        if run:  # the first run warms up
+            for name, value in seconds.items():
+                samples[name].append(value)
+    on_ort = {row.name for row in compiled.assignment if row.provider not in ("OrtxEP", "(removed)")}
+    return {name: statistics.median(values) for name, values in samples.items()}, on_ort
+
+
+def ort_profile_costs(model: ir.Model, sample_inputs: dict[str, np.ndarray], *, runs: int = PROFILE_RUNS
+                      ) -> dict[str, float]:
+    """Median seconds per node over `runs` runs of onnxruntime's profiler; a node it never reports (none expected
+    with optimizations off) costs 0 and is logged."""
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

@@ -11,7 +11,8 @@
 3. The caller feeds micro-batches into ring 0 from a thread and reads ring N in order on its own.
 4. A stage that fails sends (stage, message naming its node) on the error queue and sets the abort event; every
    wait polls that event, the caller raises PipelineStageError, terminates what is left and unlinks the rings.
-   Processes are daemons, so they die with the caller even if it is killed before `close`.
+   Processes are daemons (ended when the caller exits) and also stop on their own when the caller is killed
+   (their ring waits watch its sentinel); the resource tracker then unlinks the rings.
 Limits: static shapes (those the plan was split for); one `run` at a time per pipeline.
 """
 from __future__ import annotations
@@ -65,11 +66,27 @@ def check_micro_batch(batch: Mapping[str, np.ndarray], inputs: Boundary, positio
                              f"the plan was split for {tensor.dtype}{list(tensor.shape)}")
 
 
+class _StopWhen:
+    """The abort event as a stage sees it: also set once the caller is gone (killed before it could close the
+    pipeline), so no stage outlives it blocked on a ring."""
+
+    def __init__(self, abort):
+        self.abort = abort
+        self.parent = multiprocessing.parent_process()
+
+    def is_set(self) -> bool:
+        return self.abort.is_set() or (self.parent is not None and not self.parent.is_alive())
+
+    def set(self) -> None:
+        self.abort.set()
+
+
 def _stage_main(stage: int, model: bytes, nodes: tuple[str, ...], outputs: tuple[str, ...],
                 passing: tuple[str, ...], threads: int, provider_options: dict, source: RingSpec,
                 target: RingSpec, abort, errors, ready) -> None:
     """A stage process's body (module level: spawn imports it by name)."""
     when = "starting"
+    abort = _StopWhen(abort)
     rings = []
     try:
         import onnxruntime

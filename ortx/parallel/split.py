@@ -3,7 +3,7 @@
 1. Load (a checked copy), fix the input shapes (from `sample_inputs`, `input_shapes` or the model), run the graph
    passes of `level` (default 2: standard ONNX, BatchNormalization folded into its Conv, so no cut separates them)
    and specialise: every tensor gets a static shape (the rings between stages are planned in bytes).
-2. Cost per node: measured with onnxruntime's profiler on `sample_inputs`, else estimated from MACs (.costs).
+2. Cost per node: measured on `sample_inputs` (ortx's step timings), else estimated from MACs (.costs).
 3. Cuts: balanced by cost, then the fewest bytes crossing (.cuts).
 4. Stage k: nodes [cut k-1, cut k) with the initializers they read; inputs are the tensors they read from earlier
    stages or the model's inputs; outputs the ones they make that later stages or the model's outputs need.
@@ -29,11 +29,12 @@ logger = logging.getLogger(__name__)
 
 
 def split(model: ModelSource, stages: int, *, sample_inputs: Mapping[str, np.ndarray] | None = None,
-          input_shapes: Mapping[str, Sequence[int]] | None = None, level: int = 2, balance_slack: float = 0.05,
+          input_shapes: Mapping[str, Sequence[int]] | None = None, level: int = 2, balance_slack: float = 0.02,
           save_to: str | None = None) -> PipelinePlan:
     """`sample_inputs` ({input name: array}) are profiled for measured costs (MACs estimate without them);
     `input_shapes` fixes dynamic input dims when there are no samples; `balance_slack`: a split whose slowest
-    stage is within this fraction of the best balance may be chosen for fewer cut bytes; `save_to`: a directory
+    stage is within this fraction of the best balance may be chosen for fewer cut bytes (2%: about the noise of
+    the measured costs; copy time is already in each stage's cost); `save_to`: a directory
     to write the stage models and plan.json into (atomically)."""
     if not isinstance(stages, int) or isinstance(stages, bool) or stages < 1:
         raise ValueError(f"split: stages must be a positive integer, not {stages!r}")
@@ -49,7 +50,7 @@ def split(model: ModelSource, stages: int, *, sample_inputs: Mapping[str, np.nda
                          f"{len(nodes)} nodes after the level-{level} passes)")
     if sample_inputs is not None:
         costs = measured_costs(graph_model, dict(sample_inputs))
-        source = "measured (onnxruntime profiler, 1 thread, median of runs)"
+        source = "measured (ortx step timings, ORT's profiler for nodes ORT runs; 1 thread, median of runs)"
     else:
         costs = estimated_costs(graph_model)
         source = "estimated from MACs (no sample inputs)"

@@ -8,6 +8,7 @@ onnx.checker, report. The output is standard ONNX (Cast, QuantizeLinear/Dequanti
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import numbers
@@ -128,6 +129,62 @@ def _layer_choices(layers: list[Layer], records: list[SensitivityRecord], assign
             for layer in layers]
 
 
+@dataclasses.dataclass
+class MixedSetup:
+    """Everything a mixed-precision choice is measured against, prepared once: the -O2 model, its layers, int8
+    activation ranges, the fp32 reference outputs. `mixed_precision` searches with it; the notebook's precision
+    explorer (ortx.widgets.precision) measures the user's own choices with it."""
+
+    proto: onnx.ModelProto
+    layers: list[Layer]
+    precisions: list[str]
+    ranges: object  # mixed_model.Int8Ranges, or None without int8
+    evaluator: Evaluator
+    block_size: int
+
+    def build(self, assignment: dict[str, str]) -> onnx.ModelProto:
+        """The model with `assignment` (layer node -> precision; missing layers stay fp32)."""
+        return build_mixed_model(self.proto, self.layers, assignment, ranges=self.ranges, block_size=self.block_size)
+
+    def error(self, assignment: dict[str, str]) -> float:
+        """The metric of the whole mixed model against fp32 on the evaluation samples, measured in ORT."""
+        return self.evaluator.error(self.evaluator.session(self.build(assignment)))
+
+    def sensitivity(self, *, latency: bool = False, progress: MixedProgress | None = None) -> list[SensitivityRecord]:
+        return analyse_sensitivity(
+            self.proto, self.layers, self.precisions, self.build, self.evaluator, latency=latency,
+            progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+
+
+def prepare_mixed(model: ModelSource, calibration: object, *, precisions: Iterable[str] = DEFAULT_PRECISIONS,
+                  metric: str | Metric = "relative_l2", method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
+                  activation_dtype: str = "uint8", block_size: int = DEFAULT_BLOCK_SIZE,
+                  exclude_nodes: Iterable[str] = (), exclude_op_types: Iterable[str] = (),
+                  error_samples: int | None = None, optimize: bool = True, threads: int = 2,
+                  progress: MixedProgress | None = None) -> MixedSetup:
+    """The steps before the search (module docstring): load, -O2, layers, samples checked, int8 ranges, fp32
+    reference outputs. Options as for `mixed_precision`."""
+    _check_options("size", method, activation_dtype, block_size, error_samples)
+    _, metric = resolve_metric(metric)
+    chosen = check_precisions(precisions)
+    proto = prepare_model(model, optimize)
+    if "int4" in chosen:
+        proto = _upgrade_opset(proto)
+    layers = _searched_layers(proto, set(exclude_nodes), set(exclude_op_types))
+    samples = list(calibration_set(calibration, proto))   # checked as read; every later stage reruns them
+    ranges = None
+    if "int8" in chosen:
+        ranges = int8_ranges(proto, layers, samples, method=method, percentile=percentile,
+                             activation_dtype=activation_dtype, threads=threads, total=len(samples),
+                             progress=None if progress is None else lambda done, total: progress("calibrating",
+                                                                                                  done, total))
+    evaluation = samples[:error_samples] if error_samples else samples
+    if not evaluation:
+        raise CalibrationDataError("the calibration set is empty (0 samples)")
+    return MixedSetup(proto, layers, chosen, ranges, Evaluator(proto, evaluation, metric, threads=threads),
+                      block_size)
+
+
 def mixed_precision(model: ModelSource, calibration: object, *, budget: float, objective: str = "size",
                     precisions: Iterable[str] = DEFAULT_PRECISIONS, metric: str | Metric = "relative_l2",
                     method: str = "mse", percentile: float = DEFAULT_PERCENTILE,
@@ -149,40 +206,24 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
     start = time.perf_counter()
     budget = check_budget(budget)
     _check_options(objective, method, activation_dtype, block_size, error_samples)
-    metric_name, metric = resolve_metric(metric)
-    chosen = check_precisions(precisions)
-    proto = prepare_model(model, optimize)
-    if "int4" in chosen:
-        proto = _upgrade_opset(proto)
+    setup = prepare_mixed(model, calibration, precisions=precisions, metric=metric, method=method,
+                          percentile=percentile, activation_dtype=activation_dtype, block_size=block_size,
+                          exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types, error_samples=error_samples,
+                          optimize=optimize, threads=threads, progress=progress)
+    proto, layers, chosen, evaluator, build = setup.proto, setup.layers, setup.precisions, setup.evaluator, setup.build
     exclude_nodes, exclude_op_types = set(exclude_nodes), set(exclude_op_types)
-    layers = _searched_layers(proto, exclude_nodes, exclude_op_types)
-    samples = list(calibration_set(calibration, proto))   # checked as read; every later stage reruns them
-    ranges = None
-    if "int8" in chosen:
-        ranges = int8_ranges(proto, layers, samples, method=method, percentile=percentile,
-                             activation_dtype=activation_dtype, threads=threads, total=len(samples),
-                             progress=None if progress is None else lambda done, total: progress("calibrating",
-                                                                                                  done, total))
-    evaluation = samples[:error_samples] if error_samples else samples
-    if not evaluation:
-        raise CalibrationDataError("the calibration set is empty (0 samples)")
-    evaluator = Evaluator(proto, evaluation, metric, threads=threads)
-
-    def build(assignment: dict[str, str]) -> onnx.ModelProto:
-        return build_mixed_model(proto, layers, assignment, ranges=ranges, block_size=block_size)
+    metric_name = evaluator.metric_name
 
     sensitivity_start = time.perf_counter()
     if sensitivity is None:
-        records = analyse_sensitivity(
-            proto, layers, chosen, build, evaluator, latency=objective == "latency",
-            progress=None if progress is None else lambda done, total, _: progress("sensitivity", done, total))
+        records = setup.sensitivity(latency=objective == "latency", progress=progress)
     else:
         records = _reused_records(sensitivity, layers, chosen, objective)
     sensitivity_seconds = time.perf_counter() - sensitivity_start
     counter = itertools.count(1)
 
     def measure(assignment: dict[str, str]) -> float:
-        error = evaluator.error(evaluator.session(build(assignment)))
+        error = setup.error(assignment)
         if progress is not None:
             progress("search", next(counter), None)
         return error
@@ -199,7 +240,7 @@ def mixed_precision(model: ModelSource, calibration: object, *, budget: float, o
         latency, fp32_latency = evaluator.latency_ms(evaluator.session(mixed), blocks=10)
     notes = [f"excluded {name}: kept fp32" for name in sorted(exclude_nodes)]
     notes += [f"op type {op_type} excluded: kept fp32" for op_type in sorted(exclude_op_types)]
-    report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluation), result.error,
+    report = MixedPrecisionReport(budget, objective, metric_name, chosen, len(evaluator.samples), result.error,
                                   proto.ByteSize(), mixed.ByteSize(),
                                   _layer_choices(layers, records, result.assignment), records, result.steps,
                                   result.fell_back_to_fp32, time.perf_counter() - start, sensitivity_seconds,

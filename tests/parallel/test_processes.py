@@ -96,3 +96,40 @@ def test_micro_batches_are_checked_against_the_plan():
         ortx.pipeline.run(plan, [{"X": np.ones(4, np.float32)}, {"X": np.ones(5, np.float32)}])
     with pytest.raises(ValueError, match="unknown backend 'threads'"):
         ortx.pipeline.run(plan, [], backend="threads")
+
+
+_KILLED_CALLER = """
+import sys, time
+import ortx.pipeline
+from ortx.parallel.processes import ProcessPipeline
+from tests import _models
+if __name__ == "__main__":
+    pipeline = ProcessPipeline(ortx.pipeline.split(_models.tiny_conv_relu(), stages=2))
+    print(*pipeline.pids, *pipeline.ring_names, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_stages_and_rings_go_when_the_caller_is_killed(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "caller.py"
+    script.write_text(_KILLED_CALLER)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    caller = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root,
+                              env={**os.environ, "PYTHONPATH": root})
+    try:
+        first, second, *rings = caller.stdout.readline().split()
+    finally:
+        caller.send_signal(signal.SIGKILL)  # no close(), no atexit: only the stages' own watch can end them
+        caller.wait()
+    deadline = time.monotonic() + 30
+    left = [pid for pid in (int(first), int(second)) if os.path.exists(f"/proc/{pid}")]
+    while (left or any(os.path.exists(f"/dev/shm/{name}") for name in rings)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [pid for pid in left if os.path.exists(f"/proc/{pid}")]
+    assert not left, f"stage processes {left} outlived their killed caller"
+    assert not [name for name in rings if os.path.exists(f"/dev/shm/{name}")], "rings not unlinked"

