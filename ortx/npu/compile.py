@@ -227,9 +227,9 @@ def _lowering(node: ir.Node):
     return _lower_vector
 
 
-def compile_nodes(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir.Value],
-                  params: NpuParams = DEFAULT_PARAMS) -> CompiledStream:
-    """Nodes in topological order; `inputs` are what the caller passes to a run, `outputs` what it reads back."""
+def lower(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir.Value],
+          params: NpuParams = DEFAULT_PARAMS) -> tuple[Dram, list, list[Layer]]:
+    """(the DRAM layout, the commands, the layers) of `nodes` in topological order, before encoding."""
     dram = Dram()
     for value in inputs:
         dram.tensor(value)
@@ -244,6 +244,13 @@ def compile_nodes(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir
     missing = [value.name for value in outputs if value.name not in dram.places]
     if missing:
         raise NpuUnsupported(f"outputs {missing} are not produced by the NPU segment's nodes or inputs")
+    return dram, commands, layers
+
+
+def compile_nodes(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir.Value],
+                  params: NpuParams = DEFAULT_PARAMS) -> CompiledStream:
+    """Nodes in topological order; `inputs` are what the caller passes to a run, `outputs` what it reads back."""
+    dram, commands, layers = lower(nodes, inputs, outputs, params)
     stream = Stream(params, len(dram.constants), dram.work_bytes, tuple(commands))
     return CompiledStream(encode(stream), np.frombuffer(bytes(dram.constants), np.uint8).copy(), dram.work_bytes,
                           tuple(dram.places[v.name] for v in inputs), tuple(dram.places[v.name] for v in outputs),
