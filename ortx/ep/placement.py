@@ -14,8 +14,6 @@
 4. Cut refinement: a node moves to a neighbour's device when that lowers its estimate plus the transfer cost of its
    edges; repeated until nothing moves, so a vertical cut settles where the fewest bytes cross.
 5. Nodes no selected device runs go to ONNX Runtime (label ORT), on the CPU lane.
-A `preferred` placement (an ortx compile artifact's) is followed where that device is selected and can run the
-node here; other nodes are placed as above.
 Limits: per-node estimates (no fusion effects); the CPU and ORT share one lane (the main thread); greedy, so not
 optimal. With devices "cpu" alone and nothing forced, steps 3-4 are skipped: the labels are the CPU's decisions.
 """
@@ -83,8 +81,9 @@ def _capability(graph: ir.Graph, decisions: dict[str, Decision], devices: list[D
 
 
 def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str, *,
-                  missing_ok: bool = False) -> dict[str, str]:
-    """User node name -> graph node name (a node the passes fused is found through the fused node's sources)."""
+                  strict: bool = True) -> dict[str, str]:
+    """User node name -> graph node name (a node the passes fused is found through the fused node's sources);
+    a name not found is an error when `strict`, else left out."""
     names = {node.name for node in graph}
     sources = {}
     for node in graph:
@@ -96,7 +95,7 @@ def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str, 
             found[name] = name
         elif name in sources:
             found[name] = sources[name]
-        elif not missing_ok:
+        elif strict:
             raise ValueError(f"OrtxEP option placement: node {name!r} is not in the graph after the graph passes "
                              f"(removed or renamed); its nodes: {sorted(names)[:20]}")
     return found
@@ -158,24 +157,14 @@ def _lane(label: str) -> str:
     return CPU if label in (CPU, ORT) else label
 
 
-def _preferred_labels(graph, preferred, candidates, fused_from_key) -> dict[str, str]:
-    labels = {}
-    for user_name, node_name in _forced_nodes(graph, preferred, fused_from_key, missing_ok=True).items():
-        if preferred[user_name] in candidates[node_name]:
-            labels[node_name] = preferred[user_name]
-    return labels
-
-
-def _schedule(nodes: list[ir.Node], candidates: dict[str, list[str]], forced: dict[str, str], costs: _CostModel,
-              preferred: dict[str, str]):
+def _schedule(nodes: list[ir.Node], candidates: dict[str, list[str]], forced: dict[str, str], costs: _CostModel):
     """Step 3: list scheduling to the earliest finish. Returns (labels, reasons, makespan)."""
     finish: dict[str, float] = {}
     label_of_value: dict[int, str] = {}
     free: dict[str, float] = {}
     labels, reasons = {}, {}
     for node in nodes:
-        options = ([forced[node.name]] if node.name in forced else [preferred[node.name]] if node.name in preferred
-                   else candidates[node.name] or [ORT])
+        options = [forced[node.name]] if node.name in forced else candidates[node.name] or [ORT]
         best = None
         for label in options:
             ready = 0.0
@@ -199,12 +188,8 @@ def _schedule(nodes: list[ir.Node], candidates: dict[str, list[str]], forced: di
             label_of_value[id(value)] = label
         if node.name in forced:
             reasons[node.name] = f"forced onto {label} (provider option placement)"
-        elif node.name in preferred:
-            reasons[node.name] = f"{label}: the compiled artifact's placement"
         elif len(options) > 1:
             reasons[node.name] = f"{label}: earliest estimated finish of {', '.join(options)}"
-        elif label != ORT:
-            reasons[node.name] = f"{label}: the only selected device that runs it"
     return labels, reasons, max(finish.values(), default=0.0)
 
 
@@ -251,14 +236,15 @@ def _refine(nodes: list[ir.Node], labels: dict[str, str], candidates: dict[str, 
 
 def place(graph: ir.Graph, decisions: dict[str, Decision], devices: list[Device], *,
           forced: dict[str, str] | None = None, excluded: dict[str, set[str]] | None = None,
-          preferred: dict[str, str] | None = None, fused_from_key: str = "ortx.fused_from") -> Placement:
-    """`decisions`: the CPU's capability decisions; `excluded`: node -> devices it must not go to (compile errors);
-    `preferred`: node -> device, followed where possible. Raises ValueError for a forced placement that cannot
-    hold."""
+          fused_from_key: str = "ortx.fused_from", preferred: dict[str, str] | None = None) -> Placement:
+    """`decisions`: the CPU's capability decisions; `excluded`: node -> devices it must not go to (compile errors).
+    `preferred`: node -> device from a compiled artifact (ortx.artifact): followed where that device is selected
+    and can run the node, else the node is placed as any other. Raises ValueError for a forced placement that
+    cannot hold."""
     forced = forced or {}
     excluded = excluded or {}
     names = [device.name for device in devices]
-    if names == [CPU] and not forced and not preferred:  # the default: exactly OrtxEP's decisions, no estimates needed
+    if names == [CPU] and not forced:  # the default: exactly OrtxEP's decisions, no estimates needed
         labels = {name: CPU if decision.claimed else ORT for name, decision in decisions.items()}
         capability = {name: {CPU: "" if d.claimed else (d.reason or "declined")} for name, d in decisions.items()}
         return Placement(labels, capability, {})
@@ -269,11 +255,19 @@ def place(graph: ir.Graph, decisions: dict[str, Decision], devices: list[Device]
                 capability[name][device] = "compile error on this device"
     forced_labels = _apply_forced(graph, forced, devices, capability, fused_from_key)
     candidates = {name: [device for device in names if not row[device]] for name, row in capability.items()}
-    preferred_labels = _preferred_labels(graph, preferred or {}, candidates, fused_from_key)
+    followed = {}
+    for user_name, node_name in _forced_nodes(graph, preferred or {}, fused_from_key, strict=False).items():
+        device = (preferred or {})[user_name]
+        if node_name not in forced_labels and device in candidates.get(node_name, ()):
+            candidates[node_name] = [device]
+            followed[node_name] = device
     nodes = list(graph)
     costs = _CostModel(devices)
-    labels, reasons, makespan = _schedule(nodes, candidates, forced_labels, costs, preferred_labels)
-    _refine(nodes, labels, candidates, {**preferred_labels, **forced_labels}, costs, reasons)
+    labels, reasons, makespan = _schedule(nodes, candidates, forced_labels, costs)
+    _refine(nodes, labels, candidates, forced_labels, costs, reasons)
+    for name, device in followed.items():
+        if labels.get(name) == device:
+            reasons.setdefault(name, f"on {device} as the compiled artifact placed it")
     for name, label in labels.items():
         if label == ORT and name not in reasons:
             reasons[name] = "; ".join(f"{device}: {row}" for device, row in capability[name].items())

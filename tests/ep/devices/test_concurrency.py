@@ -172,7 +172,7 @@ def test_artifact_placement_is_followed_on_load(test_devices, tmp_path):
                                     provider_options=[{"devices": "numpya,cpu"}, {}])
     rows = {row.name: row for row in session.assignment}
     assert rows["a1"].device == rows["a2"].device == "numpya"
-    assert rows["a1"].reason == "numpya: the compiled artifact's placement"
+    assert rows["a1"].reason == "on numpya as the compiled artifact placed it"
     stored = read_artifact(str(artifact)).placement
     assert {name: row.device or "ort" for name, row in rows.items()} == stored
     _check_against_ort(session, _two_branch_model())

@@ -71,5 +71,5 @@ def test_preferred_placement_is_followed_where_the_device_can_run_the_node():
     placed = place(graph, assign(graph), [numpy_device_a.DEVICE, cpu.CPU],
                    preferred={"a1": "numpya", "a2": "numpya", "conv": "numpya", "gone": "numpya"})
     assert placed.labels["a1"] == placed.labels["a2"] == "numpya"
-    assert placed.reasons["a1"] == "numpya: the compiled artifact's placement"
+    assert placed.reasons["a1"] == "on numpya as the compiled artifact placed it"
     assert placed.labels["conv"] == "cpu"  # numpya cannot run Conv: placed as usual
