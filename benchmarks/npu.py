@@ -80,9 +80,10 @@ def main() -> int:
             print(f"{label} {shape}: quantizing, compiling and simulating ...", flush=True)
             result = measure(key, path, shape, args.samples)
             print("\n".join(layer_table(result["layers"])), flush=True)
+            milliseconds = 1e3 * result["cycles"] / params.clock_hz
             print(f"  {result['exact']}/{result['segments']} segments bit-exact ({result['nodes']} nodes), "
-                  f"{100 * result['mac_share']:.1f}% of the MACs, {result['cycles']} cycles = {1e3 * result['cycles'] / params.clock_hz:.3f} ms at "
-                  f"{params.clock_hz / 1e9:g} GHz, MAC utilisation {100 * result['utilisation']:.1f}%, DMA "
+                  f"{100 * result['mac_share']:.1f}% of the MACs, {result['cycles']} cycles = {milliseconds:.3f} ms "
+                  f"at {params.clock_hz / 1e9:g} GHz, MAC utilisation {100 * result['utilisation']:.1f}%, DMA "
                   f"{result['dma_bytes'] / 1e6:.1f} MB; check took {result['seconds']:.1f} s", flush=True)
             rows.append((label, shape, result))
             top = sorted(result["layers"], key=lambda layer: -layer["cycles"])[:args.top]
@@ -97,13 +98,14 @@ def main() -> int:
         "int8 kernels on the same inputs, outputs compared byte for byte (ortx.npu.verify). Cycles are the "
         "simulator's model, independent of the host's load.",
         "",
-        "| model | NPU segments bit-exact | nodes on the NPU | model MACs on the NPU | cycles | time at clock | MAC utilisation | DMA bytes |"
-        " max abs difference |",
+        "| model | NPU segments bit-exact | nodes on the NPU | model MACs on the NPU | cycles | time at clock | "
+        "MAC utilisation | DMA bytes | max abs difference |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, shape, result in rows:
         lines.append(f"| {label} {'x'.join(map(str, shape))} | {result['exact']}/{result['segments']} | "
-                     f"{result['nodes']} | {100 * result['mac_share']:.1f}% | {result['cycles']} | {1e3 * result['cycles'] / params.clock_hz:.3f} ms | "
+                     f"{result['nodes']} | {100 * result['mac_share']:.1f}% | {result['cycles']} | "
+                     f"{1e3 * result['cycles'] / params.clock_hz:.3f} ms | "
                      f"{100 * result['utilisation']:.1f}% | {result['dma_bytes'] / 1e6:.1f} MB | "
                      f"{result['max_difference']:g} |")
     lines += ["", *[section + "\n" for section in sections]]

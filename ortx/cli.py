@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from ortx.cli_args import input_shape
+from ortx.cli_args import device_list, input_shape
 
 DESCRIPTION = """\
 ortx: a neural-network compiler toolkit for ONNX models.
@@ -24,6 +24,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx npu dump STREAM|MODEL          disassembles an NPU command stream, or a model's NPU segments
   ortx split IN.onnx --stages N -o DIR   pipeline stages balanced by cost, cut where the fewest bytes cross
   ortx demo                           runs the packaged PP-OCRv4 models through ortx.InferenceSession
+  ortx devices [--json]               the devices OrtxEP can place nodes on, with ops, memory, bandwidth, peak
 """
 
 OPTIMIZE_EPILOG = """\
@@ -59,7 +60,20 @@ def build_parser() -> argparse.ArgumentParser:
                           default=[], help="fixes an input's dynamic dims (shape inference, --check inputs)")
     optimize.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default 0)")
     optimize.add_argument("--report", metavar="REPORT.json", help="also write the pass reports as JSON")
+    optimize.add_argument("--partition-svg", metavar="FILE.svg",
+                          help="also compile OUT for OrtxEP (needs static input shapes) and draw its partition")
+    optimize.add_argument("--devices", type=device_list, default="cpu", metavar="NAMES",
+                          help="devices for --partition-svg, e.g. npu,dsp,cpu (default cpu; see `ortx devices`)")
     optimize.set_defaults(handler=_optimize)
+
+    devices = commands.add_parser(
+        "devices", help="list the devices OrtxEP can place nodes on",
+        description="The devices of ortx.ep.devices: kind, memory, bandwidth, peak per dtype, compiler, backend, "
+                    "and the ops each runs with their dtypes and constraints.")
+    devices.add_argument("--devices", type=device_list, metavar="NAMES", help="only these, e.g. npu,cpu")
+    devices.add_argument("--json", action="store_true", help="print the table as JSON")
+    devices.add_argument("--no-ops", action="store_true", help="leave out the op lists")
+    devices.set_defaults(handler=_devices)
 
     demo = commands.add_parser(
         "demo", help="run the packaged PP-OCRv4 models with and without OrtxEP",
@@ -151,12 +165,73 @@ def _optimize(args) -> int:
     except (ModelSaveError, OSError) as error:
         return _fail(str(error))
     print(f"wrote {args.output}")
+    if args.partition_svg:
+        svg_status = _write_partition_svg(args, model)
+        if svg_status:
+            return svg_status
     if args.report:
         with open(args.report, "w") as stream:
             json.dump({"input": args.input, "output": args.output, "passes": [r.to_dict() for r in reports]},
                       stream, indent=2)
         print(f"wrote {args.report}")
     return status
+
+
+def _write_partition_svg(args, model) -> int:
+    import ortx
+    from ortx.model_io import ModelLoadError
+
+    options = {"devices": args.devices}
+    if args.input_shape:
+        options["input_shapes"] = ",".join(f"{name}:{'x'.join(map(str, dims))}" for name, dims in args.input_shape)
+    try:
+        session = ortx.InferenceSession(model.SerializeToString(), providers=["OrtxEP", "CPUExecutionProvider"],
+                                        provider_options=[options, {}])
+        svg = session.assignment.to_svg()
+    except (ModelLoadError, RuntimeError, ValueError) as error:
+        return _fail(f"--partition-svg: {error}")
+    with open(args.partition_svg, "w") as stream:
+        stream.write(svg)
+    print(f"wrote {args.partition_svg} ({session.assignment.segments} segments; nodes per device: "
+          f"{', '.join(f'{label}: {count}' for label, count in sorted(session.assignment.by_device().items()))})")
+    return 0
+
+
+def _format_rate(value: float, unit: str) -> str:
+    return f"{value / 1e9:.1f} G{unit}/s"
+
+
+def render_devices(devices, *, ops: bool = True) -> str:
+    lines = []
+    for device in devices:
+        peaks = ", ".join(f"{dtype} {_format_rate(peak, 'op')}" for dtype, peak in device.peak_ops_per_second.items())
+        lines += [f"{device.name} ({device.kind}): {device.description}",
+                  f"  memory {device.memory_bytes / 2**30:.1f} GiB, bandwidth "
+                  f"{_format_rate(device.bandwidth_bytes_per_second, 'B')}, peak {peaks}",
+                  f"  compiler {device.compiler}; backend {device.backend}",
+                  f"  {len(device.ops)} ops" + (":" if ops else "")]
+        if ops:
+            width = max((len(f"{op.domain}::{op.op_type}" if op.domain else op.op_type) for op in device.ops),
+                        default=0)
+            for op in device.ops:
+                name = f"{op.domain}::{op.op_type}" if op.domain else op.op_type
+                lines.append(f"    {name.ljust(width)}  {','.join(op.dtypes)}  {op.constraints}")
+    return "\n".join(lines)
+
+
+def _devices(args) -> int:
+    from ortx.ep.devices import DEVICES, select
+
+    devices = select(args.devices) if args.devices else list(DEVICES)
+    if args.json:
+        records = [device.to_dict() for device in devices]
+        if args.no_ops:
+            for record in records:
+                record.pop("ops")
+        print(json.dumps(records, indent=2))
+    else:
+        print(render_devices(devices, ops=not args.no_ops))
+    return 0
 
 
 def _demo(args) -> int:

@@ -15,3 +15,13 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
         raise argparse.ArgumentTypeError(f"expected NAME:D1xD2x... with positive dims, e.g. x:1x3x640x640, "
                                          f"got {text!r}")
     return name, shape
+
+
+def device_list(text: str) -> str:
+    """'npu,dsp,cpu' -> the same names, checked against ortx.ep.devices (an unknown name is a usage error)."""
+    from ortx.ep.devices import select
+
+    try:
+        return ",".join(device.name for device in select(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error

@@ -26,8 +26,11 @@ from ortx.ep.compile_nodes import compile_segment
 from ortx.ep.fallback import OrtSegment, segment_model
 from ortx.ep.lowering._values import numpy_dtype, static_shape, NotStatic
 from ortx.ep.macs import node_macs
-from ortx.ep.partition import Segment, partition
-from ortx.ep.runtime import ClaimedStep, ExecutionPlan, OrtStep, TensorSpec
+from ortx.ep.devices.cpu import CPU as CPU_DEVICE
+from ortx.ep.partition import CPU, ORT, Segment, partition
+from ortx.ep.placement import place
+from ortx.ep.render import partition_graph
+from ortx.ep.runtime import ClaimedStep, DeviceStep, ExecutionPlan, OrtStep, TensorSpec
 from ortx.ep.specialize import specialize
 from ortx.memory.release import between_passes, release_freed_memory, return_free_pages
 from ortx.model_io import forget_removed_graph_io, load, own_tensors
@@ -130,28 +133,45 @@ def _tensor_spec(value: ir.Value) -> TensorSpec:
         return TensorSpec(value.name, None, dtype)
 
 
-def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[str, Decision], num_threads: int,
-                     jit: Options | None = None, tuning: "TuningSettings | None" = None, precision: str = "fp32"):
-    """Partitions and lowers; a node whose lowering raises is declined with the error and we try again. With
-    `jit` (and jit.jit set), each claimed segment is then also compiled to C (ortx.codegen.jit), with the per-step
-    thread counts `tuning` tunes or finds recorded (ortx.tune.step_threads)."""
+@dataclasses.dataclass(frozen=True)
+class DeviceSettings:
+    """Which devices OrtxEP places nodes on (ortx.ep.devices, in order of preference) and the forced placements
+    (provider options `devices` and `placement`)."""
+
+    devices: tuple = (CPU_DEVICE,)
+    forced: dict = dataclasses.field(default_factory=dict)  # node name -> device name
+
+
+def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_threads: int,
+                     jit: Options | None = None, tuning: "TuningSettings | None" = None, precision: str = "fp32",
+                     devices: DeviceSettings | None = None):
+    """Places (ortx.ep.placement), partitions and lowers: CPU segments through compile_segment, other devices'
+    through their backend's compile. A node whose CPU lowering raises is declined with the error, a segment another
+    device fails to compile is kept off that device, and we try again. With `jit` (and jit.jit set), each CPU
+    segment is then also compiled to C (ortx.codegen.jit), with the per-step thread counts `tuning` tunes or finds
+    recorded (ortx.tune.step_threads). Returns (segments, CPU programs, device programs, placement)."""
+    devices = devices or DeviceSettings()
+    by_name = {device.name: device for device in devices.devices}
+    excluded: dict[str, set[str]] = {}
     for _ in range(MAX_COMPILE_ROUNDS):
-        segments = partition(model.graph, claimed)
-        programs = {}
+        placed = place(model.graph, decisions, list(devices.devices), forced=devices.forced, excluded=excluded,
+                       fused_from_key=FUSED_FROM_KEY)
+        segments = partition(model.graph, placed.labels)
+        programs, device_programs = {}, {}
         failed = False
         for position, segment in enumerate(segments):
-            if not segment.claimed:
+            if segment.device == ORT:
                 continue
             try:
-                programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                     num_threads=num_threads, precision=precision,
-                                                     sparse_policy=_sparse_policy(jit, tuning))
+                if segment.device == CPU:
+                    programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
+                                                         num_threads=num_threads, precision=precision,
+                                                         sparse_policy=_sparse_policy(jit, tuning))
+                else:
+                    device_programs[position] = by_name[segment.device].backend_module().compile(
+                        segment.nodes, segment.inputs, segment.outputs, num_threads=num_threads)
             except Exception as error:  # a lowering bug must not take the session down: decline and retry
-                node_name = getattr(error, "node_name", None) or segment.nodes[0].name
-                logger.warning("OrtxEP: declining node %s after a compile error: %s", node_name, error)
-                claimed[node_name] = False
-                old = decisions[node_name]
-                decisions[node_name] = Decision(old.node, old.op_type, False, f"compile error: {error}")
+                _decline_after_error(segment, error, decisions, excluded, placed)
                 failed = True
                 break
         if not failed:
@@ -160,8 +180,26 @@ def _compile_claimed(model: ir.Model, claimed: dict[str, bool], decisions: dict[
                 substitutes = _tuned_gemms(programs, num_threads, jit, tuning)
                 programs = {position: jit_compile(program, jit, schedules.get(position), substitutes.get(position))
                             for position, program in programs.items()}
-            return segments, programs
+            return segments, programs, device_programs, placed
     raise RuntimeError("OrtxEP: too many compile errors; see the log")
+
+
+def _decline_after_error(segment: Segment, error: Exception, decisions: dict[str, Decision],
+                         excluded: dict[str, set[str]], placed) -> None:
+    if segment.device == CPU:
+        node_name = getattr(error, "node_name", None) or segment.nodes[0].name
+        logger.warning("OrtxEP: declining node %s after a compile error: %s", node_name, error)
+        old = decisions[node_name]
+        decisions[node_name] = Decision(old.node, old.op_type, False, f"compile error: {error}")
+        return
+    forced = [node.name for node in segment.nodes if placed.reasons.get(node.name, "").startswith("forced")]
+    if forced:
+        raise RuntimeError(f"device {segment.device!r} failed to compile the segment holding node {forced[0]!r}, "
+                           f"forced onto it by provider option placement: {error}") from error
+    logger.warning("OrtxEP: device %s failed to compile a segment of %d nodes from %s; placing them elsewhere: %s",
+                   segment.device, len(segment.nodes), segment.nodes[0].name, error)
+    for node in segment.nodes:
+        excluded.setdefault(node.name, set()).add(segment.device)
 
 
 def _sparse_policy(jit: Options | None, tuning: "TuningSettings | None"):
@@ -244,21 +282,22 @@ class TuningSettings:
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
                        num_threads: int, claim: bool = True, use_reference_kernels: bool = False,
                        jit: Options | None = None, tuning: TuningSettings | None = None,
-                       precision: str = "fp32") -> CompiledModel:
+                       precision: str = "fp32", devices: DeviceSettings | None = None) -> CompiledModel:
     """`jit`: compile claimed segments to C with these options (None: the step interpreter runs them).
+    `devices`: the devices to place nodes on and forced placements (default: the CPU alone).
     `tuning`: give claimed segments that ORT runs faster (measured or recorded) back to ORT, and compile again.
     `precision`: ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs run bf16 kernels)."""
     start = time.perf_counter()
     compiled, model, standard = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
                                          use_reference_kernels=use_reference_kernels, jit=jit, tuning=tuning,
-                                         precision=precision)
+                                         precision=precision, devices=devices)
     if claim and tuning is not None and tuning.mode != "off":
         choices = _choose_engines(compiled, model, standard, ort, tuning)
         given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
         if given_back:
             compiled, _, _ = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
                                       use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back,
-                                      tuning=tuning, precision=precision)
+                                      tuning=tuning, precision=precision, devices=devices)
         compiled.assignment.engine_choices = tuple(choices)
     return_free_pages()  # the lowering's temporaries (a collection here measured no lower peak)
     compiled.compile_seconds = time.perf_counter() - start
@@ -285,7 +324,8 @@ def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model
 def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
              num_threads: int, claim: bool, use_reference_kernels: bool, jit: Options | None,
              given_back: dict | None = None, tuning: "TuningSettings | None" = None,
-             precision: str = "fp32") -> tuple[CompiledModel, ir.Model, ir.Model]:
+             precision: str = "fp32",
+             devices: DeviceSettings | None = None) -> tuple[CompiledModel, ir.Model, ir.Model]:
     """(compiled model, the graph it was compiled from, that graph before ai.ortx fusions). `given_back`: user-graph
     node name -> the EngineChoice that sent it to ORT."""
     start = time.perf_counter()
@@ -300,18 +340,21 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         decisions = _decline_given_back(decisions, given_back)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
-    claimed = {name: decision.claimed for name, decision in decisions.items()}
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
-    segments, programs = _compile_claimed(model, claimed, decisions, num_threads, jit, tuning, precision)
+    segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
+                                                                   precision, devices if claim else None)
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
     sess_options = ort.options_for(any(segment.claimed for segment in segments))
     for position, segment in enumerate(segments):
         inputs = [value.name for value in segment.inputs]
         outputs = [value.name for value in segment.outputs]
-        if segment.claimed:
+        if segment.device == CPU:
             steps.append(ClaimedStep(programs[position], inputs, outputs, f"segment{position}.arena",
                                      tuple(node.name for node in segment.nodes)))
+        elif segment.claimed:
+            steps.append(DeviceStep(device_programs[position], inputs, outputs, segment.device,
+                                    tuple(node.name for node in segment.nodes)))
         else:
             proto = proto if proto is not None else ir.serde.serialize_model(model)
             sub_model = segment_model(proto, [node.name for node in segment.nodes], inputs, outputs)
@@ -323,7 +366,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     plan = ExecutionPlan(steps, tensors, [v.name for v in model.graph.inputs], [v.name for v in model.graph.outputs],
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT",
-                             _bf16_nodes(programs), _sparse_nodes(programs))
+                             _bf16_nodes(programs), _sparse_nodes(programs), placed)
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 
@@ -387,36 +430,44 @@ def _sparse_nodes(programs: dict) -> frozenset[str]:
 
 def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment], decisions: dict[str, Decision],
                 ort_provider: str, bf16_nodes: frozenset[str] = frozenset(),
-                sparse_nodes: frozenset[str] = frozenset()) -> Assignment:
-    runs_on: dict[str, tuple[str, str]] = {}
+                sparse_nodes: frozenset[str] = frozenset(), placed=None) -> Assignment:
+    runs_on: dict[str, tuple] = {}
     claimed_macs = total_macs = 0
+    choices = placed.reasons if placed is not None else {}
     for segment in segments:
         for node in segment.nodes:
             provider = "OrtxEP" if segment.claimed else ort_provider
             decision = decisions.get(node.name)
-            reason = node.metadata_props.get(INT8_DECLINED_KEY, "") if segment.claimed else (
-                decision.reason if decision and decision.reason else
-                "given back to ORT: segment too small to be worth a boundary")
+            reason = (node.metadata_props.get(INT8_DECLINED_KEY, "") or choices.get(node.name, "")) \
+                if segment.claimed else (
+                choices.get(node.name) or (decision.reason if decision and decision.reason else
+                                           "given back to ORT: segment too small to be worth a boundary"))
             precision = ("int8" if node.op_type == "QConv" and node.domain == ORTX_DOMAIN else
                          "bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
             sparse = segment.claimed and node.name in sparse_nodes
-            runs_on[node.name] = (provider, reason, precision, sparse)
+            device = segment.device if segment.claimed else ""
+            runs_on[node.name] = (provider, reason, precision, sparse, device)
             fused = node.metadata_props.get(FUSED_FROM_KEY, "")
             for original in filter(None, fused.split(",")):
                 if original != node.name:
-                    runs_on.setdefault(original, (provider, f"fused into {node.name}", precision, sparse))
+                    runs_on.setdefault(original, (provider, f"fused into {node.name}", precision, sparse, device))
             macs = node_macs(node)
             total_macs += macs
             claimed_macs += macs if segment.claimed else 0
     rows = []
     for name, op_type in prepared.original_nodes:
-        provider, reason, precision, sparse = runs_on.get(
-            name, ("(removed)", "folded or removed by the graph passes", "", False))
+        provider, reason, precision, sparse, device = runs_on.get(
+            name, ("(removed)", "folded or removed by the graph passes", "", False, ""))
         if precision == "bf16" and op_type not in BF16_OPS:  # fused into a bf16 kernel's fp32 epilogue
             precision = "fp32"
         # the product itself runs sparse; ops fused into its epilogue are marked by their own row's reason
-        rows.append(NodeAssignment(name, op_type, provider, reason, precision, sparse and op_type in BF16_OPS))
-    return Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
+        rows.append(NodeAssignment(name, op_type, provider, reason, precision, sparse and op_type in BF16_OPS,
+                                   device))
+    assignment = Assignment(rows, claimed_macs=claimed_macs, total_macs=total_macs, segments=len(segments))
+    assignment.graph = partition_graph(segments)
+    if placed is not None:
+        assignment.capability = placed.capability
+    return assignment
 
 
 def __getattr__(name: str):

@@ -42,3 +42,28 @@ def test_memory_plan_notebook_plans_rec_and_plots_every_buffer():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_quickstart_optimizes_and_compares_ortxep_with_ort():
+    namespace = _run("01_quickstart.ipynb")
+    assert namespace["reports"] and len(namespace["optimized"].graph.node) < 566  # cls has 566 nodes as shipped
+    for row in namespace["rows"]:
+        assert row.cosine > 0.9999 and row.ortx_ms > 0 and row.ort_ms > 0
+    assert namespace["assignment"].claimed_mac_share > 0.9
+
+
+def test_tuning_notebook_tunes_and_applies_the_records():
+    namespace = _run("02_tuning.ipynb")
+    dashboard = namespace["dashboard"]
+    assert dashboard.error is None and dashboard.result is not None
+    assert dashboard.result.schedule.stopped in ("trials", "done") and dashboard.tasks  # 24 trials or all
+    assert all(ms > 0 for ms in dashboard.apply_ms)
+    assert namespace["tuned_session"] is dashboard.session
+
+
+def test_quantization_notebook_quantizes_and_explores_precisions():
+    namespace = _run("03_quantization.ipynb")
+    assert namespace["cosine"] > 0.99
+    explorer = namespace["explorer"]
+    assert set(explorer.assignment.values()) == {"int8"}  # the last cell put every layer at int8
+    assert explorer.error > 0 and os.path.exists(namespace["mixed_path"])

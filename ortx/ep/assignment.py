@@ -15,6 +15,7 @@ class NodeAssignment:
     precision: str = ""  # OrtxEP's nodes: "bf16" when a bf16 kernel runs it (ortx.ep.precision), "int8" when an
     #                      int8 kernel does (ortx.passes.fuse_qdq), else "fp32"
     sparse: bool = False  # OrtxEP runs the product with sparse (CSR) weights (ortx.tune.sparse_choice)
+    device: str = ""  # OrtxEP's nodes: the device that runs it ("cpu", "npu", "dsp"; ortx.ep.devices); "" for ORT's
 
 
 class Assignment(tuple):
@@ -29,7 +30,27 @@ class Assignment(tuple):
         self.total_macs = total_macs
         self.segments = segments
         self.engine_choices = ()  # ortx.tune.engine_choice.EngineChoice per claimed segment, when tuning is on
+        self.graph = None  # ortx.ep.render.PartitionGraph of the compiled graph: nodes, devices, edges with bytes
+        self.capability = {}  # compiled node -> {device: "" (can run it) or the reason it cannot}
         return self
+
+    def by_device(self) -> dict[str, int]:
+        """Nodes per device; ORT's under "ORT"."""
+        counts: dict[str, int] = {}
+        for row in self:
+            if row.provider != "(removed)":
+                label = row.device or "ORT"
+                counts[label] = counts.get(label, 0) + 1
+        return counts
+
+    def to_svg(self) -> str:
+        """The partition as SVG text: nodes in layers, coloured by device, edges that cross devices labelled with
+        their bytes (ortx.ep.render; no graphviz needed)."""
+        if self.graph is None:
+            raise RuntimeError("to_svg: this assignment has no partition graph (ORT ran the whole model)")
+        from ortx.ep.render import render_svg
+
+        return render_svg(self.graph)
 
     @property
     def claimed_mac_share(self) -> float:
@@ -54,17 +75,21 @@ class Assignment(tuple):
         return tuple(row.name for row in self if row.sparse)
 
     def __str__(self) -> str:
-        headers = ("node", "op", "provider", "reason")
+        headers = ("node", "op", "provider", "device", "reason")
         rows = [(row.name, row.op_type, row.provider + (f" ({row.precision})" if row.precision in ("bf16", "int8")
-                                                         else "") + (" (sparse)" if row.sparse else ""), row.reason)
+                                                         else "") + (" (sparse)" if row.sparse else ""),
+                 row.device or "-", row.reason)
                 for row in self]
-        widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(3)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:3], widths)) + "  " + headers[3]]
-        lines += ["  ".join(value.ljust(w) for value, w in zip(r[:3], widths)) + "  " + r[3] for r in rows]
+        widths = [max([len(headers[i])] + [len(r[i]) for r in rows]) for i in range(4)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(headers[:4], widths)) + "  " + headers[4]]
+        lines += ["  ".join(value.ljust(w) for value, w in zip(r[:4], widths)) + "  " + r[4] for r in rows]
         summary = ", ".join(f"{provider}: {count}" for provider, count in sorted(self.by_provider().items()))
         precisions = self.precision_counts()
         in_bf16 = "".join(f"; {precisions[kind]} of OrtxEP's nodes run {kind} kernels" for kind in ("bf16", "int8")
                           if precisions.get(kind))
+        devices = self.by_device()
+        if set(devices) - {"cpu", "ORT"}:
+            summary += "; devices " + ", ".join(f"{device}: {count}" for device, count in sorted(devices.items()))
         lines.append(f"{len(self)} nodes ({summary}); {self.segments} segments; "
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs"
                      f"{in_bf16}" + (f"; {len(self.sparse_nodes())} run sparse (CSR) kernels"

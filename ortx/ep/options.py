@@ -68,6 +68,18 @@ def _parse_precision(value) -> str:
     return text
 
 
+def _parse_devices(value) -> str:
+    from ortx.ep.devices import select
+
+    return ",".join(device.name for device in select(str(value)))
+
+
+def _parse_placement(value) -> dict:
+    from ortx.ep.placement import parse_placement
+
+    return parse_placement(value)
+
+
 PROVIDER_OPTIONS = {
     "input_shapes": ("fix dynamic input dims at creation, e.g. 'x:1x3x640x640'", _parse_shapes),
     "reference_kernels": ("run the naive reference kernels (debugging numerics)", _parse_bool),
@@ -83,6 +95,10 @@ PROVIDER_OPTIONS = {
     "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
                   "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
                   _parse_precision),
+    "devices": ("the devices OrtxEP places nodes on, in order of preference, e.g. 'npu,dsp,cpu' (default 'cpu'; "
+                "`ortx devices` lists them); nodes none of them runs go to ONNX Runtime", _parse_devices),
+    "placement": ("forces nodes onto devices, 'NODE:DEVICE,...' (the device must be in `devices` and able to run "
+                  "the node, else an error says why)", _parse_placement),
     "sparse": ("constant-weight Conv/Gemm/MatMul layers with many zeros on CSR kernels: 'auto' (default) decides "
                "per layer from the measured dense/sparse crossover as `tuning` allows (records for 'cached', "
                "measured now for 'quick'/'full', else sparse only from 80% zeros), 'measure' times each candidate "
@@ -99,7 +115,16 @@ class OrtxOptions:
     jit_cache_dir: str = ""
     tuning: str = "cached"
     precision: str = "fp32"
+    devices: str = "cpu"
+    placement: dict = dataclasses.field(default_factory=dict)
     sparse: str = "auto"
+
+    def device_settings(self):
+        """The devices and forced placements for the pipeline (ortx.pipeline.DeviceSettings)."""
+        from ortx.ep.devices import select
+        from ortx.pipeline import DeviceSettings
+
+        return DeviceSettings(tuple(select(self.devices)), dict(self.placement))
 
     def tuning_settings(self):
         """Where and how the pipeline chooses OrtxEP or ORT per segment (ortx.pipeline.TuningSettings)."""
@@ -156,9 +181,18 @@ def parse_providers(providers, provider_options) -> ProviderChoice:
             except (TypeError, ValueError) as error:
                 raise ValueError(f"OrtxEP provider option {key!r}: {error}") from error
         ortx_options = OrtxOptions(**parsed)
+        _check_placement_devices(ortx_options)
     ort_names = [n for n in names if n != ORTX_PROVIDER] or ["CPUExecutionProvider"]
     ort_options = [o for n, o in zip(names, options) if n != ORTX_PROVIDER] or [{}]
     return ProviderChoice(use_ortx, ortx_options, ort_names, ort_options)
+
+
+def _check_placement_devices(options: OrtxOptions) -> None:
+    selected = options.devices.split(",")
+    for node, device in options.placement.items():
+        if device not in selected:
+            raise ValueError(f"OrtxEP provider option 'placement': node {node!r} is forced onto device {device!r}, "
+                             f"which is not in option 'devices' ({options.devices!r})")
 
 
 def thread_count(sess_options) -> int:

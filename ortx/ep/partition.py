@@ -1,12 +1,15 @@
-"""Graph -> ordered segments, each run by OrtxEP (claimed) or by an ONNX Runtime sub-session.
+"""Graph -> ordered segments, each run by one device (a name from ortx.ep.devices; "cpu" is OrtxEP's own kernels)
+or by an ONNX Runtime sub-session (label ORT).
 
-1. Kahn's topological sort, choosing among ready nodes one of the same kind (claimed or not) as the segment being
-   grown, so each segment is as large as the dependencies allow.
+1. Kahn's topological sort, choosing among ready nodes one with the same label (device or ORT) as the segment being
+   grown, so each segment is as large as the dependencies allow; when none is ready, the label of the earliest ready
+   node (in graph order) starts the next segment.
 2. Segments are consecutive runs of that order, so the segment graph is acyclic by construction.
 3. A segment's inputs are the values it reads that something outside it produces (graph inputs or earlier
    segments); its outputs are the values it produces that later segments or the graph outputs read.
-Limits: the greedy choice is not guaranteed to give the fewest segments; a claimed run with no compute (a lone
+Limits: the greedy choice is not guaranteed to give the fewest segments; a CPU run with no compute (a lone
 Reshape between two ORT segments) is given back to ORT by `merge_trivial_segments`.
+`partition(graph, claimed)` also takes the older {node: bool} map (True: "cpu", False: ORT).
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import collections
 import dataclasses
 
 import onnx_ir as ir
+
+ORT = "ORT"  # the label of nodes an ONNX Runtime sub-session runs
+CPU = "cpu"  # OrtxEP's own kernels on the host (ortx.ep.devices.cpu)
 
 # Ops that move no data; a claimed segment made only of these is not worth a boundary crossing.
 _ALIAS_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"}
@@ -55,17 +61,27 @@ def node_inputs(node: ir.Node) -> list[ir.Value]:
 
 @dataclasses.dataclass
 class Segment:
-    claimed: bool
+    device: str  # a device name, or ORT
     nodes: list[ir.Node]
     inputs: list[ir.Value] = dataclasses.field(default_factory=list)
     outputs: list[ir.Value] = dataclasses.field(default_factory=list)
+
+    @property
+    def claimed(self) -> bool:
+        """OrtxEP runs it (on the CPU or another device)."""
+        return self.device != ORT
 
     @property
     def provider(self) -> str:
         return "OrtxEP" if self.claimed else "ORT"
 
 
-def _ordered(graph: ir.Graph, claimed: dict[str, bool]) -> list[ir.Node]:
+def labels_of(claimed: dict) -> dict[str, str]:
+    """{node: bool} (claimed by OrtxEP's CPU kernels or not) or {node: label} -> {node: label}."""
+    return {name: (CPU if value else ORT) if isinstance(value, bool) else value for name, value in claimed.items()}
+
+
+def _ordered(graph: ir.Graph, label: dict[str, str]) -> list[ir.Node]:
     nodes = list(graph)
     index = {id(node): position for position, node in enumerate(nodes)}
     pending = {id(node): 0 for node in nodes}
@@ -77,15 +93,18 @@ def _ordered(graph: ir.Graph, claimed: dict[str, bool]) -> list[ir.Node]:
             if producer_id in pending:
                 pending[id(node)] += 1
                 users[producer_id].append(node)
-    ready = {True: collections.deque(), False: collections.deque()}
+    ready: dict[str, collections.deque] = {kind: collections.deque() for kind in label.values()}
     for node in nodes:
         if pending[id(node)] == 0:
-            ready[claimed[node.name]].append(node)
+            ready[label[node.name]].append(node)
     order: list[ir.Node] = []
-    current = claimed[nodes[0].name] if nodes else False
-    while ready[True] or ready[False]:
+    current = label[nodes[0].name] if nodes else ORT
+    while len(order) < len(nodes):
         if not ready[current]:
-            current = not current
+            waiting = [queue[0] for queue in ready.values() if queue]
+            if not waiting:
+                break
+            current = label[min(waiting, key=lambda n: index[id(n)]).name]
         node = ready[current].popleft()
         order.append(node)
         newly_ready = []
@@ -94,7 +113,7 @@ def _ordered(graph: ir.Graph, claimed: dict[str, bool]) -> list[ir.Node]:
             if pending[id(user)] == 0:
                 newly_ready.append(user)
         for user in sorted(newly_ready, key=lambda n: index[id(n)]):
-            ready[claimed[user.name]].append(user)
+            ready[label[user.name]].append(user)
     if len(order) != len(nodes):
         stuck = [node.name for node in nodes if pending[id(node)] > 0][:5]
         raise ValueError(f"the graph has a cycle through nodes {stuck}")
@@ -129,11 +148,13 @@ def _connect(graph: ir.Graph, segments: list[Segment]) -> list[Segment]:
     return segments
 
 
-def partition(graph: ir.Graph, claimed: dict[str, bool]) -> list[Segment]:
+def partition(graph: ir.Graph, claimed: dict) -> list[Segment]:
+    """`claimed`: node name -> device label (or bool, see `labels_of`)."""
+    label = labels_of(claimed)
     segments: list[Segment] = []
-    for node in _ordered(graph, claimed):
-        kind = claimed[node.name]
-        if segments and segments[-1].claimed == kind:
+    for node in _ordered(graph, label):
+        kind = label[node.name]
+        if segments and segments[-1].device == kind:
             segments[-1].nodes.append(node)
         else:
             segments.append(Segment(kind, [node]))
@@ -142,13 +163,13 @@ def partition(graph: ir.Graph, claimed: dict[str, bool]) -> list[Segment]:
 
 
 def merge_trivial_segments(segments: list[Segment]) -> list[Segment]:
-    """Gives claimed segments that only alias memory back to ORT when an ORT segment borders them."""
+    """Gives CPU segments that only alias memory back to ORT when there is more than one segment."""
     for segment in segments:
-        if segment.claimed and len(segments) > 1 and all(node.op_type in _ALIAS_OPS for node in segment.nodes):
-            segment.claimed = False
+        if segment.device == CPU and len(segments) > 1 and all(node.op_type in _ALIAS_OPS for node in segment.nodes):
+            segment.device = ORT
     merged: list[Segment] = []
     for segment in segments:
-        if merged and merged[-1].claimed == segment.claimed:
+        if merged and merged[-1].device == segment.device:
             merged[-1].nodes.extend(segment.nodes)
         else:
             merged.append(segment)

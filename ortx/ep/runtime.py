@@ -1,12 +1,22 @@
-"""Runs a compiled, shape-specialised model: claimed segments on ortx programs, the rest on ORT sub-sessions.
+"""Runs a compiled, shape-specialised model: claimed segments on ortx programs, segments placed on other devices
+on their DeviceProgram, the rest on ORT sub-sessions.
 
 Every run takes a RunContext from a pool: one arena holding the boundary tensors between segments and each
 claimed segment's scratch, at offsets planned once (greedy by size over segment lifetimes). Concurrent runs get
 different contexts, so `run` is thread safe with no lock held while kernels or ORT run; graph outputs are fresh
 arrays owned by the caller.
+
+Lanes and waves. The CPU's and ORT's steps run on the calling thread (the "cpu" lane); each other device has a lane
+of its own, a worker thread. With one lane, steps run in order and a tensor lives from its producer's position to
+its last reader's. With several, the steps are grouped into waves (a step's wave is one more than the latest wave
+of the steps whose outputs it reads): the lanes run a wave's steps concurrently (each lane its own in order), and
+the next wave starts when all have finished. Lifetimes are then counted in waves, so two tensors share arena bytes
+only if no wave holds both: no step can write over a tensor another lane still reads.
+Limit: a barrier per wave, so a lane idles when its next step waits on a slower lane's step of the same wave.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import queue
 
@@ -48,6 +58,43 @@ class OrtStep:
     outputs: list[str]
 
 
+MAIN_LANE = "cpu"  # the calling thread: OrtxEP's CPU kernels and ORT sub-sessions
+
+
+@dataclasses.dataclass
+class DeviceStep:
+    """A segment placed on a device other than the CPU (ortx.ep.devices): its DeviceProgram on the device's lane."""
+
+    program: object  # ortx.ep.devices.DeviceProgram
+    inputs: list[str]
+    outputs: list[str]
+    device: str
+    node_names: tuple[str, ...] = ()
+
+    def run(self, values: dict) -> None:
+        arrays = []
+        for name in self.inputs:
+            value = values[name]
+            arrays.append(value if isinstance(value, np.ndarray) else value.numpy())
+        self.program.run(arrays, [values[name] for name in self.outputs])
+
+
+def lane_of(step) -> str:
+    return step.device if isinstance(step, DeviceStep) else MAIN_LANE
+
+
+def waves_of(steps: list) -> list[int]:
+    """Per step, its wave: 0 when it reads only graph inputs, else one more than the latest of its producers."""
+    produced_in: dict[str, int] = {}
+    waves = []
+    for position, step in enumerate(steps):
+        wave = 1 + max((waves[produced_in[name]] for name in step.inputs if name in produced_in), default=-1)
+        waves.append(wave)
+        for name in step.outputs:
+            produced_in.setdefault(name, position)
+    return waves
+
+
 class RunContext:
     """Per-run memory: the arena and numpy views of the boundary tensors planned in it.
 
@@ -80,6 +127,12 @@ class ExecutionPlan:
         self.num_threads = num_threads
         self.use_reference_kernels = use_reference_kernels
         self.boundary = self._boundary_tensors()
+        lanes = {lane_of(step) for step in steps}
+        # Time in the lifetimes: the step's position with one lane, its wave with several (see the module doc).
+        self.times = list(range(len(steps))) if lanes <= {MAIN_LANE} else waves_of(steps)
+        self.waves = None if lanes <= {MAIN_LANE} else self._wave_groups()
+        self._workers = {lane: concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"ortx-{lane}")
+                         for lane in sorted(lanes - {MAIN_LANE})}
         self.memory_plan = plan_offsets(self._lifetimes())
         self._pool: queue.SimpleQueue[RunContext] = queue.SimpleQueue()
         # The first arena is allocated now, at session creation; concurrent runs add more on demand.
@@ -90,19 +143,26 @@ class ExecutionPlan:
         names = {name for step in self.steps for name in step.outputs}
         return {name: self.tensors[name] for name in sorted(names - outside) if self.tensors[name].static}
 
+    def _wave_groups(self) -> list[list[tuple[str, list]]]:
+        """Per wave, (lane, its steps in order) with the main lane last (it runs on the calling thread)."""
+        groups: list[dict[str, list]] = [dict() for _ in range(max(self.times) + 1)]
+        for step, wave in zip(self.steps, self.times):
+            groups[wave].setdefault(lane_of(step), []).append(step)
+        return [sorted(group.items(), key=lambda item: item[0] == MAIN_LANE) for group in groups]
+
     def _lifetimes(self) -> list[Lifetime]:
         first: dict[str, int] = {}
         last: dict[str, int] = {}
-        for position, step in enumerate(self.steps):
+        for time, step in zip(self.times, self.steps):
             for name in step.outputs:
-                first.setdefault(name, position)
+                first.setdefault(name, time)
             for name in step.inputs:
-                last[name] = position
+                last[name] = max(last.get(name, time), time)
         lifetimes = [Lifetime(name, spec.nbytes, first[name], max(last.get(name, first[name]), first[name]))
                      for name, spec in self.boundary.items()]
-        for position, step in enumerate(self.steps):
+        for time, step in zip(self.times, self.steps):
             if isinstance(step, ClaimedStep):
-                lifetimes.append(Lifetime(step.arena_name, step.program.arena_bytes, position, position))
+                lifetimes.append(Lifetime(step.arena_name, step.program.arena_bytes, time, time))
         return lifetimes
 
     def _context(self) -> RunContext:
@@ -123,16 +183,42 @@ class ExecutionPlan:
                      if self.tensors[name].static and name not in values and name not in (outputs or {})}
             values.update(fresh)
             values.update(outputs or {})
-            for step in self.steps:
-                if isinstance(step, ClaimedStep):
-                    self._run_claimed(step, context, values, step_seconds)
-                else:
-                    preallocated = {name: values[name] for name in step.outputs
-                                    if name in values and isinstance(values[name], np.ndarray)}
-                    step.segment.run(values, preallocated, run_options)
+            if self.waves is None:
+                self._run_steps(self.steps, context, values, run_options, step_seconds)
+            else:
+                self._run_waves(context, values, run_options, step_seconds)
             return {name: values[name] for name in self.graph_outputs}
         finally:
             self._pool.put(context)
+
+    def _run_steps(self, steps: list, context: RunContext, values: dict, run_options, step_seconds) -> None:
+        for step in steps:
+            if isinstance(step, ClaimedStep):
+                self._run_claimed(step, context, values, step_seconds)
+            elif isinstance(step, DeviceStep):
+                step.run(values)
+            else:
+                preallocated = {name: values[name] for name in step.outputs
+                                if name in values and isinstance(values[name], np.ndarray)}
+                step.segment.run(values, preallocated, run_options)
+
+    def _run_waves(self, context: RunContext, values: dict, run_options, step_seconds) -> None:
+        """Each wave: other lanes' steps to their worker threads, the main lane's here, then wait for all (even
+        after an error: the context goes back to the pool only when no worker still writes into its arena)."""
+        for group in self.waves:
+            futures = []
+            try:
+                for lane, steps in group:
+                    if lane == MAIN_LANE:
+                        self._run_steps(steps, context, values, run_options, step_seconds)
+                    else:
+                        futures.append(self._workers[lane].submit(self._run_steps, steps, context, values,
+                                                                  run_options, None))
+            finally:
+                errors = [future.exception() for future in futures]
+            for error in errors:
+                if error is not None:
+                    raise error
 
     def _run_claimed(self, step: ClaimedStep, context: RunContext, values: dict, step_seconds) -> None:
         addresses = []

@@ -81,6 +81,7 @@ class InferenceSession:
         if kwargs:
             raise TypeError(f"InferenceSession got unexpected arguments {sorted(kwargs)}")
         self._choice = parse_providers(providers, provider_options)
+        self._devices = self._choice.ortx.device_settings() if self._choice.use_ortx else None
         self._sess_options = sess_options if sess_options is not None else onnxruntime.SessionOptions()
         self._num_threads = thread_count(sess_options)
         # The user's model, checked and with every node named: the session's interface, and what ORT runs when
@@ -179,7 +180,8 @@ class InferenceSession:
             compiled = pipeline.compile_for_shapes(
                 self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
                 use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options(),
-                tuning=self._choice.ortx.tuning_settings(), precision=self._choice.ortx.precision)
+                tuning=self._choice.ortx.tuning_settings(), precision=self._choice.ortx.precision,
+                devices=self._devices)
             self._compiled[key] = compiled
             while len(self._compiled) > self._choice.ortx.max_specializations:
                 self._compiled.popitem(last=False)

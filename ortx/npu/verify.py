@@ -16,7 +16,7 @@ import onnx
 
 from ortx.ep.compile_nodes import compile_segment
 from ortx.ep.partition import partition
-from ortx.npu.compile import check_node, compile_nodes
+from ortx.npu.compile import CompiledStream, check_node, compile_nodes
 from ortx.npu.params import DEFAULT_PARAMS, NpuParams
 from ortx.npu.program import NpuProgram
 
@@ -28,6 +28,7 @@ class SegmentCheck:
     max_abs_difference: float
     totals: dict
     layers: tuple[dict, ...]
+    compiled: CompiledStream
 
 
 def prepared_graph(model: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]]):
@@ -61,7 +62,8 @@ def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
     for segment in partition(graph, claimed):
         expected = _run_cpu(segment, values)
         if segment.claimed:
-            program = NpuProgram(compile_nodes(segment.nodes, segment.inputs, segment.outputs, params))
+            compiled = compile_nodes(segment.nodes, segment.inputs, segment.outputs, params)
+            program = NpuProgram(compiled)
             inputs = [values[value.name] for value in segment.inputs]
             actual = [np.empty_like(array) for array in expected]
             program.run(inputs, actual)
@@ -70,7 +72,7 @@ def check_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray],
             difference = max((float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64)), initial=0.0))
                               for a, e in zip(actual, expected)), default=0.0)
             checks.append(SegmentCheck(tuple(node.name for node in segment.nodes), exact, difference, totals,
-                                       tuple(layers)))
+                                       tuple(layers), compiled))
         for value, array in zip(segment.outputs, expected):
             values[value.name] = array
     return checks

@@ -47,6 +47,7 @@ class PrecisionExplorer(widgets.VBox):
         self.latency_button.on_click(lambda _: self.measure_latency())
         self.export_button.on_click(lambda _: self.export())
         self.size_bytes = self.error = None
+        self._holding = False
         header = widgets.HTML(f"<b>{len(rows)} layers</b>, seeded by the search for budget {self.budget:g} "
                               f"({html.escape(self.setup.evaluator.metric_name)} on "
                               f"{len(self.setup.evaluator.samples)} samples)")
@@ -59,8 +60,25 @@ class PrecisionExplorer(widgets.VBox):
     def assignment(self) -> dict[str, str]:
         return {node: dropdown.value for node, dropdown in self.layers.items()}
 
+    def set_precisions(self, precisions: dict[str, str] | str) -> None:
+        """Sets several dropdowns (a dict node -> precision, or one precision for every layer) and measures once."""
+        if isinstance(precisions, str):
+            precisions = {node: precisions for node in self.layers}
+        unknown = sorted(set(precisions) - set(self.layers))
+        if unknown:
+            raise ValueError(f"set_precisions: unknown layer(s) {unknown[:5]}; the layers are the dropdowns' nodes")
+        self._holding = True
+        try:
+            for node, precision in precisions.items():
+                self.layers[node].value = precision
+        finally:
+            self._holding = False
+        self.update()
+
     def update(self) -> None:
         """Rebuilds the chosen mix and measures its size and error."""
+        if self._holding:
+            return
         model = self.setup.build(self.assignment)
         self.size_bytes = model.ByteSize()
         self.error = self.setup.error(self.assignment)

@@ -1,7 +1,7 @@
 """The tuning dashboard: `ortx tune` started and stopped from a notebook, watched live, its records applied.
 
 A thin view over ortx.tune.tune_model: Start runs it in a background thread (the notebook stays responsive) with the
-budget and threads from the controls; every search round updates the best-so-far plot (best ms against trials, per
+budget, trial limit and threads from the controls; every search round updates the best-so-far plot (best ms against trials, per
 task) and the task table; Stop ends the search before the next round (tune_model still validates what was found);
 Apply builds an ortx.InferenceSession that reads the new records (tuning "cached") and one with tuning "off", and
 shows both medians side by side.
@@ -29,8 +29,8 @@ class TaskProgress:
 class TuningDashboard(widgets.VBox):
     """`TuningDashboard("model.onnx", cache_dir=...)`; display it, press Start (or call `.start()` from code)."""
 
-    def __init__(self, model, *, input_shapes: dict | None = None, budget: str = "60s", threads: int = 2,
-                 cache_dir: str | None = None, mode: str = "quick"):
+    def __init__(self, model, *, input_shapes: dict | None = None, budget: str = "60s", trials: int = 0,
+                 threads: int = 2, cache_dir: str | None = None, mode: str = "quick"):
         from ortx.config import Options
         from ortx.model_io import load
         from ortx.optimize import random_feeds
@@ -51,6 +51,9 @@ class TuningDashboard(widgets.VBox):
         self._lock = threading.Lock()
 
         self.budget = widgets.Text(value=budget, description="budget", layout=widgets.Layout(width="160px"))
+        self.trials = widgets.BoundedIntText(value=trials, min=0, max=1_000_000, description="trials",
+                                             description_tooltip="stop after this many new measurements (0: no limit)",
+                                             layout=widgets.Layout(width="160px"))
         self.threads = widgets.BoundedIntText(value=threads, min=1, max=256, description="threads",
                                               layout=widgets.Layout(width="160px"))
         self.start_button = widgets.Button(description="Start", button_style="success", icon="play")
@@ -63,7 +66,7 @@ class TuningDashboard(widgets.VBox):
         self.start_button.on_click(lambda _: self.start())
         self.stop_button.on_click(lambda _: self.stop())
         self.apply_button.on_click(lambda _: self.apply())
-        controls = widgets.HBox([self.budget, self.threads, self.start_button, self.stop_button, self.apply_button])
+        controls = widgets.HBox([self.budget, self.trials, self.threads, self.start_button, self.stop_button, self.apply_button])
         super().__init__([controls, self.status, self.progress, self.plot, self.table])
 
     # Actions ------------------------------------------------------------------------------------------------------
@@ -83,8 +86,9 @@ class TuningDashboard(widgets.VBox):
         self.result = self.error = None
         self.start_button.disabled, self.stop_button.disabled, self.apply_button.disabled = True, False, True
         self.status.value = "starting"
-        self._thread = threading.Thread(target=self._run, args=(budget_seconds, self.threads.value), daemon=True,
-                                        name="ortx-tuning-dashboard")
+        self._thread = threading.Thread(target=self._run, args=(budget_seconds, self.trials.value or None,
+                                                                self.threads.value),
+                                        daemon=True, name="ortx-tuning-dashboard")
         self._thread.start()
 
     def stop(self) -> None:
@@ -126,14 +130,14 @@ class TuningDashboard(widgets.VBox):
         return self.session
 
     # The background thread ----------------------------------------------------------------------------------------
-    def _run(self, budget_seconds: float | None, threads: int) -> None:
+    def _run(self, budget_seconds: float | None, trials: int | None, threads: int) -> None:
         from ortx.tune.tune_model import tune_model
 
         started = time.perf_counter()
         try:
             self.result = tune_model(self.model, self.input_shapes, num_threads=threads, mode=self.mode,
                                      database_path=str(self.options.cache_dir / "tuning.sqlite"), jit=self.options,
-                                     budget_seconds=budget_seconds, started=started,
+                                     budget_seconds=budget_seconds, trials=trials, started=started,
                                      on_round=lambda report: self._on_round(report, budget_seconds, started),
                                      on_phase=self._on_phase, should_stop=self._stop.is_set)
             schedule = self.result.schedule

@@ -81,3 +81,35 @@ def test_a_dma_racing_compute_in_one_phase_is_rejected():
         _kernels.npu_simulate(encode(race), np.zeros(16, np.uint8), np.zeros(64, np.uint8))
     safe = Stream(race.params, 16, 64, (race.commands[0], command("BARRIER"), race.commands[1]))
     _kernels.npu_simulate(encode(safe), np.zeros(16, np.uint8), np.zeros(64, np.uint8))
+
+
+def test_vector_int8_add_with_requantization_matches_dequantize_add_quantize():
+    """VECTOR add of uint8 and int8 operands into uint8: what DequantizeLinear x2 -> Add -> QuantizeLinear compute
+    (ortx.quantization.integer, the CPU steps' arithmetic), on every pair of a seeded sample including saturation."""
+    from ortx.quantization.integer import dequantize, quantize
+
+    rng = np.random.default_rng(0)
+    count = 1000
+    a = rng.integers(0, 256, count).astype(np.uint8)
+    b = rng.integers(-128, 128, count).astype(np.int8)
+    scales, zeros = (np.float32(0.0123), np.float32(0.031), np.float32(0.02)), (131, -5, 7)
+    stream = Stream(NpuParams(rows=8, cols=8, sram_bytes=8192), 0, 4096, (
+        command("DMA_IN", region=1, dram=0, sram=0, rows=1, row_bytes=count, dram_stride=count, sram_stride=count),
+        command("DMA_IN", region=1, dram=1024, sram=1024, rows=1, row_bytes=count, dram_stride=count,
+                sram_stride=count),
+        command("BARRIER"),
+        command("VECTOR", op=1, count=count, a=0, a_kind=0, a_scale_f=scales[0], a_zero=zeros[0], b=1024, b_kind=1,
+                b_scale_f=scales[1], b_zero=zeros[1], output=2048, output_kind=0, output_scale_f=scales[2],
+                output_zero=zeros[2], qmin=0, qmax=255, activation=0, act_p0_f=0.0, act_p1_f=0.0),
+        command("BARRIER"),
+        command("DMA_OUT", region=1, dram=2048, sram=2048, rows=1, row_bytes=count, dram_stride=count,
+                sram_stride=count),
+    ))
+    work = np.zeros(4096, np.uint8)
+    work[:count] = a
+    work[1024:1024 + count] = b.view(np.uint8)
+    _kernels.npu_simulate(encode(stream), np.zeros(1, np.uint8), work)
+    total = dequantize(a, scales[0], zeros[0]) + dequantize(b, scales[1], zeros[1])
+    expected = quantize(total, scales[2], zeros[2], "uint8")
+    np.testing.assert_array_equal(work[2048:2048 + count], expected)
+    assert (expected == 255).any() and (expected == 0).any()

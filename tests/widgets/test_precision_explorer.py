@@ -41,8 +41,10 @@ def test_changing_a_layer_measures_the_model_again(explorer):
     explorer.layers[gemm].value = "int4"
     assert explorer.error > 0 and explorer.size_bytes < explorer.fp32_bytes
     assert "1 int4" in explorer.estimate.value
-    for node, precision in seeded.items():
-        explorer.layers[node].value = precision
+    explorer.set_precisions(seeded)
+    assert explorer.assignment == seeded
+    with pytest.raises(ValueError, match="unknown layer"):
+        explorer.set_precisions({"no_such_node": "int8"})
 
 
 def test_export_writes_the_chosen_model_and_latency_is_measured(explorer, tmp_path):

@@ -45,13 +45,12 @@ def check(node: ir.Node) -> str | None:
 
 def estimate_seconds(node: ir.Node) -> float:
     """Cycles of `node` compiled alone (its inputs and outputs in DRAM) at the NPU clock."""
-    from ortx.npu.compile import compile_nodes
+    from ortx.npu.compile import lower
     from ortx.npu.cost import stream_cycles
-    from ortx.npu.stream import decode
 
     inputs = [value for value in node.inputs if value is not None and value.const_value is None]
-    compiled = compile_nodes([node], inputs, list(node.outputs[:1]), DEFAULT_PARAMS)
-    return stream_cycles(decode(compiled.stream).commands, DEFAULT_PARAMS) / DEFAULT_PARAMS.clock_hz
+    _, commands, _ = lower([node], inputs, list(node.outputs[:1]), DEFAULT_PARAMS)
+    return stream_cycles(commands, DEFAULT_PARAMS) / DEFAULT_PARAMS.clock_hz
 
 
 def compile(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir.Value], *,  # noqa: A001 (the interface)

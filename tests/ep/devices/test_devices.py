@@ -21,8 +21,9 @@ def _conv_add_model(height=7, width=9):
         helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
         helper.make_node("Add", ["c", "b"], ["y"], name="add"),
     ]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width]),
-                                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 5, height, width])],
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, height, width]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 5, height, width])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, height, width])], [weight])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     return ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(model))
