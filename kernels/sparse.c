@@ -3,10 +3,14 @@
  * sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR.
  *   ints: the 20 conv ints of conv.h (workspace_threads unused), [20] block rows R (1 or 4).
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
- *   Steps per image: 1. the patch matrix B (Cin*KH*KW x OH*OW) by im2col into the workspace, in parallel over its
- *   rows, except for a 1x1, stride-1, unpadded conv, whose B is X as stored; 2. tasks = pixel tiles of
- *   ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD tasks per thread), each
- *   running the ISA's row kernel with the epilogue (bias, residual laid out as Y, activation) on its tile.
+ *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
+ *   Case 1x1 (stride 1, unpadded): as X is stored;
+ *   Case direct (other stride-1 convs): in place from zero-padded input planes (see conv_direct);
+ *   Case im2col (strided): built per 64-pixel tile in the thread's workspace slice when every thread gets two tiles
+ *   or more, else for the whole image, in parallel over its rows.
+ *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
+ *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
+ *   activation) on its tile.
  * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
  *   ints: M, N, K, lda, R, has_bias, activation, threads (unused). floats: param0, param1.
  *   buffers: A, values, cols, row_ptr, Y, workspace, bias.
@@ -40,7 +44,7 @@ void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin,
         for (int64_t r = 0; r < R; r++)
             for (int64_t t = 0; t < ncols; t++) acc[r][t] = 0.0f;
         for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
-            const float *x = b + (int64_t)w->cols[block] * ldb;
+            const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
             for (int64_t r = 0; r < R; r++) {
                 float value = w->values[(int64_t)block * R + r];
                 for (int64_t t = 0; t < ncols; t++) acc[r][t] += value * x[t];
@@ -85,49 +89,62 @@ typedef struct conv_job {
     ortx_sparse_epilogue epilogue;
     int64_t pixels, tiles, chunks;
     ortx_sparse_rows_fn rows;
+    /* Case direct (stride 1): the zero-padded input planes, the tap offsets and per-thread result tiles */
+    int64_t padded_rows, padded_width, padded_plane, virtual_pixels, temp_rows;
+    float *padded, *temps;
+    int32_t *offsets;
 } conv_job;
 
-/* Output columns [ox0, ox1) of output row oy of patch-matrix row (channel plane, ky, kx): zeros where the tap falls
- * in the padding, a (strided) copy of the input row in between, so the loop has no per-element branch. */
-static void patch_segment(const ortx_conv_params *p, const float *plane, int64_t ky, int64_t kx, int64_t oy,
-                          int64_t ox0, int64_t ox1, float *dst) {
-    int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
-    if (iy < 0 || iy >= p->in_height) {
-        memset(dst, 0, sizeof(float) * (ox1 - ox0));
-        return;
-    }
-    const float *row = plane + iy * p->in_width;
-    int64_t offset = kx * p->dilation_width - p->pad_left, s = p->stride_width;
-    /* valid ox: 0 <= ox*s + offset < in_width */
-    int64_t lo = offset >= 0 ? 0 : (-offset + s - 1) / s;
-    int64_t hi = p->in_width - 1 - offset < 0 ? 0 : (p->in_width - 1 - offset) / s + 1;
-    if (lo < ox0) lo = ox0;
-    if (hi > ox1) hi = ox1;
-    if (hi < lo) hi = lo;
-    int64_t j = ox0;
-    for (; j < lo; j++) dst[j - ox0] = 0.0f;
-    if (s == 1) {
-        memcpy(dst + (lo - ox0), row + lo + offset, sizeof(float) * (hi - lo));
-        j = hi;
-    } else {
-        for (; j < hi; j++) dst[j - ox0] = row[j * s + offset];
-    }
-    for (; j < ox1; j++) dst[j - ox0] = 0.0f;
-}
-
-/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd. */
+/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd.
+ * The pixel range is cut once into runs along output rows; per kernel column kx, the output columns whose tap lands
+ * inside the input row are one range [first[kx], last[kx]), so each run is zeros, a (strided) copy of the input row
+ * and zeros again, with no division or branch per element (at 64-pixel tiles the per-run overhead dominated). */
 static void patch_block(const ortx_conv_params *p, const float *input, int64_t k_begin, int64_t k_end, int64_t p0,
                         int64_t count, float *dst, int64_t ldd) {
-    int64_t taps = p->kernel_height * p->kernel_width;
+    const int64_t s = p->stride_width, kw = p->kernel_width, taps = p->kernel_height * kw;
+    int64_t runs = count / p->out_width + 2;
+    int64_t run_row[runs], run_begin[runs], run_end[runs], run_offset[runs], first[kw], last[kw];
+    int64_t run_count = 0;
+    for (int64_t pixel = p0; pixel < p0 + count; run_count++) {
+        int64_t oy = pixel / p->out_width, ox = pixel % p->out_width;
+        int64_t end = p->out_width - ox < p0 + count - pixel ? p->out_width : ox + (p0 + count - pixel);
+        run_row[run_count] = oy, run_begin[run_count] = ox, run_end[run_count] = end;
+        run_offset[run_count] = pixel - p0;
+        pixel += end - ox;
+    }
+    for (int64_t kx = 0; kx < kw; kx++) {  /* valid ox: 0 <= ox*s + offset < in_width */
+        int64_t offset = kx * p->dilation_width - p->pad_left;
+        first[kx] = offset >= 0 ? 0 : (-offset + s - 1) / s;
+        last[kx] = p->in_width - 1 - offset < 0 ? 0 : (p->in_width - 1 - offset) / s + 1;
+        if (last[kx] < first[kx]) last[kx] = first[kx];
+    }
+    int64_t channel = k_begin / taps, ky = k_begin % taps / kw, kx = k_begin % kw;
     for (int64_t k = k_begin; k < k_end; k++) {
-        int64_t channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
         const float *plane = input + channel * p->in_height * p->in_width;
+        const int64_t offset = kx * p->dilation_width - p->pad_left;
         float *row_dst = dst + (k - k_begin) * ldd;
-        for (int64_t pixel = p0; pixel < p0 + count;) {
-            int64_t oy = pixel / p->out_width, ox = pixel % p->out_width;
-            int64_t ox1 = p->out_width - ox < p0 + count - pixel ? p->out_width : ox + (p0 + count - pixel);
-            patch_segment(p, plane, ky, kx, oy, ox, ox1, row_dst + (pixel - p0));
-            pixel += ox1 - ox;
+        for (int64_t run = 0; run < run_count; run++) {
+            int64_t iy = run_row[run] * p->stride_height - p->pad_top + ky * p->dilation_height;
+            int64_t ox0 = run_begin[run], ox1 = run_end[run];
+            float *out = row_dst + run_offset[run] - ox0;  /* out[ox] for ox in [ox0, ox1) */
+            if (iy < 0 || iy >= p->in_height) {
+                for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;
+                continue;
+            }
+            const float *row = plane + iy * p->in_width + offset;
+            int64_t lo = first[kx] > ox0 ? first[kx] : ox0, hi = last[kx] < ox1 ? last[kx] : ox1;
+            if (hi < lo) hi = lo;
+            for (int64_t ox = ox0; ox < lo; ox++) out[ox] = 0.0f;
+            if (s == 1) {
+                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox];
+            } else {
+                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox * s];
+            }
+            for (int64_t ox = hi; ox < ox1; ox++) out[ox] = 0.0f;
+        }
+        if (++kx == kw) {
+            kx = 0;
+            if (++ky == p->kernel_height) ky = 0, channel++;
         }
     }
 }
@@ -172,6 +189,87 @@ static int conv_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
+/* Case direct: a stride-1 conv reads its patch matrix in place from zero-padded input planes (padded_rows x
+ * padded_width per channel). Output pixel (oy, ox) is "virtual pixel" v = oy * padded_width + ox, and patch row
+ * k = (c, ky, kx) of virtual pixel v is padded[offsets[k] + v] with offsets[k] = c * plane + ky*dh * padded_width +
+ * kx*dw: a tile of 64 consecutive virtual pixels is 64 consecutive floats of every patch row, so no im2col runs.
+ * Columns ox >= out_width are computed into the per-thread tile and not stored (waste (kw-1)*dw / padded_width). */
+static int conv_direct(const ortx_conv_params *p) {
+    return !conv_pointwise(p) && p->stride_height == 1 && p->stride_width == 1;
+}
+
+static void direct_geometry(const ortx_conv_params *p, conv_job *job) {
+    job->padded_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height;
+    job->padded_width = p->out_width + (p->kernel_width - 1) * p->dilation_width;
+    job->padded_plane = job->padded_rows * job->padded_width;
+    job->virtual_pixels = p->out_height * job->padded_width;
+}
+
+/* Floats of the direct case's workspace before the per-thread tiles: planes (+ a tile of slack), offsets. */
+static int64_t direct_shared_floats(const ortx_conv_params *p, const conv_job *job) {
+    int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
+    return ortx_round_up(p->in_channels * job->padded_plane + ORTX_SPARSE_TILE, 16) + ortx_round_up(depth, 16);
+}
+
+static void direct_fill(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const conv_job *job = context;
+    const ortx_conv_params *p = job->p;
+    for (int64_t channel = begin; channel < end; channel++) {
+        const float *plane = job->input + channel * p->in_height * p->in_width;
+        float *dst = job->padded + channel * job->padded_plane;
+        /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left); the rest are zeros */
+        int64_t lo = p->pad_left < job->padded_width ? p->pad_left : job->padded_width;
+        int64_t hi = p->pad_left + p->in_width < job->padded_width ? p->pad_left + p->in_width : job->padded_width;
+        for (int64_t r = 0; r < job->padded_rows; r++, dst += job->padded_width) {
+            int64_t iy = r - p->pad_top;
+            if (iy < 0 || iy >= p->in_height || hi <= lo) {
+                memset(dst, 0, sizeof(float) * job->padded_width);
+                continue;
+            }
+            memset(dst, 0, sizeof(float) * lo);
+            memcpy(dst + lo, plane + iy * p->in_width, sizeof(float) * (hi - lo));
+            memset(dst + hi, 0, sizeof(float) * (job->padded_width - hi));
+        }
+    }
+}
+
+static void direct_task(void *context, int64_t task, int thread_index) {
+    const conv_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const int64_t R = job->w.block_rows;
+    int64_t tile = task % job->tiles, begin, end;
+    chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
+    if (begin == end) return;
+    int64_t v0 = tile * ORTX_SPARSE_TILE;
+    int64_t ncols = job->virtual_pixels - v0 < ORTX_SPARSE_TILE ? job->virtual_pixels - v0 : ORTX_SPARSE_TILE;
+    float *temp = job->temps + (int64_t)thread_index * job->temp_rows * ORTX_SPARSE_TILE;
+    ortx_sparse_epilogue none = {NULL, NULL, 0, ORTX_ACT_NONE, 0.0f, 0.0f};
+    job->rows(&job->w, begin, end, job->padded + v0, 1, ncols, temp, ORTX_SPARSE_TILE, &none);
+    int64_t row_end = end * R < job->w.rows ? end * R : job->w.rows;
+    for (int64_t v = v0; v < v0 + ncols;) {  /* runs of valid output columns */
+        int64_t oy = v / job->padded_width, ox = v % job->padded_width;
+        int64_t run_end = (oy + 1) * job->padded_width < v0 + ncols ? (oy + 1) * job->padded_width : v0 + ncols;
+        int64_t count = ox < p->out_width ? (p->out_width - ox < run_end - v ? p->out_width - ox : run_end - v) : 0;
+        for (int64_t row = begin * R; row < row_end && count > 0; row++) {
+            const float *src = temp + (row - begin * R) * ORTX_SPARSE_TILE + (v - v0);
+            int64_t index = row * job->pixels + oy * p->out_width + ox;
+            float *out = job->output + index;
+            const float *residual = job->residual ? job->residual + index : NULL;
+            float bias = job->epilogue.bias ? job->epilogue.bias[row] : 0.0f;
+            for (int64_t j = 0; j < count; j++) out[j] = src[j] + bias + (residual ? residual[j] : 0.0f);
+            if (job->epilogue.activation == ORTX_ACT_RELU) {
+                for (int64_t j = 0; j < count; j++) out[j] = out[j] > 0.0f ? out[j] : 0.0f;
+            } else if (job->epilogue.activation != ORTX_ACT_NONE) {
+                for (int64_t j = 0; j < count; j++)
+                    out[j] = ortx_activation_scalar(job->epilogue.activation, out[j], job->epilogue.param0,
+                                                    job->epilogue.param1);
+            }
+        }
+        v = run_end;
+    }
+}
+
 /* Tiled patches (conv_tile_task) when every thread gets at least two tiles, else the whole patch matrix. */
 static int conv_tiled(const ortx_conv_params *p, int threads) {
     int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
@@ -186,6 +284,14 @@ static int conv_threads(const ortx_conv_params *p, int num_threads) {
 
 static int64_t conv_workspace_bytes(const ortx_conv_params *p) {
     if (conv_pointwise(p)) return 0;
+    if (conv_direct(p)) {
+        conv_job job = {0};
+        direct_geometry(p, &job);
+        int64_t threads = p->workspace_threads < 1 ? 1 : p->workspace_threads;
+        /* per-thread tiles: every row of the layer at most (4 rows of padding for 4x1 blocks) */
+        return (int64_t)sizeof(float) * (direct_shared_floats(p, &job) +
+                                         threads * ortx_round_up(p->out_channels, 4) * ORTX_SPARSE_TILE);
+    }
     int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
     int64_t whole = depth * p->out_height * p->out_width;
     int64_t tiles = 0;
@@ -199,7 +305,7 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
     int threads = conv_threads(&p, num_threads);
     conv_job job = {.p = &p, .patches = buffers[5], .rows = select_rows()};
     job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
-                                 ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3]};
+                                 ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, 0, (int)p.activation, p.param0,
                                           p.param1};
     job.pixels = p.out_height * p.out_width;
@@ -208,11 +314,31 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
     int64_t block_rows = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
     job.chunks = chunk_count(job.tiles, block_rows, threads);
     int pointwise = conv_pointwise(&p);
+    if (conv_direct(&p)) {
+        direct_geometry(&p, &job);
+        job.padded = buffers[5];
+        job.offsets = (int32_t *)((float *)buffers[5] + ortx_round_up(p.in_channels * job.padded_plane +
+                                                                      ORTX_SPARSE_TILE, 16));
+        job.temps = (float *)buffers[5] + direct_shared_floats(&p, &job);
+        job.temp_rows = ortx_round_up(p.out_channels, 4);
+        int64_t taps = p.kernel_height * p.kernel_width;
+        for (int64_t k = 0; k < job.w.depth; k++)
+            job.offsets[k] = (int32_t)(k / taps * job.padded_plane +
+                                       k % taps / p.kernel_width * p.dilation_height * job.padded_width +
+                                       k % p.kernel_width * p.dilation_width);
+        job.w.offsets = job.offsets;
+        job.tiles = (job.virtual_pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
+        job.chunks = chunk_count(job.tiles, block_rows, threads);
+    }
     for (int64_t image = 0; image < p.batch; image++) {
         job.input = (const float *)buffers[0] + image * p.in_channels * p.in_height * p.in_width;
         job.output = (float *)buffers[4] + image * p.out_channels * job.pixels;
         job.residual = p.has_residual ? (const float *)buffers[7] + image * p.out_channels * job.pixels : NULL;
-        if (pointwise) {
+        if (conv_direct(&p)) {
+            ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
+            ortx_parallel_for(threads, job.tiles * job.chunks, direct_task, &job);
+            continue;
+        } else if (pointwise) {
             job.b = job.input;
         } else if (conv_tiled(&p, threads)) {
             ortx_parallel_for(threads, job.tiles, conv_tile_task, &job);
@@ -240,14 +366,22 @@ typedef struct gemm_job {
 
 #define GEMM_STORE_ROWS 16
 
-static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16); }
+/* + 16: a row stride that is not a power of two, so TRANSPOSE_K consecutive rows fall in different cache sets. */
+static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) + 16; }
+
+/* A^T rows [TRANSPOSE_K * begin, TRANSPOSE_K * end): each token's run of TRANSPOSE_K features is read contiguously
+ * (reading one feature of every token hits one cache set M times when lda is a multiple of 1024). */
+#define TRANSPOSE_K 64
 
 static void transpose_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const gemm_job *job = context;
-    for (int64_t k = begin; k < end; k++) {
-        float *dst = job->transposed + k * job->ldt;
-        for (int64_t i = 0; i < job->M; i++) dst[i] = job->a[i * job->lda + k];
+    for (int64_t k0 = begin * TRANSPOSE_K; k0 < end * TRANSPOSE_K && k0 < job->K; k0 += TRANSPOSE_K) {
+        int64_t k1 = k0 + TRANSPOSE_K < job->K ? k0 + TRANSPOSE_K : job->K;
+        for (int64_t i = 0; i < job->M; i++) {
+            const float *src = job->a + i * job->lda;
+            for (int64_t k = k0; k < k1; k++) job->transposed[k * job->ldt + i] = src[k];
+        }
     }
 }
 
@@ -283,11 +417,12 @@ static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *cons
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
                     .transposed = buffers[5], .y = buffers[4], .rows = select_rows()};
     job.ldt = gemm_transposed_stride(job.M);
-    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3]};
+    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
-    ortx_parallel_range(threads, job.K, (int64_t)ORTX_TASKS_PER_THREAD * threads, transpose_rows, &job);
+    ortx_parallel_range(threads, (job.K + TRANSPOSE_K - 1) / TRANSPOSE_K, (int64_t)ORTX_TASKS_PER_THREAD * threads,
+                        transpose_rows, &job);
     ortx_parallel_for(threads, job.tiles * job.chunks, gemm_task, &job);
 }
 

@@ -24,6 +24,7 @@ typedef struct ortx_sparse_matrix {
     const float *values;
     const int32_t *cols;
     const int32_t *row_ptr;
+    const int32_t *offsets;  /* NULL: row k of B starts at b + k*ldb; else at b + offsets[k] (the direct conv) */
 } ortx_sparse_matrix;
 
 /* C[m, 0:ncols] = act(sum_k W[m, k] * B[k, 0:ncols] + bias[m] + residual[m, 0:ncols]) for the rows of block rows

@@ -18,7 +18,7 @@ ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline void half_rows(
         for (int v = 0; v < 4; v++) acc[r][v] = _mm256_setzero_ps();
     const float *values = w->values;
     for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
-        const float *x = b + (int64_t)w->cols[block] * ldb;
+        const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
         __m256 xv[4];
         for (int v = 0; v < 4; v++) xv[v] = full ? _mm256_loadu_ps(x + 8 * v) : _mm256_maskload_ps(x + 8 * v, masks[v]);
         for (int r = 0; r < R; r++) {

@@ -18,7 +18,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
         for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
     const float *values = w->values;
     for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
-        const float *x = b + (int64_t)w->cols[block] * ldb;
+        const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
         __m512 xv[4];
         for (int v = 0; v < 4; v++) xv[v] = full ? _mm512_loadu_ps(x + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x + 16 * v);
         for (int r = 0; r < R; r++) {

@@ -7,10 +7,14 @@
    machine's fingerprint and template SPARSE_TEMPLATE.
 3. Tuning "quick"/"full": the layer is compiled alone as dense, CSR (R=1) and 4x1-blocked CSR (R=4) programs and
    timed side by side (interleaved, QUICK_RUNS/FULL_RUNS runs each, medians recorded).
-4. Choice ("cached", "quick", "full"): the layer's own records (the latest measurement of each engine) decide.
+4. Choice ("cached", "quick", "full"): the layer's own records (the latest measurement of each engine) decide;
+   sparse wins only when its median is below MARGIN x dense's (a measurement on a busy host swings by more than the
+   gain of a near tie: at 50% zeros a 1-thread run at load 7 picked sparse for 9 of 21 ResNet layers without it).
    Without them, records of the same shape at other zero fractions give the crossover: sparse when sparse won at a
    fraction <= this one, dense when dense won at a fraction >= this one.
 5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more.
+OrtxEP's provider option "sparse" (SPARSE_OPTIONS): "auto" as above, "measure" runs step 3 whatever the tuning mode,
+"off" keeps every layer dense (ForcedPolicy; also what the measurement compiles each candidate with).
 Limits: the measurement runs the step interpreter (no JIT), single layers with random inputs (cache state of a
 whole network differs); bump SPARSE_TEMPLATE when the sparse kernels change, so old records stop deciding.
 """
@@ -32,7 +36,8 @@ MIN_ZEROS = 0.3
 # prior waits for 80%, so a layer without records is only made sparse where it very likely pays.
 PRIOR_MIN_ZEROS = 0.8
 SPARSE_TEMPLATE = "sparse_f32:1"
-QUICK_RUNS, FULL_RUNS = 7, 21
+QUICK_RUNS, FULL_RUNS = 11, 31
+MARGIN = 0.9
 MODES = ("off", "cached", "quick", "full")
 SPARSE_OPTIONS = ("auto", "measure", "off")  # OrtxEP's provider option "sparse" (ortx/ep/options.py)
 
@@ -126,25 +131,31 @@ def _latest_times(records) -> dict[SparseChoice, float]:
     return {choice: ms for choice, (_, ms) in latest.items()}
 
 
+def _winner(times: dict[SparseChoice, float]) -> SparseChoice | None:
+    """The fastest sparse engine when it beats dense by MARGIN, else dense; None without dense and a sparse time."""
+    dense = times.get(SparseChoice("dense"))
+    sparse = {choice: ms for choice, ms in times.items() if choice.engine == "sparse"}
+    if dense is None or not sparse:
+        return None
+    best = min(sparse, key=sparse.get)
+    return best if sparse[best] < MARGIN * dense else SparseChoice("dense")
+
+
 def recorded_choice(database, fingerprint: str, kind: str, shape_text: str, zeros: float,
                     num_threads: int) -> SparseChoice | None:
     """Step 4 of the module docstring; None when nothing recorded applies."""
-    own = _latest_times(database.records(signature(kind, shape_text, zeros, num_threads), fingerprint,
-                                         SPARSE_TEMPLATE))
-    if SparseChoice("dense") in own and len(own) > 1:
-        best = min(own, key=own.get)
-        return dataclasses.replace(best, source="record")
+    own = _winner(_latest_times(database.records(signature(kind, shape_text, zeros, num_threads), fingerprint,
+                                                 SPARSE_TEMPLATE)))
+    if own is not None:
+        return dataclasses.replace(own, source="record")
     prefix, suffix = f"sparse|{kind}|{shape_text}|z", f"|t{num_threads}"
     by_level: dict[float, dict] = {}
     for record in database.records(None, fingerprint, SPARSE_TEMPLATE):
         if record.signature.startswith(prefix) and record.signature.endswith(suffix):
             level = float(record.signature[len(prefix):-len(suffix)])
             by_level.setdefault(level, []).append(record)
-    winners = {}
-    for level, records in by_level.items():
-        times = _latest_times(records)
-        if SparseChoice("dense") in times and len(times) > 1:
-            winners[level] = min(times, key=times.get)
+    winners = {level: _winner(_latest_times(records)) for level, records in by_level.items()}
+    winners = {level: winner for level, winner in winners.items() if winner is not None}
     sparse_below = [(level, w) for level, w in winners.items() if w.engine == "sparse" and level <= zeros + 1e-9]
     if sparse_below:
         return dataclasses.replace(max(sparse_below, key=lambda item: item[0])[1], source="crossover")

@@ -2,8 +2,8 @@
 vs reference vs numpy/onnxruntime on random sparse weights, for every ISA this CPU has, 1 and 2 threads.
 
 Shapes include pixel/token tails that are not multiples of 8, 16, 32 or the 64-column tile, rows that are not a
-multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, both conv patch paths (tiled and whole
-image) and the 1x1 path that reads X in place.
+multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, every conv path (stride 1 direct from
+padded planes, im2col per tile and per image) and the 1x1 path that reads X in place.
 """
 from __future__ import annotations
 
@@ -148,10 +148,12 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
 
 @pytest.mark.parametrize("block_rows", [1, 4])
 @pytest.mark.parametrize("cin, cout, size, kernel, stride, pad, batch, dilation, zeros, fused", [
-    (16, 24, (9, 11), 3, 1, 1, 1, 1, 0.85, False),   # whole-image patches (2 tiles), tail of 35 pixels
+    (16, 24, (9, 11), 3, 1, 1, 1, 1, 0.85, False),   # stride 1: direct from padded planes, virtual-pixel tail
+    (6, 10, (40, 37), 3, 2, 1, 1, 1, 0.8, False),    # stride 2, 380 pixels: im2col per 64-pixel tile
     (8, 40, (20, 20), 1, 1, 0, 1, 1, 0.9, True),     # 1x1: X read in place; residual + Relu
-    (8, 37, (20, 21), 3, 2, 1, 2, 1, 0.7, True),     # stride 2, batch 2, rows not a multiple of 4
-    (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, False),     # dilation 2, tiled patches (7 tiles)
+    (8, 37, (20, 21), 3, 2, 1, 2, 1, 0.7, True),     # stride 2, batch 2, rows not a multiple of 4: whole-image
+    #                                                  patches (2 tiles)
+    (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, True),      # dilation 2, direct; residual + Relu in the scatter
     (3, 6, (5, 5), 3, 1, 1, 1, 1, 1.0, False),       # all-zero weights: bias only
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,

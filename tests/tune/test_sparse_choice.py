@@ -11,7 +11,7 @@ from ortx.ep.compile_nodes import infer_shapes
 from ortx.ep.options import parse_providers
 from ortx.tune.fingerprint import current
 from ortx.tune.records import TuningDatabase, TuningRecord
-from ortx.tune.sparse_choice import (PRIOR_MIN_ZEROS, SPARSE_TEMPLATE, SparseChoice, SparsePolicy, signature,
+from ortx.tune.sparse_choice import (MARGIN, PRIOR_MIN_ZEROS, SPARSE_TEMPLATE, SparseChoice, SparsePolicy, signature,
                                      zero_fraction)
 from tests import _models
 from tests.kernels.test_sparse import _conv_model
@@ -60,6 +60,9 @@ def test_records_override_the_prior_and_give_the_crossover(tmp_path):
     with TuningDatabase(path) as database:  # a later measurement replaces the earlier one
         _record(database, 0.9, {("dense", 1): 2.0, ("sparse", 1): 1.0}, created=2.0)
     assert policy.choose(node, "conv", SHAPE, 0.9, 2) == SparseChoice("sparse", 1, "record")
+    with TuningDatabase(path) as database:  # a near tie (within MARGIN) keeps dense
+        _record(database, 0.9, {("dense", 1): 1.0, ("sparse", 1): 0.95}, created=3.0)
+    assert policy.choose(node, "conv", SHAPE, 0.9, 2) == SparseChoice("dense", 1, "record")
 
 
 def test_quick_measures_and_records_every_engine(tmp_path):
@@ -72,9 +75,10 @@ def test_quick_measures_and_records_every_engine(tmp_path):
     assert sorted((row.schedule["engine"], row.schedule.get("block_rows", 1)) for row in rows) == [
         ("dense", 1), ("sparse", 1), ("sparse", 4)]
     assert all(row.status == "ok" and row.median_ms > 0 for row in rows)
-    fastest = min(rows, key=lambda row: row.median_ms)
-    assert (choice.engine, choice.block_rows) == (fastest.schedule["engine"], fastest.schedule.get("block_rows", 1))
-    assert choice.source == "record"
+    times = {(row.schedule["engine"], row.schedule.get("block_rows", 1)): row.median_ms for row in rows}
+    sparse_ms, block_rows = min((times[("sparse", r)], r) for r in (1, 4))
+    expected = ("sparse", block_rows) if sparse_ms < MARGIN * times[("dense", 1)] else ("dense", 1)
+    assert (choice.engine, choice.block_rows) == expected and choice.source == "record"
 
 
 def _pruned(model, zeros):
