@@ -16,6 +16,7 @@ import onnxruntime
 
 from ortx import pipeline
 from ortx.artifact import is_artifact, read_artifact
+from ortx.compile_artifact import ORT_DEVICE as ORT_LABEL
 from ortx.ep.assignment import Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
@@ -90,6 +91,10 @@ class InferenceSession:
         # weight is held once.
         # An ortx artifact (`ortx compile`) carries the graph after the passes, its placement and tuning records.
         self._artifact = read_artifact(path_or_bytes) if is_artifact(path_or_bytes) else None
+        if self._devices is not None and self._artifact is not None:  # follow its placement where this machine can
+            self._devices = dataclasses.replace(self._devices, preferred={
+                node: device for node, device in self._artifact.placement.items()
+                if device not in (ORT_LABEL, "(removed)")})
         proto = pipeline.load(self._artifact.model if self._artifact is not None else path_or_bytes)
         pipeline.name_nodes(proto)
         self._inputs = [_node_arg(info) for info in proto.graph.input
