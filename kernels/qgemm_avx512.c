@@ -219,8 +219,9 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epil
 }
 
 /* Rows are output channels, columns pixels. Pixel stride 1 (NCHW): each row's lanes go straight to the output.
- * Channel stride 1 (Gemm/MatMul rows): epilogue_channels. */
-ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
+ * Channel stride 1 (Gemm/MatMul rows): epilogue_channels. fp-contract off here too: epilogue_lanes is inlined into
+ * this body, and an FMA of the multiply and the residual add would round differently from the scalar epilogue. */
+ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
                                               int64_t cols, const int32_t *bias, const float *multiplier,
                                               void *output, int64_t offset, const float *residual, float p0,
                                               float p1) {
