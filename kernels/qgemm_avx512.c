@@ -9,6 +9,7 @@
  *   - epilogue rows with pixel stride 1: requantize (or scale, residual, Relu) 16 lanes at a time, narrowing with
  *     vpmovdb; the same operations as the scalar epilogue in the same order, so results are bitwise equal.
  * The AVX2 table uses the portable packing and epilogue, so forcing AVX2 in the tests checks those too. */
+#include "activation.h"
 #include "isa.h"
 #include "qgemm.h"
 
@@ -102,39 +103,122 @@ ORTX_TARGET_AVX512_VBMI static void pack_run_vbmi(const uint8_t *const source[4]
     if (t < count) ortx_qgemm_pack_scalar(source, stride, t, count - t, out);
 }
 
-/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu; at out32).
+/* 16 int32 lanes (in byte range) to bytes in a register. The empty asm keeps GCC from fusing vpmovdb with the
+ * store that follows into vpmovdb's memory form, which Zen 4 runs far slower (perf: 19% of the epilogue's samples
+ * on that one instruction in MobileNetV2). */
+ORTX_TARGET_AVX512 static inline __m128i narrow_bytes(__m512i lanes) {
+    __m128i bytes = _mm512_cvtepi32_epi8(lanes);
+    __asm__("" : "+v"(bytes));
+    return bytes;
+}
+
+/* One tile row's 16 lanes from column j: requantized bytes (stored at out8) or floats (+ residual, Relu or Clip
+ * between clip_low and clip_high; at out32).
  * fp-contract off: the multiply and the residual add round separately, as in the scalar epilogue. */
 ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"), always_inline)) static inline void epilogue_lanes(
-    const ortx_qconv_params *p, __m512i a, __m512 scale, __mmask16 mask, const float *residual, uint8_t *out8,
-    float *out32) {
+    const ortx_qconv_params *p, __m512i a, __m512 scale, __m512 clip_low, __m512 clip_high, __mmask16 mask,
+    const float *residual, uint8_t *out8, float *out32) {
     __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
     if (p->output_kind != 2) {
         __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
         __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
         value = _mm512_min_ps(_mm512_max_ps(value, low), high);
         __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), _mm512_set1_epi32((int32_t)p->y_zero_point));
-        _mm_mask_storeu_epi8(out8, mask, _mm512_cvtepi32_epi8(q));
+        _mm_mask_storeu_epi8(out8, mask, narrow_bytes(q));
         return;
     }
     if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, residual));
-    if (p->activation == 1) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    if (p->activation == ORTX_ACT_RELU) value = _mm512_max_ps(value, _mm512_setzero_ps());
+    /* Clip as the scalar x < p0 ? p0 : (x > p1 ? p1 : x): max/min return their second operand (x) on NaN and ties */
+    if (p->activation == ORTX_ACT_CLIP) value = _mm512_min_ps(clip_high, _mm512_max_ps(clip_low, value));
     _mm512_mask_storeu_ps(out32, mask, value);
 }
 
+/* Channel stride 1 (Gemm/MatMul rows, no residual), a tile of at most 8 rows: the rows finished as in
+ * epilogue_lanes into a local tile (floats, or the requantized int32 values), then 8x8 blocks transposed in
+ * registers and stored one pixel (8 channels, masked to `rows`) at a time. The scalar transposed copy-out this
+ * replaces took a third of the micro-kernel's time on BERT's K=256 GEMMs; a vpgatherdd per pixel was no better. */
+ORTX_TARGET_AVX512 static inline void transpose8x8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+}
+
+ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epilogue_channels(
+    const ortx_qconv_params *p, const int32_t *acc, int64_t rows, int64_t cols, const int32_t *bias,
+    const float *multiplier, void *output, int64_t offset, float p0, float p1) {
+    float tile[ORTX_QGEMM_MR * ORTX_QGEMM_NB] __attribute__((aligned(64)));
+    int quantized = p->output_kind != 2;
+    __m512 low = _mm512_set1_ps((float)(p->qmin - p->y_zero_point));
+    __m512 high = _mm512_set1_ps((float)(p->qmax - p->y_zero_point));
+    __m512 clip_low = _mm512_set1_ps(p0), clip_high = _mm512_set1_ps(p1);
+    __m512i zero_point = _mm512_set1_epi32((int32_t)p->y_zero_point);
+    for (int64_t i = 0; i < ORTX_QGEMM_MR; i++) {  /* rows past `rows` are finished too (never stored) */
+        __m512i b = _mm512_set1_epi32(i < rows ? bias[i] : 0);
+        __m512 scale = _mm512_set1_ps(i < rows ? multiplier[i] : 0.0f);
+        for (int64_t j = 0; j < cols; j += 16) {
+            __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * ORTX_QGEMM_NB + j), b);
+            __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(a), scale);
+            if (quantized) {
+                value = _mm512_min_ps(_mm512_max_ps(value, low), high);
+                value = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_cvtps_epi32(value), zero_point));
+            } else if (p->activation == ORTX_ACT_RELU) {
+                value = _mm512_max_ps(value, _mm512_setzero_ps());
+            } else if (p->activation == ORTX_ACT_CLIP) {
+                value = _mm512_min_ps(clip_high, _mm512_max_ps(clip_low, value));
+            }
+            _mm512_store_ps(tile + i * ORTX_QGEMM_NB + j, value);
+        }
+    }
+    __mmask8 mask = (__mmask8)((1u << rows) - 1);
+    for (int64_t j0 = 0; j0 < cols; j0 += 8) {
+        __m256 block[8];
+        for (int i = 0; i < 8; i++) block[i] = _mm256_load_ps(tile + i * ORTX_QGEMM_NB + j0);
+        transpose8x8(block);
+        for (int64_t j = j0; j < cols && j < j0 + 8; j++) {
+            int64_t index = offset + j * p->out_pixel_stride;
+            if (quantized) {
+                __m128i bytes = _mm256_cvtepi32_epi8(_mm256_castps_si256(block[j - j0]));
+                __asm__("" : "+v"(bytes));  /* as narrow_bytes: no vpmovdb to memory */
+                _mm_mask_storeu_epi8((uint8_t *)output + index, mask, bytes);
+            } else {
+                _mm256_mask_storeu_ps((float *)output + index, mask, block[j - j0]);
+            }
+        }
+    }
+}
+
 /* Rows are output channels, columns pixels. Pixel stride 1 (NCHW): each row's lanes go straight to the output.
- * Channel stride 1 (Gemm/MatMul rows): the tile is finished in a local buffer and copied out transposed. */
+ * Channel stride 1 (Gemm/MatMul rows): epilogue_channels. */
 ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const int32_t *acc, int64_t rows,
                                               int64_t cols, const int32_t *bias, const float *multiplier,
                                               void *output, int64_t offset, const float *residual, float p0,
                                               float p1) {
     int quantized = p->output_kind != 2;
     int direct = p->out_pixel_stride == 1, transposed = p->out_channel_stride == 1 && !residual;
-    if ((!direct && !transposed) || (!quantized && p->activation != 0 && p->activation != 1)) {
+    int vector_activation = p->activation == ORTX_ACT_NONE || p->activation == ORTX_ACT_RELU ||
+                            p->activation == ORTX_ACT_CLIP;
+    if ((!direct && !transposed) || (!quantized && !vector_activation)) {
         ortx_qgemm_epilogue_portable(p, acc, rows, cols, bias, multiplier, output, offset, residual, p0, p1);
         return;
     }
-    float tile32[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
-    uint8_t tile8[ORTX_QGEMM_MR * ORTX_QGEMM_NB];
+    if (!direct) {
+        epilogue_channels(p, acc, rows, cols, bias, multiplier, output, offset, p0, p1);
+        return;
+    }
+    __m512 clip_low = _mm512_set1_ps(p0), clip_high = _mm512_set1_ps(p1);
     for (int64_t i = 0; i < rows; i++) {
         __m512i b = _mm512_set1_epi32(bias[i]);
         __m512 scale = _mm512_set1_ps(multiplier[i]);
@@ -142,23 +226,8 @@ ORTX_TARGET_AVX512 static void epilogue_avx512(const ortx_qconv_params *p, const
         for (int64_t j = 0; j < cols; j += 16) {
             __mmask16 mask = cols - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cols - j)) - 1);
             __m512i a = _mm512_add_epi32(_mm512_loadu_si512(acc + i * ORTX_QGEMM_NB + j), b);
-            if (direct) {
-                epilogue_lanes(p, a, scale, mask, residual ? residual + row + j : NULL, (uint8_t *)output + row + j,
-                               (float *)output + row + j);
-            } else {
-                epilogue_lanes(p, a, scale, mask, NULL, tile8 + i * ORTX_QGEMM_NB + j, tile32 + i * ORTX_QGEMM_NB + j);
-            }
-        }
-    }
-    if (direct) return;
-    for (int64_t j = 0; j < cols; j++) {
-        int64_t index = offset + j * p->out_pixel_stride;
-        if (quantized) {
-            uint8_t *out = (uint8_t *)output + index;
-            for (int64_t i = 0; i < rows; i++) out[i] = tile8[i * ORTX_QGEMM_NB + j];
-        } else {
-            float *out = (float *)output + index;
-            for (int64_t i = 0; i < rows; i++) out[i] = tile32[i * ORTX_QGEMM_NB + j];
+            epilogue_lanes(p, a, scale, clip_low, clip_high, mask, residual ? residual + row + j : NULL,
+                           (uint8_t *)output + row + j, (float *)output + row + j);
         }
     }
 }
@@ -173,7 +242,7 @@ ORTX_TARGET_AVX512 int64_t ortx_quantize_avx512(const float *x, int64_t count, f
     for (; i + 16 <= count; i += 16) {
         __m512 value = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s), lo), hi);
         __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(value), z);
-        _mm_storeu_si128((__m128i *)((uint8_t *)y + i), _mm512_cvtepi32_epi8(q));
+        _mm_storeu_si128((__m128i *)((uint8_t *)y + i), narrow_bytes(q));
     }
     return i;
 }
@@ -218,12 +287,54 @@ ORTX_TARGET_AVX512 static void depthwise_row_avx512(const ortx_qconv_params *p, 
     }
 }
 
+/* Depthwise row for 3-wide kernels (no horizontal dilation, stride 1 or 2) with VNNI and VBMI: per kernel row, one
+ * 64-byte load of the plane row, one vpermb that gives each of 16 output lanes its three input bytes (x[s*j],
+ * x[s*j + 1], x[s*j + 2], and a fourth whose weight is 0), one vpdpbusd with the row's three taps broadcast: three
+ * instructions per tap row where the widening path above needs twelve. The 64-byte loads stay inside the plane's
+ * 64 bytes of slack. Exact int32 sums, so equal to the portable row. */
+static const uint8_t triple_stride1[64] __attribute__((aligned(64))) = {
+    0, 1, 2, 0, 1, 2, 3, 0, 2, 3, 4, 0, 3, 4, 5, 0, 4, 5, 6, 0, 5, 6, 7, 0, 6, 7, 8, 0, 7, 8, 9, 0,
+    8, 9, 10, 0, 9, 10, 11, 0, 10, 11, 12, 0, 11, 12, 13, 0, 12, 13, 14, 0, 13, 14, 15, 0, 14, 15, 16, 0,
+    15, 16, 17, 0};
+static const uint8_t triple_stride2[64] __attribute__((aligned(64))) = {
+    0, 1, 2, 0, 2, 3, 4, 0, 4, 5, 6, 0, 6, 7, 8, 0, 8, 9, 10, 0, 10, 11, 12, 0, 12, 13, 14, 0, 14, 15, 16, 0,
+    16, 17, 18, 0, 18, 19, 20, 0, 20, 21, 22, 0, 22, 23, 24, 0, 24, 25, 26, 0, 26, 27, 28, 0, 28, 29, 30, 0,
+    30, 31, 32, 0};
+#define ORTX_TARGET_AVX512_VNNI_VBMI \
+    __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
+
+ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_params *p, const uint8_t *plane,
+                                                            int64_t plane_width, const int32_t *taps, int64_t oh,
+                                                            int32_t *acc) {
+    if (p->kernel_width != 3 || p->dilation_width != 1 || p->stride_width > 2 || p->kernel_height > 8) {
+        depthwise_row_avx512(p, plane, plane_width, taps, oh, acc);
+        return;
+    }
+    __m512i order = _mm512_load_si512(p->stride_width == 1 ? triple_stride1 : triple_stride2);
+    __m512i weights[8];
+    for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+        const int32_t *t = taps + kh * 3;
+        weights[kh] = _mm512_set1_epi32((int32_t)((uint32_t)(t[0] & 0xff) | (uint32_t)(t[1] & 0xff) << 8 |
+                                                  (uint32_t)(t[2] & 0xff) << 16));
+    }
+    const uint8_t *top = plane + oh * p->stride_height * plane_width;
+    for (int64_t ow = 0; ow < p->out_width; ow += 16) {
+        __m512i sum = _mm512_setzero_si512();
+        for (int64_t kh = 0; kh < p->kernel_height; kh++) {
+            const uint8_t *x = top + kh * p->dilation_height * plane_width + ow * p->stride_width;
+            __m512i triples = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x));
+            sum = _mm512_dpbusd_epi32(sum, triples, weights[kh]);
+        }
+        _mm512_storeu_si512(acc + ow, sum);
+    }
+}
+
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
                                                    .depthwise_row = depthwise_row_avx512};
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = micro_avx512_vnni,
                                                    .pack_run = pack_run_vbmi, .epilogue = epilogue_avx512,
-                                                   .depthwise_row = depthwise_row_avx512};
+                                                   .depthwise_row = depthwise_row_vbmi};
 
 #else
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = ortx_qgemm_micro_portable,

@@ -106,7 +106,8 @@ def compile_artifact(source, output: str | os.PathLike, *, provider_options: dic
         options.intra_op_num_threads = num_threads
         ort = pipeline.OrtSettings(options, ["CPUExecutionProvider"], [{}])
         compiled = pipeline.compile_for_shapes(prepared, shapes, ort, num_threads=num_threads,
-                                               jit=None, tuning=None, precision=choice.ortx.precision)
+                                               jit=None, tuning=None, precision=choice.ortx.precision,
+                                               devices=choice.ortx.device_settings())
         for row in compiled.assignment:
             placement[row.name] = device_label(row)
             reasons[row.name] = row.reason

@@ -140,6 +140,8 @@ class DeviceSettings:
 
     devices: tuple = (CPU_DEVICE,)
     forced: dict = dataclasses.field(default_factory=dict)  # node name -> device name
+    preferred: dict = dataclasses.field(default_factory=dict)  # node name -> device, followed where possible
+    #                                                             (a compiled artifact's placement, ortx.artifact)
 
 
 def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_threads: int,
@@ -155,7 +157,7 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
     excluded: dict[str, set[str]] = {}
     for _ in range(MAX_COMPILE_ROUNDS):
         placed = place(model.graph, decisions, list(devices.devices), forced=devices.forced, excluded=excluded,
-                       fused_from_key=FUSED_FROM_KEY)
+                       fused_from_key=FUSED_FROM_KEY, preferred=devices.preferred)
         segments = partition(model.graph, placed.labels)
         programs, device_programs = {}, {}
         failed = False

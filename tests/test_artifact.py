@@ -157,3 +157,30 @@ def test_an_artifact_compiled_here_runs_on_a_machine_with_another_isa(lstm_model
     for value, want in zip(got, reference.run(None, feeds)):
         assert_close(value, want, what=f"artifact output with kernels capped at {isa}")
     assert read_artifact(output).manifest["compiled_on"]["kernel_isa"] == _kernels.cpu_isa()
+
+
+def test_the_stored_placement_is_followed_where_the_device_exists_and_reassigned_where_not(tmp_path):
+    from tests.ep.test_qdq import _qdq_conv_model
+
+    model = _qdq_conv_model(activation="Relu")
+    output = tmp_path / "int8.ortx"
+    compile_artifact(model, output, provider_options={"devices": "npu,cpu",
+                                                      "placement": {"conv": "npu", "quantize_x": "npu"}})
+    stored = read_artifact(output).placement
+    assert "npu" in stored.values()
+    value = model.graph.input[0]
+    shape = [dim.dim_value for dim in value.type.tensor_type.shape.dim]
+    feeds = {value.name: np.random.default_rng(3).uniform(-1, 1, shape).astype(np.float32)}
+    outputs = {}
+    for devices in ("npu,cpu", "cpu"):  # this machine has the NPU / a machine without it
+        session = ortx.InferenceSession(str(output), providers=PROVIDERS,
+                                        provider_options=[{"devices": devices, "tuning": "off"}, {}])
+        outputs[devices] = session.run(None, feeds)
+        rows = {row.name: row for row in session.assignment}
+        for name, device in stored.items():
+            if device == "npu":
+                assert rows[name].device == ("npu" if devices == "npu,cpu" else "cpu")
+        followed = [row for row in rows.values() if "as the compiled artifact placed it" in row.reason]
+        assert bool(followed) == (devices == "npu,cpu")
+    for with_npu, without in zip(outputs["npu,cpu"], outputs["cpu"]):
+        assert np.array_equal(with_npu, without)  # the NPU simulator is bit-exact with the CPU int8 kernels

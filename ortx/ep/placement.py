@@ -80,8 +80,10 @@ def _capability(graph: ir.Graph, decisions: dict[str, Decision], devices: list[D
     return table
 
 
-def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str) -> dict[str, str]:
-    """User node name -> graph node name (a node the passes fused is found through the fused node's sources)."""
+def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str, *,
+                  strict: bool = True) -> dict[str, str]:
+    """User node name -> graph node name (a node the passes fused is found through the fused node's sources);
+    a name not found is an error when `strict`, else left out."""
     names = {node.name for node in graph}
     sources = {}
     for node in graph:
@@ -93,7 +95,7 @@ def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str) 
             found[name] = name
         elif name in sources:
             found[name] = sources[name]
-        else:
+        elif strict:
             raise ValueError(f"OrtxEP option placement: node {name!r} is not in the graph after the graph passes "
                              f"(removed or renamed); its nodes: {sorted(names)[:20]}")
     return found
@@ -234,9 +236,11 @@ def _refine(nodes: list[ir.Node], labels: dict[str, str], candidates: dict[str, 
 
 def place(graph: ir.Graph, decisions: dict[str, Decision], devices: list[Device], *,
           forced: dict[str, str] | None = None, excluded: dict[str, set[str]] | None = None,
-          fused_from_key: str = "ortx.fused_from") -> Placement:
+          fused_from_key: str = "ortx.fused_from", preferred: dict[str, str] | None = None) -> Placement:
     """`decisions`: the CPU's capability decisions; `excluded`: node -> devices it must not go to (compile errors).
-    Raises ValueError for a forced placement that cannot hold."""
+    `preferred`: node -> device from a compiled artifact (ortx.artifact): followed where that device is selected
+    and can run the node, else the node is placed as any other. Raises ValueError for a forced placement that
+    cannot hold."""
     forced = forced or {}
     excluded = excluded or {}
     names = [device.name for device in devices]
@@ -251,10 +255,19 @@ def place(graph: ir.Graph, decisions: dict[str, Decision], devices: list[Device]
                 capability[name][device] = "compile error on this device"
     forced_labels = _apply_forced(graph, forced, devices, capability, fused_from_key)
     candidates = {name: [device for device in names if not row[device]] for name, row in capability.items()}
+    followed = {}
+    for user_name, node_name in _forced_nodes(graph, preferred or {}, fused_from_key, strict=False).items():
+        device = (preferred or {})[user_name]
+        if node_name not in forced_labels and device in candidates.get(node_name, ()):
+            candidates[node_name] = [device]
+            followed[node_name] = device
     nodes = list(graph)
     costs = _CostModel(devices)
     labels, reasons, makespan = _schedule(nodes, candidates, forced_labels, costs)
     _refine(nodes, labels, candidates, forced_labels, costs, reasons)
+    for name, device in followed.items():
+        if labels.get(name) == device:
+            reasons.setdefault(name, f"on {device} as the compiled artifact placed it")
     for name, label in labels.items():
         if label == ORT and name not in reasons:
             reasons[name] = "; ".join(f"{device}: {row}" for device, row in capability[name].items())

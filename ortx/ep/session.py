@@ -16,6 +16,7 @@ import onnxruntime
 
 from ortx import pipeline
 from ortx.artifact import is_artifact, read_artifact
+from ortx.compile_artifact import ORT_DEVICE as ORT_LABEL
 from ortx.ep.assignment import Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
@@ -90,6 +91,10 @@ class InferenceSession:
         # weight is held once.
         # An ortx artifact (`ortx compile`) carries the graph after the passes, its placement and tuning records.
         self._artifact = read_artifact(path_or_bytes) if is_artifact(path_or_bytes) else None
+        if self._devices is not None and self._artifact is not None:  # follow its placement where this machine can
+            self._devices = dataclasses.replace(self._devices, preferred={
+                node: device for node, device in self._artifact.placement.items()
+                if device not in (ORT_LABEL, "(removed)")})
         proto = pipeline.load(self._artifact.model if self._artifact is not None else path_or_bytes)
         pipeline.name_nodes(proto)
         self._inputs = [_node_arg(info) for info in proto.graph.input
@@ -236,6 +241,17 @@ class InferenceSession:
         compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
         results = compiled.plan.run(feeds, run_options)
         return [_as_numpy(results[name]) for name in names]
+
+    def segment_times(self, input_feed, *, runs: int = 10):
+        """Median wall time per segment (ortx.ep.profile.SegmentTime: device, nodes, ms) over `runs` runs of
+        these inputs: where the time goes across OrtxEP's CPU kernels, other devices and ORT."""
+        from ortx.ep.profile import segment_times
+
+        if self._whole is not None:
+            raise RuntimeError("segment_times: ORT runs this whole model; there are no segments to time")
+        feeds = self._checked_feeds(input_feed)
+        compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
+        return segment_times(compiled, feeds, runs=runs)
 
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         if self._whole is not None:

@@ -52,7 +52,7 @@ class TuningDashboard(widgets.VBox):
 
         self.budget = widgets.Text(value=budget, description="budget", layout=widgets.Layout(width="160px"))
         self.trials = widgets.BoundedIntText(value=trials, min=0, max=1_000_000, description="trials",
-                                             description_tooltip="stop after this many new measurements (0: no limit)",
+                                             tooltip="stop after this many new measurements (0: no limit)",
                                              layout=widgets.Layout(width="160px"))
         self.threads = widgets.BoundedIntText(value=threads, min=1, max=256, description="threads",
                                               layout=widgets.Layout(width="160px"))

@@ -34,9 +34,22 @@ LENGTHS = [1, 2, 3, 4, 5, 7, 8, 12, 15, 17, 30, 31, 37, 49, 60, 97, 100, 127, 21
            2048, 4096, 4099, 8192, 12000, 16000, 16383, 16384]
 
 
+ISAS = [isa for isa in ("portable", "avx2", "avx512") if _kernels.ISA_NAMES.index(isa) <=
+        _kernels.ISA_NAMES.index(_kernels.cpu_isa())]
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    """Every instruction set this CPU has (the stages have a portable and an AVX2 build, fft_stages.h)."""
+    best = _kernels.cpu_isa()
+    _kernels.force_isa(request.param)
+    yield request.param
+    _kernels.force_isa(best)
+
+
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("complex_input", [False, True])
-def test_forward_and_inverse_match_numpy(n, complex_input):
+def test_forward_and_inverse_match_numpy(n, complex_input, isa):
     rng = np.random.default_rng(n)
     x = rng.standard_normal((3, n, 1, 2 if complex_input else 1)).astype(np.float32)
     signal = as_complex(x)[:, :, 0]
@@ -48,7 +61,7 @@ def test_forward_and_inverse_match_numpy(n, complex_input):
 
 
 @pytest.mark.parametrize("n", [6, 16, 17, 64, 100, 101])
-def test_fast_matches_reference_kernel(n):
+def test_fast_matches_reference_kernel(n, isa):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((2, n, 3, 2)).astype(np.float32)
     fast, ref = dft(x, n), dft(x, n, use_ref=True)

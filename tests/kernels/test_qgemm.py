@@ -48,7 +48,8 @@ def quantized(rng, shape, dtype, low=None, high=None):
 
 
 def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, strides=(1, 1), pads=(0, 0, 0, 0),
-              dilations=(1, 1), out_size, residual=None, activation=0, threads=1, use_ref=False, gemm=False, group=1):
+              dilations=(1, 1), out_size, residual=None, activation=0, threads=1, use_ref=False, gemm=False, group=1,
+              activation_params=(0.0, 0.0)):
     """Calls qconv2d_i8 as the lowering does; conv: qx [N, C, H, W], qw [M, C, KH, KW]; gemm: qx [rows, K]."""
     signed = int(qx.dtype == np.int8)
     out_kind = {"uint8": 0, "int8": 1, "float32": 2}[y_dtype]
@@ -72,7 +73,7 @@ def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, st
     y = np.full(out_shape, 7, dtype=y_dtype)
     workspace = np.empty(int(sizes[0]) + 64, np.uint8)
     residual_buffer = residual if residual is not None else y
-    _kernels.call(plan.kernel, ints, [0.0, 0.0],
+    _kernels.call(plan.kernel, ints, list(activation_params),
                   [np.ascontiguousarray(qx), packed, effective_bias(plan), multiplier, y, workspace, residual_buffer],
                   num_threads=threads, use_ref=use_ref)
     return y
@@ -121,8 +122,8 @@ def test_qconv_quantized_output_bitexact(isa, case, x_dtype, zx):
     assert saturated and interior
 
 
-@pytest.mark.parametrize("relu", [False, True])
-def test_qconv_float_output_with_residual(isa, relu):
+@pytest.mark.parametrize("activation", ["none", "relu", "clip"])
+def test_qconv_float_output_with_residual(isa, activation):
     rng = np.random.default_rng(5)
     qx = quantized(rng, (1, 12, 9, 11), "uint8")
     qw = quantized(rng, (19, 12, 3, 3), "int8", -127, 127)
@@ -131,10 +132,16 @@ def test_qconv_float_output_with_residual(isa, relu):
     multiplier = requantization_multiplier(np.float32(0.01), rng.uniform(0.001, 0.002, 19).astype(np.float32))
     residual = rng.standard_normal((1, 19, *out_size)).astype(np.float32)
     expected = acc.astype(np.float32) * multiplier.reshape(-1, 1) + residual.reshape(1, 19, -1)
-    expected = (np.maximum(expected, 0) if relu else expected).reshape(1, 19, *out_size)
+    if activation == "relu":
+        expected = np.maximum(expected, 0)
+    elif activation == "clip":  # bounds inside the values' range, so both clamp sides are hit
+        expected = np.minimum(np.maximum(expected, np.float32(-0.5)), np.float32(0.75))
+    expected = expected.reshape(1, 19, *out_size)
+    code = {"none": 0, "relu": 1, "clip": 3}[activation]
     for threads, use_ref in ((1, False), (2, False), (1, True)):
         actual = run_qconv(qx, 128, qw, bias, multiplier, y_dtype="float32", pads=(1, 1, 1, 1), out_size=out_size,
-                           residual=residual, activation=int(relu), threads=threads, use_ref=use_ref)
+                           residual=residual, activation=code, threads=threads, use_ref=use_ref,
+                           activation_params=(-0.5, 0.75))
         np.testing.assert_array_equal(actual, expected)
 
 
@@ -195,11 +202,13 @@ def test_qgemm_matrix_input(isa, rows, depth, channels, x_dtype, zx):
         actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="uint8", zy=3, qmin=0, qmax=255, out_size=None,
                            threads=threads, use_ref=use_ref, gemm=True)
         np.testing.assert_array_equal(actual, expected)
-        for relu in (0, 1):  # float output, rows x channels (the transposed epilogue)
-            actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="float32", out_size=None, activation=relu,
-                               threads=threads, use_ref=use_ref, gemm=True)
-            values = acc.T.astype(np.float32) * multiplier.reshape(-1, 1)
-            np.testing.assert_array_equal(actual, (np.maximum(values, 0) if relu else values).T)
+        values = acc.T.astype(np.float32) * multiplier.reshape(-1, 1)
+        clip = (np.float32(-1.5), np.float32(2.0))
+        for code, want in ((0, values), (1, np.maximum(values, 0)), (3, np.minimum(np.maximum(values, clip[0]), clip[1]))):
+            # float output, rows x channels (the transposed epilogue); Clip (3) between -1.5 and 2
+            actual = run_qconv(qx, zx, qw, bias, multiplier, y_dtype="float32", out_size=None, activation=code,
+                               threads=threads, use_ref=use_ref, gemm=True, activation_params=clip)
+            np.testing.assert_array_equal(actual, want.T)
 
 
 @pytest.mark.parametrize("dtype,zero", [("uint8", 0), ("uint8", 200), ("int8", -128), ("int8", 7)])

@@ -88,3 +88,43 @@ def test_compiled_front_end_matches_ort_from_a_worker_thread():
     assert_close(outputs[0], expected_spectrum, what="STFT on the DSP vs ORT")
     assert_close(outputs[1], expected_mel, what="MelWeightMatrix on the DSP vs ORT")
     assert program.stats()["runs"] == 1
+
+
+def _session(model, **options):
+    import onnxruntime
+
+    import ortx
+
+    session_options = onnxruntime.SessionOptions()
+    session_options.intra_op_num_threads = 2
+    return ortx.InferenceSession(model.SerializeToString(), session_options,
+                                 providers=["OrtxEP", "CPUExecutionProvider"], provider_options=[options, {}])
+
+
+def _ort(model, feeds):
+    import onnxruntime
+
+    from ortx.model_io import to_ort_bytes
+
+    return onnxruntime.InferenceSession(to_ort_bytes(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_session_with_dsp_claims_the_signal_ops_and_matches_ort():
+    model = _log_mel_model()
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, [1, 97, 64]))
+    feeds = {"audio": np.random.default_rng(9).standard_normal((1, 16000, 1)).astype(np.float32)}
+    session = _session(model, devices="dsp,cpu")
+    devices = {row.op_type: row.device for row in session.assignment}
+    assert devices["STFT"] == "dsp"
+    assert_close(session.run(None, feeds)[0], _ort(model, feeds)[0], what="log-mel through OrtxEP (dsp,cpu)")
+    # without the DSP, OrtxEP declines STFT and ORT runs it
+    assert {row.op_type: row.device for row in _session(model, devices="cpu").assignment}["STFT"] != "dsp"
+
+
+def test_forcing_a_non_signal_node_onto_the_dsp_names_node_device_and_reason():
+    import pytest
+
+    model = _log_mel_model()
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, [1, 97, 64]))
+    with pytest.raises(Exception, match=r"(?s)project.*dsp.*not a DSP op"):
+        _session(model, devices="dsp,cpu", placement="project:dsp")

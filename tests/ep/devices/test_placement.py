@@ -64,3 +64,12 @@ def test_parse_placement():
     assert parse_placement({"a": "CPU"}) == {"a": "cpu"}
     with pytest.raises(ValueError, match="'a' is not NODE:DEVICE"):
         parse_placement("a")
+
+
+def test_preferred_placement_is_followed_where_the_device_can_run_the_node():
+    graph = _graph()  # tiny tensors: left alone, the cost model keeps everything on the CPU
+    placed = place(graph, assign(graph), [numpy_device_a.DEVICE, cpu.CPU],
+                   preferred={"a1": "numpya", "a2": "numpya", "conv": "numpya", "gone": "numpya"})
+    assert placed.labels["a1"] == placed.labels["a2"] == "numpya"
+    assert placed.reasons["a1"] == "on numpya as the compiled artifact placed it"
+    assert placed.labels["conv"] == "cpu"  # numpya cannot run Conv: placed as usual

@@ -1,0 +1,233 @@
+"""DSP offload (issue #7): OrtxEP with devices "dsp,cpu" vs ONNX Runtime CPU on DFTs and an STFT log-mel front end.
+
+Usage: python benchmarks/dsp.py [--rounds 12] [--threads 2] [--quiet-wait 60] [--silero DIR_OR_WHEEL] [--no-write]
+Cases (seeded random inputs): DFT (opset 17) of 1024..16384 points, batch 4, real input one-sided and complex
+input full; one non-power-of-two length (16000) where ORT runs a naive O(n^2) DFT; the log-mel front end (1 s of
+16 kHz audio, n_fft 512, hop 160, Hann window, power, 80-bin MelWeightMatrix MatMul, Log); with --silero, the
+silero-vad 16 kHz model (its If branch for sr=16000 as a static graph; its front end is a Conv1d-as-STFT).
+Both sessions use the same intra-op thread count and run interleaved in blocks (one uncounted switch-over run,
+then ortx.measure.BLOCK counted runs) after warm-up; the ratio is OrtxEP's median / ORT's median, and its range
+is over the rounds' block medians. Output error: max |OrtxEP - ORT| / max |ORT| (ORT's own naive DFT is the less
+accurate one at 16000 points; see tests/dsp/test_ops.py). Writes BENCHMARKS.md's "DSP offload" section.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import ortx  # noqa: E402
+from benchmarks._report import write_section  # noqa: E402
+from benchmarks.kernels import wait_for_quiet  # noqa: E402
+from ortx.measure import BLOCK  # noqa: E402
+from ortx.model_io import to_ort_bytes  # noqa: E402
+
+HEADING = "DSP offload (issue #7)"
+DFT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
+BATCH = 4
+SILERO_FRONT_END = "node_Conv_29"  # silero_vad_op18_ifless.onnx (silero-vad 6.2.3): Conv(1 -> 258, k 256, s 128)
+
+
+def dft_model(n: int, complex_input: bool) -> onnx.ModelProto:
+    node = helper.make_node("DFT", ["x"], ["y"], name="dft", axis=1, onesided=0 if complex_input else 1)
+    graph = helper.make_graph([node], "dft", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                            [BATCH, n, 2 if complex_input else 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             [BATCH, n if complex_input else n // 2 + 1, 2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def log_mel_model(samples=16000, n_fft=512, hop=160, mel_bins=80) -> onnx.ModelProto:
+    """STFT (HannWindow) -> |X|^2 -> MelWeightMatrix MatMul -> Log, the usual speech front end."""
+    constants = [numpy_helper.from_array(np.array(value, dtype), name) for name, value, dtype in [
+        ("n_fft", n_fft, np.int64), ("hop", hop, np.int64), ("mel_bins", mel_bins, np.int64),
+        ("rate", 16000, np.int64), ("low", 20.0, np.float32), ("high", 7600.0, np.float32),
+        ("last", [-1], np.int64), ("eps", 1e-6, np.float32)]]
+    nodes = [
+        helper.make_node("HannWindow", ["n_fft"], ["window"], name="window"),
+        helper.make_node("STFT", ["audio", "hop", "window"], ["spectrum"], name="stft", onesided=1),
+        helper.make_node("Mul", ["spectrum", "spectrum"], ["squares"], name="square"),
+        helper.make_node("ReduceSum", ["squares", "last"], ["power"], name="power", keepdims=0),
+        helper.make_node("MelWeightMatrix", ["mel_bins", "n_fft", "rate", "low", "high"], ["mel"], name="mel"),
+        helper.make_node("MatMul", ["power", "mel"], ["mel_power"], name="project"),
+        helper.make_node("Add", ["mel_power", "eps"], ["floored"], name="floor"),
+        helper.make_node("Log", ["floored"], ["log_mel"], name="log"),
+    ]
+    graph = helper.make_graph(nodes, "log_mel", [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
+                                                                               [1, samples, 1])],
+                              [helper.make_tensor_value_info("log_mel", TensorProto.FLOAT,
+                                                             [1, (samples - n_fft) // hop + 1, mel_bins])], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def silero_model_path(location: str) -> str:
+    """silero_vad_op18_ifless.onnx from a directory, an unpacked wheel or the wheel itself."""
+    if location.endswith(".whl"):
+        directory = tempfile.mkdtemp(prefix="silero_")
+        with zipfile.ZipFile(location) as wheel:
+            wheel.extractall(directory)
+        location = directory
+    found = glob.glob(os.path.join(location, "**", "silero_vad_op18_ifless.onnx"), recursive=True)
+    if not found:
+        raise SystemExit(f"--silero {location}: no silero_vad_op18_ifless.onnx inside")
+    return found[0]
+
+
+def silero_16k_model(path: str, samples: int = 576) -> onnx.ModelProto:
+    """The model's sr == 16000 If branch as a static graph: input [1, 512 + 64 context], state [2, 1, 128]."""
+    outer = onnx.load(path)
+    branch = next(attribute.g for attribute in outer.graph.node[-1].attribute if attribute.name == "then_branch")
+    used = {name for node in branch.node for name in node.input if name}
+    nodes = list(branch.node) + [helper.make_node("Identity", [branch.output[0].name], ["output"]),
+                                 helper.make_node("Identity", [branch.output[1].name], ["stateN"])]
+    graph = helper.make_graph(
+        nodes, "silero_vad_16k",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, samples]),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 1, 128])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 1]),
+         helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, 1, 128])],
+        [tensor for tensor in outer.graph.initializer if tensor.name in used])
+    model = helper.make_model(graph, opset_imports=outer.opset_import)
+    model.ir_version = outer.ir_version
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+
+
+def feeds_for(model: onnx.ModelProto) -> dict:
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for info in model.graph.input:
+        shape = [d.dim_value for d in info.type.tensor_type.shape.dim]
+        feeds[info.name] = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    return feeds
+
+
+def sessions(model: onnx.ModelProto, threads: int, placement: str = ""):
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    ort_session = onnxruntime.InferenceSession(to_ort_bytes(model), options, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    ortx_session = ortx.InferenceSession(model.SerializeToString(), options,
+                                         providers=["OrtxEP", "CPUExecutionProvider"],
+                                         provider_options=[{"devices": "dsp,cpu", "placement": placement}, {}])
+    return ort_session, ortx_session
+
+
+def interleaved(ort_session, ortx_session, feeds: dict, rounds: int) -> tuple[list[float], list[float]]:
+    """Per round, each engine's block median (ms)."""
+    for session in (ort_session, ortx_session):
+        for _ in range(3):
+            session.run(None, feeds)
+    ort_blocks, ortx_blocks = [], []
+    for _ in range(rounds):
+        for session, blocks in ((ort_session, ort_blocks), (ortx_session, ortx_blocks)):
+            session.run(None, feeds)  # switch-over run, not counted
+            times = []
+            for _ in range(BLOCK):
+                start = time.perf_counter()
+                session.run(None, feeds)
+                times.append((time.perf_counter() - start) * 1e3)
+            blocks.append(statistics.median(times))
+    return ort_blocks, ortx_blocks
+
+
+def measure(name: str, model: onnx.ModelProto, placement: str, args) -> dict:
+    ort_session, ortx_session = sessions(model, args.threads, placement)
+    feeds = feeds_for(model)
+    expected = ort_session.run(None, feeds)
+    actual = ortx_session.run(None, feeds)
+    error = max(float(np.max(np.abs(a - e))) / max(float(np.max(np.abs(e))), 1e-30) for a, e in zip(actual, expected))
+    on_dsp = ortx_session.assignment.by_device().get("dsp", 0)
+    quiet = args.quiet_wait <= 0 or wait_for_quiet(args.quiet_wait)
+    load = os.getloadavg()[0]
+    ort_blocks, ortx_blocks = interleaved(ort_session, ortx_session, feeds, args.rounds)
+    ratios = [x / o for x, o in zip(ortx_blocks, ort_blocks)]
+    row = {"name": name, "ort_ms": statistics.median(ort_blocks), "ortx_ms": statistics.median(ortx_blocks),
+           "ratio": statistics.median(ortx_blocks) / statistics.median(ort_blocks), "low": min(ratios),
+           "high": max(ratios), "error": error, "on_dsp": on_dsp, "nodes": len(model.graph.node),
+           "load": load, "quiet": quiet}
+    print(f"{name:28s} ORT {row['ort_ms']:8.3f} ms  OrtxEP(dsp,cpu) {row['ortx_ms']:8.3f} ms  ratio "
+          f"{row['ratio']:.3f} ({row['low']:.3f}-{row['high']:.3f})  error {error:.1e}  dsp nodes {on_dsp}/"
+          f"{row['nodes']}  load {load:.1f}", flush=True)
+    return row
+
+
+def cases(args):
+    for n in DFT_LENGTHS:
+        yield f"DFT real {BATCH}x{n} onesided", dft_model(n, False), ""
+        yield f"DFT complex {BATCH}x{n}", dft_model(n, True), ""
+    yield f"DFT real {BATCH}x16000 onesided", dft_model(16000, False), ""
+    yield "log-mel front end (1 s)", log_mel_model(), ""
+    if args.silero:
+        silero = silero_16k_model(silero_model_path(args.silero))
+        yield "silero-vad 16k, placed by cost", silero, ""
+        # its front end, a Conv1d-as-STFT (258 filters of 256 taps, stride 128), forced onto the DSP
+        yield "silero-vad 16k, front end on dsp", silero, f"{SILERO_FRONT_END}:dsp"
+
+
+def section(rows: list[dict], args) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    powers = [row for row in rows if row["name"].startswith("DFT") and "16000" not in row["name"]]
+    front = [row for row in rows if row["name"].startswith("log-mel")]
+    lines = [
+        f"`python benchmarks/dsp.py --rounds {args.rounds} --threads {args.threads}` on {commit}, "
+        f"{datetime.date.today().isoformat()}: OrtxEP with `devices=\"dsp,cpu\"` against ORT CPU, both at "
+        f"{args.threads} intra-op threads, interleaved blocks of {BLOCK} runs after a switch-over run; ratio = "
+        f"OrtxEP median / ORT median (range over {args.rounds} rounds' block medians). Host load (1 min) "
+        f"{min(r['load'] for r in rows):.1f}-{max(r['load'] for r in rows):.1f} on 2 cores shared with other jobs.",
+        "",
+        "| case | ORT ms | OrtxEP (dsp,cpu) ms | ratio (range) | nodes on the DSP | max error / max|ORT| |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(f"| {row['name']} | {row['ort_ms']:.3f} | {row['ortx_ms']:.3f} | {row['ratio']:.2f} "
+                     f"({row['low']:.2f}-{row['high']:.2f}) | {row['on_dsp']} of {row['nodes']} | "
+                     f"{row['error']:.1e} |")
+    lines.append("")
+    if powers:
+        worst = max(row["ratio"] for row in powers)
+        lines.append(f"DFTs of 1024-16384 points: ratios {min(r['ratio'] for r in powers):.2f}-{worst:.2f} "
+                     f"(goal <= 0.5: {'met' if worst <= 0.5 else 'not met'} on every length).")
+    if front:
+        lines.append(f"Log-mel front end: ratio {front[0]['ratio']:.2f} (goal <= 0.5: "
+                     f"{'met' if front[0]['ratio'] <= 0.5 else 'not met'}).")
+    lines.append("ORT runs a radix-2 FFT for powers of two and a naive O(n^2) DFT otherwise (the 16000-point row), "
+                 "one transform at a time; the DSP runs ortx's planned mixed-radix FFT (kernels/fft.c), real input "
+                 "through a half-length complex FFT, batched over the session's threads.")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quiet-wait", type=float, default=60.0,
+                        help="seconds to wait for an idle host before each case (0: don't wait)")
+    parser.add_argument("--silero", help="silero-vad wheel, or a directory holding silero_vad_op18_ifless.onnx")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = parser.parse_args()
+    rows = [measure(name, model, placement, args) for name, model, placement in cases(args)]
+    text = section(rows, args)
+    print(text)
+    if not args.no_write:
+        write_section(os.path.join(ROOT, "BENCHMARKS.md"), HEADING, text)
+
+
+if __name__ == "__main__":
+    main()
