@@ -115,8 +115,8 @@ def section(results: list[dict], args) -> str:
         "profiling and before/after the timed rounds). Micro-batches of batch 1; throughput = micro-batches / wall s, "
         "median over rounds (range); the ratio is the pipeline's throughput over the other engine's, per round "
         "(the engines ran side by side in each round), median (range). OrtxEP tuning 'off' everywhere; each stage "
-        "process has 1 intra-op thread, so '1 process, 1 thread' is the like-for-like per-core comparison and '1 process, 2 "
-        "threads' gives the one process both cores. Goal: >= 1.6x.",
+        "process has 1 intra-op thread, so '1 process, 1 thread' is the like-for-like per-core comparison and "
+        "'1 process, 2 threads' gives the one process both cores. Goal: >= 1.6x.",
         "",
         "| model | stage costs (measured) | cut bytes | 1 proc 1 thread | 1 proc 2 threads | 2 stage procs | "
         "vs 1 thread | vs 2 threads | outputs |",
