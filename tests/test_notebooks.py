@@ -67,3 +67,12 @@ def test_quantization_notebook_quantizes_and_explores_precisions():
     explorer = namespace["explorer"]
     assert set(explorer.assignment.values()) == {"int8"}  # the last cell put every layer at int8
     assert explorer.error > 0 and os.path.exists(namespace["mixed_path"])
+
+
+def test_memory_and_partitioning_notebook_shows_the_arena_and_a_mixed_partition():
+    namespace = _run("04_memory_and_partitioning.ipynb")
+    memory = namespace["memory"]
+    assert memory.selected.nbytes == max(t.nbytes for t in memory.report.segments[0].tensors)
+    partition = namespace["partition"]
+    assert {time.device for time in partition.times} == {"npu", "cpu"}
+    assert namespace["same"] is True
