@@ -93,8 +93,8 @@ def measure(name: str, path: str, shape, args) -> dict:
               "identical": identical}
     for label, values in throughput.items():
         print(f"  {label}: {statistics.median(values):.1f} micro-batches/s ({min(values):.1f}-{max(values):.1f})")
-    print(f"  load at split {split_load:.2f}, timed rounds {before:.2f} -> {after:.2f}; outputs bitwise identical: {identical} (max abs {error:.3g})",
-          flush=True)
+    print(f"  load at split {split_load:.2f}, timed rounds {before:.2f} -> {after:.2f}; outputs bitwise identical: "
+          f"{identical} (max abs {error:.3g})", flush=True)
     return result
 
 
@@ -112,11 +112,11 @@ def section(results: list[dict], args) -> str:
     lines = [
         f"`python benchmarks/pipeline.py --micro-batches {args.micro_batches} --rounds {args.rounds}` on {commit}, "
         f"{datetime.date.today()}, 2 cores, host load {min(loads):.2f}-{max(loads):.2f} (1-min average at the split's "
-        "profiling and before/after the timed rounds). Micro-batches of batch 1; throughput = micro-batches / wall s, median over rounds "
-        "(range); the ratio is the pipeline's throughput over the other engine's, per round (the engines ran "
-        "side by side in each round), median (range). OrtxEP tuning 'off' everywhere; each stage process has 1 "
-        "intra-op thread, so '1 process, 1 thread' is the like-for-like per-core comparison and '1 process, 2 "
-        "threads' gives the one process both cores. Goal: >= 1.6x.",
+        "profiling and before/after the timed rounds). Micro-batches of batch 1; throughput = micro-batches / wall s, "
+        "median over rounds (range); the ratio is the pipeline's throughput over the other engine's, per round "
+        "(the engines ran side by side in each round), median (range). OrtxEP tuning 'off' everywhere; each stage "
+        "process has 1 intra-op thread, so '1 process, 1 thread' is the like-for-like per-core comparison and "
+        "'1 process, 2 threads' gives the one process both cores. Goal: >= 1.6x.",
         "",
         "| model | stage costs (measured) | cut bytes | 1 proc 1 thread | 1 proc 2 threads | 2 stage procs | "
         "vs 1 thread | vs 2 threads | outputs |",

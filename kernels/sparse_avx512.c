@@ -17,7 +17,25 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
     for (int r = 0; r < R; r++)
         for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
     const float *values = w->values;
-    for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
+    int32_t block = w->row_ptr[block_row];
+    if (R == 1) {  /* two nonzeros per step into two accumulator sets: 8 independent FMA chains, not 4 */
+        __m512 other[4];
+        for (int v = 0; v < 4; v++) other[v] = _mm512_setzero_ps();
+        for (; block + 1 < w->row_ptr[block_row + 1]; block += 2) {
+            const float *x0 = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
+            const float *x1 = b + (w->offsets ? (int64_t)w->offsets[w->cols[block + 1]]
+                                              : (int64_t)w->cols[block + 1] * ldb);
+            __m512 w0 = _mm512_set1_ps(values[block]), w1 = _mm512_set1_ps(values[block + 1]);
+            for (int v = 0; v < 4; v++) {
+                __m512 a = full ? _mm512_loadu_ps(x0 + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x0 + 16 * v);
+                __m512 c = full ? _mm512_loadu_ps(x1 + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x1 + 16 * v);
+                acc[0][v] = _mm512_fmadd_ps(w0, a, acc[0][v]);
+                other[v] = _mm512_fmadd_ps(w1, c, other[v]);
+            }
+        }
+        for (int v = 0; v < 4; v++) acc[0][v] = _mm512_add_ps(acc[0][v], other[v]);
+    }
+    for (; block < w->row_ptr[block_row + 1]; block++) {
         const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
         __m512 xv[4];
         for (int v = 0; v < 4; v++) xv[v] = full ? _mm512_loadu_ps(x + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x + 16 * v);

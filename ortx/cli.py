@@ -197,6 +197,13 @@ def _write_partition_svg(args, model) -> int:
     return 0
 
 
+def _format_bytes(count: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
 def _format_rate(value: float, unit: str) -> str:
     return f"{value / 1e9:.1f} G{unit}/s"
 
@@ -206,7 +213,7 @@ def render_devices(devices, *, ops: bool = True) -> str:
     for device in devices:
         peaks = ", ".join(f"{dtype} {_format_rate(peak, 'op')}" for dtype, peak in device.peak_ops_per_second.items())
         lines += [f"{device.name} ({device.kind}): {device.description}",
-                  f"  memory {device.memory_bytes / 2**30:.1f} GiB, bandwidth "
+                  f"  memory {_format_bytes(device.memory_bytes)}, bandwidth "
                   f"{_format_rate(device.bandwidth_bytes_per_second, 'B')}, peak {peaks}",
                   f"  compiler {device.compiler}; backend {device.backend}",
                   f"  {len(device.ops)} ops" + (":" if ops else "")]

@@ -4,6 +4,20 @@ import tempfile
 from tests import _summary
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-browser", action="store_true",
+                     help="also run the tests marked browser (Voila + headless Chromium; see tests/browser)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--run-browser"):
+        return
+    browser = [item for item in items if item.get_closest_marker("browser")]
+    if browser:  # deselected, not skipped: they need a browser CI does not have
+        config.hook.pytest_deselected(items=browser)
+        items[:] = [item for item in items if not item.get_closest_marker("browser")]
+
+
 def pytest_configure(config):
     # The JIT cache of a test run lives and dies with the run, never in the user's ~/.cache/ortx.
     if "ORTX_CACHE_DIR" not in os.environ:

@@ -190,6 +190,8 @@ def _schedule(nodes: list[ir.Node], candidates: dict[str, list[str]], forced: di
             reasons[node.name] = f"forced onto {label} (provider option placement)"
         elif len(options) > 1:
             reasons[node.name] = f"{label}: earliest estimated finish of {', '.join(options)}"
+        elif label != ORT:
+            reasons[node.name] = f"{label}: the only selected device that runs it"
     return labels, reasons, max(finish.values(), default=0.0)
 
 
@@ -267,7 +269,7 @@ def place(graph: ir.Graph, decisions: dict[str, Decision], devices: list[Device]
     _refine(nodes, labels, candidates, forced_labels, costs, reasons)
     for name, device in followed.items():
         if labels.get(name) == device:
-            reasons.setdefault(name, f"on {device} as the compiled artifact placed it")
+            reasons[name] = f"on {device} as the compiled artifact placed it"
     for name, label in labels.items():
         if label == ORT and name not in reasons:
             reasons[name] = "; ".join(f"{device}: {row}" for device, row in capability[name].items())

@@ -19,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import queue
+import time
 
 import numpy as np
 
@@ -127,6 +128,7 @@ class ExecutionPlan:
         self.num_threads = num_threads
         self.use_reference_kernels = use_reference_kernels
         self.boundary = self._boundary_tensors()
+        self._positions = {id(step): position for position, step in enumerate(steps)}
         lanes = {lane_of(step) for step in steps}
         # Time in the lifetimes: the step's position with one lane, its wave with several (see the module doc).
         self.times = list(range(len(steps))) if lanes <= {MAIN_LANE} else waves_of(steps)
@@ -172,8 +174,10 @@ class ExecutionPlan:
             return RunContext(self.memory_plan, self.boundary)
 
     def run(self, feeds: dict[str, np.ndarray], run_options=None, step_seconds: dict | None = None,
-            outputs: dict[str, np.ndarray] | None = None) -> dict:
-        """`outputs` optionally gives the arrays to write graph outputs into (shapes and dtypes as planned)."""
+            outputs: dict[str, np.ndarray] | None = None, segment_seconds: dict | None = None) -> dict:
+        """`outputs` optionally gives the arrays to write graph outputs into (shapes and dtypes as planned).
+        `step_seconds` accumulates seconds per kernel step's node name (JIT'd CPU segments), `segment_seconds` the
+        wall time per plan step index (a whole segment: CPU, device or ORT)."""
         context = self._context()
         try:
             values: dict = dict(feeds)
@@ -184,25 +188,35 @@ class ExecutionPlan:
             values.update(fresh)
             values.update(outputs or {})
             if self.waves is None:
-                self._run_steps(self.steps, context, values, run_options, step_seconds)
+                self._run_steps(self.steps, context, values, run_options, step_seconds, segment_seconds)
             else:
-                self._run_waves(context, values, run_options, step_seconds)
+                self._run_waves(context, values, run_options, step_seconds, segment_seconds)
             return {name: values[name] for name in self.graph_outputs}
         finally:
             self._pool.put(context)
 
-    def _run_steps(self, steps: list, context: RunContext, values: dict, run_options, step_seconds) -> None:
+    def _run_steps(self, steps: list, context: RunContext, values: dict, run_options, step_seconds,
+                   segment_seconds=None) -> None:
         for step in steps:
-            if isinstance(step, ClaimedStep):
-                self._run_claimed(step, context, values, step_seconds)
-            elif isinstance(step, DeviceStep):
-                step.run(values)
-            else:
-                preallocated = {name: values[name] for name in step.outputs
-                                if name in values and isinstance(values[name], np.ndarray)}
-                step.segment.run(values, preallocated, run_options)
+            if segment_seconds is None:
+                self._run_step(step, context, values, run_options, step_seconds)
+                continue
+            start = time.perf_counter()
+            self._run_step(step, context, values, run_options, step_seconds)
+            position = self._positions[id(step)]
+            segment_seconds[position] = segment_seconds.get(position, 0.0) + time.perf_counter() - start
 
-    def _run_waves(self, context: RunContext, values: dict, run_options, step_seconds) -> None:
+    def _run_step(self, step, context: RunContext, values: dict, run_options, step_seconds) -> None:
+        if isinstance(step, ClaimedStep):
+            self._run_claimed(step, context, values, step_seconds)
+        elif isinstance(step, DeviceStep):
+            step.run(values)
+        else:
+            preallocated = {name: values[name] for name in step.outputs
+                            if name in values and isinstance(values[name], np.ndarray)}
+            step.segment.run(values, preallocated, run_options)
+
+    def _run_waves(self, context: RunContext, values: dict, run_options, step_seconds, segment_seconds) -> None:
         """Each wave: other lanes' steps to their worker threads, the main lane's here, then wait for all (even
         after an error: the context goes back to the pool only when no worker still writes into its arena)."""
         for group in self.waves:
@@ -210,10 +224,10 @@ class ExecutionPlan:
             try:
                 for lane, steps in group:
                     if lane == MAIN_LANE:
-                        self._run_steps(steps, context, values, run_options, step_seconds)
+                        self._run_steps(steps, context, values, run_options, step_seconds, segment_seconds)
                     else:
                         futures.append(self._workers[lane].submit(self._run_steps, steps, context, values,
-                                                                  run_options, None))
+                                                                  run_options, None, segment_seconds))
             finally:
                 errors = [future.exception() for future in futures]
             for error in errors:

@@ -242,6 +242,17 @@ class InferenceSession:
         results = compiled.plan.run(feeds, run_options)
         return [_as_numpy(results[name]) for name in names]
 
+    def segment_times(self, input_feed, *, runs: int = 10):
+        """Median wall time per segment (ortx.ep.profile.SegmentTime: device, nodes, ms) over `runs` runs of
+        these inputs: where the time goes across OrtxEP's CPU kernels, other devices and ORT."""
+        from ortx.ep.profile import segment_times
+
+        if self._whole is not None:
+            raise RuntimeError("segment_times: ORT runs this whole model; there are no segments to time")
+        feeds = self._checked_feeds(input_feed)
+        compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
+        return segment_times(compiled, feeds, runs=runs)
+
     def run_with_ort_values(self, output_names, input_dict_ort_values, run_options=None):
         if self._whole is not None:
             return self._whole.run_with_ort_values(output_names, input_dict_ort_values, run_options)

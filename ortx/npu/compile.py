@@ -1,7 +1,7 @@
 """The NPU compiler: claimed nodes -> one command stream (ortx/npu/stream.py), the DRAM image and its layout.
 
 1. DRAM (ortx/npu/dram.py): constants (weight matrices [M][K] row-major, int32 biases, fp32 multipliers) in
-   region 0; every tensor the segment reads or writes at its own aligned range of the work region 1.
+   region 0; the tensors the segment reads and writes in region 1 at offsets the memory planner reuses.
 2. Each node lowers to work items (loads, compute, stores) run double-buffered (ortx/npu/schedule.py):
    Case QConv (ai.ortx, fuse_qdq's int8 Conv/Gemm/MatMul): a tiled GEMM (ortx/npu/gemm.py); REQUANT with
    integer.py's arithmetic (float output with residual and Relu/Clip as the CPU kernel).
@@ -21,7 +21,7 @@ from ortx.ep.lowering.conv import Declined
 from ortx.ep.lowering.elementwise import _clip_bounds
 from ortx.ep.lowering.qdq import _dequantize_plan, _qconv_plan, _quantize_plan
 from ortx.ep.macs import node_macs
-from ortx.npu.dram import ALIGN, Dram, NpuUnsupported, TensorPlace, aligned
+from ortx.npu.dram import ALIGN, Dram, NpuUnsupported, TensorPlace, aligned, plan_work
 from ortx.npu.gemm import QCONV_FIELDS, lower_qconv
 from ortx.npu.params import DEFAULT_PARAMS, NpuParams
 from ortx.npu.schedule import WorkItem, double_buffered
@@ -110,6 +110,11 @@ def _check_max_pool(node: ir.Node, params: NpuParams) -> str | None:
 
 def check_node(node: ir.Node, params: NpuParams = DEFAULT_PARAMS) -> str | None:
     """None when the NPU runs `node`, else the reason (naming the op and the attribute or tensor at fault)."""
+    data = [node.inputs[index] for index in ((0, 8) if node.op_type == "QConv" else (0, 1) if node.op_type == "Add"
+                                             else (0,)) if index < len(node.inputs) and node.inputs[index] is not None]
+    constant = next((value.name for value in data if value.const_value is not None), None)
+    if constant is not None:
+        return f"{node.op_type}: input {constant!r} is a constant (the NPU reads computed tensors only)"
     if node.domain == "ai.ortx" and node.op_type == "QConv":
         return _check_qconv(node, params)
     if node.domain not in ("", "ai.onnx"):
@@ -230,7 +235,7 @@ def _lowering(node: ir.Node):
 def lower(nodes: list[ir.Node], inputs: list[ir.Value], outputs: list[ir.Value],
           params: NpuParams = DEFAULT_PARAMS) -> tuple[Dram, list, list[Layer]]:
     """(the DRAM layout, the commands, the layers) of `nodes` in topological order, before encoding."""
-    dram = Dram()
+    dram = Dram(*plan_work(nodes, inputs, outputs))
     for value in inputs:
         dram.tensor(value)
     commands, layers = [], []

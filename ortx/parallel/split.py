@@ -50,7 +50,7 @@ def split(model: ModelSource, stages: int, *, sample_inputs: Mapping[str, np.nda
                          f"{len(nodes)} nodes after the level-{level} passes)")
     if sample_inputs is not None:
         costs = measured_costs(graph_model, dict(sample_inputs))
-        source = "measured (ortx step timings, ORT's profiler for nodes ORT runs; 1 thread, median of runs)"
+        source = "measured (ortx step timings, ORT's profiler for nodes ORT runs; 1 thread, fastest of runs)"
     else:
         costs = estimated_costs(graph_model)
         source = "estimated from MACs (no sample inputs)"

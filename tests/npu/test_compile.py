@@ -9,7 +9,9 @@ from onnx import TensorProto
 
 from ortx.ep.devices import npu as npu_device
 from ortx.npu.compile import NpuUnsupported, check_node, compile_nodes
+from ortx.memory.lifetimes import check_no_overlap
 from ortx.npu.cost import stream_cycles
+from ortx.npu.dram import plan_work
 from ortx.npu.params import NpuParams
 from ortx.npu.stream import decode
 from ortx.npu.verify import check_model, prepared_graph
@@ -140,3 +142,28 @@ def test_depthwise_with_a_short_last_chunk_bit_exact():
     checks = check_model(quantized, _feeds(quantized))
     _assert_exact(checks)
     assert any(layer["op_type"] == "QConv" for check in checks for layer in check.layers)
+
+
+def test_work_region_reuses_freed_tensors(int8_models, resnet_checks):
+    """The memory planner's work layout: no two live tensors overlap, less than one range per tensor."""
+    graph = prepared_graph(int8_models["resnet"], {"input": (1, 3, 32, 32)}).graph
+    nodes = {node.name: node for node in graph}
+    check = max(resnet_checks, key=lambda item: len(item.nodes))
+    segment = [nodes[name] for name in check.nodes]
+    values = {value.name: value for node in segment for value in list(node.inputs) + list(node.outputs)
+              if value is not None}
+    inputs = [values[place.name] for place in check.compiled.inputs]
+    outputs = [values[place.name] for place in check.compiled.outputs]
+    offsets, plan = plan_work(segment, inputs, outputs)
+    check_no_overlap(plan.lifetimes, plan.offsets)
+    assert plan.arena_bytes < plan.naive_bytes and check.compiled.work_bytes == plan.arena_bytes
+    assert check.bit_exact
+
+
+def test_constant_operands_are_declined():
+    x = ir.Value(name="x", shape=ir.Shape([2, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    constant = ir.Value(name="c", shape=ir.Shape([2, 3]), type=ir.TensorType(ir.DataType.FLOAT),
+                        const_value=ir.tensor(np.ones((2, 3), np.float32), name="c"))
+    out = ir.Value(name="out", shape=ir.Shape([2, 3]), type=ir.TensorType(ir.DataType.FLOAT))
+    add = ir.Node("", "Add", [x, constant], outputs=[out], name="add_constant")
+    assert check_node(add) == "Add: input 'c' is a constant (the NPU reads computed tensors only)"

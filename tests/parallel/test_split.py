@@ -1,4 +1,4 @@
-"""ortx.pipeline.split: stage models are valid ONNX, chain back to the model's outputs, and bad requests fail clearly."""
+"""ortx.pipeline.split: stage models are valid ONNX, chain back to the model's outputs, bad requests fail clearly."""
 from __future__ import annotations
 
 import json
@@ -45,7 +45,8 @@ def _check_invariants(plan: PipelinePlan, stages: int) -> None:
         assert stage.model.ir_version <= ort_max_ir_version()
         initializers = {tensor.name for tensor in stage.model.graph.initializer}
         assert set(stage.inputs) <= set(plan.boundaries[stage.index].names)
-        assert set(stage.outputs) | set(plan.passing_through(stage.index)) == set(plan.boundaries[stage.index + 1].names)
+        after = set(plan.boundaries[stage.index + 1].names)
+        assert set(stage.outputs) | set(plan.passing_through(stage.index)) == after
         assert not initializers & set(plan.boundaries[stage.index + 1].names), "a constant crossed a cut"
     assert sum(len(stage.nodes) for stage in plan.stages) <= plan.max_stages
 

@@ -15,6 +15,7 @@ from ortx.ep.lowering._values import numpy_dtype
 OPS = {
     "Relu": lambda x: np.maximum(x, 0), "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Tanh": np.tanh,
     "Neg": np.negative, "Add": np.add, "Mul": np.multiply,
+    "GlobalAveragePool": lambda x: x.mean(axis=tuple(range(2, x.ndim)), keepdims=True),
 }
 RUNS: list[tuple[str, str, float, float]] = []  # (device, thread name, start, end), appended by every run
 HOOKS: dict[str, object] = {}  # device name -> callable run at the start of that device's runs

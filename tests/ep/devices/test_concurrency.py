@@ -140,3 +140,39 @@ def test_forcing_onto_an_unselected_device_or_unknown_node(test_devices):
         _session(_two_branch_model(), devices="numpya,cpu", placement="nope:numpya")
     with pytest.raises(ValueError, match=r"option 'placement'.*is not NODE:DEVICE"):
         _session(_two_branch_model(), devices="numpya,cpu", placement="a1")
+
+
+def test_ort_segments_run_in_waves_beside_device_lanes(test_devices):
+    model = _two_branch_model()
+    # Hardmax: OrtxEP has no lowering, so ONNX Runtime runs it on the main lane, after the join
+    model.graph.node.append(helper.make_node("Hardmax", ["y"], ["h"], name="hardmax", axis=-1))
+    model.graph.output[0].name = "h"
+    session = _session(model, devices="numpya,cpu", placement="a1:numpya,a2:numpya")
+    rows = {row.name: row for row in session.assignment}
+    assert rows["hardmax"].provider == "CPUExecutionProvider" and rows["hardmax"].device == ""
+    assert "cpu: Hardmax: op not supported" in rows["hardmax"].reason and "numpya: " in rows["hardmax"].reason
+    [compiled] = session._compiled.values()
+    kinds = [(type(step).__name__, wave) for step, wave in zip(compiled.plan.steps, compiled.plan.times)]
+    assert ("DeviceStep", 0) in kinds and kinds[-1] == ("OrtStep", max(compiled.plan.times))
+    for _ in range(2):
+        _check_against_ort(session, model)
+
+
+def test_artifact_placement_is_followed_on_load(test_devices, tmp_path):
+    from ortx.artifact import read_artifact
+    from ortx.compile_artifact import compile_artifact
+
+    source = tmp_path / "two.onnx"
+    source.write_bytes(_two_branch_model().SerializeToString())
+    artifact = tmp_path / "two.ortx"
+    forced = {"devices": "numpya,cpu", "placement": "a1:numpya,a2:numpya"}
+    compile_artifact(str(source), artifact, provider_options=forced)
+    # loaded without the forced placement: the artifact's decides (the cost model alone keeps these tiny ops on cpu)
+    session = ortx.InferenceSession(str(artifact), providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"devices": "numpya,cpu"}, {}])
+    rows = {row.name: row for row in session.assignment}
+    assert rows["a1"].device == rows["a2"].device == "numpya"
+    assert rows["a1"].reason == "on numpya as the compiled artifact placed it"
+    stored = read_artifact(str(artifact)).placement
+    assert {name: row.device or "ort" for name, row in rows.items()} == stored
+    _check_against_ort(session, _two_branch_model())

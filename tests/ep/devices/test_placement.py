@@ -64,3 +64,31 @@ def test_parse_placement():
     assert parse_placement({"a": "CPU"}) == {"a": "cpu"}
     with pytest.raises(ValueError, match="'a' is not NODE:DEVICE"):
         parse_placement("a")
+
+
+def test_preferred_placement_is_followed_where_the_device_can_run_the_node():
+    graph = _graph()  # tiny tensors: left alone, the cost model keeps everything on the CPU
+    placed = place(graph, assign(graph), [numpy_device_a.DEVICE, cpu.CPU],
+                   preferred={"a1": "numpya", "a2": "numpya", "conv": "numpya", "gone": "numpya"})
+    assert placed.labels["a1"] == placed.labels["a2"] == "numpya"
+    assert placed.reasons["a1"] == "on numpya as the compiled artifact placed it"
+    assert placed.labels["conv"] == "cpu"  # numpya cannot run Conv: placed as usual
+
+
+def test_vertical_cut_where_the_fewest_bytes_cross():
+    # x [1,64,64,64] (1 MiB) -> Relu -> Sigmoid -> GlobalAveragePool (256 B) -> Conv 1x1 -> y. numpya runs the first
+    # three far faster than the CPU (bandwidth-bound, ~150 us each) once x is across; it cannot run Conv. The cut
+    # goes after the pool, where 256 bytes cross, not after Relu or Sigmoid (1 MiB each).
+    from onnx import TensorProto, helper
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 64, 1, 1], [0.01] * 512)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Sigmoid", ["r"], ["s"], name="sigmoid"),
+             helper.make_node("GlobalAveragePool", ["s"], ["p"], name="pool"),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 1, 1])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    graph = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(model)).graph
+    placed = place(graph, assign(graph), [numpy_device_a.DEVICE, cpu.CPU])
+    assert [placed.labels[name] for name in ("relu", "sigmoid", "pool", "conv")] == ["numpya"] * 3 + ["cpu"]
