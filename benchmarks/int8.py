@@ -6,7 +6,10 @@ inputs (seed 0; synthetic text images for PP-OCR (benchmarks/text_images.py), un
 shared by every quantizer: ortx.quantize (uint8 activations, its default
 method) run by OrtxEP; onnxruntime's quantize_static QDQ per-channel U8S8 and S8S8 run by ORT CPU (its best is the
 faster of the two); ORT CPU on the fp32 model. All four sessions run interleaved in blocks of 4 after one uncounted
-switch-over run each (ortx/measure.py's protocol), medians over `--runs`. Cosine: each output against ORT fp32's
+switch-over run each (ortx/measure.py's protocol), medians over `--runs`. Before each block the process idles
+`--settle-ms` (100): an ORT session's pool threads keep spinning 20-50 ms after its run (measured here: OrtxEP
+ResNet-18-style at 2 threads took 25-31 ms started 0-20 ms after an ORT run, 16 ms after 50-100 ms), which charged
+one engine for the previous engine's threads; every engine gets the same pause. Cosine: each output against ORT fp32's
 on another seeded input. Claimed: the share of multiply-accumulates OrtxEP runs. Writes BENCHMARKS.md's "INT8"
 section. The host is shared: ratios measured side by side are the numbers to read, not single times.
 """
@@ -78,14 +81,16 @@ def sessions_for(key: str, path: str, name: str, shape: tuple, samples: int, thr
     return result
 
 
-def interleaved(sessions: dict, feeds: dict, runs: int, warmup: int = 3) -> dict[str, float]:
-    """Median ms per engine, runs interleaved in blocks (one uncounted switch-over run first in each block)."""
+def interleaved(sessions: dict, feeds: dict, runs: int, warmup: int = 3, settle: float = 0.1) -> dict[str, float]:
+    """Median ms per engine, runs interleaved in blocks (`settle` s idle, then one uncounted switch-over run first in
+    each block)."""
     for _ in range(warmup):
         for session in sessions.values():
             session.run(None, feeds)
     times = {engine: [] for engine in sessions}
     while min(len(t) for t in times.values()) < runs:
         for engine, session in sessions.items():
+            time.sleep(settle)
             session.run(None, feeds)
             for _ in range(BLOCK):
                 start = time.perf_counter()
@@ -102,6 +107,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--settle-ms", type=float, default=100.0,
+                        help="idle time before each engine's block, for the previous engine's pool threads to stop")
     parser.add_argument("--quiet-wait", type=float, default=120.0,
                         help="seconds to wait, before timing each model, for the shared host to be idle for 2 s")
     args = parser.parse_args()
@@ -119,7 +126,7 @@ def main() -> int:
             cosines = {engine: cosine(session.run(None, feeds)[0], reference) for engine, session in sessions.items()}
             quiet = args.quiet_wait <= 0 or wait_for_quiet(args.quiet_wait)
             load = os.getloadavg()[0]
-            times = interleaved(sessions, feeds, args.runs)
+            times = interleaved(sessions, feeds, args.runs, settle=args.settle_ms / 1e3)
             assignment = sessions["OrtxEP int8"].assignment
             best = min(("ORT int8 U8S8", "ORT int8 S8S8"), key=times.get)
             rows.append((label, shape, times, cosines, best, assignment, f"{load:.1f}{'' if quiet else ' (busy)'}"))
@@ -131,7 +138,8 @@ def main() -> int:
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, kernel "
         f"ISA {_kernels.selected_isa()}, {args.threads} threads for every engine, median of {args.runs} runs "
-        f"interleaved in blocks of {BLOCK} after warm-up; {args.samples} calibration inputs (seed 0; text images for "
+        f"interleaved in blocks of {BLOCK} after warm-up and {args.settle_ms:g} ms idle before each block (ORT's pool "
+        f"threads spin 20-50 ms after a run); {args.samples} calibration inputs (seed 0; text images for "
         "PP-OCR, uniform [-1, 1] otherwise) for every quantizer; cosine of each output with ORT fp32's on another input. OrtxEP runs ortx.quantize's "
         "QDQ model (uint8 activations); ORT runs quantize_static's QDQ models (per-channel, U8S8 and S8S8). Ratio = "
         "OrtxEP int8 ms / the faster ORT int8 ms (goal <= 1.0 on every model, <= 0.8 at the median). Written by "

@@ -99,10 +99,25 @@ static float bits_float(int64_t word) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Sizes from a stream are bounded (NPU_FIELD_LIMIT) but their products may not fit int64: products and sums of
+ * sizes saturate at NPU_HUGE, which no bounds check accepts. */
+#define NPU_FIELD_LIMIT (1LL << 40)
+#define NPU_HUGE (1LL << 60)
+
+static int64_t mul(int64_t a, int64_t b) {
+    __int128 product = (__int128)a * b;
+    return product > NPU_HUGE ? NPU_HUGE : product < -NPU_HUGE ? -NPU_HUGE : (int64_t)product;
+}
+
+static int64_t add(int64_t a, int64_t b) {
+    __int128 sum = (__int128)a + b;
+    return sum > NPU_HUGE ? NPU_HUGE : sum < -NPU_HUGE ? -NPU_HUGE : (int64_t)sum;
+}
+
 /* Records an SRAM range of the current command on `engine` after checking bounds and the other engine's ranges. */
 static int touch(npu_state *s, int engine, int64_t lo, int64_t bytes, int write, const char *what) {
     if (bytes <= 0) return 0;
-    if (lo < 0 || lo + bytes > s->params.sram_bytes)
+    if (lo < 0 || add(lo, bytes) > s->params.sram_bytes)
         return fail(s, "%s [%lld, %lld) outside the SRAM (%lld bytes)", what, (long long)lo, (long long)(lo + bytes),
                     (long long)s->params.sram_bytes);
     int other = 1 - engine;
@@ -128,7 +143,7 @@ static int dram_range(npu_state *s, int64_t region, int64_t offset, int64_t byte
     if (region != 0 && region != 1) return fail(s, "region %lld (0 constants or 1 work)", (long long)region);
     if (region == 0 && write) return fail(s, "writes the read-only constants region");
     int64_t size = region == 0 ? s->constant_bytes : s->work_bytes;
-    if (offset < 0 || bytes < 0 || offset + bytes > size)
+    if (offset < 0 || bytes < 0 || add(offset, bytes) > size)
         return fail(s, "DRAM %s [%lld, %lld) outside the region (%lld bytes)", region == 0 ? "constants" : "work",
                     (long long)offset, (long long)(offset + bytes), (long long)size);
     *out = region == 0 ? (uint8_t *)s->constants + offset : s->work + offset;
@@ -137,7 +152,7 @@ static int dram_range(npu_state *s, int64_t region, int64_t offset, int64_t byte
 
 /* 2-D extent of rows x row_bytes at a stride: the bytes from the first to the last. */
 static int64_t extent(int64_t rows, int64_t row_bytes, int64_t stride) {
-    return rows <= 0 || row_bytes <= 0 ? 0 : (rows - 1) * stride + row_bytes;
+    return rows <= 0 || row_bytes <= 0 ? 0 : add(mul(rows - 1, stride), row_bytes);
 }
 
 static int check_positive(npu_state *s, const int64_t *values, int count, const char *names) {
@@ -181,8 +196,8 @@ static int im2col(npu_state *s, const int64_t *f, int64_t *cycles, int64_t *byte
         return fail(s, "k range [%lld, +%lld) outside %lld taps or empty pixel range", (long long)k0,
                     (long long)k_count, (long long)(channels * kh * kw));
     uint8_t *tensor;
-    if (dram_range(s, region, dram, channels * height * width, 0, &tensor)) return -1;
-    if (touch(s, 0, sram, k_count * p_count, 1, "DMA_IM2COL target")) return -1;
+    if (dram_range(s, region, dram, mul(mul(channels, height), width), 0, &tensor)) return -1;
+    if (touch(s, 0, sram, mul(k_count, p_count), 1, "DMA_IM2COL target")) return -1;
     uint8_t *out = s->sram + sram;
     for (int64_t j = 0; j < p_count; j++) {
         int64_t pixel = p0 + j, oh = pixel / out_width, ow = pixel % out_width;
@@ -207,7 +222,7 @@ static int mac_tile(npu_state *s, const int64_t *f, int64_t *cycles, int64_t *ma
     if (k > 65536) return fail(s, "k %lld above 65536 (the int32 partial sums could overflow)", (long long)k);
     if (touch(s, 1, weights, extent(m, k, weight_stride), 0, "MAC_TILE weights") ||
         touch(s, 1, acts, extent(p, k, act_stride), 0, "MAC_TILE activations") ||
-        touch(s, 1, acc, 4 * extent(m, p, acc_stride), 1, "MAC_TILE accumulators")) return -1;
+        touch(s, 1, acc, mul(4, extent(m, p, acc_stride)), 1, "MAC_TILE accumulators")) return -1;
     const int8_t *w = (const int8_t *)(s->sram + weights);
     int32_t *out = (int32_t *)(s->sram + acc);
     for (int64_t j = 0; j < p; j++) {
@@ -257,11 +272,12 @@ __attribute__((optimize("fp-contract=off"))) static int requant(npu_state *s, co
     if (kind != KIND_F32 && residual >= 0) return fail(s, "a residual needs a float32 output");
     if (activation != 0 && activation != 1 && activation != 3) return fail(s, "activation %lld", (long long)activation);
     if (channel_stride <= 0 || pixel_stride <= 0) return fail(s, "output strides must be positive");
-    int64_t elements = (m - 1) * channel_stride + (p - 1) * pixel_stride + 1;
-    if (touch(s, 1, acc, 4 * extent(m, p, acc_stride), 0, "REQUANT accumulators") ||
-        touch(s, 1, bias, 4 * m, 0, "REQUANT bias") || touch(s, 1, multiplier, 4 * m, 0, "REQUANT multiplier") ||
-        touch(s, 1, output, elements * kind_bytes(kind), 1, "REQUANT output") ||
-        (residual >= 0 && touch(s, 1, residual, 4 * elements, 0, "REQUANT residual"))) return -1;
+    int64_t elements = add(add(mul(m - 1, channel_stride), mul(p - 1, pixel_stride)), 1);
+    if (touch(s, 1, acc, mul(4, extent(m, p, acc_stride)), 0, "REQUANT accumulators") ||
+        touch(s, 1, bias, mul(4, m), 0, "REQUANT bias") ||
+        touch(s, 1, multiplier, mul(4, m), 0, "REQUANT multiplier") ||
+        touch(s, 1, output, mul(elements, kind_bytes(kind)), 1, "REQUANT output") ||
+        (residual >= 0 && touch(s, 1, residual, mul(4, elements), 0, "REQUANT residual"))) return -1;
     const int32_t *a = (const int32_t *)(s->sram + acc), *b = (const int32_t *)(s->sram + bias);
     const float *scale = (const float *)(s->sram + multiplier);
     const float *r = residual >= 0 ? (const float *)(s->sram + residual) : NULL;
@@ -304,9 +320,9 @@ __attribute__((optimize("fp-contract=off"))) static int vector(npu_state *s, con
     if (a_kind < 0 || a_kind > KIND_F32 || b_kind < 0 || b_kind > KIND_F32 || out_kind < 0 || out_kind > KIND_F32)
         return fail(s, "operand kinds must be uint8, int8 or float32");
     if (activation != 0 && activation != 1 && activation != 3) return fail(s, "activation %lld", (long long)activation);
-    if (touch(s, 1, a, count * kind_bytes(a_kind), 0, "VECTOR a") ||
-        (op == 1 && touch(s, 1, b, count * kind_bytes(b_kind), 0, "VECTOR b")) ||
-        touch(s, 1, output, count * kind_bytes(out_kind), 1, "VECTOR output")) return -1;
+    if (touch(s, 1, a, mul(count, kind_bytes(a_kind)), 0, "VECTOR a") ||
+        (op == 1 && touch(s, 1, b, mul(count, kind_bytes(b_kind)), 0, "VECTOR b")) ||
+        touch(s, 1, output, mul(count, kind_bytes(out_kind)), 1, "VECTOR output")) return -1;
     float low = (float)(qmin - out_zero), high = (float)(qmax - out_zero);
     for (int64_t i = 0; i < count; i++) {
         float value = load_element(s->sram + a, a_kind, i, a_scale, a_zero);
@@ -333,9 +349,11 @@ static int pool(npu_state *s, const int64_t *f, int64_t *cycles) {
     if (kind < 0 || kind > KIND_F32) return fail(s, "kind %lld", (long long)kind);
     if (check_positive(s, &f[3], 7, "channels .. stride_w") || check_positive(s, &f[12], 2, "out sizes")) return -1;
     if (pad_top < 0 || pad_left < 0) return fail(s, "negative padding");
+    if (kh > 65535 || kw > 65535) return fail(s, "a %lldx%lld window (at most 65535 per side)", (long long)kh,
+                                              (long long)kw);
     int bytes = kind_bytes(kind);
-    if (touch(s, 1, input, channels * height * width * bytes, 0, "POOL input") ||
-        touch(s, 1, output, channels * oh_count * ow_count * bytes, 1, "POOL output")) return -1;
+    if (touch(s, 1, input, mul(mul(mul(channels, height), width), bytes), 0, "POOL input") ||
+        touch(s, 1, output, mul(mul(mul(channels, oh_count), ow_count), bytes), 1, "POOL output")) return -1;
     for (int64_t c = 0; c < channels; c++)
         for (int64_t oh = 0; oh < oh_count; oh++)
             for (int64_t ow = 0; ow < ow_count; ow++) {
@@ -359,7 +377,7 @@ static int pool(npu_state *s, const int64_t *f, int64_t *cycles) {
                 if (kind == KIND_F32) ((float *)(s->sram + output))[index] = best_f;
                 else store_quantized(s->sram + output + index, kind, best_q);
             }
-    *cycles = ceil_div(channels * oh_count * ow_count * kh * kw, s->params.cols);
+    *cycles = ceil_div(mul(mul(channels * oh_count * ow_count, kh), kw), s->params.cols);
     return 0;
 }
 
@@ -376,7 +394,11 @@ static int run_commands(npu_state *s, const uint8_t *body, int64_t body_bytes, i
         s->op_name = op_names[op];
         offset += 4;
         if (offset + 8 * (int64_t)words > body_bytes) return fail(s, "stream truncated inside %s", op_names[op]);
-        for (int i = 0; i < words; i++) fields[i] = (int64_t)read_le(body + offset + 8 * i, 8);
+        for (int i = 0; i < words; i++) {
+            fields[i] = (int64_t)read_le(body + offset + 8 * i, 8);
+            if (fields[i] >= NPU_FIELD_LIMIT || fields[i] <= -NPU_FIELD_LIMIT)
+                return fail(s, "field %d is %lld, beyond +-2^40", i, (long long)fields[i]);
+        }
         offset += 8 * (int64_t)words;
         int64_t cycles = 0, bytes = 0, macs = 0;
         int status = 0;

@@ -11,6 +11,7 @@ import numpy as np
 
 from ortx import _kernels
 from ortx.npu.compile import CompiledStream
+from ortx.npu.stream import decode
 
 
 class NpuProgram:
@@ -24,13 +25,7 @@ class NpuProgram:
         if len(inputs) != len(compiled.inputs) or len(outputs) != len(compiled.outputs):
             raise ValueError(f"NPU program takes {len(compiled.inputs)} inputs and {len(compiled.outputs)} outputs, "
                              f"got {len(inputs)} and {len(outputs)}")
-        work = np.zeros(max(compiled.work_bytes, 1), np.uint8)
-        for place, array in zip(compiled.inputs, inputs):
-            array = np.ascontiguousarray(array)
-            if array.dtype != place.dtype or array.shape != place.shape:
-                raise ValueError(f"NPU input {place.name!r}: {array.dtype} {array.shape}, compiled for "
-                                 f"{place.dtype} {place.shape}")
-            work[place.offset:place.offset + place.nbytes] = array.reshape(-1).view(np.uint8)
+        work = self._work(inputs)
         counts = _kernels.npu_simulate(compiled.stream, compiled.constants, work)
         for place, array in zip(compiled.outputs, outputs):
             array[...] = work[place.offset:place.offset + place.nbytes].view(place.dtype).reshape(place.shape)
@@ -40,11 +35,7 @@ class NpuProgram:
     def profile(self, inputs: list[np.ndarray]) -> tuple[dict, list[dict]]:
         """One run's totals and per-layer cycles, MACs, utilisation and DMA bytes (the timeline of the phases)."""
         compiled = self.compiled
-        work = np.zeros(max(compiled.work_bytes, 1), np.uint8)
-        for place, array in zip(compiled.inputs, inputs):
-            work[place.offset:place.offset + place.nbytes] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-        from ortx.npu.stream import decode
-
+        work = self._work(inputs)
         commands = decode(compiled.stream).commands
         timeline = np.zeros(max(len(commands), 1), np.int64)
         counts = _kernels.npu_simulate(compiled.stream, compiled.constants, work, timeline)
@@ -62,6 +53,17 @@ class NpuProgram:
                            "dma_bytes": dma})
             previous = end
         return self._summary(counts), layers
+
+    def _work(self, inputs: list[np.ndarray]) -> np.ndarray:
+        """A fresh work region (DRAM) with the inputs at their planned offsets."""
+        work = np.zeros(max(self.compiled.work_bytes, 1), np.uint8)
+        for place, array in zip(self.compiled.inputs, inputs):
+            array = np.ascontiguousarray(array)
+            if array.dtype != place.dtype or array.shape != place.shape:
+                raise ValueError(f"NPU input {place.name!r}: {array.dtype} {array.shape}, compiled for "
+                                 f"{place.dtype} {place.shape}")
+            work[place.offset:place.offset + place.nbytes] = array.reshape(-1).view(np.uint8)
+        return work
 
     def _summary(self, counts: np.ndarray) -> dict:
         params = self.compiled.params

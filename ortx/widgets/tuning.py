@@ -24,6 +24,7 @@ class TaskProgress:
     signature: str
     trials: list[int] = dataclasses.field(default_factory=list)  # after each round the task was in
     best_ms: list[float] = dataclasses.field(default_factory=list)
+    best_schedule: dict | None = None  # the fastest ok record's schedule (read from the tuning database)
 
 
 class TuningDashboard(widgets.VBox):
@@ -161,6 +162,7 @@ class TuningDashboard(widgets.VBox):
                 task = self.tasks.setdefault(signature, TaskProgress(signature))
                 task.trials.append(trials)
                 task.best_ms.append(best)
+            self._read_best_schedules(report.signatures)
         elapsed = time.perf_counter() - started
         if budget_seconds:
             self.progress.value = min(1.0, elapsed / budget_seconds)
@@ -168,6 +170,18 @@ class TuningDashboard(widgets.VBox):
                              f"{report.estimated_ms:.3f} ms ({elapsed:.1f} s)")
         self.plot.value = self.render_plot()
         self.table.value = self.render_table()
+
+    def _read_best_schedules(self, signatures) -> None:
+        """Each task's best schedule so far, from the records the search just wrote (a connection of our own)."""
+        from ortx.tune.fingerprint import current
+        from ortx.tune.records import TuningDatabase
+
+        with TuningDatabase(self.options.cache_dir / "tuning.sqlite") as database:
+            fingerprint = current(self.options).key
+            for signature in signatures:
+                best = database.best(signature, fingerprint)
+                if best is not None:
+                    self.tasks[signature].best_schedule = best.schedule
 
     # Views ---------------------------------------------------------------------------------------------------------
     def render_plot(self) -> bytes:
@@ -185,6 +199,12 @@ class TuningDashboard(widgets.VBox):
         return figure_png(draw, size=(6.0, 3.2))
 
     def render_table(self) -> str:
-        rows = "".join(f"<tr><td><code>{task.signature[:60]}</code></td><td>{task.trials[-1]}</td>"
-                       f"<td>{task.best_ms[-1]:.4f}</td></tr>" for task in self.tasks.values())
-        return ("<table><tr><th>task</th><th>trials</th><th>best ms</th></tr>" + rows + "</table>")
+        import html
+        import json
+
+        rows = "".join(f"<tr><td><code>{html.escape(task.signature[:60])}</code></td><td>{task.trials[-1]}</td>"
+                       f"<td>{task.best_ms[-1]:.4f}</td><td><code>"
+                       f"{html.escape(json.dumps(task.best_schedule, sort_keys=True)[:80]) if task.best_schedule else '-'}"
+                       "</code></td></tr>" for task in self.tasks.values())
+        return ("<table><tr><th>task</th><th>trials</th><th>best ms</th><th>best schedule</th></tr>" + rows
+                + "</table>")

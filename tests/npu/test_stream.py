@@ -113,3 +113,17 @@ def test_vector_int8_add_with_requantization_matches_dequantize_add_quantize():
     expected = quantize(total, scales[2], zeros[2], "uint8")
     np.testing.assert_array_equal(work[2048:2048 + count], expected)
     assert (expected == 255).any() and (expected == 0).any()
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(rows=1 << 39, row_bytes=1 << 39), "outside"),
+    (dict(rows=1 << 50, row_bytes=16), "beyond"),
+    (dict(rows=-(1 << 30), row_bytes=16), "must be positive"),
+])
+def test_huge_or_negative_sizes_are_rejected_not_overflowed(fields, message):
+    """A well-formed (CRC-valid) stream with absurd sizes: a clear error, no arithmetic overflow or stray copy."""
+    dma = dict(region=0, dram=0, sram=0, rows=1, row_bytes=16, dram_stride=1 << 39, sram_stride=1 << 39)
+    dma.update(fields)
+    stream = Stream(NpuParams(rows=8, cols=8, sram_bytes=4096), 16, 64, (command("DMA_IN", **dma),))
+    with pytest.raises(ValueError, match=message):
+        _kernels.npu_simulate(encode(stream), np.zeros(16, np.uint8), np.zeros(64, np.uint8))

@@ -28,6 +28,8 @@ def test_start_runs_in_the_background_and_apply_uses_the_records(model_path, tmp
     assert dashboard.result is not None and "done in" in dashboard.status.value
     assert dashboard.tasks and all(task.trials == sorted(task.trials) for task in dashboard.tasks.values())
     assert bytes(dashboard.plot.value).startswith(b"\x89PNG") and "<td>" in dashboard.table.value
+    assert any(task.best_schedule for task in dashboard.tasks.values())  # read back from the records
+    assert "best schedule" in dashboard.table.value
     with TuningDatabase(cache / "tuning.sqlite") as database:
         assert len(database.records()) > 0
     assert not dashboard.apply_button.disabled
