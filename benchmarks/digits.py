@@ -324,19 +324,25 @@ def findings(per_seed: list[dict[str, dict]]) -> list[str]:
     return lines
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--calibration", type=int, default=128, help="calibration images from the train split")
-    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    args = parser.parse_args()
+def torch_and_split(parser: argparse.ArgumentParser):
+    """(torch, digits_split()) for a digits benchmark: torch on 1 thread (tiny models), a usage error naming the
+    extra when torch or scikit-learn is missing."""
     try:
         import sklearn  # noqa: F401
         import torch
     except ImportError as error:
         parser.error(f"{error.name} is missing: pip install -e '.[torch,bench]'")
     torch.set_num_threads(1)
-    split = digits_split()
+    return torch, digits_split()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--calibration", type=int, default=128, help="calibration images from the train split")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = parser.parse_args()
+    torch, split = torch_and_split(parser)
     start = time.perf_counter()
     per_seed = [run_seed(seed, args.calibration, split) for seed in args.seeds]
     seconds = time.perf_counter() - start

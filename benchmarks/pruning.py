@@ -35,7 +35,7 @@ import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 from benchmarks._report import write_section  # noqa: E402
-from benchmarks.digits import (INPUT, batches, digits_split, export_fp32, logits_ort, logits_ortx,  # noqa: E402
+from benchmarks.digits import (INPUT, batches, export_fp32, logits_ort, logits_ortx, torch_and_split,  # noqa: E402
                                train)
 
 MIN_ELEMENTS = 1024
@@ -154,13 +154,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=6, help="recovery epochs (default 6)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = parser.parse_args()
-    try:
-        import sklearn  # noqa: F401
-        import torch
-    except ImportError as error:
-        parser.error(f"{error.name} is missing: pip install -e '.[torch,bench]'")
-    torch.set_num_threads(1)
-    split = digits_split()
+    torch, split = torch_and_split(parser)
     start = time.perf_counter()
     per_seed = [run_seed(seed, args.sparsity, args.epochs, split) for seed in args.seeds]
     seconds = time.perf_counter() - start

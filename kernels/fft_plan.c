@@ -20,6 +20,7 @@
 #include "ortx_kernels.h"
 
 void ortx_fft_run_stages_avx2(const ortx_fft_plan *plan, ortx_cpx *data, ortx_cpx *scratch);
+void ortx_fft_real_post_avx2(const ortx_cpx *z, int64_t h, const ortx_cpx *twiddles, ortx_cpx *out);
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Execution                                                                                                  */
@@ -67,15 +68,13 @@ void ortx_fft_real_forward(const ortx_fft_plan *plan, const float *x, ortx_cpx *
     ortx_cpx *z = scratch;
     memcpy(z, x, (size_t)plan->n * sizeof(float));
     ortx_fft_forward(plan->half, z, scratch + h);
-    for (int64_t k = 0; k <= h; k++) {
-        const ortx_cpx zk = z[k == h ? 0 : k], zc = z[k == 0 ? 0 : h - k];
-        /* E = (Zk + conj Zc) / 2, O = -i (Zk - conj Zc) / 2 */
-        const float er = 0.5f * (zk.re + zc.re), ei = 0.5f * (zk.im - zc.im);
-        const float or_ = 0.5f * (zk.im + zc.im), oi = -0.5f * (zk.re - zc.re);
-        const ortx_cpx w = plan->real_twiddles[k];
-        out[k].re = er + or_ * w.re - oi * w.im;
-        out[k].im = ei + or_ * w.im + oi * w.re;
+#if defined(__x86_64__) || defined(__i386__)
+    if (ortx_selected_isa() >= ORTX_ISA_AVX2) {
+        ortx_fft_real_post_avx2(z, h, plan->real_twiddles, out);
+        return;
     }
+#endif
+    real_post(z, h, plan->real_twiddles, out);
 }
 
 int64_t ortx_fft_scratch_points(const ortx_fft_plan *plan) {

@@ -187,4 +187,21 @@ static void run_stages(const ortx_fft_plan *plan, ortx_cpx *data, ortx_cpx *scra
     if (from != data) memcpy(data, from, (size_t)plan->n * sizeof(ortx_cpx));
 }
 
+/* Real-input post-processing (fft_plan.c's formula): X[k] from Z[k] and Z[h - k] of the half-length FFT, k = 0..h.
+ * k = 0 and k = h (both read Z[0]) are done apart, so the loop between has no branches and vectorises. */
+static inline void real_post_bin(ortx_cpx zk, ortx_cpx zc, ortx_cpx w, ortx_cpx *out) {
+    /* E = (Zk + conj Zc) / 2, O = -i (Zk - conj Zc) / 2, X = E + W O */
+    const float er = 0.5f * (zk.re + zc.re), ei = 0.5f * (zk.im - zc.im);
+    const float or_ = 0.5f * (zk.im + zc.im), oi = -0.5f * (zk.re - zc.re);
+    out->re = er + or_ * w.re - oi * w.im;
+    out->im = ei + or_ * w.im + oi * w.re;
+}
+
+static void real_post(const ortx_cpx *restrict z, int64_t h, const ortx_cpx *restrict twiddles,
+                      ortx_cpx *restrict out) {
+    real_post_bin(z[0], z[0], twiddles[0], out);
+    for (int64_t k = 1; k < h; k++) real_post_bin(z[k], z[h - k], twiddles[k], out + k);
+    real_post_bin(z[0], z[0], twiddles[h], out + h);
+}
+
 #endif

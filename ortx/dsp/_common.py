@@ -19,14 +19,15 @@ class DspError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """One lowered node: `run(reads, writes, num_threads)` fills the `writes` arrays from the `reads` arrays.
-    `scratch` holds the step's own preallocated buffers (the program serialises runs, so they are not shared)."""
+    """One lowered node: `run(reads, writes, num_threads)` fills the `writes` arrays from the `reads` arrays. A step
+    keeps any scratch buffers of its own in its closure, allocated at compile time; DspProgram serialises runs, so
+    they are never used by two runs at once. `points` is its work in FFT points (n log2 n), the cost model's unit."""
 
     node_name: str
     reads: tuple[str, ...]
     writes: tuple[str, ...]
     run: Callable[[list[np.ndarray], list[np.ndarray], int], None]
-    points: float  # work in FFT-equivalent points (the cost model's unit)
+    points: float
 
 
 def describe(node: ir.Node) -> str:

@@ -176,6 +176,13 @@ def test_bad_inputs_are_declined_with_the_node_and_input_named():
     assert "rfft_complex" in reason and "needs real input" in reason
 
 
+def test_strided_conv_that_is_not_a_dft_basis_is_declined():
+    weight = RNG.standard_normal((258, 1, 256)).astype(np.float32)
+    reason = declined(helper.make_node("Conv", ["x", "w"], ["y"], name="strided_random", strides=[128]),
+                      {"x": np.zeros((1, 1, 1024), np.float32)}, {"w": weight})
+    assert "strided_random" in reason and "stride 128" in reason and "not a windowed DFT basis" in reason
+
+
 def test_stft_inferred_shape_disagreeing_with_the_op_is_declined():
     # onnx's shape inference reads a missing onesided as 0 when the window is not a constant; the spec says 1
     signal = np.zeros((1, 2000, 1), np.float32)

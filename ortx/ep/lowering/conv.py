@@ -385,8 +385,7 @@ def _try_sparse_gemm(node: ir.Node, builder, plan: dict) -> bool:
         c_value = constant_value(node.inputs[2])
         if c_value is None or c_shape[0] != 1:  # Case general C: the dense epilogue's residual
             return False
-        bias = builder.add_constant(np.broadcast_to(beta * c_value.reshape(1, -1), (1, plan["N"])).reshape(-1)
-                                    .astype(np.float32), label=f"{node.name}:bias")
+        bias = np.broadcast_to(beta * c_value.reshape(1, -1), (1, plan["N"])).reshape(-1).astype(np.float32)
     weights_t = plan["alpha"] * np.asarray(b_value if plan["trans_b"] else b_value.T, dtype=np.float32)
     return sparse.try_sparse_gemm(node, builder, plan["M"], weights_t, builder.buffer(node.inputs[0]),
                                   builder.buffer(node.outputs[0]), bias)

@@ -134,10 +134,14 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
 
 
 def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None) -> bool:
-    """Y[M, N] = A[M, K] @ W (+ bias[N]) with weights_t = W^T (N x K, alpha folded in), A row-major."""
+    """Y[M, N] = A[M, K] @ W (+ bias[N]) with weights_t = W^T (N x K, alpha folded in), A row-major. `bias`: a
+    buffer, or a numpy array stored as a constant only when the sparse kernel is chosen (a dense lowering that
+    follows must not carry an unused copy)."""
     N, K = weights_t.shape
     choice = _choose(node, builder, "gemm", f"{M}x{K}x{N}", weights_t)
     if choice is None:
         return False
+    if isinstance(bias, np.ndarray):
+        bias = builder.add_constant(bias, label=f"{node.name}:bias")
     emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows), a, y, bias)
     return True
