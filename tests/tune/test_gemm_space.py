@@ -77,8 +77,15 @@ def test_tune_gemm_measures_the_default_first_records_everything_and_resumes(tmp
     assert [r.source for r in baselines] == ["gemm:prebuilt", "gemm:validation"]
     assert all(r.status == "ok" and Schedule.of(r.schedule) == gemm_space.PREBUILT for r in baselines)
     chosen = gemm_space.recorded_schedule(problem, 2, database, machine)
-    if first.best.median_ms < first.prebuilt.median_ms * (1 - gemm_space.MARGIN):
-        assert chosen == gemm_space.to_gemm_schedule(first.best.schedule)
+    # the validation re-timings decide (step 5), not the search's own times
+    validated_ms = {}
+    for record in validated:
+        schedule = Schedule.of(record.schedule)
+        validated_ms[schedule] = min(record.median_ms, validated_ms.get(schedule, float("inf")))
+    fastest, fastest_ms = min(validated_ms.items(), key=lambda item: item[1])
+    prebuilt_ms = min(r.median_ms for r in baselines if r.source == "gemm:validation")
+    if fastest_ms < prebuilt_ms * (1 - gemm_space.MARGIN):
+        assert chosen == gemm_space.to_gemm_schedule(fastest)
     else:
         assert chosen is None, "a schedule no faster than the prebuilt kernel must not replace it"
     again = gemm_space.tune_gemm(problem, num_threads=2, database=database, fingerprint=machine, options=options,
