@@ -131,8 +131,8 @@ def test_memory_command_names_dynamic_inputs_and_unknown_shapes(tmp_path, capsys
 
 
 def test_tune_command_records_and_exports(tmp_path, capsys):
-    path = tmp_path / "mobilenet.onnx"
-    path.write_bytes(_models.mobilenetv2_style(size=32).SerializeToString())
+    path = tmp_path / "small.onnx"
+    path.write_bytes(_models.mixed_precision_net().SerializeToString())  # convs, a Gemm and a MatMul, in seconds
     cache, exported = tmp_path / "cache", tmp_path / "records.json"
     # a budget: without one, every GEMM task of the model runs its whole search (minutes of compiles)
     assert main(["tune", str(path), "--budget", "15s", "--cache-dir", str(cache), "--export", str(exported)]) == 0
