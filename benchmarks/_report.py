@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import time
 
 
 def write_section(path: str, heading: str, body: str) -> None:
@@ -19,3 +20,16 @@ def write_section(path: str, heading: str, body: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
         handle.write(text.rstrip("\n") + "\n")
     os.replace(handle.name, path)
+
+
+def load_average() -> float:
+    """The 1-minute load average (what the benchmarks print beside every measurement)."""
+    return os.getloadavg()[0]
+
+
+def wait_for_quiet(limit_seconds: float) -> float:
+    """Waits up to `limit_seconds` for the 1-minute load to drop below 1.0; returns the load then."""
+    deadline = time.time() + limit_seconds
+    while load_average() >= 1.0 and time.time() < deadline:
+        time.sleep(5)
+    return load_average()

@@ -32,23 +32,12 @@ import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
 import ortx.pipeline  # noqa: E402
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx.parallel.processes import ProcessPipeline  # noqa: E402
 
 HEADING = "Pipeline parallelism: 2 stages on 2 processes vs 1 process (issue #7)"
 OPTIONS = {"tuning": "off"}
-
-
-def load_average() -> float:
-    return os.getloadavg()[0]
-
-
-def wait_for_quiet(limit_seconds: float) -> float:
-    deadline = time.time() + limit_seconds
-    while load_average() >= 1.0 and time.time() < deadline:
-        time.sleep(5)
-    return load_average()
 
 
 def session(path: str, input_name: str, shape, threads: int) -> ortx.InferenceSession:

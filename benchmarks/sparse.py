@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import random_feeds  # noqa: E402
@@ -38,17 +38,6 @@ from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
 
 BLOCK = 4
 HEADING = "Sparse kernels on pruned models (issue #9)"
-
-
-def load_average() -> float:
-    return os.getloadavg()[0]
-
-
-def wait_for_quiet(limit_seconds: float) -> float:
-    deadline = time.time() + limit_seconds
-    while load_average() >= 1.0 and time.time() < deadline:
-        time.sleep(5)
-    return load_average()
 
 
 def pruned(proto, sparsity: float):
