@@ -30,9 +30,10 @@ sys.path.insert(0, ROOT)
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 import ortx  # noqa: E402
+from tests import _models  # noqa: E402
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from ortx.measure import BLOCK  # noqa: E402
@@ -50,29 +51,6 @@ def dft_model(n: int, complex_input: bool) -> onnx.ModelProto:
                                                                             [BATCH, n, 2 if complex_input else 1])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT,
                                                              [BATCH, n if complex_input else n // 2 + 1, 2])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-
-
-def log_mel_model(samples=16000, n_fft=512, hop=160, mel_bins=80) -> onnx.ModelProto:
-    """STFT (HannWindow) -> |X|^2 -> MelWeightMatrix MatMul -> Log, the usual speech front end."""
-    constants = [numpy_helper.from_array(np.array(value, dtype), name) for name, value, dtype in [
-        ("n_fft", n_fft, np.int64), ("hop", hop, np.int64), ("mel_bins", mel_bins, np.int64),
-        ("rate", 16000, np.int64), ("low", 20.0, np.float32), ("high", 7600.0, np.float32),
-        ("last", [-1], np.int64), ("eps", 1e-6, np.float32)]]
-    nodes = [
-        helper.make_node("HannWindow", ["n_fft"], ["window"], name="window"),
-        helper.make_node("STFT", ["audio", "hop", "window"], ["spectrum"], name="stft", onesided=1),
-        helper.make_node("Mul", ["spectrum", "spectrum"], ["squares"], name="square"),
-        helper.make_node("ReduceSum", ["squares", "last"], ["power"], name="power", keepdims=0),
-        helper.make_node("MelWeightMatrix", ["mel_bins", "n_fft", "rate", "low", "high"], ["mel"], name="mel"),
-        helper.make_node("MatMul", ["power", "mel"], ["mel_power"], name="project"),
-        helper.make_node("Add", ["mel_power", "eps"], ["floored"], name="floor"),
-        helper.make_node("Log", ["floored"], ["log_mel"], name="log"),
-    ]
-    graph = helper.make_graph(nodes, "log_mel", [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
-                                                                               [1, samples, 1])],
-                              [helper.make_tensor_value_info("log_mel", TensorProto.FLOAT,
-                                                             [1, (samples - n_fft) // hop + 1, mel_bins])], constants)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -174,7 +152,7 @@ def front_end_parts(args) -> dict:
     from ortx.dsp import compile_nodes
     from ortx.ep.compile_nodes import infer_shapes
 
-    model = log_mel_model()
+    model = _models.log_mel_front_end()
     feeds = feeds_for(model)
     ort_session, ortx_session = sessions(model, args.threads, {"sparse": "off"})
     graph = infer_shapes(model).graph
@@ -204,9 +182,9 @@ def cases(args):
         yield f"DFT real {BATCH}x{n} onesided", dft_model(n, False), {}
         yield f"DFT complex {BATCH}x{n}", dft_model(n, True), {}
     yield f"DFT real {BATCH}x16000 onesided", dft_model(16000, False), {}
-    yield "log-mel front end (1 s)", log_mel_model(), {}
+    yield "log-mel front end (1 s)", _models.log_mel_front_end(), {}
     # the mel matrix is ~97% zeros, so OrtxEP's default sparse='auto' runs its MatMul on CSR kernels
-    yield "log-mel front end (1 s), sparse=off", log_mel_model(), {"sparse": "off"}
+    yield "log-mel front end (1 s), sparse=off", _models.log_mel_front_end(), {"sparse": "off"}
     if args.silero:
         silero = silero_16k_model(silero_model_path(args.silero))
         yield "silero-vad 16k, placed by cost", silero, {}

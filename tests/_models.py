@@ -252,3 +252,26 @@ def mixed_precision_net(seed: int = 0, *, sensitive: bool = False) -> onnx.Model
             values[index] *= np.float32(scale)
             initializers[name].CopyFrom(numpy_helper.from_array(values, name))
     return builder.finish([_float_input("X", [1, 3, 12, 12])], [_float_input("Y", [1, 10])])
+
+
+def log_mel_front_end(samples: int = 16000, n_fft: int = 512, hop: int = 160, mel_bins: int = 80) -> onnx.ModelProto:
+    """STFT (HannWindow) -> |X|^2 -> MelWeightMatrix MatMul -> Log, the usual speech front end."""
+    constants = [numpy_helper.from_array(np.array(value, dtype), name) for name, value, dtype in [
+        ("n_fft", n_fft, np.int64), ("hop", hop, np.int64), ("mel_bins", mel_bins, np.int64),
+        ("rate", 16000, np.int64), ("low", 20.0, np.float32), ("high", 7600.0, np.float32),
+        ("last", [-1], np.int64), ("eps", 1e-6, np.float32)]]
+    nodes = [
+        helper.make_node("HannWindow", ["n_fft"], ["window"], name="window"),
+        helper.make_node("STFT", ["audio", "hop", "window"], ["spectrum"], name="stft", onesided=1),
+        helper.make_node("Mul", ["spectrum", "spectrum"], ["squares"], name="square"),
+        helper.make_node("ReduceSum", ["squares", "last"], ["power"], name="power", keepdims=0),
+        helper.make_node("MelWeightMatrix", ["mel_bins", "n_fft", "rate", "low", "high"], ["mel"], name="mel"),
+        helper.make_node("MatMul", ["power", "mel"], ["mel_power"], name="project"),
+        helper.make_node("Add", ["mel_power", "eps"], ["floored"], name="floor"),
+        helper.make_node("Log", ["floored"], ["log_mel"], name="log"),
+    ]
+    graph = helper.make_graph(nodes, "log_mel", [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
+                                                                               [1, samples, 1])],
+                              [helper.make_tensor_value_info("log_mel", TensorProto.FLOAT,
+                                                             [1, (samples - n_fft) // hop + 1, mel_bins])], constants)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -8,29 +8,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortx.ep.devices import DEVICES, select
 from ortx.ep.devices import dsp
+from tests import _models
 from tests.tolerances import assert_close
-
-
-def _log_mel_model(samples=16000, n_fft=512, hop=160, mel_bins=64):
-    """STFT (Hann window from HannWindow) -> power -> MelWeightMatrix MatMul -> Log: a speech front end."""
-    constants = [numpy_helper.from_array(np.array(value, dtype), name) for name, value, dtype in [
-        ("n_fft", n_fft, np.int64), ("hop", hop, np.int64), ("mel_bins", mel_bins, np.int64),
-        ("rate", 16000, np.int64), ("low", 20.0, np.float32), ("high", 7600.0, np.float32),
-        ("starts", [0], np.int64), ("ends", [1], np.int64), ("last", [-1], np.int64), ("eps", 1e-6, np.float32)]]
-    nodes = [
-        helper.make_node("HannWindow", ["n_fft"], ["window"], name="window"),
-        helper.make_node("STFT", ["audio", "hop", "window"], ["spectrum"], name="stft", onesided=1),
-        helper.make_node("Mul", ["spectrum", "spectrum"], ["squares"], name="square"),
-        helper.make_node("ReduceSum", ["squares", "last"], ["power"], name="power", keepdims=0),
-        helper.make_node("MelWeightMatrix", ["mel_bins", "n_fft", "rate", "low", "high"], ["mel"], name="mel"),
-        helper.make_node("MatMul", ["power", "mel"], ["mel_power"], name="project"),
-        helper.make_node("Add", ["mel_power", "eps"], ["floored"], name="floor"),
-        helper.make_node("Log", ["floored"], ["log_mel"], name="log"),
-    ]
-    graph = helper.make_graph(nodes, "log_mel", [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
-                                                                               [1, samples, 1])],
-                              [helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, None)], constants)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def _ir(model):
@@ -46,7 +25,7 @@ def test_dsp_is_in_the_table_and_selectable():
 
 
 def test_check_claims_signal_nodes_and_names_the_others():
-    graph = _ir(_log_mel_model()).graph
+    graph = _ir(_models.log_mel_front_end(mel_bins=64)).graph
     verdicts = {node.name: dsp.check(node) for node in graph}
     assert verdicts["window"] is None and verdicts["stft"] is None and verdicts["mel"] is None
     assert "square" in verdicts["square"] and "not a DSP op" in verdicts["square"]
@@ -54,9 +33,9 @@ def test_check_claims_signal_nodes_and_names_the_others():
 
 def test_estimate_is_calibrated_and_grows_with_length():
     assert 0 < dsp.seconds_per_point() < 1e-6  # a 2020s core does >= 1 FFT point per microsecond
-    graph = _ir(_log_mel_model()).graph
+    graph = _ir(_models.log_mel_front_end(mel_bins=64)).graph
     stft = next(node for node in graph if node.op_type == "STFT")
-    longer = next(node for node in _ir(_log_mel_model(samples=64000)).graph if node.op_type == "STFT")
+    longer = next(node for node in _ir(_models.log_mel_front_end(samples=64000, mel_bins=64)).graph if node.op_type == "STFT")
     assert 0 < dsp.estimate_seconds(stft) < dsp.estimate_seconds(longer)
     square = next(node for node in graph if node.op_type == "Mul")
     assert dsp.estimate_seconds(square) == float("inf")
@@ -67,7 +46,7 @@ def test_compiled_front_end_matches_ort_from_a_worker_thread():
 
     from ortx.model_io import to_ort_bytes
 
-    model = _log_mel_model()
+    model = _models.log_mel_front_end(mel_bins=64)
     graph = _ir(model).graph
     signal_nodes = [node for node in graph if dsp.check(node) is None]
     spectrum = next(node for node in signal_nodes if node.op_type == "STFT").outputs[0]
@@ -110,7 +89,7 @@ def _ort(model, feeds):
 
 
 def test_session_with_dsp_claims_the_signal_ops_and_matches_ort():
-    model = _log_mel_model()
+    model = _models.log_mel_front_end(mel_bins=64)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, [1, 97, 64]))
     feeds = {"audio": np.random.default_rng(9).standard_normal((1, 16000, 1)).astype(np.float32)}
     session = _session(model, devices="dsp,cpu")
@@ -124,7 +103,7 @@ def test_session_with_dsp_claims_the_signal_ops_and_matches_ort():
 def test_forcing_a_non_signal_node_onto_the_dsp_names_node_device_and_reason():
     import pytest
 
-    model = _log_mel_model()
+    model = _models.log_mel_front_end(mel_bins=64)
     model.graph.output[0].CopyFrom(helper.make_tensor_value_info("log_mel", TensorProto.FLOAT, [1, 97, 64]))
     with pytest.raises(Exception, match=r"(?s)project.*dsp.*not a DSP op"):
         _session(model, devices="dsp,cpu", placement="project:dsp")
