@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ortx.parallel.plan import PipelinePlan
-from ortx.parallel.processes import PipelineStageError, check_micro_batch, stage_error_message
+from ortx.parallel.processes import PipelineStageError, checked_micro_batches, stage_error_message
 
 try:
     from distributed import get_worker
@@ -138,9 +138,7 @@ class DaskPipeline:
     def run(self, micro_batches: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         if self._closed:
             raise RuntimeError("pipeline: run() after close()")
-        batches = list(micro_batches)
-        for position, batch in enumerate(batches):
-            check_micro_batch(batch, self.plan.inputs, position)
+        batches = checked_micro_batches(micro_batches, self.plan.inputs)
         run_id = next(_pipeline_numbers)
         finals = []
         for position, batch in enumerate(batches):

@@ -66,6 +66,14 @@ def check_micro_batch(batch: Mapping[str, np.ndarray], inputs: Boundary, positio
                              f"the plan was split for {tensor.dtype}{list(tensor.shape)}")
 
 
+def checked_micro_batches(micro_batches, inputs: Boundary) -> list:
+    """The micro-batches as a list, each checked against the plan's inputs (an error names the batch at fault)."""
+    batches = list(micro_batches)
+    for position, batch in enumerate(batches):
+        check_micro_batch(batch, inputs, position)
+    return batches
+
+
 class _StopWhen:
     """The abort event as a stage sees it: also set once the caller is gone (killed before it could close the
     pipeline), so no stage outlives it blocked on a ring."""
@@ -221,9 +229,7 @@ class ProcessPipeline:
         """Streams the micro-batches through the stages; their outputs, in order (copies the caller owns)."""
         if self._closed:
             raise RuntimeError("pipeline: run() after close()")
-        batches = list(micro_batches)
-        for position, batch in enumerate(batches):
-            check_micro_batch(batch, self.plan.inputs, position)
+        batches = checked_micro_batches(micro_batches, self.plan.inputs)
         feeder_error: list[BaseException] = []
         feeder = threading.Thread(target=self._feed, args=(batches, feeder_error), name="ortx-pipeline-feeder",
                                   daemon=True)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from ortx.parallel.plan import PipelinePlan
-from ortx.parallel.processes import ProcessPipeline, check_micro_batch
+from ortx.parallel.processes import ProcessPipeline, checked_micro_batches
 
 BACKENDS = ("processes", "dask")
 
@@ -26,9 +26,7 @@ def run(plan: PipelinePlan, micro_batches: Sequence[Mapping[str, np.ndarray]], *
     stage's session."""
     if not isinstance(plan, PipelinePlan):
         raise TypeError(f"run: plan must be a PipelinePlan from ortx.pipeline.split, not {type(plan).__name__}")
-    micro_batches = list(micro_batches)
-    for position, batch in enumerate(micro_batches):  # before any process starts
-        check_micro_batch(batch, plan.inputs, position)
+    micro_batches = checked_micro_batches(micro_batches, plan.inputs)  # before any process starts
     if backend == "processes":
         if client is not None or workers is not None or resources is not None:
             raise ValueError("run: client, workers and resources are options of backend='dask'")
