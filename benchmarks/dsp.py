@@ -237,8 +237,8 @@ def section(rows: list[dict], args, parts: dict | None = None, repeats: list[dic
                      f"{'met' if row['ratio'] <= 0.5 else 'not met'}).")
     if repeats:
         ratios = [row["ratio"] for row in front + repeats]
-        lines.append(f"Repeatability: the log-mel front end measured {len(ratios)} times in this run (the rows "
-                     f"above, then {args.log_mel_repeats} more times each with new sessions), ratios "
+        lines.append(f"Repeatability: the log-mel front end measured {len(ratios)} times in this run (the two rows "
+                     f"above, then both again {args.log_mel_repeats} times with new sessions), ratios "
                      + ", ".join(f"{ratio:.2f}" for ratio in ratios) + f" at load "
                      f"{min(r['load'] for r in repeats):.1f}-{max(r['load'] for r in repeats):.1f}: goal <= 0.5 "
                      f"{'met in every one' if max(ratios) <= 0.5 else 'not met in every one'}.")
