@@ -124,10 +124,12 @@ def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | 
                  featurize=gemm_features.featurizer(problem, num_threads), work=problem.flops / 1e9)
 
 
-def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> Schedule:
+def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int,
+                     max_workspace_floats: int | None = None) -> Schedule:
     """DEFAULTS[isa] with A read in place, B packed unless it is row-major and only one row panel reads it, and
     the larger of M and N split into 2 tasks per thread (fewer when the problem has fewer tiles); in the space.
-    A conv: the prebuilt conv's tile where it fits (6 rows, 16-column panels, KC 256, its weights in place)."""
+    A conv: the prebuilt conv's tile where it fits (6 rows, 16-column panels, KC 256, its weights in place), with
+    B blocks narrowed until they fit `max_workspace_floats` (a direct-path conv2d_f32 planned no B blocks)."""
     values = {"isa": isa, **DEFAULTS[isa], "loop_order": "jr_ir", "unroll": 4, "prefetch": 0, "pack_a": False}
     values["pack_b"] = not (problem.m <= values["mr"] and problem.b_strides[1] == 1)
     if problem.b_packed:  # read where the lowering packed it, at its depth, in whole panels
@@ -147,13 +149,18 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
     tiles = row_tiles if split_rows else column_tiles
     tasks = max(count for count in _COMMON["tasks_m"] if count <= max(min(wanted, tiles), 1))
     values["tasks_m"], values["tasks_n"] = (tasks, 1) if split_rows else (1, tasks)
+    if problem.conv and max_workspace_floats is not None:
+        for nc_tiles in sorted((count for count in _COMMON["nc_tiles"] if count <= values["nc_tiles"]), reverse=True):
+            values["nc_tiles"] = nc_tiles
+            if gemm.workspace_floats(problem, to_gemm_schedule(Schedule.of(values))) <= max_workspace_floats:
+                break
     return Schedule.of(values)
 
 
 def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str, max_workspace_floats: int | None = None) -> Task:
     return Task(f"{problem.signature}|threads={num_threads}|isa={isa}",
                 gemm_space(problem, isa, max_workspace_floats, num_threads=num_threads), gemm.template_hash(),
-                default=default_schedule(problem, isa, num_threads))
+                default=default_schedule(problem, isa, num_threads, max_workspace_floats))
 
 
 def close_to_reference(outputs, reference) -> str | None:
@@ -325,7 +332,7 @@ def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDa
         search = guided_search(task, database, fingerprint, seed=seed)
     else:
         search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
-    default = default_schedule(problem, isa, num_threads)
+    default = task.default
     runner = GemmRunner(problem, num_threads, options, settings, seed)
     measure_prebuilt(task, runner, database, fingerprint)
     (result,) = tune([task], [_DefaultFirst(default, search)],
