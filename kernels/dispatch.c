@@ -10,7 +10,7 @@
 static const ortx_kernel_entry *const families[] = {
     ortx_family_gemm, ortx_family_conv, ortx_family_elementwise,
     ortx_family_reduce, ortx_family_pool, ortx_family_layout, ortx_family_threadpool, ortx_family_bf16,
-    ortx_family_qgemm, ortx_family_sparse,
+    ortx_family_qgemm, ortx_family_qpool, ortx_family_sparse,
     ortx_family_fft, /* DSP device (issue #7) */
 };
 

@@ -28,6 +28,7 @@ extern const ortx_kernel_entry ortx_family_pool[];
 extern const ortx_kernel_entry ortx_family_layout[];
 extern const ortx_kernel_entry ortx_family_bf16[];
 extern const ortx_kernel_entry ortx_family_qgemm[];
+extern const ortx_kernel_entry ortx_family_qpool[];  /* int8 average pools (issue #5) */
 extern const ortx_kernel_entry ortx_family_sparse[];
 /* DSP device (issue #7): DFT, STFT, FIR on planned FFTs (fft.c) */
 extern const ortx_kernel_entry ortx_family_fft[];
