@@ -33,29 +33,46 @@ class PanelBands:
 
     @property
     def fraction(self) -> float:
-        """Band multiply-adds per dense multiply-add (16-lane panel rows over K x padded N)."""
-        return int(self.panel[:, 1].sum()) / max(self.depth * len(self.panel), 1)
+        return band_fraction(self.panel[:, :2], self.depth)
 
 
-def panel_bands(weights: np.ndarray) -> PanelBands:
-    """The panel bands of a 2-D float matrix (a panel with no nonzero gets count 0)."""
+def _padded(weights: np.ndarray) -> np.ndarray:
     weights = np.asarray(weights, dtype=np.float32)
     if weights.ndim != 2:
         raise ValueError(f"panel bands: expected a 2-D matrix, got shape {weights.shape}")
     depth, columns = weights.shape
-    panels = -(-columns // PANEL)
-    padded = np.zeros((depth, panels * PANEL), np.float32)
+    padded = np.zeros((depth, -(-columns // PANEL) * PANEL), np.float32)
     padded[:, :columns] = weights
-    rows, blocks, offset = [], [], 0
-    for p in range(panels):
-        block = padded[:, p * PANEL:(p + 1) * PANEL]
-        nonzero = np.flatnonzero(np.any(block != 0, axis=1))
-        first, count = (int(nonzero[0]), int(nonzero[-1] - nonzero[0] + 1)) if nonzero.size else (0, 0)
-        rows.append((first, count, offset))
-        blocks.append(block[first:first + count])
-        offset += count
-    values = np.concatenate(blocks) if offset else np.zeros((0, PANEL), np.float32)
-    return PanelBands(depth, columns, np.array(rows, np.int64).reshape(panels, 3), np.ascontiguousarray(values))
+    return padded
+
+
+def panel_ranges(weights: np.ndarray) -> np.ndarray:
+    """int64 [panels, 2]: per 16-column panel, the first row and the row count holding all of its nonzeros (0, 0
+    for a panel without any)."""
+    padded = _padded(weights)
+    nonzero = np.any(padded.reshape(padded.shape[0], -1, PANEL) != 0, axis=2)  # [K, panels]
+    ranges = np.zeros((nonzero.shape[1], 2), np.int64)
+    for p in range(nonzero.shape[1]):
+        rows = np.flatnonzero(nonzero[:, p])
+        if rows.size:
+            ranges[p] = rows[0], rows[-1] - rows[0] + 1
+    return ranges
+
+
+def band_fraction(ranges: np.ndarray, depth: int) -> float:
+    """Band multiply-adds per dense multiply-add (16-lane panel rows over K x padded N)."""
+    return int(ranges[:, 1].sum()) / max(depth * len(ranges), 1)
+
+
+def panel_bands(weights: np.ndarray, ranges: np.ndarray | None = None) -> PanelBands:
+    """The panel bands of a 2-D float matrix (`ranges`: its panel_ranges, when already computed)."""
+    padded = _padded(weights)
+    ranges = panel_ranges(weights) if ranges is None else ranges
+    offsets = np.concatenate([[0], np.cumsum(ranges[:, 1])[:-1]]).astype(np.int64)
+    blocks = [padded[first:first + count, p * PANEL:(p + 1) * PANEL] for p, (first, count) in enumerate(ranges)]
+    values = np.concatenate(blocks) if int(ranges[:, 1].sum()) else np.zeros((0, PANEL), np.float32)
+    return PanelBands(padded.shape[0], np.asarray(weights).shape[1], np.column_stack([ranges, offsets]),
+                      np.ascontiguousarray(values, dtype=np.float32))
 
 
 def emit_band_gemm(builder, node_name: str, M: int, bands: PanelBands, a, y) -> None:
@@ -70,10 +87,11 @@ def emit_band_gemm(builder, node_name: str, M: int, bands: PanelBands, a, y) -> 
 def try_band_matmul(node, builder, M: int, weights: np.ndarray, a, y) -> bool:
     """band_gemm_f32 for Y[M, N] = A[M, K] @ weights when its panel bands are narrow; False (nothing emitted)
     otherwise."""
-    bands = panel_bands(weights)
-    if bands.fraction > MAX_BAND_FRACTION:
+    ranges = panel_ranges(weights)  # before any packing: most constant weights are not banded
+    fraction = band_fraction(ranges, weights.shape[0])
+    if fraction > MAX_BAND_FRACTION:
         logger.debug("ortx band: node %s stays on the GEMM: its panel bands cover %.0f%% of K x N (> %.0f%%)",
-                     node.name, 100 * bands.fraction, 100 * MAX_BAND_FRACTION)
+                     node.name, 100 * fraction, 100 * MAX_BAND_FRACTION)
         return False
-    emit_band_gemm(builder, node.name, M, bands, a, y)
+    emit_band_gemm(builder, node.name, M, panel_bands(weights, ranges), a, y)
     return True
