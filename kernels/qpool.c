@@ -8,8 +8,8 @@
  *   3. requantizes with the divisor's (m0, shift).
  * The AVX-512 row (qpool_avx512.c) vectorises step 1 over the width, step 2 over the interior outputs at strides
  * 1 and 2 and step 3 over the interior (one divisor there); the AVX2 row (qpool_avx2.c) steps 1 and 2 at stride 1;
- * edges take the portable code. Global pools sum each channel plane (vpsadbw) and requantize once. Integer sums are exact, so every ISA matches the reference bit
- * for bit.
+ * edges take the portable code. Global pools sum each channel plane (vpsadbw) and requantize once. Integer sums
+ * are exact, so every ISA matches the reference bit for bit.
  */
 #include <stdlib.h>
 

@@ -2,8 +2,8 @@
 
 Every case runs for each ISA this CPU has (portable, AVX2, AVX-512), with 1 and 2 threads. Integer sums are
 exact, so fast, reference and ortx/quantization/integer.py's average_pool agree byte for byte: widths around the
-8- and 16-lane vectors and the 8-lane requantization tails, pads with and without count_include_pad, strides 1-3, uint8/int8 in and out, and
-saturation at both ends of both output types.
+8- and 16-lane vectors and the 8-lane requantization tails, pads with and without count_include_pad, strides 1-3,
+uint8/int8 in and out, and saturation at both ends of both output types.
 """
 from __future__ import annotations
 
