@@ -101,7 +101,7 @@ def step_substitutes(compiled: CompiledProgram, *, num_threads: int, options: Op
         try:
             kernel = gemm.build_gemm(problem, schedule, options)
         except JitError as error:
-            logger.warning("ortx tuned GEMM: step %d keeps gemm_f32: %s", index, error)
+            logger.warning("ortx tuned GEMM: step %d keeps its prebuilt kernel: %s", index, error)
             continue
         substitutes[index] = (f"{kernel.rendered.symbol}_step", kernel.step_address)
     return substitutes

@@ -92,7 +92,7 @@ def test_conv_steps_are_collected_and_recorded_wins_replace_them(tmp_path):
     assert sorted(substitutes) == conv_steps
     tuned = jit.jit_compile(program, options, None, substitutes)
     assert "conv2d_f32" not in tuned.native.kernel_names
-    assert sum(f"in place of conv2d_f32" in line for line in tuned.native.path.with_suffix(".c").read_text()
+    assert sum("in place of conv2d_f32" in line for line in tuned.native.path.with_suffix(".c").read_text()
                .splitlines()) == 2
     actual = _run_native(tuned, x)
     assert_close(actual, _ort(model, x), what="generated convs vs ORT")
