@@ -14,9 +14,10 @@
  * Cycle costs (NpuParams: R x C array, B DMA bytes/cycle, S DMA setup cycles):
  *   DMA of n bytes: S + ceil(n / B).  MAC_TILE (m, k, p): ceil(m / C) * ceil(k / R) passes of (p + 2R + C - 2):
  *   R cycles to load a weight tile, p activation columns streamed, R + C - 2 to fill and drain the pipeline.
- *   REQUANT (m x p), VECTOR (n), POOL (outputs x taps): ceil(elements / C) (a C-lane vector unit).
+ *   REQUANT (m x p), VECTOR (n), POOL and POOL_AVG (outputs x taps): ceil(elements / C) (a C-lane vector unit).
  * Arithmetic: ortx/quantization/integer.py's (kernels/qgemm.h): exact int32 accumulators, then the same fp32
- * operations in the same order as the CPU int8 kernels (fp-contract off), so outputs are bit-identical.
+ * operations in the same order as the CPU int8 kernels (fp-contract off), so outputs are bit-identical. POOL_AVG
+ * is integer only (kernels/qpool.h: int32 window sums, a (m0, shift) table per divisor, round half to even).
  * Limits: phases are checked for hazards by bounding SRAM intervals (strided ranges are covered whole). */
 #include "npu_sim.h"
 
@@ -32,10 +33,11 @@
 #define NPU_MAX_FIELDS 32
 #define NPU_MAX_RANGES 6
 
-enum { OP_DMA_IN = 1, OP_DMA_OUT, OP_DMA_IM2COL, OP_MAC_TILE, OP_REQUANT, OP_VECTOR, OP_POOL, OP_BARRIER };
-static const int field_counts[] = {0, 7, 7, 20, 12, 17, 19, 15, 0};
+enum { OP_DMA_IN = 1, OP_DMA_OUT, OP_DMA_IM2COL, OP_MAC_TILE, OP_REQUANT, OP_VECTOR, OP_POOL, OP_BARRIER,
+       OP_POOL_AVG };
+static const int field_counts[] = {0, 7, 7, 20, 12, 17, 19, 15, 0, 25};
 static const char *const op_names[] = {"?", "DMA_IN", "DMA_OUT", "DMA_IM2COL", "MAC_TILE", "REQUANT", "VECTOR",
-                                       "POOL", "BARRIER"};
+                                       "POOL", "BARRIER", "POOL_AVG"};
 enum { KIND_U8 = 0, KIND_I8, KIND_F32, KIND_I32 };
 
 typedef struct {
@@ -381,6 +383,70 @@ static int pool(npu_state *s, const int64_t *f, int64_t *cycles) {
     return 0;
 }
 
+/* POOL_AVG: kernels/qpool.h's int8 average over whole channel planes in SRAM: acc = sum of (x - zx) over the taps
+ * inside the plane, divisor = those taps (or, count_include_pad, the taps inside the padded extent), (m0, shift) =
+ * table[divisor - count_base] (int32 pairs in SRAM), y = clamp(round_half_even(acc * m0 / 2^shift)) + zy. */
+static int pool_avg(npu_state *s, const int64_t *f, int64_t *cycles) {
+    int64_t input = f[0], kind = f[1], channels = f[2], height = f[3], width = f[4], kh = f[5], kw = f[6];
+    int64_t sh = f[7], sw = f[8], pad_top = f[9], pad_left = f[10], pad_bottom = f[11], pad_right = f[12];
+    int64_t include_pad = f[13], oh_count = f[14], ow_count = f[15], zero_x = f[16], output = f[17];
+    int64_t out_kind = f[18], zero_y = f[19], qmin = f[20], qmax = f[21], table = f[22], base = f[23];
+    int64_t table_length = f[24];
+    if (kind != KIND_U8 && kind != KIND_I8) return fail(s, "input_kind %lld (uint8 or int8)", (long long)kind);
+    if (out_kind != KIND_U8 && out_kind != KIND_I8) return fail(s, "output_kind %lld (uint8 or int8)",
+                                                                (long long)out_kind);
+    if (check_positive(s, &f[2], 7, "channels .. stride_w") || check_positive(s, &f[14], 2, "out sizes")) return -1;
+    if (pad_top < 0 || pad_left < 0 || pad_bottom < 0 || pad_right < 0) return fail(s, "negative padding");
+    if (kh > 65535 || kw > 65535) return fail(s, "a %lldx%lld window (at most 65535 per side)", (long long)kh,
+                                              (long long)kw);
+    if (mul(kh, kw) > (1LL << 23)) return fail(s, "a window of %lld taps (at most 2^23: int32 sums)",
+                                               (long long)mul(kh, kw));
+    if (base < 1 || table_length < 1) return fail(s, "table count_base %lld, length %lld", (long long)base,
+                                                  (long long)table_length);
+    if (touch(s, 1, input, mul(mul(channels, height), width), 0, "POOL_AVG input") ||
+        touch(s, 1, output, mul(mul(channels, oh_count), ow_count), 1, "POOL_AVG output") ||
+        touch(s, 1, table, mul(8, table_length), 0, "POOL_AVG table")) return -1;
+    const int32_t *entries = (const int32_t *)(s->sram + table);
+    for (int64_t i = 0; i < table_length; i++)
+        if (entries[2 * i + 1] < 1 || entries[2 * i + 1] > 62 || entries[2 * i] < 0)
+            return fail(s, "table entry %lld: m0 %d, shift %d (shift 1..62, m0 >= 0)", (long long)i,
+                        entries[2 * i], entries[2 * i + 1]);
+    int64_t low = qmin - zero_y, high = qmax - zero_y;
+    for (int64_t c = 0; c < channels; c++)
+        for (int64_t oh = 0; oh < oh_count; oh++)
+            for (int64_t ow = 0; ow < ow_count; ow++) {
+                int64_t acc = 0, taps = 0, padded = 0;
+                for (int64_t i = 0; i < kh; i++)
+                    for (int64_t j = 0; j < kw; j++) {
+                        int64_t y = oh * sh - pad_top + i, x = ow * sw - pad_left + j;
+                        padded += y < height + pad_bottom && x < width + pad_right;
+                        if (y < 0 || y >= height || x < 0 || x >= width) continue;
+                        int64_t index = (c * height + y) * width + x;
+                        int32_t v = kind == KIND_U8 ? s->sram[input + index] :
+                                    ((const int8_t *)(s->sram + input))[index];
+                        acc += v - zero_x;
+                        taps++;
+                    }
+                int64_t divisor = include_pad ? padded : taps, value = 0;
+                if (divisor > 0) {
+                    if (divisor < base || divisor >= base + table_length)
+                        return fail(s, "divisor %lld outside the table [%lld, %lld)", (long long)divisor,
+                                    (long long)base, (long long)(base + table_length));
+                    const int32_t *entry = entries + 2 * (divisor - base);
+                    int64_t product = acc * entry[0], shift = entry[1];
+                    int64_t quotient = product >> shift, remainder = product & ((1LL << shift) - 1);
+                    int64_t half = 1LL << (shift - 1);
+                    quotient += remainder > half || (remainder == half && (quotient & 1));
+                    value = quotient;
+                }
+                value = value < low ? low : value > high ? high : value;
+                store_quantized(s->sram + output + (c * oh_count + oh) * ow_count + ow, out_kind,
+                                (int32_t)(value + zero_y));
+            }
+    *cycles = ceil_div(mul(mul(channels * oh_count * ow_count, kh), kw), s->params.cols);
+    return 0;
+}
+
 static int run_commands(npu_state *s, const uint8_t *body, int64_t body_bytes, int64_t count, int64_t *stats,
                         int64_t *timeline) {
     int64_t offset = 0, phase_dma = 0, phase_compute = 0, phase_start = 0;
@@ -388,7 +454,7 @@ static int run_commands(npu_state *s, const uint8_t *body, int64_t body_bytes, i
     for (s->index = 0; s->index < count; s->index++) {
         if (offset + 4 > body_bytes) return fail(s, "stream truncated");
         int op = (int)read_le(body + offset, 2), words = (int)read_le(body + offset + 2, 2);
-        if (op < OP_DMA_IN || op > OP_BARRIER) return fail(s, "unknown opcode %d", op);
+        if (op < OP_DMA_IN || op > OP_POOL_AVG) return fail(s, "unknown opcode %d", op);
         if (words != field_counts[op]) return fail(s, "%s with %d fields, expected %d", op_names[op], words,
                                                    field_counts[op]);
         s->op_name = op_names[op];
@@ -410,6 +476,7 @@ static int run_commands(npu_state *s, const uint8_t *body, int64_t body_bytes, i
             case OP_REQUANT: status = requant(s, fields, &cycles); break;
             case OP_VECTOR: status = vector(s, fields, &cycles); break;
             case OP_POOL: status = pool(s, fields, &cycles); break;
+            case OP_POOL_AVG: status = pool_avg(s, fields, &cycles); break;
             default: break;
         }
         if (status) return -1;

@@ -5,9 +5,10 @@
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
  *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
  *   Case 1x1 (stride 1, unpadded): as X is stored;
- *   Case direct (other stride-1 convs): in place from zero-padded input planes (see conv_direct);
- *   Case im2col (strided): built per 64-pixel tile in the thread's workspace slice when every thread gets two tiles
- *   or more, else for the whole image, in parallel over its rows.
+ *   Case patches (every other conv): the input is split once into zero-padded phase planes (see conv_job), from
+ *   which each patch row is a few contiguous copies; B is built per 64-pixel tile in the thread's workspace slice
+ *   (aligned rows, in L2) when every thread gets two tiles or more, else for the whole image (rows rounded to 16
+ *   floats), in parallel over its rows.
  *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
  *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
  *   activation) on its tile.
@@ -64,6 +65,20 @@ void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin,
     }
 }
 
+static ortx_sparse_patch_fn select_patch(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_patch_avx512 : ortx_sparse_patch_portable;
+}
+
+void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
+                                float *dst, int64_t ldd) {
+    for (int64_t k = 0; k < rows; k++) {
+        const float *row_source = source + taps[k];
+        float *row = dst + k * ldd;
+        for (int64_t run = 0; run < runs->count; run++)
+            memcpy(row + runs->target[run], row_source + runs->source[run], sizeof(float) * runs->length[run]);
+    }
+}
+
 /* Block rows [begin, end) of chunk `chunk` out of `chunks` over `block_rows`: the split depends on the sizes only. */
 static void chunk_range(int64_t block_rows, int64_t chunks, int64_t chunk, int64_t *begin, int64_t *end) {
     *begin = block_rows * chunk / chunks;
@@ -78,81 +93,117 @@ static int64_t chunk_count(int64_t tiles, int64_t block_rows, int threads) {
 
 /* Conv ------------------------------------------------------------------------------------------------------- */
 
+/* Phase planes: the zero-padded input P (P[y][x] = X[y - pad_top][x - pad_left], 0 outside) of each channel split
+ * into stride_height x stride_width phases, phase (py, px) row a, column j holding P[a*sh + py][j*sw + px]. Tap
+ * (ky, kx) of output pixel (oy, ox) reads P[oy*sh + ky*dh][ox*sw + kx*dw], i.e. phase ((ky*dh) % sh, (kx*dw) % sw)
+ * at row oy + (ky*dh) / sh, column ox + (kx*dw) / sw: so every patch row is, per output row, one contiguous run of
+ * one phase plane, whatever the stride, dilation and padding (stride 1: one phase, the padded plane itself). */
 typedef struct conv_job {
     const ortx_conv_params *p;
     const float *input;  /* one image */
-    float *patches;
+    float *patches;      /* the whole patch matrix, or per-thread tiles of K x ORTX_SPARSE_TILE */
     const float *b;      /* the patch matrix (patches, or the input itself) */
+    int64_t ldb;         /* its row stride */
     ortx_sparse_matrix w;
     float *output;       /* one image */
     const float *residual;
     ortx_sparse_epilogue epilogue;
     int64_t pixels, tiles, chunks;
     ortx_sparse_rows_fn rows;
-    /* Case direct (stride 1): the zero-padded input planes, the tap offsets and per-thread result tiles */
-    int64_t padded_rows, padded_width, padded_plane, virtual_pixels, temp_rows;
-    float *padded, *temps;
-    int32_t *offsets;
+    ortx_sparse_patch_fn patch;
+    int64_t phase_rows, phase_width, phase_plane;
+    float *planes;
+    const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
+    /* Case direct: virtual pixels v = oy * phase_width + ox, per-thread result tiles (see conv_direct) */
+    int64_t virtual_pixels, temp_rows;
+    float *temps;
 } conv_job;
 
-/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd.
- * The pixel range is cut once into runs along output rows; per kernel column kx, the output columns whose tap lands
- * inside the input row are one range [first[kx], last[kx]), so each run is zeros, a (strided) copy of the input row
- * and zeros again, with no division or branch per element (at 64-pixel tiles the per-run overhead dominated). */
-static void patch_block(const ortx_conv_params *p, const float *input, int64_t k_begin, int64_t k_end, int64_t p0,
-                        int64_t count, float *dst, int64_t ldd) {
-    const int64_t s = p->stride_width, kw = p->kernel_width, taps = p->kernel_height * kw;
-    int64_t runs = count / p->out_width + 2;
-    int64_t run_row[runs], run_begin[runs], run_end[runs], run_offset[runs], first[kw], last[kw];
+static void phase_geometry(const ortx_conv_params *p, conv_job *job) {
+    job->phase_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height / p->stride_height;
+    job->phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width;
+    job->phase_plane = job->phase_rows * job->phase_width;
+}
+
+static int64_t ceil_div_clamped(int64_t numerator, int64_t divisor, int64_t limit) {
+    int64_t value = numerator <= 0 ? 0 : (numerator + divisor - 1) / divisor;
+    return value < limit ? value : limit;
+}
+
+/* Does some tap land in phase `phase` of a dimension (kernel size, dilation, stride)? Unused phases stay unfilled. */
+static int phase_used(int64_t phase, int64_t kernel, int64_t dilation, int64_t stride) {
+    for (int64_t tap = 0; tap < kernel; tap++)
+        if (tap * dilation % stride == phase) return 1;
+    return 0;
+}
+
+static void phase_fill(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const conv_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const int64_t sh = p->stride_height, sw = p->stride_width, width = job->phase_width;
+    for (int64_t channel = begin; channel < end; channel++) {
+        const float *plane = job->input + channel * p->in_height * p->in_width;
+        for (int64_t py = 0; py < sh; py++) {
+            if (!phase_used(py, p->kernel_height, p->dilation_height, sh)) continue;
+            for (int64_t px = 0; px < sw; px++) {
+                if (!phase_used(px, p->kernel_width, p->dilation_width, sw)) continue;
+                float *dst = job->planes + ((channel * sh + py) * sw + px) * job->phase_plane;
+                /* columns [lo, hi) read input columns j*sw + px - pad_left inside [0, in_width) */
+                int64_t lo = ceil_div_clamped(p->pad_left - px, sw, width);
+                int64_t hi = ceil_div_clamped(p->in_width + p->pad_left - px, sw, width);
+                if (hi < lo) hi = lo;
+                for (int64_t a = 0; a < job->phase_rows; a++, dst += width) {
+                    int64_t iy = a * sh + py - p->pad_top;
+                    if (iy < 0 || iy >= p->in_height || hi == lo) {
+                        memset(dst, 0, sizeof(float) * width);
+                        continue;
+                    }
+                    const float *row = plane + iy * p->in_width + px - p->pad_left;
+                    memset(dst, 0, sizeof(float) * lo);
+                    if (sw == 1) memcpy(dst + lo, row + lo, sizeof(float) * (hi - lo));
+                    else
+                        for (int64_t j = lo; j < hi; j++) dst[j] = row[j * sw];
+                    memset(dst + hi, 0, sizeof(float) * (width - hi));
+                }
+            }
+        }
+    }
+}
+
+static void tap_offsets(const ortx_conv_params *p, const conv_job *job, int32_t *taps) {
+    const int64_t sh = p->stride_height, sw = p->stride_width, kh = p->kernel_height, kw = p->kernel_width;
+    for (int64_t k = 0; k < job->w.depth; k++) {
+        int64_t channel = k / (kh * kw), dy = k % (kh * kw) / kw * p->dilation_height, dx = k % kw * p->dilation_width;
+        taps[k] = (int32_t)(((channel * sh + dy % sh) * sw + dx % sw) * job->phase_plane + dy / sh * job->phase_width +
+                            dx / sw);
+    }
+}
+
+/* Patch-matrix rows [k_begin, k_end), columns (pixels) [p0, p0 + count), into dst with row stride ldd: per row, one
+ * copy per output row the pixel range crosses (runs computed once). */
+static void patch_block(const conv_job *job, int64_t k_begin, int64_t k_end, int64_t p0, int64_t count, float *dst,
+                        int64_t ldd) {
+    const int64_t out_width = job->p->out_width;
+    int64_t runs = count / out_width + 2;
+    int64_t run_source[runs], run_target[runs], run_length[runs];
     int64_t run_count = 0;
     for (int64_t pixel = p0; pixel < p0 + count; run_count++) {
-        int64_t oy = pixel / p->out_width, ox = pixel % p->out_width;
-        int64_t end = p->out_width - ox < p0 + count - pixel ? p->out_width : ox + (p0 + count - pixel);
-        run_row[run_count] = oy, run_begin[run_count] = ox, run_end[run_count] = end;
-        run_offset[run_count] = pixel - p0;
-        pixel += end - ox;
+        int64_t oy = pixel / out_width, ox = pixel % out_width;
+        int64_t length = out_width - ox < p0 + count - pixel ? out_width - ox : p0 + count - pixel;
+        run_source[run_count] = oy * job->phase_width + ox;
+        run_target[run_count] = pixel - p0;
+        run_length[run_count] = length;
+        pixel += length;
     }
-    for (int64_t kx = 0; kx < kw; kx++) {  /* valid ox: 0 <= ox*s + offset < in_width */
-        int64_t offset = kx * p->dilation_width - p->pad_left;
-        first[kx] = offset >= 0 ? 0 : (-offset + s - 1) / s;
-        last[kx] = p->in_width - 1 - offset < 0 ? 0 : (p->in_width - 1 - offset) / s + 1;
-        if (last[kx] < first[kx]) last[kx] = first[kx];
-    }
-    int64_t channel = k_begin / taps, ky = k_begin % taps / kw, kx = k_begin % kw;
-    for (int64_t k = k_begin; k < k_end; k++) {
-        const float *plane = input + channel * p->in_height * p->in_width;
-        const int64_t offset = kx * p->dilation_width - p->pad_left;
-        float *row_dst = dst + (k - k_begin) * ldd;
-        for (int64_t run = 0; run < run_count; run++) {
-            int64_t iy = run_row[run] * p->stride_height - p->pad_top + ky * p->dilation_height;
-            int64_t ox0 = run_begin[run], ox1 = run_end[run];
-            float *out = row_dst + run_offset[run] - ox0;  /* out[ox] for ox in [ox0, ox1) */
-            if (iy < 0 || iy >= p->in_height) {
-                for (int64_t ox = ox0; ox < ox1; ox++) out[ox] = 0.0f;
-                continue;
-            }
-            const float *row = plane + iy * p->in_width + offset;
-            int64_t lo = first[kx] > ox0 ? first[kx] : ox0, hi = last[kx] < ox1 ? last[kx] : ox1;
-            if (hi < lo) hi = lo;
-            for (int64_t ox = ox0; ox < lo; ox++) out[ox] = 0.0f;
-            if (s == 1) {
-                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox];
-            } else {
-                for (int64_t ox = lo; ox < hi; ox++) out[ox] = row[ox * s];
-            }
-            for (int64_t ox = hi; ox < ox1; ox++) out[ox] = 0.0f;
-        }
-        if (++kx == kw) {
-            kx = 0;
-            if (++ky == p->kernel_height) ky = 0, channel++;
-        }
-    }
+    ortx_sparse_runs view = {run_count, run_source, run_target, run_length};
+    job->patch(job->planes, job->taps + k_begin, k_end - k_begin, &view, dst, ldd);
 }
 
 static void im2col_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const conv_job *job = context;
-    patch_block(job->p, job->input, begin, end, 0, job->pixels, job->patches + begin * job->pixels, job->pixels);
+    patch_block(job, begin, end, 0, job->pixels, job->patches + begin * job->ldb, job->ldb);
 }
 
 static void conv_task(void *context, int64_t task, int thread_index) {
@@ -166,78 +217,37 @@ static void conv_task(void *context, int64_t task, int thread_index) {
     int64_t ncols = job->pixels - p0 < ORTX_SPARSE_TILE ? job->pixels - p0 : ORTX_SPARSE_TILE;
     ortx_sparse_epilogue epilogue = job->epilogue;
     epilogue.residual = job->residual ? job->residual + first_row * job->pixels + p0 : NULL;
-    job->rows(&job->w, begin, end, job->b + p0, job->pixels, ncols, job->output + first_row * job->pixels + p0,
+    job->rows(&job->w, begin, end, job->b + p0, job->ldb, ncols, job->output + first_row * job->pixels + p0,
               job->pixels, &epilogue);
 }
 
-/* Case tiled patches: each task builds its own tile's patch columns (K x ORTX_SPARSE_TILE, in L2) in its thread's
- * slice of the workspace, then runs every row over it; used when there are tiles enough for every thread. */
+/* Case tiled patches: each task builds its own tile's patch columns (K x ORTX_SPARSE_TILE, 64-byte aligned rows, in
+ * L2) in its thread's slice of the workspace, then runs every row over it, storing straight into Y. */
 static void conv_tile_task(void *context, int64_t tile, int thread_index) {
     const conv_job *job = context;
     int64_t p0 = tile * ORTX_SPARSE_TILE;
     int64_t ncols = job->pixels - p0 < ORTX_SPARSE_TILE ? job->pixels - p0 : ORTX_SPARSE_TILE;
     float *patches = job->patches + (int64_t)thread_index * job->w.depth * ORTX_SPARSE_TILE;
-    patch_block(job->p, job->input, 0, job->w.depth, p0, ncols, patches, ORTX_SPARSE_TILE);
+    patch_block(job, 0, job->w.depth, p0, ncols, patches, ORTX_SPARSE_TILE);
     ortx_sparse_epilogue epilogue = job->epilogue;
     epilogue.residual = job->residual ? job->residual + p0 : NULL;
     int64_t block_rows = ortx_round_up(job->w.rows, job->w.block_rows) / job->w.block_rows;
     job->rows(&job->w, 0, block_rows, patches, ORTX_SPARSE_TILE, ncols, job->output + p0, job->pixels, &epilogue);
 }
 
-static int conv_pointwise(const ortx_conv_params *p) {
-    return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
-           p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
-}
-
-/* Case direct: a stride-1 conv reads its patch matrix in place from zero-padded input planes (padded_rows x
- * padded_width per channel). Output pixel (oy, ox) is "virtual pixel" v = oy * padded_width + ox, and patch row
- * k = (c, ky, kx) of virtual pixel v is padded[offsets[k] + v] with offsets[k] = c * plane + ky*dh * padded_width +
- * kx*dw: a tile of 64 consecutive virtual pixels is 64 consecutive floats of every patch row, so no im2col runs.
- * Columns ox >= out_width are computed into the per-thread tile and not stored (waste (kw-1)*dw / padded_width). */
-static int conv_direct(const ortx_conv_params *p) {
-    return !conv_pointwise(p) && p->stride_height == 1 && p->stride_width == 1;
-}
-
-static void direct_geometry(const ortx_conv_params *p, conv_job *job) {
-    job->padded_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height;
-    job->padded_width = p->out_width + (p->kernel_width - 1) * p->dilation_width;
-    job->padded_plane = job->padded_rows * job->padded_width;
-    job->virtual_pixels = p->out_height * job->padded_width;
-}
-
-/* Floats of the direct case's workspace before the per-thread tiles: planes (+ a tile of slack), offsets. */
-static int64_t direct_shared_floats(const ortx_conv_params *p, const conv_job *job) {
-    int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
-    return ortx_round_up(p->in_channels * job->padded_plane + ORTX_SPARSE_TILE, 16) + ortx_round_up(depth, 16);
-}
-
-static void direct_fill(void *context, int64_t begin, int64_t end, int thread_index) {
-    (void)thread_index;
-    const conv_job *job = context;
-    const ortx_conv_params *p = job->p;
-    for (int64_t channel = begin; channel < end; channel++) {
-        const float *plane = job->input + channel * p->in_height * p->in_width;
-        float *dst = job->padded + channel * job->padded_plane;
-        /* padded columns [lo, hi) hold input columns [lo - pad_left, hi - pad_left); the rest are zeros */
-        int64_t lo = p->pad_left < job->padded_width ? p->pad_left : job->padded_width;
-        int64_t hi = p->pad_left + p->in_width < job->padded_width ? p->pad_left + p->in_width : job->padded_width;
-        for (int64_t r = 0; r < job->padded_rows; r++, dst += job->padded_width) {
-            int64_t iy = r - p->pad_top;
-            if (iy < 0 || iy >= p->in_height || hi <= lo) {
-                memset(dst, 0, sizeof(float) * job->padded_width);
-                continue;
-            }
-            memset(dst, 0, sizeof(float) * lo);
-            memcpy(dst + lo, plane + iy * p->in_width, sizeof(float) * (hi - lo));
-            memset(dst + hi, 0, sizeof(float) * (job->padded_width - hi));
-        }
-    }
+/* Case direct: the row kernel reads the phase planes in place (w.offsets = taps): virtual pixel v is column v of
+ * every patch row, so a tile of 64 consecutive virtual pixels needs no copy; results go to a per-thread tile and the
+ * valid columns (ox < out_width; the waste is (phase_width - out_width) / phase_width) are stored with the epilogue.
+ * Chosen when the phase planes are smaller than one tile of copied patch rows: small images with many channels
+ * (7x7 or 14x14 at 256-512 channels), whose K x 64 patch tile would not stay in L2 but whose planes do. */
+static int conv_direct(const ortx_conv_params *p, const conv_job *job) {
+    return p->in_channels * p->stride_height * p->stride_width * job->phase_plane < job->w.depth * ORTX_SPARSE_TILE;
 }
 
 static void direct_task(void *context, int64_t task, int thread_index) {
     const conv_job *job = context;
     const ortx_conv_params *p = job->p;
-    const int64_t R = job->w.block_rows;
+    const int64_t R = job->w.block_rows, width = job->phase_width;
     int64_t tile = task % job->tiles, begin, end;
     chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
     if (begin == end) return;
@@ -245,11 +255,11 @@ static void direct_task(void *context, int64_t task, int thread_index) {
     int64_t ncols = job->virtual_pixels - v0 < ORTX_SPARSE_TILE ? job->virtual_pixels - v0 : ORTX_SPARSE_TILE;
     float *temp = job->temps + (int64_t)thread_index * job->temp_rows * ORTX_SPARSE_TILE;
     ortx_sparse_epilogue none = {NULL, NULL, 0, ORTX_ACT_NONE, 0.0f, 0.0f};
-    job->rows(&job->w, begin, end, job->padded + v0, 1, ncols, temp, ORTX_SPARSE_TILE, &none);
+    job->rows(&job->w, begin, end, job->planes + v0, 1, ncols, temp, ORTX_SPARSE_TILE, &none);
     int64_t row_end = end * R < job->w.rows ? end * R : job->w.rows;
     for (int64_t v = v0; v < v0 + ncols;) {  /* runs of valid output columns */
-        int64_t oy = v / job->padded_width, ox = v % job->padded_width;
-        int64_t run_end = (oy + 1) * job->padded_width < v0 + ncols ? (oy + 1) * job->padded_width : v0 + ncols;
+        int64_t oy = v / width, ox = v % width;
+        int64_t run_end = (oy + 1) * width < v0 + ncols ? (oy + 1) * width : v0 + ncols;
         int64_t count = ox < p->out_width ? (p->out_width - ox < run_end - v ? p->out_width - ox : run_end - v) : 0;
         for (int64_t row = begin * R; row < row_end && count > 0; row++) {
             const float *src = temp + (row - begin * R) * ORTX_SPARSE_TILE + (v - v0);
@@ -270,6 +280,11 @@ static void direct_task(void *context, int64_t task, int thread_index) {
     }
 }
 
+static int conv_pointwise(const ortx_conv_params *p) {
+    return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
+           p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
+}
+
 /* Tiled patches (conv_tile_task) when every thread gets at least two tiles, else the whole patch matrix. */
 static int conv_tiled(const ortx_conv_params *p, int threads) {
     int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
@@ -282,28 +297,37 @@ static int conv_threads(const ortx_conv_params *p, int num_threads) {
     return threads < limit ? threads : limit;
 }
 
+/* Workspace floats: [phase planes][tap offsets (int64)][patches]; each part starts on 16 floats (64 bytes) from
+ * the workspace's first 64-byte boundary (ORTX_SPARSE_ALIGN_SLACK floats of slack to reach it). */
+#define ORTX_SPARSE_ALIGN_SLACK 16
+
+static int64_t planes_floats(const ortx_conv_params *p, const conv_job *job) {
+    /* + a tile: a direct tile's last virtual pixels read up to phase_width - out_width floats past the planes */
+    return ortx_round_up(p->in_channels * p->stride_height * p->stride_width * job->phase_plane + ORTX_SPARSE_TILE,
+                         16);
+}
+
+static int64_t taps_floats(const conv_job *job) { return ortx_round_up(job->w.depth, 16); }
+
 static int64_t conv_workspace_bytes(const ortx_conv_params *p) {
     if (conv_pointwise(p)) return 0;
-    if (conv_direct(p)) {
-        conv_job job = {0};
-        direct_geometry(p, &job);
-        int64_t threads = p->workspace_threads < 1 ? 1 : p->workspace_threads;
-        /* per-thread tiles: every row of the layer at most (4 rows of padding for 4x1 blocks) */
-        return (int64_t)sizeof(float) * (direct_shared_floats(p, &job) +
-                                         threads * ortx_round_up(p->out_channels, 4) * ORTX_SPARSE_TILE);
-    }
-    int64_t depth = p->in_channels * p->kernel_height * p->kernel_width;
-    int64_t whole = depth * p->out_height * p->out_width;
+    conv_job job = {0};
+    job.w.depth = p->in_channels * p->kernel_height * p->kernel_width;
+    phase_geometry(p, &job);
+    int64_t whole = job.w.depth * ortx_round_up(p->out_height * p->out_width, 16);
     int64_t tiles = 0;
     for (int64_t threads = 1; threads <= (p->workspace_threads < 1 ? 1 : p->workspace_threads); threads++)
-        if (conv_tiled(p, (int)threads)) tiles = threads * depth * ORTX_SPARSE_TILE;
-    return (int64_t)sizeof(float) * (whole > tiles ? whole : tiles);
+        if (conv_tiled(p, (int)threads)) tiles = threads * job.w.depth * ORTX_SPARSE_TILE;
+    int64_t temps = (p->workspace_threads < 1 ? 1 : p->workspace_threads) * ortx_round_up(p->out_channels, 4) *
+                    ORTX_SPARSE_TILE;  /* Case direct: every row of the layer at most (4x1 blocks: padded to 4) */
+    int64_t rest = conv_direct(p, &job) ? temps : whole > tiles ? whole : tiles;
+    return (int64_t)sizeof(float) * (ORTX_SPARSE_ALIGN_SLACK + planes_floats(p, &job) + taps_floats(&job) + rest);
 }
 
 static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = conv_threads(&p, num_threads);
-    conv_job job = {.p = &p, .patches = buffers[5], .rows = select_rows()};
+    conv_job job = {.p = &p, .rows = select_rows(), .patch = select_patch()};
     job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
                                  ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, 0, (int)p.activation, p.param0,
@@ -311,43 +335,44 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
     job.pixels = p.out_height * p.out_width;
     job.epilogue.ldr = job.pixels;
     job.tiles = (job.pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
-    int64_t block_rows = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
-    job.chunks = chunk_count(job.tiles, block_rows, threads);
-    int pointwise = conv_pointwise(&p);
-    if (conv_direct(&p)) {
-        direct_geometry(&p, &job);
-        job.padded = buffers[5];
-        job.offsets = (int32_t *)((float *)buffers[5] + ortx_round_up(p.in_channels * job.padded_plane +
-                                                                      ORTX_SPARSE_TILE, 16));
-        job.temps = (float *)buffers[5] + direct_shared_floats(&p, &job);
+    job.chunks = chunk_count(job.tiles, ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows, threads);
+    int pointwise = conv_pointwise(&p), tiled = conv_tiled(&p, threads);
+    if (!pointwise) {
+        float *workspace = (float *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
+        phase_geometry(&p, &job);
+        job.planes = workspace;
+        job.taps = (const int32_t *)(workspace + planes_floats(&p, &job));
+        job.patches = job.temps = workspace + planes_floats(&p, &job) + taps_floats(&job);
+        tap_offsets(&p, &job, (int32_t *)(workspace + planes_floats(&p, &job)));
+    }
+    int direct = !pointwise && conv_direct(&p, &job);
+    if (direct) {
+        job.w.offsets = job.taps;
         job.temp_rows = ortx_round_up(p.out_channels, 4);
-        int64_t taps = p.kernel_height * p.kernel_width;
-        for (int64_t k = 0; k < job.w.depth; k++)
-            job.offsets[k] = (int32_t)(k / taps * job.padded_plane +
-                                       k % taps / p.kernel_width * p.dilation_height * job.padded_width +
-                                       k % p.kernel_width * p.dilation_width);
-        job.w.offsets = job.offsets;
+        job.virtual_pixels = p.out_height * job.phase_width;
         job.tiles = (job.virtual_pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
-        job.chunks = chunk_count(job.tiles, block_rows, threads);
+        job.chunks = chunk_count(job.tiles, ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows,
+                                 threads);
     }
     for (int64_t image = 0; image < p.batch; image++) {
         job.input = (const float *)buffers[0] + image * p.in_channels * p.in_height * p.in_width;
         job.output = (float *)buffers[4] + image * p.out_channels * job.pixels;
         job.residual = p.has_residual ? (const float *)buffers[7] + image * p.out_channels * job.pixels : NULL;
-        if (conv_direct(&p)) {
-            ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
-            ortx_parallel_for(threads, job.tiles * job.chunks, direct_task, &job);
+        if (pointwise) {
+            job.b = job.input, job.ldb = job.pixels;
+            ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
             continue;
-        } else if (pointwise) {
-            job.b = job.input;
-        } else if (conv_tiled(&p, threads)) {
-            ortx_parallel_for(threads, job.tiles, conv_tile_task, &job);
-            continue;
-        } else {
-            ortx_parallel_range(threads, job.w.depth, (int64_t)ORTX_TASKS_PER_THREAD * threads, im2col_rows, &job);
-            job.b = job.patches;
         }
-        ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
+        ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, phase_fill, &job);
+        if (direct) {
+            ortx_parallel_for(threads, job.tiles * job.chunks, direct_task, &job);
+        } else if (tiled) {
+            ortx_parallel_for(threads, job.tiles, conv_tile_task, &job);
+        } else {
+            job.b = job.patches, job.ldb = ortx_round_up(job.pixels, 16);
+            ortx_parallel_range(threads, job.w.depth, (int64_t)ORTX_TASKS_PER_THREAD * threads, im2col_rows, &job);
+            ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
+        }
     }
 }
 

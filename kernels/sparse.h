@@ -49,6 +49,21 @@ void ortx_sparse_rows_avx2(const ortx_sparse_matrix *w, int64_t block_begin, int
 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
                              int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e);
 
+/* One tile of conv patch rows: dst row k (stride ldd) gets, for each run r, run_length[r] floats from
+ * source + taps[k] + run_source[r] at column run_target[r] (sparse.c: patch_block). */
+typedef struct ortx_sparse_runs {
+    int64_t count;
+    const int64_t *source, *target, *length;
+} ortx_sparse_runs;
+
+typedef void (*ortx_sparse_patch_fn)(const float *source, const int32_t *taps, int64_t rows,
+                                     const ortx_sparse_runs *runs, float *dst, int64_t ldd);
+
+void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
+                                float *dst, int64_t ldd);
+void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
+                              float *dst, int64_t ldd);
+
 /* The ints of sparse_conv2d_f32: the 20 conv ints of conv.h, then block rows R at ORTX_SPARSE_CONV_BLOCK. */
 #define ORTX_SPARSE_CONV_BLOCK 20
 /* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads. */

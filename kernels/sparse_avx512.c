@@ -89,7 +89,31 @@ ORTX_TARGET_AVX512 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int
     }
 }
 
+/* Patch rows of one tile: full 16-float copies, then one masked copy per run. */
+ORTX_TARGET_AVX512 void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows,
+                                                 const ortx_sparse_runs *runs, float *dst, int64_t ldd) {
+    for (int64_t k = 0; k < rows; k++) {
+        const float *row_source = source + taps[k];
+        float *row = dst + k * ldd;
+        for (int64_t run = 0; run < runs->count; run++) {
+            const float *from = row_source + runs->source[run];
+            float *to = row + runs->target[run];
+            int64_t length = runs->length[run], i = 0;
+            for (; i + 16 <= length; i += 16) _mm512_storeu_ps(to + i, _mm512_loadu_ps(from + i));
+            if (i < length) {
+                __mmask16 mask = (__mmask16)((1u << (length - i)) - 1u);
+                _mm512_mask_storeu_ps(to + i, mask, _mm512_maskz_loadu_ps(mask, from + i));
+            }
+        }
+    }
+}
+
 #else
+void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
+                              float *dst, int64_t ldd) {
+    ortx_sparse_patch_portable(source, taps, rows, runs, dst, ldd);
+}
+
 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
                              int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e) {
     ortx_sparse_rows_portable(w, block_begin, block_end, b, ldb, ncols, c, ldc, e);

@@ -46,12 +46,10 @@ def _source_bytes(source) -> bytes:
 def _records_count(records: bytes, what: str) -> int:
     try:
         document = json.loads(records)
-        return len(document["records"]) if "ortx_tuning_records" in document else _bad_records(what)
+        if "ortx_tuning_records" in document:
+            return len(document["records"])
     except (ValueError, KeyError, TypeError):
-        return _bad_records(what)
-
-
-def _bad_records(what: str) -> int:
+        pass
     raise ArtifactError(f"{what} is not an ortx tuning record file (write one with `ortx tune MODEL --export FILE`)")
 
 

@@ -414,6 +414,8 @@ def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: 
     return fused, fused_decisions, [report for report in reports if report.modified]
 
 
+# fuse_qdq's ai.ortx ops, which run int8 kernels (the assignment's precision column).
+INT8_FUSED_OPS = frozenset({"QConv", "QAveragePool"})
 # The user's ops whose products a bf16 kernel computes (ortx.ep.precision); ops fused into them run in fp32.
 BF16_OPS = frozenset({"Conv", "Gemm", "MatMul"})
 
@@ -444,7 +446,7 @@ def _assignment(prepared: PreparedModel, model: ir.Model, segments: list[Segment
                 if segment.claimed else (
                 choices.get(node.name) or (decision.reason if decision and decision.reason else
                                            "given back to ORT: segment too small to be worth a boundary"))
-            precision = ("int8" if node.op_type == "QConv" and node.domain == ORTX_DOMAIN else
+            precision = ("int8" if node.op_type in INT8_FUSED_OPS and node.domain == ORTX_DOMAIN else
                          "bf16" if node.name in bf16_nodes else "fp32") if segment.claimed else ""
             sparse = segment.claimed and node.name in sparse_nodes
             device = segment.device if segment.claimed else ""

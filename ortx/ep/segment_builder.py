@@ -32,6 +32,7 @@ class _Buffer:
     value: int  # arena: offset (after planning); constant: index; external: index
     nbytes: int
     label: str
+    workspace: bool = False  # kernel scratch (builder.workspace), not a graph tensor
 
 
 ARENA, CONSTANT, EXTERNAL = 0, 1, 2
@@ -61,8 +62,8 @@ class SegmentBuilder:
             if value.name not in self._by_value:
                 self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
 
-    def _new(self, kind: int, value: int, nbytes: int, label: str) -> BufferRef:
-        self._buffers.append(_Buffer(kind, value, nbytes, label))
+    def _new(self, kind: int, value: int, nbytes: int, label: str, *, workspace: bool = False) -> BufferRef:
+        self._buffers.append(_Buffer(kind, value, nbytes, label, workspace))
         return BufferRef(len(self._buffers) - 1)
 
     # Buffers -----------------------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ class SegmentBuilder:
 
     def workspace(self, nbytes: int, *, label: str = "workspace") -> BufferRef:
         """Arena scratch memory that lives only across the steps that name it."""
-        return self._new(ARENA, -1, int(nbytes), f"{self.current_node}:{label}")
+        return self._new(ARENA, -1, int(nbytes), f"{self.current_node}:{label}", workspace=True)
 
     def alias(self, output: ir.Value, source: ir.Value) -> None:
         """Lets `output` share `source`'s bytes (Reshape-like ops); copies when `output` is bound externally."""
@@ -153,7 +154,8 @@ class SegmentBuilder:
             index = int(item.name)
             self._buffers[index].value = plan.offsets[str(merged.get(index, index))]
         tensors = tuple(TensorPlacement(self._buffers[int(t.name)].label, self._buffers[int(t.name)].value, t.nbytes,
-                                        t.first, t.last) for t in buffer_lifetimes)
+                                        t.first, t.last, self._buffers[int(t.name)].workspace)
+                        for t in buffer_lifetimes)
         in_place = tuple(InPlaceListing(r.step, r.kernel, r.node, self._buffers[r.input_buffer].label,
                                         self._buffers[r.output_buffer].label, r.nbytes) for r in reuses)
         ints, floats, buffer_ids = [], [], []
@@ -212,6 +214,7 @@ class TensorPlacement:
     nbytes: int
     first: int
     last: int
+    workspace: bool = False  # a kernel's scratch rather than a graph tensor
 
 
 @dataclasses.dataclass(frozen=True)

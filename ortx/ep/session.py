@@ -133,17 +133,13 @@ class InferenceSession:
         if self._choice.ortx.tuning == "off":
             return
         import os
-        import tempfile
 
         from ortx.tune.records import TuningDatabase
 
         database_path = self._choice.ortx.tuning_settings().database_path
         os.makedirs(os.path.dirname(database_path), exist_ok=True)
-        with tempfile.NamedTemporaryFile(suffix=".json") as records:
-            records.write(self._artifact.records)
-            records.flush()
-            with TuningDatabase(database_path) as database:
-                database.import_records(records.name)
+        with TuningDatabase(database_path) as database:
+            database.import_document(self._artifact.records, source="the artifact's tuning records")
 
     def _needs_whole_model_ort(self) -> str:
         """Why ORT must run the whole model (non-tensor graph inputs or outputs), or ''."""

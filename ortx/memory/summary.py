@@ -10,6 +10,10 @@
    ortx.ep.runtime), lower_bound_bytes: the most bytes live at once over every ortx arena buffer on one timeline
    (a claimed segment's steps are spread over its slot), after in-place merging.
 4. in_place_bytes_saved: per segment, the arena planned without reuse minus the arena with it, summed.
+5. The ortx arena also holds the kernels' scratch (im2col planes, packing buffers: builder.workspace), which ORT's
+   kernels allocate outside its planner, so 2 has no such bytes: workspace_peak_bytes is the most scratch live at
+   once, and activation_lower_bound_bytes the lower bound over graph tensors alone (before in-place merging), the
+   number to hold against 2.
 Limits: tensors whose shape stays dynamic after specialisation are left out of 1 and 2 (counted in
 `dynamic_tensors`).
 """
@@ -63,6 +67,8 @@ class MemoryReport:
     segments: tuple[SegmentMemory, ...]
     session_plan: MemoryPlan
     dynamic_tensors: int = 0
+    workspace_peak_bytes: int = 0
+    activation_lower_bound_bytes: int = 0
 
     @property
     def ratio_to_lower_bound(self) -> float:
@@ -74,6 +80,8 @@ class MemoryReport:
             "planned_bytes": self.planned_bytes, "lower_bound_bytes": self.lower_bound_bytes,
             "in_place_bytes_saved": self.in_place_bytes_saved, "ratio_to_lower_bound": self.ratio_to_lower_bound,
             "dynamic_tensors": self.dynamic_tensors, "boundary_offsets": dict(self.boundary_offsets),
+            "workspace_peak_bytes": self.workspace_peak_bytes,
+            "activation_lower_bound_bytes": self.activation_lower_bound_bytes,
             "segments": [segment.to_dict() for segment in self.segments],
         }
 
@@ -86,10 +94,12 @@ class MemoryReport:
 
         lines = [
             f"naive (one buffer per tensor)   {mib(self.naive_bytes)}",
-            f"ORT-style same-size reuse       {mib(self.ort_style_bytes)}",
+            f"ORT-style same-size reuse       {mib(self.ort_style_bytes)}  (graph tensors only)",
             f"ortx plan                       {mib(self.planned_bytes)}  ({self.ratio_to_lower_bound:.3f} x lower "
-            "bound)",
+            "bound; graph tensors and kernel scratch)",
             f"lower bound (most bytes live)   {mib(self.lower_bound_bytes)}",
+            f"  graph tensors alone           {mib(self.activation_lower_bound_bytes)}",
+            f"  kernel scratch (most at once) {mib(self.workspace_peak_bytes)}",
             f"saved by in-place reuse         {mib(self.in_place_bytes_saved)}",
         ]
         for segment in self.segments:
@@ -144,25 +154,50 @@ def ort_style_bytes(nodes) -> int:
     return total
 
 
-def session_lower_bound_bytes(plan) -> int:
-    """Lower bound over boundary tensors and every segment buffer on one timeline."""
+def _session_slots(plan) -> list[tuple[int, int]]:
+    """(first step, step count) of each plan step on one session timeline (a claimed segment spans its steps)."""
     slots, time = [], 0
     for step in plan.steps:
         length = max(step.program.program.num_steps, 1) if isinstance(step, ClaimedStep) else 1
         slots.append((time, length))
         time += length
+    return slots
+
+
+def _boundary_lifetimes(plan, slots) -> list[Lifetime]:
+    session_lifetimes = {t.name: t for t in plan.memory_plan.lifetimes}
     lifetimes = []
+    for name in plan.boundary:
+        item = session_lifetimes[name]
+        lifetimes.append(Lifetime(name, item.nbytes, slots[item.first][0],
+                                  slots[item.last][0] + slots[item.last][1] - 1))
+    return lifetimes
+
+
+def session_lower_bound_bytes(plan) -> int:
+    """Lower bound over boundary tensors and every segment buffer on one timeline."""
+    slots = _session_slots(plan)
+    lifetimes = _boundary_lifetimes(plan, slots)
     for position, step in enumerate(plan.steps):
         if isinstance(step, ClaimedStep):
             start = slots[position][0]
             lifetimes += [Lifetime(f"{position}:{t.name}", t.nbytes, start + t.first, start + t.last)
                           for t in step.program.plan.lifetimes]
-    session_lifetimes = {t.name: t for t in plan.memory_plan.lifetimes}
-    for name in plan.boundary:
-        item = session_lifetimes[name]
-        lifetimes.append(Lifetime(name, item.nbytes, slots[item.first][0],
-                                  slots[item.last][0] + slots[item.last][1] - 1))
     return lower_bound_bytes(lifetimes)
+
+
+def session_split_bounds(plan) -> tuple[int, int]:
+    """(graph tensors' lower bound, most kernel scratch live at once) on the session timeline, from each segment's
+    buffers before in-place merging."""
+    slots = _session_slots(plan)
+    tensors, scratch = _boundary_lifetimes(plan, slots), []
+    for position, step in enumerate(plan.steps):
+        if isinstance(step, ClaimedStep):
+            start = slots[position][0]
+            for index, t in enumerate(step.program.tensors):
+                item = Lifetime(f"{position}:{index}", t.nbytes, start + t.first, start + t.last)
+                (scratch if t.workspace else tensors).append(item)
+    return lower_bound_bytes(tensors), lower_bound_bytes(scratch)
 
 
 def report(model, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int = 1) -> MemoryReport:
@@ -181,6 +216,7 @@ def report(model, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int 
         segments.append(SegmentMemory(step.arena_name, plan.memory_plan.offsets[step.arena_name],
                                       program.arena_bytes, program.plan.lower_bound_bytes, without,
                                       program.plan.algorithm, program.tensors, program.in_place, program.plan))
+    activation_bound, scratch_peak = session_split_bounds(plan)
     return MemoryReport(
         naive_bytes=sum(nbytes for _, outputs in nodes for _, nbytes in outputs),
         ort_style_bytes=ort_style_bytes(nodes),
@@ -191,4 +227,6 @@ def report(model, input_shapes: dict[str, tuple[int, ...]], *, num_threads: int 
         segments=tuple(segments),
         session_plan=plan.memory_plan,
         dynamic_tensors=dynamic,
+        workspace_peak_bytes=scratch_peak,
+        activation_lower_bound_bytes=activation_bound,
     )

@@ -7,6 +7,8 @@
    integer.py's arithmetic (float output with residual and Relu/Clip as the CPU kernel).
    Case QuantizeLinear / DequantizeLinear / Add / Relu / Clip: VECTOR over chunks.
    Case MaxPool: POOL over chunks of whole channel planes.  Case Flatten: an alias of its input's bytes.
+   Case QAveragePool (ai.ortx, fuse_qdq's int8 AveragePool/GlobalAveragePool): POOL_AVG over chunks of whole
+   channel planes, its (m0, shift) divisor table (kernels/qpool.h) loaded into each slot once.
 3. Per node the command range is recorded (Layer), so the simulator's timeline gives per-layer cycles.
 """
 from __future__ import annotations
@@ -19,7 +21,9 @@ import onnx_ir as ir
 from ortx.ep.lowering._values import NotStatic, attribute, numpy_dtype, static_shape, string_attribute
 from ortx.ep.lowering.conv import Declined
 from ortx.ep.lowering.elementwise import _clip_bounds
+from ortx.ep.lowering.pool import _window_plan
 from ortx.ep.lowering.qdq import _dequantize_plan, _qconv_plan, _quantize_plan
+from ortx.ep.lowering.qpool import qpool_plan
 from ortx.ep.macs import node_macs
 from ortx.npu.dram import ALIGN, Dram, NpuUnsupported, TensorPlace, aligned, plan_work
 from ortx.npu.gemm import QCONV_FIELDS, lower_qconv
@@ -108,6 +112,24 @@ def _check_max_pool(node: ir.Node, params: NpuParams) -> str | None:
     return None
 
 
+def _check_average_pool(node: ir.Node, params: NpuParams) -> str | None:
+    try:
+        plan = qpool_plan(node)
+        shape, out_shape = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    except (Declined, NotStatic) as error:
+        return f"QAveragePool: {error}"
+    if len(shape) != 4:
+        return f"QAveragePool: input rank {len(shape)} (2-D pooling only)"
+    if string_attribute(node, "auto_pad", "NOTSET") != "NOTSET" or int(attribute(node, "ceil_mode", 0)) or \
+            any(d != 1 for d in attribute(node, "dilations", [1, 1])):
+        return "QAveragePool: auto_pad, ceil_mode and dilations are not supported"
+    plane = shape[2] * shape[3] + out_shape[2] * out_shape[3]
+    if 4 * (plane + plan.table.nbytes) > params.sram_bytes:
+        return f"QAveragePool: one channel plane ({plane} bytes in and out) and the divisor table " \
+               f"({plan.table.nbytes} bytes) do not fit a quarter of the SRAM"
+    return None
+
+
 def check_node(node: ir.Node, params: NpuParams = DEFAULT_PARAMS) -> str | None:
     """None when the NPU runs `node`, else the reason (naming the op and the attribute or tensor at fault)."""
     data = [node.inputs[index] for index in ((0, 8) if node.op_type == "QConv" else (0, 1) if node.op_type == "Add"
@@ -117,6 +139,8 @@ def check_node(node: ir.Node, params: NpuParams = DEFAULT_PARAMS) -> str | None:
         return f"{node.op_type}: input {constant!r} is a constant (the NPU reads computed tensors only)"
     if node.domain == "ai.ortx" and node.op_type == "QConv":
         return _check_qconv(node, params)
+    if node.domain == "ai.ortx" and node.op_type == "QAveragePool":
+        return _check_average_pool(node, params)
     if node.domain not in ("", "ai.onnx"):
         return f"{node.domain}::{node.op_type} is not an NPU op"
     if node.op_type in ELEMENTWISE_OPS:
@@ -130,8 +154,8 @@ def check_node(node: ir.Node, params: NpuParams = DEFAULT_PARAMS) -> str | None:
         except NotStatic as error:
             return f"Flatten: {error}"
         return None
-    return f"{node.op_type} is not an NPU op (int8 QConv, Quantize/DequantizeLinear, Add, Relu, Clip, MaxPool, " \
-           f"Flatten)"
+    return f"{node.op_type} is not an NPU op (int8 QConv, int8 QAveragePool, Quantize/DequantizeLinear, Add, Relu, " \
+           f"Clip, MaxPool, Flatten)"
 
 
 # Elementwise and pooling ----------------------------------------------------------------------------------------
@@ -215,6 +239,50 @@ def _lower_max_pool(node: ir.Node, dram: Dram, params: NpuParams):
     return double_buffered(items)
 
 
+def _lower_average_pool(node: ir.Node, dram: Dram, params: NpuParams):
+    plan = qpool_plan(node)
+    source, out = dram.tensor(node.inputs[0]), dram.tensor(node.outputs[0])
+    batch, channels, height, width = source.shape
+    out_height, out_width = out.shape[2:]
+    if string_attribute(node, "kind", "AveragePool") == "GlobalAveragePool":
+        kernel, strides, begin, end = [height, width], [1, 1], [0, 0], [0, 0]
+    else:
+        window, _ = _window_plan(node)
+        kernel, strides, begin, end = window["kernel"], window["strides"], window["begin"], window["end"]
+    fields = dict(zip(("input_signed", "output_signed", "x_zero", "y_zero", "qmin", "qmax"), plan.ints[-8:-2]))
+    table_offset = dram.constant(plan.table)
+    table_bytes = aligned(plan.table.nbytes)
+    plane_in, plane_out = height * width, out_height * out_width
+    per_slot = max(1, (params.sram_bytes // 2 - table_bytes - 2 * ALIGN) // (plane_in + plane_out))
+    items = []
+    for first in range(0, batch * channels, per_slot):
+        count, slot = min(per_slot, batch * channels - first), len(items) % 2
+        base = slot * params.sram_bytes // 2
+        source_area = base + table_bytes
+        target = source_area + aligned(count * plane_in)
+        item = WorkItem()
+        if len(items) < 2:  # the table stays in its slot for the layer's later items
+            item.loads.append(command("DMA_IN", region=0, dram=table_offset, sram=base, rows=1,
+                                      row_bytes=plan.table.nbytes, dram_stride=plan.table.nbytes,
+                                      sram_stride=plan.table.nbytes))
+        item.loads.append(command("DMA_IN", region=1, dram=source.offset + first * plane_in, sram=source_area,
+                                  rows=1, row_bytes=count * plane_in, dram_stride=count * plane_in,
+                                  sram_stride=count * plane_in))
+        item.compute.append(command(
+            "POOL_AVG", input=source_area, input_kind=KINDS[source.dtype.name], channels=count, height=height,
+            width=width, kernel_h=kernel[0], kernel_w=kernel[1], stride_h=strides[0], stride_w=strides[1],
+            pad_top=begin[0], pad_left=begin[1], pad_bottom=end[0], pad_right=end[1],
+            count_include_pad=int(attribute(node, "count_include_pad", 0)), out_height=out_height,
+            out_width=out_width, input_zero=fields["x_zero"], output=target, output_kind=KINDS[out.dtype.name],
+            output_zero=fields["y_zero"], qmin=fields["qmin"], qmax=fields["qmax"], table=base,
+            count_base=plan.count_base, table_length=len(plan.table)))
+        item.stores.append(command("DMA_OUT", region=1, dram=out.offset + first * plane_out, sram=target, rows=1,
+                                   row_bytes=count * plane_out, dram_stride=count * plane_out,
+                                   sram_stride=count * plane_out))
+        items.append(item)
+    return double_buffered(items)
+
+
 def _lower_flatten(node: ir.Node, dram: Dram, params: NpuParams):
     source = dram.tensor(node.inputs[0])
     out = node.outputs[0]
@@ -227,6 +295,8 @@ def _lowering(node: ir.Node):
         return lower_qconv
     if node.op_type == "MaxPool":
         return _lower_max_pool
+    if node.op_type == "QAveragePool":
+        return _lower_average_pool
     if node.op_type == "Flatten":
         return _lower_flatten
     return _lower_vector

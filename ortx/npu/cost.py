@@ -27,7 +27,7 @@ def command_cycles(item: Command, params: NpuParams) -> int:
         return math.ceil(fields["m"] * fields["p"] / params.cols)
     if item.op == "VECTOR":
         return math.ceil(fields["count"] / params.cols)
-    if item.op == "POOL":
+    if item.op in ("POOL", "POOL_AVG"):
         return math.ceil(fields["channels"] * fields["out_height"] * fields["out_width"] * fields["kernel_h"] *
                          fields["kernel_w"] / params.cols)
     return 0

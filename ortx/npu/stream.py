@@ -50,6 +50,10 @@ OPCODES = {
     7: ("POOL", ("mode", "kind", "input", "channels", "height", "width", "kernel_h", "kernel_w", "stride_h",
                  "stride_w", "pad_top", "pad_left", "out_height", "out_width", "output")),
     8: ("BARRIER", ()),
+    9: ("POOL_AVG", ("input", "input_kind", "channels", "height", "width", "kernel_h", "kernel_w", "stride_h",
+                     "stride_w", "pad_top", "pad_left", "pad_bottom", "pad_right", "count_include_pad", "out_height",
+                     "out_width", "input_zero", "output", "output_kind", "output_zero", "qmin", "qmax", "table",
+                     "count_base", "table_length")),
 }
 OPCODE_OF = {name: code for code, (name, _) in OPCODES.items()}
 FIELDS_OF = {name: fields for name, fields in OPCODES.values()}
@@ -158,7 +162,8 @@ def decode(data: bytes) -> Stream:
 def _describe(value, name: str) -> str:
     if name.endswith("_f"):
         return f"{name[:-2]}={value:.9g}"
-    if name in ("sram", "acc", "weights", "activations", "bias", "multiplier", "output", "input", "a", "b") or \
+    if name in ("sram", "acc", "weights", "activations", "bias", "multiplier", "output", "input", "a", "b",
+                "table") or \
             (name == "residual" and value != NO_RESIDUAL):
         return f"{name}=@{value:#x}"
     if name.endswith("kind"):

@@ -1,8 +1,11 @@
-"""Collapses QDQ compute patterns into ai.ortx::QConv (int8 kernels, ortx/ep/lowering/qdq.py), for OrtxEP only.
+"""Collapses QDQ compute patterns into ai.ortx::QConv (int8 kernels, ortx/ep/lowering/qdq.py) and QDQ average pools
+into ai.ortx::QAveragePool (ortx/ep/lowering/qpool.py), for OrtxEP only.
 
 Before: DQ(xq) -> Conv/Gemm/MatMul(., DQ(wq const), DQ(bias int32 const)) -> [Add(., r)] -> [Relu/Clip] -> [Q]
 After:  ai.ortx::QConv(xq, sx, zx, wq, sw, bias, sy, zy, r) with a quantized output when the chain ends in Q (no
         residual), else a float output (residual and activation in the float epilogue; a later Q stays a step).
+Before: DQ(xq) -> AveragePool/GlobalAveragePool -> Q    After: ai.ortx::QAveragePool(xq, sx, zx, sy, zy) with the
+        pool's attributes and kind; both Q/DQ per-tensor with constant parameters, the pool's output read by Q only.
 Then every DequantizeLinear of a constant that is still read (weights of a depthwise conv, a bias kept float) is
 folded into a float initializer, so those consumers run as float ops between the DQ/Q steps.
 Does not apply (a note names the node and the reason) when: x's DQ is per-axis or not constant-parameterized,
@@ -20,7 +23,7 @@ import time
 import numpy as np
 import onnx_ir as ir
 
-from ortx.ep.lowering._values import NotStatic, attribute, constant_value, static_shape
+from ortx.ep.lowering._values import NotStatic, attribute, constant_value, opset_version, static_shape
 from ortx.ep.lowering.conv import Declined
 from ortx.passes._report import PassReport, record_fused_from, unique_initializer_name
 
@@ -209,6 +212,55 @@ def _fuse_one(graph: ir.Graph, node: ir.Node, excluded: frozenset[str] = frozens
     return removed
 
 
+POOL_ATTRIBUTES = ("auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides")
+
+
+def _per_tensor_qdq(node: ir.Node | None) -> bool:
+    """A Q/DQ with a constant scalar scale, a constant (or absent) zero point and no blocks."""
+    if node is None or int(attribute(node, "block_size", 0)):
+        return False
+    scale, zero = constant_value(_input(node, 1)), _input(node, 2)
+    return scale is not None and scale.size == 1 and (zero is None or constant_value(zero) is not None)
+
+
+def _fuse_pool(graph: ir.Graph, node: ir.Node, excluded: frozenset[str]) -> list[ir.Node]:
+    """Replaces DQ -> `node` (AveragePool/GlobalAveragePool) -> Q with a QAveragePool; returns the nodes replaced."""
+    x_dq = _producer(node.inputs[0], "DequantizeLinear")
+    reader = _only_reader(node.outputs[0])
+    quantize = reader if reader is not None and reader.op_type == "QuantizeLinear" and \
+        reader.domain in ("", "ai.onnx") else None
+    if not _per_tensor_qdq(x_dq) or not _per_tensor_qdq(quantize):
+        raise Declined("not DequantizeLinear -> pool -> QuantizeLinear with per-tensor constant parameters")
+    if node.op_type == "AveragePool" and attribute(node, "dilations") is not None and opset_version(node) < 19:
+        raise Declined("AveragePool: dilations before opset 19")
+    touched = [n.name for n in (x_dq, node, quantize) if n.name in excluded]
+    if touched:
+        raise Declined(f"{touched[0]} runs on ORT (given back)")
+    attributes = {"kind": node.op_type}
+    attributes.update({name: node.attributes[name].value for name in POOL_ATTRIBUTES if name in node.attributes})
+    output = quantize.outputs[0]
+    inputs = [x_dq.inputs[0], x_dq.inputs[1], _input(x_dq, 2), quantize.inputs[1], _input(quantize, 2)]
+    new_output = ir.Value(name=output.name, shape=output.shape, type=output.type)
+    qpool = ir.Node(ORTX_DOMAIN, "QAveragePool", inputs, ir.convenience.convert_attributes(attributes),
+                    outputs=[new_output], name=f"{node.name}_qpool")
+    from ortx.ep.lowering.qpool import qpool_plan  # the lowering's own check: fuse only what it will claim
+
+    try:
+        qpool_plan(qpool)
+    except (Declined, NotStatic):
+        for index in range(len(qpool.inputs)):
+            qpool.replace_input_with(index, None)
+        raise
+    replaced = [node, quantize]
+    ir.convenience.replace_nodes_and_values(graph, quantize, replaced, [qpool], [output], [new_output])
+    removed = list(replaced)
+    if x_dq.graph is graph and not any(v.uses() or v.is_graph_output() for v in x_dq.outputs):
+        graph.remove(x_dq, safe=True)
+        removed.append(x_dq)
+    record_fused_from(qpool, removed)
+    return removed
+
+
 def _fold_constant_dequantize(graph: ir.Graph, excluded: frozenset[str]) -> int:
     """Replaces each DequantizeLinear of constants that is still read by a float initializer (except `excluded`
     ones); returns the count."""
@@ -243,21 +295,25 @@ def fuse_qdq(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> Pass
     """`excluded`: node names that must stay standard ONNX (given back to ORT): a pattern touching one is left alone."""
     start = time.perf_counter()
     graph = model.graph
-    notes, fused = [], 0
+    notes, fused, pools = [], 0, 0
     for node in list(graph):
         if node.graph is not graph or node.domain not in ("", "ai.onnx") or \
-                node.op_type not in ("Conv", "Gemm", "MatMul"):
+                node.op_type not in ("Conv", "Gemm", "MatMul", "AveragePool", "GlobalAveragePool"):
             continue
         if _producer(node.inputs[0], "DequantizeLinear") is None:
             continue  # a float op, not a QDQ pattern
         try:
-            _fuse_one(graph, node, excluded)
-            fused += 1
+            if node.op_type in ("AveragePool", "GlobalAveragePool"):
+                _fuse_pool(graph, node, excluded)
+                pools += 1
+            else:
+                _fuse_one(graph, node, excluded)
+                fused += 1
         except (Declined, NotStatic) as error:
             notes.append(f"{node.name}: {error}")
             node.metadata_props[INT8_DECLINED_KEY] = f"runs fp32 on dequantized inputs, int8 declined: {error}"
     folded = _fold_constant_dequantize(graph, excluded)
     for note in notes:
         logger.debug("fuse_qdq: %s", note)
-    return PassReport(model=model, name="fuse_qdq", counts={"qconv_fused": fused, "dequantize_folded": folded}, notes=notes,
-                      seconds=time.perf_counter() - start)
+    counts = {"qconv_fused": fused, "qpool_fused": pools, "dequantize_folded": folded}
+    return PassReport(model=model, name="fuse_qdq", counts=counts, notes=notes, seconds=time.perf_counter() - start)

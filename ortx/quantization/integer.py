@@ -13,8 +13,21 @@ fused into it). [qmin, qmax] is the output type's range, narrowed by a fused Rel
 the residual Add) is fp32(acc) * fp32(sx * sw[m]) (+ residual, then the activation). Against the float QDQ path
 (DQ -> fp32 Conv -> Q) the only difference is where the fp32 rounding happens, so outputs agree within 1 LSB
 wherever a value is not within float rounding of a .5 boundary (tests/ep/test_qdq.py measures the share).
+
+AveragePool / GlobalAveragePool on quantized tensors (kernels/qpool.h, the NPU's POOL_AVG) are fixed point:
+
+    acc = sum over the window's taps inside the input of (qx - zx)              int32, exact
+    d   = those taps, or with count_include_pad the taps inside the padded extent (onnxruntime's divisor)
+    sx / (sy * d) ~= m0 * 2^-shift                                              average_multipliers: m0 in
+                                                                                [2^30, 2^31), 1 <= shift <= 62
+    y = clamp(round_half_even(acc * m0 / 2^shift), qmin - zy, qmax - zy) + zy    int64 product, exact
+
+The ratio is the double sx / (sy * d) (sy * d is exact in a double), its mantissa rounded to 31 bits: a relative
+error below 2^-31, so against the exact rational mean only values within 2^-31 of a .5 boundary can move.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -97,3 +110,66 @@ def conv_accumulators(qx, zx, qw, bias, *, strides=(1, 1), pads=(0, 0, 0, 0), di
     if np.abs(acc).max(initial=0) >= 2 ** 31:
         raise OverflowError("int32 accumulator overflow")
     return acc, out_size
+
+
+# Largest AveragePool divisor the int8 kernels take: |acc| <= 255 * d < 2^31 and |acc * m0| < 2^62.
+MAX_AVERAGE_DIVISOR = 1 << 23
+
+
+def average_multipliers(x_scale, y_scale, divisors) -> np.ndarray:
+    """int32 [len(divisors), 2]: (m0, shift) with m0 * 2^-shift ~= sx / (sy * d) per divisor d (module docstring).
+    ValueError when a ratio is outside [2^-32, 2^30) (shift outside [1, 62]) or d is outside [1, 2^23]."""
+    x_scale, y_scale = float(np.float32(x_scale)), float(np.float32(y_scale))
+    table = np.empty((len(divisors), 2), np.int32)
+    for row, divisor in enumerate(divisors):
+        divisor = int(divisor)
+        if not 1 <= divisor <= MAX_AVERAGE_DIVISOR:
+            raise ValueError(f"average divisor {divisor} outside [1, {MAX_AVERAGE_DIVISOR}]")
+        mantissa, exponent = math.frexp(x_scale / (y_scale * divisor))
+        m0 = round(mantissa * 2 ** 31)  # exact product; round() is half to even
+        if m0 == 2 ** 31:
+            m0, exponent = m0 // 2, exponent + 1
+        shift = 31 - exponent
+        if not 1 <= shift <= 62 or m0 == 0:
+            raise ValueError(f"scale ratio {x_scale} / ({y_scale} * {divisor}) outside the fixed-point range "
+                             f"[2^-32, 2^30)")
+        table[row] = (m0, shift)
+    return table
+
+
+def round_shift_half_even(acc: np.ndarray, m0, shift) -> np.ndarray:
+    """round_half_even(acc * m0 / 2^shift) in int64 (element-wise m0, shift)."""
+    product = np.asarray(acc, np.int64) * np.asarray(m0, np.int64)
+    shift = np.asarray(shift, np.int64)
+    quotient = product >> shift
+    remainder = product & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    return quotient + ((remainder > half) | ((remainder == half) & (quotient & 1 == 1)))
+
+
+def average_pool(qx: np.ndarray, x_scale, x_zero: int, y_scale, y_zero: int, dtype: str, *, kernel=None,
+                 strides=(1, 1), pads=(0, 0, 0, 0), count_include_pad: int = 0) -> np.ndarray:
+    """The int8 AveragePool of [N, C, H, W] `qx` (kernel None: GlobalAveragePool), floor-mode output size; pads are
+    (top, left, bottom, right). Plain numpy over windows, independent of the C kernels' column sums."""
+    n, c, h, w = qx.shape
+    kernel = (h, w) if kernel is None else tuple(kernel)
+    centred = np.zeros((n, c, h + pads[0] + pads[2], w + pads[1] + pads[3]), np.int64)
+    inside = np.zeros(centred.shape[2:], np.int64)
+    centred[:, :, pads[0]:pads[0] + h, pads[1]:pads[1] + w] = qx.astype(np.int64) - x_zero
+    inside[pads[0]:pads[0] + h, pads[1]:pads[1] + w] = 1
+    out_h = (centred.shape[2] - kernel[0]) // strides[0] + 1
+    out_w = (centred.shape[3] - kernel[1]) // strides[1] + 1
+    acc = np.zeros((n, c, out_h, out_w), np.int64)
+    taps = np.zeros((out_h, out_w), np.int64)
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            rows = slice(i, i + strides[0] * (out_h - 1) + 1, strides[0])
+            cols = slice(j, j + strides[1] * (out_w - 1) + 1, strides[1])
+            acc += centred[:, :, rows, cols]
+            taps += inside[rows, cols]
+    divisors = np.full_like(taps, kernel[0] * kernel[1]) if count_include_pad else taps
+    table = average_multipliers(x_scale, y_scale, range(1, kernel[0] * kernel[1] + 1))
+    entries = table[np.maximum(divisors, 1) - 1]
+    low, high = INT_RANGES[dtype]
+    value = np.where(divisors > 0, round_shift_half_even(acc, entries[..., 0], entries[..., 1]), 0)
+    return (np.clip(value, low - y_zero, high - y_zero) + y_zero).astype(dtype)

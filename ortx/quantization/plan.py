@@ -9,11 +9,14 @@
    scale; DequantizeLinear -> op -> QuantizeLinear with equal parameters then changes nothing, so the op runs in
    int8 with no requantization (ORT drops such pairs itself).
 3. Backward through Concat: all float inputs join the output's scale (one shared scale: the concat is a copy).
+   AVERAGING_OPS (AveragePool, GlobalAveragePool) grow the set the same way: an average lies within its inputs'
+   range, so the input is quantized with the output's scale (as onnxruntime's quantizer does) and
+   DQ -> pool -> Q runs as one int8 kernel (fuse_qdq's QAveragePool; it still rounds, unlike the ops above).
 4. Relu joins the scale of its input when both its input and its output are quantized (its output values are on
    the input's grid). A Relu whose input is not otherwise quantized (Conv -> Relu -> Conv) only has its output
    quantized: no Q/DQ pair sits between Conv and Relu, so an int8 Conv can apply the Relu before requantizing.
 Only the consumers above read a DequantizeLinear output; every other consumer (residual Add, excluded nodes,
-graph outputs) keeps reading the float tensor. Limits: no int8 Add/Mul/pooling-average (issue #5); weights that
+graph outputs) keeps reading the float tensor. Limits: no int8 Add/Mul (issue #5); weights that
 are not initializers (computed or Constant-node weights) are left float with a note.
 """
 from __future__ import annotations
@@ -25,7 +28,8 @@ import onnx
 
 COMPUTE_OPS = ("Conv", "Gemm", "MatMul")
 PASS_THROUGH_OPS = ("MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
-SCALE_SHARING_OPS = PASS_THROUGH_OPS + ("Relu",)
+AVERAGING_OPS = ("AveragePool", "GlobalAveragePool")
+SCALE_SHARING_OPS = PASS_THROUGH_OPS + AVERAGING_OPS + ("Relu",)
 
 
 class QuantizationError(ValueError):
@@ -227,7 +231,7 @@ def _share_scales(graph: _Graph, seeds: dict, skipped: set[str]) -> tuple[dict, 
         producer = graph.producer.get(tensor)
         if producer is None or producer.name in skipped:
             continue
-        if producer.op_type in PASS_THROUGH_OPS:
+        if producer.op_type in PASS_THROUGH_OPS + AVERAGING_OPS:
             sources = [(0, producer.input[0])]
         elif producer.op_type == "Concat":
             sources = list(enumerate(producer.input))

@@ -201,24 +201,33 @@ class TuningDatabase:
     def import_records(self, path: str | os.PathLike) -> int:
         """Merges an exported file; returns how many records were new. Their fingerprints come with them."""
         try:
-            document = json.loads(Path(path).read_text())
+            text = Path(path).read_bytes()
+        except OSError as error:
+            raise TuningDatabaseError(f"{path}: not an ortx tuning record file ({error})") from None
+        return self.import_document(text, source=str(path))
+
+    def import_document(self, text: bytes | str, *, source: str = "records") -> int:
+        """import_records on the file's contents (an artifact carries them in memory); `source` names them in
+        errors."""
+        try:
+            document = json.loads(text)
             version = document["ortx_tuning_records"]
             fingerprints = document["fingerprints"]
             rows = document["records"]
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise TuningDatabaseError(f"{path}: not an ortx tuning record file ({error})") from None
+        except (ValueError, KeyError, TypeError) as error:
+            raise TuningDatabaseError(f"{source}: not an ortx tuning record file ({error})") from None
         if version != SCHEMA_VERSION:
-            raise TuningDatabaseError(f"{path}: record file version {version}, this ortx reads {SCHEMA_VERSION}")
+            raise TuningDatabaseError(f"{source}: record file version {version}, this ortx reads {SCHEMA_VERSION}")
         for key, description in fingerprints.items():
             fingerprint = HardwareFingerprint.from_json(json.dumps(description))
             if fingerprint.key != key:
-                raise TuningDatabaseError(f"{path}: fingerprint {key} does not match its description")
+                raise TuningDatabaseError(f"{source}: fingerprint {key} does not match its description")
             self.add_fingerprint(fingerprint)
         added = 0
         for row in rows:
             try:
                 record = TuningRecord(**row)
             except TypeError as error:
-                raise TuningDatabaseError(f"{path}: bad record {row!r} ({error})") from None
+                raise TuningDatabaseError(f"{source}: bad record {row!r} ({error})") from None
             added += self.add(record)
         return added

@@ -26,9 +26,11 @@ class MemoryView(widgets.VBox):
         self.buffers = widgets.Select(rows=10, description="buffer", layout=widgets.Layout(width="520px"))
         self.chart = widgets.Image(format="png")
         self.details = widgets.HTML()
-        self.summary = widgets.HTML(html.escape(f"naive {report.naive_bytes} B, ORT-style {report.ort_style_bytes} B, "
-                                                f"planned {report.planned_bytes} B, lower bound "
-                                                f"{report.lower_bound_bytes} B"))
+        self.summary = widgets.HTML(html.escape(
+            f"naive {report.naive_bytes} B, ORT-style {report.ort_style_bytes} B (graph tensors only), planned "
+            f"{report.planned_bytes} B (graph tensors and kernel scratch), lower bound {report.lower_bound_bytes} B "
+            f"(graph tensors alone {report.activation_lower_bound_bytes} B; kernel scratch at most "
+            f"{report.workspace_peak_bytes} B at once)"))
         self.segment.observe(lambda _: self._show_segment(), names="value")
         self.buffers.observe(lambda _: self._show_buffer(), names="value")
         super().__init__([self.summary, self.segment, widgets.HBox([self.buffers, self.details]), self.chart])

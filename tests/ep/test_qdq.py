@@ -95,7 +95,7 @@ def test_asymmetric_weights_decline_the_int8_pattern_and_run_as_float():
     model = _qdq_conv_model(w_zero=3)
     ir_model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(model))
     report = fuse_qdq(ir_model)
-    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 2}
+    assert report.counts == {"qconv_fused": 0, "qpool_fused": 0, "dequantize_folded": 2}
     assert any("asymmetric" in note for note in report.notes), report.notes
     feeds = {"x": np.random.default_rng(2).uniform(-2, 2, (1, 13, 17, 23)).astype(np.float32)}
     session, actual, expected = _run_both(model, feeds)
@@ -108,17 +108,17 @@ def test_asymmetric_weights_decline_the_int8_pattern_and_run_as_float():
 def test_fuse_qdq_leaves_nodes_given_back_to_ort_alone():
     model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
     report = fuse_qdq(model, excluded=frozenset({"act"}))
-    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 2}
+    assert report.counts == {"qconv_fused": 0, "qpool_fused": 0, "dequantize_folded": 2}
     assert any("act runs on ORT" in note for note in report.notes), report.notes
     model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model()))
     report = fuse_qdq(model, excluded=frozenset({"conv", "dequantize_w", "dequantize_b"}))
-    assert report.counts == {"qconv_fused": 0, "dequantize_folded": 0}
+    assert report.counts == {"qconv_fused": 0, "qpool_fused": 0, "dequantize_folded": 0}
 
 
 def test_fuse_qdq_counts_and_idempotence():
     model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(_qdq_conv_model(quantized_output=False)))
     first = fuse_qdq(model)
-    assert first.counts == {"qconv_fused": 1, "dequantize_folded": 0}
+    assert first.counts == {"qconv_fused": 1, "qpool_fused": 0, "dequantize_folded": 0}
     assert [node.op_type for node in model.graph] == ["QuantizeLinear", "QConv"]
     assert not fuse_qdq(model).modified
 

@@ -155,6 +155,10 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     #                                                  patches (2 tiles)
     (5, 7, (13, 30), 3, 1, 2, 1, 2, 0.5, True),      # dilation 2, direct; residual + Relu in the scatter
     (3, 6, (5, 5), 3, 1, 1, 1, 1, 1.0, False),       # all-zero weights: bias only
+    (3, 8, (70, 45), 7, 2, 3, 1, 1, 0.8, False),     # stem-like 7x7/2: 4 phase planes, tiles copied from them
+    (3, 8, (23, 21), 7, 2, 3, 1, 1, 0.8, True),      # small 7x7/2: read in place from the phase planes
+    (8, 12, (15, 17), 1, 2, 0, 1, 1, 0.6, False),    # 1x1/2: one phase of four used
+    (4, 6, (19, 16), 3, 2, 2, 1, 2, 0.7, False),     # stride 2 with dilation 2: every tap in phase (0, 0)
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
                                                        zeros, fused, block_rows):

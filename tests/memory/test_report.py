@@ -42,6 +42,27 @@ def test_report_figures_are_ordered_and_consistent(resnet_report):
     assert all(t["offset"] + t["nbytes"] <= data["segments"][0]["arena_bytes"] for t in tensors)
 
 
+def test_report_separates_kernel_scratch_from_graph_tensors(resnet_report):
+    """ORT-style reuse counts graph tensors only; the ortx arena also holds kernel scratch (the convs' planes): the
+    report gives each part so like is compared with like."""
+    report = resnet_report
+    [segment] = report.segments
+    scratch = [t for t in segment.tensors if t.workspace]
+    assert scratch and all(":" in t.label for t in scratch)  # "node:label" of builder.workspace
+    assert not any(t.workspace for t in segment.tensors if t.label == "input")
+    assert 0 < report.workspace_peak_bytes <= sum(t.nbytes for t in scratch)
+    assert report.workspace_peak_bytes >= max(t.nbytes for t in scratch)
+    biggest_tensor = max(t.nbytes for t in segment.tensors if not t.workspace)
+    assert biggest_tensor <= report.activation_lower_bound_bytes <= report.naive_bytes
+    # the combined bound can never need more than both parts at their worst at once
+    assert report.lower_bound_bytes <= report.activation_lower_bound_bytes + report.workspace_peak_bytes
+    text = report.table()
+    assert "graph tensors alone" in text and "kernel scratch" in text
+    data = json.loads(report.to_json())
+    assert data["workspace_peak_bytes"] == report.workspace_peak_bytes
+    assert data["activation_lower_bound_bytes"] == report.activation_lower_bound_bytes
+
+
 def test_ort_style_reuses_only_same_size_buffers_after_last_use():
     nodes = [([], [("a", 100)]), (["a"], [("b", 100)]), (["b"], [("c", 100)]), (["c"], [("d", 60)]),
              (["d", "b"], [("e", 100)])]

@@ -65,10 +65,13 @@ def resnet_checks(int8_models):
 
 @pytest.mark.parametrize("name", ["resnet", "mobilenet"])
 def test_int8_networks_bit_exact(int8_models, resnet_checks, name):
-    """ResNet-18-style (residual QConv with float outputs, MaxPool, Gemm) and MobileNetV2-style (depthwise)."""
+    """ResNet-18-style (residual QConv with float outputs, MaxPool, GlobalAveragePool, Gemm) and MobileNetV2-style
+    (depthwise)."""
     checks = resnet_checks if name == "resnet" else check_model(int8_models[name], _feeds(int8_models[name]))
     _assert_exact(checks)
     assert sum(len(check.nodes) for check in checks) >= 20
+    # the GlobalAveragePool (DQ -> pool -> Q since the quantizer quantizes its input) runs on the NPU
+    assert any(layer["op_type"] == "QAveragePool" for check in checks for layer in check.layers)
     assert sum(check.totals["macs"] for check in checks) > 0
 
 

@@ -1,5 +1,6 @@
 """ortx.quantize end to end: standard QDQ that onnx.checker accepts and plain ORT runs close to fp32; the
-plan's rules (shared Concat scale, MaxPool/Reshape pass-through, int32 bias, exclusions); no zero or NaN scale."""
+plan's rules (shared Concat scale, MaxPool/Reshape pass-through, AveragePool input quantized, int32 bias,
+exclusions); no zero or NaN scale."""
 import numpy as np
 import onnx
 import onnxruntime
@@ -80,6 +81,12 @@ def test_qdq_structure_on_resnet():
     before = producers[maxpool.input[0]]
     after = next(node for node in quantized.graph.node if node.op_type == "QuantizeLinear"
                  and node.input[0] == maxpool.output[0])
+    assert before.op_type == "DequantizeLinear" and before.input[1:] == after.input[1:]
+    # GlobalAveragePool's input is quantized with its output's scale: DQ -> pool -> Q, one int8 kernel in OrtxEP
+    pool = next(node for node in quantized.graph.node if node.op_type == "GlobalAveragePool")
+    before = producers[pool.input[0]]
+    after = next(node for node in quantized.graph.node if node.op_type == "QuantizeLinear"
+                 and node.input[0] == pool.output[0])
     assert before.op_type == "DequantizeLinear" and before.input[1:] == after.input[1:]
     # residual Adds read float tensors (no int8 Add yet)
     assert all(producers[name].op_type != "DequantizeLinear"

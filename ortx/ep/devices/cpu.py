@@ -36,7 +36,7 @@ _FAMILY_DTYPES = {
     "ortx.ep.lowering.layout": ("float32", "float16", "int64", "int32", "int8", "uint8", "bool"),
 }
 _OP_DTYPES = {
-    "QConv": ("int8", "uint8"), "QuantizeLinear": ("float32", "int8", "uint8"),
+    "QConv": ("int8", "uint8"), "QAveragePool": ("int8", "uint8"), "QuantizeLinear": ("float32", "int8", "uint8"),
     "DequantizeLinear": ("int8", "uint8", "float32"), "Cast": ("float32", "int32", "int64", "bool"),
     "Add": ("float32", "int64", "int32"), "Sub": ("float32", "int64", "int32"), "Mul": ("float32", "int64", "int32"),
     "Div": ("float32", "int64", "int32"), "Max": ("float32", "int64", "int32"), "Min": ("float32", "int64", "int32"),

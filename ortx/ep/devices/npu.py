@@ -1,5 +1,5 @@
-"""The simulated NPU as a device (ortx/npu): int8 QConv, Quantize/DequantizeLinear, float Add/Relu/Clip, MaxPool and
-Flatten, compiled to a command stream and run by the C simulator (kernels/npu_sim.c), bit-exact with the CPU int8
+"""The simulated NPU as a device (ortx/npu): int8 QConv and QAveragePool, Quantize/DequantizeLinear, float
+Add/Relu/Clip, MaxPool and Flatten, compiled to a command stream and run by the C simulator (kernels/npu_sim.c), bit-exact with the CPU int8
 kernels. estimate_seconds is the simulator's cycle model at the NPU clock (data-independent, read off the stream).
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ NPU = Device(
     ops=(
         OpSupport("ai.ortx", "QConv", _QUANTIZED, "fuse_qdq's int8 Conv (group 1 or depthwise) / Gemm / MatMul; "
                   "static shapes; float output: Relu/Clip and a residual only"),
+        OpSupport("ai.ortx", "QAveragePool", _QUANTIZED, "fuse_qdq's int8 AveragePool / GlobalAveragePool; 2-D, no "
+                  "dilations/ceil_mode/auto_pad; a channel plane fits a quarter of the SRAM"),
         OpSupport("", "QuantizeLinear", ("float32",) + _QUANTIZED, "per-tensor constant scale and zero point"),
         OpSupport("", "DequantizeLinear", _QUANTIZED + ("float32",), "per-tensor constant scale and zero point"),
         OpSupport("", "Add", ("float32",), "same shapes, no broadcasting"),

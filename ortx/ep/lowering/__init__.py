@@ -6,7 +6,7 @@ functions in its own module; this table is the only place they are gathered.
 """
 from __future__ import annotations
 
-from ortx.ep.lowering import attention, conv, elementwise, layout, pool, qdq, reduce
+from ortx.ep.lowering import attention, conv, elementwise, layout, pool, qdq, qpool, reduce
 
 LOWERINGS = {
     **conv.LOWERINGS,
@@ -16,4 +16,5 @@ LOWERINGS = {
     **layout.LOWERINGS,
     **attention.LOWERINGS,
     **qdq.LOWERINGS,
+    **qpool.LOWERINGS,
 }
