@@ -5,10 +5,12 @@
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
  *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
  *   Case 1x1 (stride 1, unpadded): as X is stored;
- *   Case patches (every other conv): the input is split once into zero-padded phase planes (see conv_job), from
- *   which each patch row is a few contiguous copies; B is built per 64-pixel tile in the thread's workspace slice
- *   (aligned rows, in L2) when every thread gets two tiles or more, else for the whole image (rows rounded to 16
- *   floats), in parallel over its rows.
+ *   every other conv: the input is first split into zero-padded phase planes (see conv_job), in which every patch
+ *   row is, per output row, one contiguous run, whatever the stride, dilation and padding; then
+ *   Case direct (planes smaller than a K x 64 tile: small maps, many channels): read in place (see conv_direct);
+ *   Case tiled patches: B built per 64-pixel tile by contiguous copies in the thread's workspace slice (aligned
+ *   rows, in L2) when every thread gets two tiles or more;
+ *   Case whole patches: else for the whole image (rows rounded to 16 floats), in parallel over its rows.
  *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
  *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
  *   activation) on its tile.
@@ -285,7 +287,7 @@ static int conv_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Tiled patches (conv_tile_task) when every thread gets at least two tiles, else the whole patch matrix. */
+/* Case tiled patches (conv_tile_task) when every thread gets at least two tiles, else Case whole patches. */
 static int conv_tiled(const ortx_conv_params *p, int threads) {
     int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     return tiles >= 2 * (int64_t)threads;
