@@ -81,6 +81,16 @@ void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_
     }
 }
 
+static ortx_sparse_transpose_fn select_transpose(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_transpose_avx512 : ortx_sparse_transpose_portable;
+}
+
+void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                    int64_t ldd) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+}
+
 /* Block rows [begin, end) of chunk `chunk` out of `chunks` over `block_rows`: the split depends on the sizes only. */
 static void chunk_range(int64_t block_rows, int64_t chunks, int64_t chunk, int64_t *begin, int64_t *end) {
     *begin = block_rows * chunk / chunks;
@@ -389,6 +399,7 @@ typedef struct gemm_job {
     ortx_sparse_epilogue epilogue;
     int64_t tiles, chunks;
     ortx_sparse_rows_fn rows;
+    ortx_sparse_transpose_fn transpose;
 } gemm_job;
 
 #define GEMM_STORE_ROWS 16
@@ -403,13 +414,8 @@ static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) +
 static void transpose_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const gemm_job *job = context;
-    for (int64_t k0 = begin * TRANSPOSE_K; k0 < end * TRANSPOSE_K && k0 < job->K; k0 += TRANSPOSE_K) {
-        int64_t k1 = k0 + TRANSPOSE_K < job->K ? k0 + TRANSPOSE_K : job->K;
-        for (int64_t i = 0; i < job->M; i++) {
-            const float *src = job->a + i * job->lda;
-            for (int64_t k = k0; k < k1; k++) job->transposed[k * job->ldt + i] = src[k];
-        }
-    }
+    int64_t k0 = begin * TRANSPOSE_K, k1 = end * TRANSPOSE_K < job->K ? end * TRANSPOSE_K : job->K;
+    if (k0 < k1) job->transpose(job->a + k0, job->lda, job->M, k1 - k0, job->transposed + k0 * job->ldt, job->ldt);
 }
 
 static void gemm_task(void *context, int64_t task, int thread_index) {
@@ -428,10 +434,7 @@ static void gemm_task(void *context, int64_t task, int thread_index) {
         job->rows(&job->w, group, group_end, job->transposed + i0, job->ldt, ncols, block, ORTX_SPARSE_TILE,
                   &job->epilogue);
         int64_t n0 = group * R, valid = (job->N < group_end * R ? job->N : group_end * R) - n0;
-        for (int64_t t = 0; t < ncols; t++) {
-            float *dst = job->y + (i0 + t) * job->N + n0;
-            for (int64_t r = 0; r < valid; r++) dst[r] = block[r * ORTX_SPARSE_TILE + t];
-        }
+        job->transpose(block, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
     }
 }
 
@@ -442,7 +445,8 @@ static int64_t gemm_workspace_bytes(int64_t M, int64_t K) {
 static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int threads = num_threads < 1 ? 1 : num_threads;
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
-                    .transposed = buffers[5], .y = buffers[4], .rows = select_rows()};
+                    .transposed = buffers[5], .y = buffers[4], .rows = select_rows(),
+                    .transpose = select_transpose()};
     job.ldt = gemm_transposed_stride(job.M);
     job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
