@@ -637,5 +637,6 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_depthwise_f32", conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
     {"conv_transpose2d_f32", conv_transpose2d_f32, ortx_conv_transpose2d_f32_ref},
     {"conv_sizes_f32", conv_sizes_f32, conv_sizes_f32},
+    {"conv_source_sizes_f32", ortx_conv_source_sizes_f32, ortx_conv_source_sizes_f32},
     {NULL, NULL, NULL},
 };

@@ -151,6 +151,13 @@ ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p);
 int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p);
 void ortx_conv2d_pixel_rows_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
+/* A dense conv's patch matrix as a generated GEMM's B operand (conv_source.c): the scratch and opaque source sizes
+ * (a kernel entry of the conv family), the per-call preparation and the ortx_gemm_pack_b_fn over it. */
+void ortx_conv_source_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_source_prepare(const int64_t *ints, const float *floats, const float *x, float *scratch,
+                              int num_threads, void *source);
+void ortx_conv_source_pack_b(const void *source, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+
 /* Reference kernels (kernels/ref/conv_ref.c). */
 void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_pixel_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

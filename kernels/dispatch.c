@@ -12,6 +12,7 @@ static const ortx_kernel_entry *const families[] = {
     ortx_family_reduce, ortx_family_pool, ortx_family_layout, ortx_family_threadpool, ortx_family_bf16,
     ortx_family_qgemm, ortx_family_qpool, ortx_family_sparse,
     ortx_family_fft, /* DSP device (issue #7) */
+    ortx_family_band, /* MatMul by a banded constant, e.g. a mel filterbank (issue #7) */
 };
 
 /* Flattened once; _kernels.pyx calls ortx_kernel_count() at import, before any thread can run a program. */

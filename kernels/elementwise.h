@@ -146,14 +146,19 @@ void ortx_affine_f32_avx512(const float *x, float scale, float shift, float *y, 
  * fold: the op over n contiguous floats (sum, sum of squares, max, min).
  * accumulate: into[j] = op(into[j], x[j]) for j < n (fold_first: into[j] = first-op(x[j]), e.g. x^2).
  * softmax: one contiguous row of n, max-subtracted; log != 0 gives LogSoftmax.
- * layer_norm: one row: y = (x - mean) / sqrt(var + eps) * scale (+ bias when bias != NULL). */
+ * layer_norm: one row: y = (x - mean) / sqrt(var + eps) * scale (+ bias when bias != NULL).
+ * short_rows: y[i] = fold of row i (x[i * length], ..., in order r = 0, 1, ...) for i < rows; for
+ *   length <= ORTX_REDUCE_SHORT_ROW, where a vector fold per row would hold mostly masked-off lanes. */
+#define ORTX_REDUCE_SHORT_ROW 8
 float ortx_reduce_fold_f32_avx2(int op, const float *x, int64_t n);
+void ortx_reduce_short_rows_f32_avx2(int op, const float *x, float *y, int64_t rows, int64_t length);
 void ortx_reduce_accumulate_f32_avx2(int op, int first, const float *x, float *into, int64_t n);
 void ortx_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log);
 void ortx_layer_norm_row_f32_avx2(const float *x, const float *scale, const float *bias, float epsilon, float *y,
                                   int64_t n);
 
 float ortx_reduce_fold_f32_avx512(int op, const float *x, int64_t n);
+void ortx_reduce_short_rows_f32_avx512(int op, const float *x, float *y, int64_t rows, int64_t length);
 void ortx_reduce_accumulate_f32_avx512(int op, int first, const float *x, float *into, int64_t n);
 void ortx_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log);
 void ortx_layer_norm_row_f32_avx512(const float *x, const float *scale, const float *bias, float epsilon, float *y,

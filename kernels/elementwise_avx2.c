@@ -16,6 +16,7 @@ int ortx_unary_f32_avx2_supports(int op) {
     switch (op) {
         case ORTX_ACT_RELU: case ORTX_ACT_LEAKY_RELU: case ORTX_ACT_CLIP: case ORTX_ACT_SIGMOID:
         case ORTX_ACT_HARD_SIGMOID: case ORTX_ACT_HARD_SWISH: case ORTX_ACT_TANH: case ORTX_UNARY_EXP:
+        case ORTX_UNARY_LOG:
         case ORTX_UNARY_ERF: case ORTX_UNARY_GELU: case ORTX_UNARY_GELU_TANH: case ORTX_UNARY_NEG:
         case ORTX_UNARY_ABS: case ORTX_UNARY_SILU:
             return 1;
@@ -40,6 +41,7 @@ ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline __m256 unary_vecto
         }
         case ORTX_ACT_TANH: return ortx_tanh_avx2(x);
         case ORTX_UNARY_EXP: return ortx_exp_avx2(x);
+        case ORTX_UNARY_LOG: return ortx_log_avx2(x);
         case ORTX_UNARY_ERF: return ortx_erf_avx2(x);
         case ORTX_UNARY_GELU: {
             __m256 e = ortx_erf_avx2(_mm256_mul_ps(x, _mm256_set1_ps((float)M_SQRT1_2)));
@@ -79,6 +81,7 @@ ORTX_TARGET_AVX2 void ortx_unary_f32_avx2(int op, float p0, float p1, const floa
         case ORTX_ACT_HARD_SWISH: unary_loop(ORTX_ACT_HARD_SWISH, p0, p1, x, y, n); break;
         case ORTX_ACT_TANH: unary_loop(ORTX_ACT_TANH, p0, p1, x, y, n); break;
         case ORTX_UNARY_EXP: unary_loop(ORTX_UNARY_EXP, p0, p1, x, y, n); break;
+        case ORTX_UNARY_LOG: unary_loop(ORTX_UNARY_LOG, p0, p1, x, y, n); break;
         case ORTX_UNARY_ERF: unary_loop(ORTX_UNARY_ERF, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU: unary_loop(ORTX_UNARY_GELU, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU_TANH: unary_loop(ORTX_UNARY_GELU_TANH, p0, p1, x, y, n); break;

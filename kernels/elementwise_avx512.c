@@ -25,6 +25,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline __m512 unary_vec
         }
         case ORTX_ACT_TANH: return ortx_tanh_avx512(x);
         case ORTX_UNARY_EXP: return ortx_exp_avx512(x);
+        case ORTX_UNARY_LOG: return ortx_log_avx512(x);
         case ORTX_UNARY_ERF: return ortx_erf_avx512(x);
         case ORTX_UNARY_GELU: {
             __m512 e = ortx_erf_avx512(_mm512_mul_ps(x, _mm512_set1_ps((float)M_SQRT1_2)));
@@ -64,6 +65,7 @@ ORTX_TARGET_AVX512 void ortx_unary_f32_avx512(int op, float p0, float p1, const 
         case ORTX_ACT_HARD_SWISH: unary_loop(ORTX_ACT_HARD_SWISH, p0, p1, x, y, n); break;
         case ORTX_ACT_TANH: unary_loop(ORTX_ACT_TANH, p0, p1, x, y, n); break;
         case ORTX_UNARY_EXP: unary_loop(ORTX_UNARY_EXP, p0, p1, x, y, n); break;
+        case ORTX_UNARY_LOG: unary_loop(ORTX_UNARY_LOG, p0, p1, x, y, n); break;
         case ORTX_UNARY_ERF: unary_loop(ORTX_UNARY_ERF, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU: unary_loop(ORTX_UNARY_GELU, p0, p1, x, y, n); break;
         case ORTX_UNARY_GELU_TANH: unary_loop(ORTX_UNARY_GELU_TANH, p0, p1, x, y, n); break;

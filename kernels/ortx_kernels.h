@@ -32,6 +32,8 @@ extern const ortx_kernel_entry ortx_family_qpool[];  /* int8 average pools (issu
 extern const ortx_kernel_entry ortx_family_sparse[];
 /* DSP device (issue #7): DFT, STFT, FIR on planned FFTs (fft.c) */
 extern const ortx_kernel_entry ortx_family_fft[];
+/* MatMul by a constant with a narrow row band per 16-column panel (band_gemm.c), e.g. a mel filterbank */
+extern const ortx_kernel_entry ortx_family_band[];
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };

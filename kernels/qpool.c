@@ -6,10 +6,10 @@
  *   1. sums the valid rows per input column (column_sums[w] = sum_r ux[r][w], int32);
  *   2. sums each output's w taps from the column sums and subtracts (taps x zu);
  *   3. requantizes with the divisor's (m0, shift).
- * The AVX-512 row (qpool_avx512.c) vectorises step 1 over the width, step 2 over the interior outputs at stride 1
- * and step 3 over the interior (one divisor there); edges take the portable code. Global pools sum each channel
- * plane (AVX-512: vpsadbw) and requantize once. Integer sums are exact, so every ISA matches the reference bit
- * for bit.
+ * The AVX-512 row (qpool_avx512.c) vectorises step 1 over the width, step 2 over the interior outputs at strides
+ * 1 and 2 and step 3 over the interior (one divisor there); the AVX2 row (qpool_avx2.c) steps 1 and 2 at stride 1;
+ * edges take the portable code. Global pools sum each channel plane (vpsadbw) and requantize once. Integer sums
+ * are exact, so every ISA matches the reference bit for bit.
  */
 #include <stdlib.h>
 
@@ -48,6 +48,7 @@ void ortx_qpool_row_portable(const uint8_t *const *rows, int64_t num_rows, int64
 static ortx_qpool_row_fn select_row_fn(void) {
 #if ORTX_HAVE_X86
     if (ortx_selected_isa() >= ORTX_ISA_AVX512) return ortx_qpool_row_avx512;
+    if (ortx_selected_isa() >= ORTX_ISA_AVX2) return ortx_qpool_row_avx2;
 #endif
     return ortx_qpool_row_portable;
 }
@@ -128,6 +129,7 @@ static void qglobal_channels(void *context, int64_t begin, int64_t end, int thre
         int64_t sum = 0;
 #if ORTX_HAVE_X86
         if (job->isa >= ORTX_ISA_AVX512) sum = ortx_qpool_byte_sum_avx512(xc, spatial, flip);
+        else if (job->isa >= ORTX_ISA_AVX2) sum = ortx_qpool_byte_sum_avx2(xc, spatial, flip);
         else
 #endif
             for (int64_t i = 0; i < spatial; i++) sum += (uint8_t)(xc[i] ^ flip);

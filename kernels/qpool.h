@@ -81,10 +81,14 @@ void ortx_qpool_columns(const int32_t *column_sums, int64_t num_rows, int64_t pa
 void ortx_qpool_row_portable(const uint8_t *const *rows, int64_t num_rows, int64_t padded_rows,
                              const ortx_pool_params *p, const ortx_qpool_quant *q, const int32_t *table,
                              int32_t *column_sums, int32_t *accumulators, void *y, int64_t y_offset);
+void ortx_qpool_row_avx2(const uint8_t *const *rows, int64_t num_rows, int64_t padded_rows,
+                         const ortx_pool_params *p, const ortx_qpool_quant *q, const int32_t *table,
+                         int32_t *column_sums, int32_t *accumulators, void *y, int64_t y_offset);
 void ortx_qpool_row_avx512(const uint8_t *const *rows, int64_t num_rows, int64_t padded_rows,
                            const ortx_pool_params *p, const ortx_qpool_quant *q, const int32_t *table,
                            int32_t *column_sums, int32_t *accumulators, void *y, int64_t y_offset);
 /* Sum of `count` unsigned bytes, each flipped by `flip` first. */
+int64_t ortx_qpool_byte_sum_avx2(const uint8_t *x, int64_t count, uint8_t flip);
 int64_t ortx_qpool_byte_sum_avx512(const uint8_t *x, int64_t count, uint8_t flip);
 
 void ortx_qavgpool_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

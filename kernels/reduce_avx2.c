@@ -103,6 +103,40 @@ ORTX_TARGET_AVX2 void ortx_reduce_accumulate_f32_avx2(int op, int first, const f
     }
 }
 
+/* Rows of 2, 8 at a time: shuffles split two loads into even and odd elements (in lane order 0 1 4 5 2 3 6 7,
+ * put back in order after the fold). */
+ORTX_TARGET_AVX2 static void pair_rows(int op, const float *x, float *y, int64_t rows) {
+    for (int64_t row = 0; row < rows; row += 8) {
+        int64_t count = rows - row >= 8 ? 8 : rows - row;
+        __m256i low = tail_mask(2 * count >= 8 ? 8 : 2 * count);
+        __m256i high = tail_mask(2 * count > 8 ? 2 * count - 8 : 0);
+        __m256 a = _mm256_maskload_ps(x + 2 * row, low), b = _mm256_maskload_ps(x + 2 * row + 8, high);
+        __m256 first = _mm256_shuffle_ps(a, b, 0x88), second = _mm256_shuffle_ps(a, b, 0xdd);
+        __m256 folded = combine(op, 0, combine(op, 1, first, first), second);
+        folded = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(folded), 0xd8));
+        _mm256_maskstore_ps(y + row, tail_mask(count), folded);
+    }
+}
+
+/* reduce_avx512.c's short rows, 8 at a time. */
+ORTX_TARGET_AVX2 void ortx_reduce_short_rows_f32_avx2(int op, const float *x, float *y, int64_t rows, int64_t length) {
+    if (length == 2) {
+        pair_rows(op, x, y, rows);
+        return;
+    }
+    const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)length));
+    for (int64_t row = 0; row < rows; row += 8) {
+        __m256i mask = tail_mask(rows - row >= 8 ? 8 : rows - row);
+        const float *base = x + row * length;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t r = 0; r < length; r++) {
+            __m256 v = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base + r, lanes, _mm256_castsi256_ps(mask), 4);
+            acc = combine(op, r == 0, acc, v);
+        }
+        _mm256_maskstore_ps(y + row, mask, acc);
+    }
+}
+
 ORTX_TARGET_AVX2 void ortx_softmax_row_f32_avx2(const float *x, float *y, int64_t n, int log) {
     float max = fold_extreme(1, x, n);
     __m256 vmax = _mm256_set1_ps(max), sum = _mm256_setzero_ps();
@@ -165,6 +199,9 @@ ORTX_TARGET_AVX2 void ortx_layer_norm_row_f32_avx2(const float *x, const float *
 }
 
 #else
+void ortx_reduce_short_rows_f32_avx2(int op, const float *x, float *y, int64_t rows, int64_t length) {
+    (void)op; (void)x; (void)y; (void)rows; (void)length;
+}
 float ortx_reduce_fold_f32_avx2(int op, const float *x, int64_t n) { (void)op; (void)x; (void)n; return 0.0f; }
 void ortx_reduce_accumulate_f32_avx2(int op, int first, const float *x, float *into, int64_t n) {
     (void)op; (void)first; (void)x; (void)into; (void)n;

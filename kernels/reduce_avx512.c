@@ -90,6 +90,42 @@ ORTX_TARGET_AVX512 void ortx_reduce_accumulate_f32_avx512(int op, int first, con
     }
 }
 
+/* Rows of 2 (e.g. [re, im] pairs), 16 at a time: two loads split into even and odd elements by permutes. */
+ORTX_TARGET_AVX512 static void pair_rows(int op, const float *x, float *y, int64_t rows) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t row = 0; row < rows; row += 16) {
+        int64_t count = rows - row >= 16 ? 16 : rows - row;
+        __mmask16 low = tail_mask(count >= 8 ? 16 : 2 * count), high = tail_mask(count >= 8 ? 2 * count - 16 : 0);
+        __m512 a = _mm512_maskz_loadu_ps(low, x + 2 * row), b = _mm512_maskz_loadu_ps(high, x + 2 * row + 16);
+        __m512 first = _mm512_permutex2var_ps(a, even, b), second = _mm512_permutex2var_ps(a, odd, b);
+        _mm512_mask_storeu_ps(y + row, tail_mask(count), combine(op, 0, combine(op, 1, first, first), second));
+    }
+}
+
+/* Rows of `length` <= ORTX_REDUCE_SHORT_ROW, 16 at a time: lane j gathers row j's r-th element, r = 0, 1, ...,
+ * so each row is folded in order like the portable fold (one horizontal fold per short row costs more than it
+ * adds); rows of 2 by permutes instead of gathers. */
+ORTX_TARGET_AVX512 void ortx_reduce_short_rows_f32_avx512(int op, const float *x, float *y, int64_t rows,
+                                                          int64_t length) {
+    if (length == 2) {
+        pair_rows(op, x, y, rows);
+        return;
+    }
+    const __m512i lanes = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                             _mm512_set1_epi32((int)length));
+    for (int64_t row = 0; row < rows; row += 16) {
+        __mmask16 mask = rows - row >= 16 ? (__mmask16)0xffff : tail_mask(rows - row);
+        const float *base = x + row * length;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t r = 0; r < length; r++) {
+            __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mask, lanes, base + r, 4);
+            acc = combine(op, r == 0, acc, v);
+        }
+        _mm512_mask_storeu_ps(y + row, mask, acc);
+    }
+}
+
 ORTX_TARGET_AVX512 void ortx_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log) {
     float max = fold_extreme(1, x, n);
     __m512 vmax = _mm512_set1_ps(max), sum = _mm512_setzero_ps();
@@ -145,6 +181,9 @@ ORTX_TARGET_AVX512 void ortx_layer_norm_row_f32_avx512(const float *x, const flo
 float ortx_reduce_fold_f32_avx512(int op, const float *x, int64_t n) { (void)op; (void)x; (void)n; return 0.0f; }
 void ortx_reduce_accumulate_f32_avx512(int op, int first, const float *x, float *into, int64_t n) {
     (void)op; (void)first; (void)x; (void)into; (void)n;
+}
+void ortx_reduce_short_rows_f32_avx512(int op, const float *x, float *y, int64_t rows, int64_t length) {
+    (void)op; (void)x; (void)y; (void)rows; (void)length;
 }
 void ortx_softmax_row_f32_avx512(const float *x, float *y, int64_t n, int log) {
     (void)x; (void)y; (void)n; (void)log;

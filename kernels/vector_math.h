@@ -10,9 +10,14 @@
  *   1 - exp(Q(|x|)), Q a degree-8 least-squares fit of log(erfc) (0.8 ulp absolute); beyond 3.925 erf rounds to 1.
  *   (Fits: numpy lstsq on Chebyshev nodes, coefficients rounded to float32, errors measured on 2e5 float32 points.)
  * sigmoid: 1 / (1 + e^{-x}) with a true division.
+ * log: Cephes logf. x = m 2^e with m in [sqrt(1/2), sqrt 2) (denormals first scaled by 2^23); f = m - 1;
+ *   log(1 + f) = f - f^2/2 + f^3 P(f), P Cephes' degree-8 minimax polynomial; e ln2 added with ln2 split hi/lo.
+ *   x < 0 and NaN give NaN, +-0 gives -inf, +inf gives +inf.
  */
 #ifndef ORTX_VECTOR_MATH_H
 #define ORTX_VECTOR_MATH_H
+
+#include <math.h>
 
 #include "isa.h"
 
@@ -38,6 +43,13 @@
 #define ORTX_TANH_P2 -5.37397155531e-2f
 #define ORTX_TANH_P3 1.33314422036e-1f
 #define ORTX_TANH_P4 -3.33332819422e-1f
+
+#define ORTX_LOG_SQRTHF 0.707106781186547524f
+#define ORTX_LOG_MIN_NORMAL 1.17549435e-38f
+#define ORTX_LOG_DENORMAL_SCALE 8388608.0f /* 2^23 */
+static const float ortx_log_poly[9] = {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+                                       1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f,
+                                       3.3333331174e-1f};
 
 #define ORTX_ERF_SPLIT 0.921875f
 #define ORTX_ERF_SATURATE 3.925f
@@ -114,6 +126,29 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_erf_avx2(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+ORTX_TARGET_AVX2 static inline __m256 ortx_log_avx2(__m256 x) {
+    __m256 denormal = _mm256_cmp_ps(x, _mm256_set1_ps(ORTX_LOG_MIN_NORMAL), _CMP_LT_OQ);
+    __m256 scaled = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(ORTX_LOG_DENORMAL_SCALE)), denormal);
+    __m256i bits = _mm256_castps_si256(scaled);
+    __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(bits, 23), _mm256_set1_epi32(126)));
+    e = _mm256_sub_ps(e, _mm256_and_ps(denormal, _mm256_set1_ps(23.0f)));
+    __m256 m = _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(0x007fffff)),
+                                                   _mm256_set1_epi32(0x3f000000))); /* [0.5, 1) */
+    __m256 below = _mm256_cmp_ps(m, _mm256_set1_ps(ORTX_LOG_SQRTHF), _CMP_LT_OQ);
+    e = _mm256_sub_ps(e, _mm256_and_ps(below, _mm256_set1_ps(1.0f)));
+    __m256 f = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(below, m)), _mm256_set1_ps(1.0f));
+    __m256 z = _mm256_mul_ps(f, f);
+    __m256 p = _mm256_set1_ps(ortx_log_poly[0]);
+    for (int k = 1; k < 9; k++) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(ortx_log_poly[k]));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, f), z);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(ORTX_LN2_LO), y);
+    y = _mm256_fnmadd_ps(z, _mm256_set1_ps(0.5f), y);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(ORTX_LN2_HI), _mm256_add_ps(f, y));
+    y = _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(-INFINITY), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+    return _mm256_blendv_ps(y, _mm256_set1_ps(NAN), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NGE_UQ));
+}
+
 /* AVX-512: the same algorithms, operation for operation. ----------------------------------------------------- */
 ORTX_TARGET_AVX512 static inline __m512 ortx_exp_avx512(__m512 x) {
     __m512 clamped = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(ORTX_EXP_LOWEST)),
@@ -179,6 +214,29 @@ ORTX_TARGET_AVX512 static inline __m512 ortx_erf_avx512(__m512 x) {
     __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ORTX_ERF_SPLIT), _CMP_LT_OQ), big, small);
     y = _mm512_or_ps(y, _mm512_and_ps(_mm512_set1_ps(-0.0f), x));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+ORTX_TARGET_AVX512 static inline __m512 ortx_log_avx512(__m512 x) {
+    __mmask16 denormal = _mm512_cmp_ps_mask(x, _mm512_set1_ps(ORTX_LOG_MIN_NORMAL), _CMP_LT_OQ);
+    __m512 scaled = _mm512_mask_mul_ps(x, denormal, x, _mm512_set1_ps(ORTX_LOG_DENORMAL_SCALE));
+    __m512i bits = _mm512_castps_si512(scaled);
+    __m512 e = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(bits, 23), _mm512_set1_epi32(126)));
+    e = _mm512_mask_sub_ps(e, denormal, e, _mm512_set1_ps(23.0f));
+    __m512 m = _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(bits, _mm512_set1_epi32(0x007fffff)),
+                                                   _mm512_set1_epi32(0x3f000000))); /* [0.5, 1) */
+    __mmask16 below = _mm512_cmp_ps_mask(m, _mm512_set1_ps(ORTX_LOG_SQRTHF), _CMP_LT_OQ);
+    e = _mm512_mask_sub_ps(e, below, e, _mm512_set1_ps(1.0f));
+    __m512 f = _mm512_sub_ps(_mm512_mask_add_ps(m, below, m, m), _mm512_set1_ps(1.0f));
+    __m512 z = _mm512_mul_ps(f, f);
+    __m512 p = _mm512_set1_ps(ortx_log_poly[0]);
+    for (int k = 1; k < 9; k++) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(ortx_log_poly[k]));
+    __m512 y = _mm512_mul_ps(_mm512_mul_ps(p, f), z);
+    y = _mm512_fmadd_ps(e, _mm512_set1_ps(ORTX_LN2_LO), y);
+    y = _mm512_fnmadd_ps(z, _mm512_set1_ps(0.5f), y);
+    y = _mm512_fmadd_ps(e, _mm512_set1_ps(ORTX_LN2_HI), _mm512_add_ps(f, y));
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(INFINITY), _CMP_EQ_OQ), y, x);
+    y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ), y, _mm512_set1_ps(-INFINITY));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_NGE_UQ), y, _mm512_set1_ps(NAN));
 }
 
 #endif

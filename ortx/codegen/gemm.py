@@ -11,6 +11,9 @@
 5. Steps: from_gemm_step reads a gemm_f32 step's ints and floats (kernels/gemm.c) as a GemmProblem, B possibly in
    kernels/gemm.h's packed format (constant weights, packed by the lowering); the generated object's
    `<symbol>_step` takes that step's arguments unchanged, so a JIT'd segment can call it in gemm_f32's place.
+6. Convs: from_conv_step reads a conv2d_f32 step (one image, one group) as a GemmProblem in conv mode (`conv`
+   holds its ints): A the lowering's packed weights, B the patch matrix packed block by block through
+   kernels/conv_source.c (templates/gemm.c, conv mode), and `<symbol>_step` takes conv2d_f32's arguments.
 Limits: fp32 only; the epilogue's residual is row-major (unit column stride, not broadcast over rows) and its
 activations only those that need no exp (none, relu, leaky relu, clip); A is never prepacked; NEON renders but is only compiled by an AArch64 compiler.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import platform
 import string
@@ -42,6 +46,8 @@ MAX_TILE_ROWS = 32  # and the row loop by 32
 # ORTX_GEMM_KC deep blocks (tests/codegen/test_gemm.py checks them against gemm_pack_f32).
 PREPACKED_NR = 16
 PREPACKED_KC = 256
+PREPACKED_MR = 6  # its A panels' rows (ORTX_GEMM_MR), in which conv2d_f32's weights arrive
+CONV_INTS = 20  # conv2d_f32's ints (kernels/conv.h)
 
 
 class GemmError(ValueError):
@@ -68,6 +74,7 @@ class GemmProblem:
     b_packed: bool = False
     residual_row_stride: int = 0
     residual_scale: float = 1.0
+    conv: tuple[int, ...] = ()  # conv mode: conv2d_f32's ints (one image, one group); A and B as the module says
 
     @classmethod
     def dense(cls, m: int, n: int, k: int, *, transpose_a: bool = False, transpose_b: bool = False,
@@ -88,10 +95,24 @@ class GemmProblem:
             raise GemmError(f"GemmProblem.activation {self.activation!r}: the template has only {ACTIVATIONS}")
         if self.residual_row_stride < 0 or (0 < self.residual_row_stride < self.n and self.m > 1):
             raise GemmError(f"GemmProblem.residual_row_stride {self.residual_row_stride}: 0 (none) or at least n")
+        if self.conv:
+            ints = self.conv
+            shape = (ints[4], ints[5] * ints[6], ints[1] * ints[7] * ints[8])
+            if len(ints) != CONV_INTS or ints[0] != 1 or ints[15] != 1 or (self.m, self.n, self.k) != shape:
+                raise GemmError(f"GemmProblem.conv {ints}: needs {CONV_INTS} conv2d_f32 ints of one image and one "
+                                f"group, with m x n x k = Cout x OH*OW x Cin*KH*KW = {shape}")
 
     @property
     def signature(self) -> str:
-        """The tuning-records key of the problem (shape, strides, epilogue)."""
+        """The tuning-records key of the problem (shape, strides, epilogue; a conv's geometry)."""
+        if self.conv:
+            (_, cin, height, width, cout, out_height, out_width, kernel_height, kernel_width, stride_height,
+             stride_width, pad_top, pad_left, dilation_height, dilation_width, _, _, _, _, threads) = self.conv
+            return (f"conv2d_f32|{cin}x{height}x{width}->{cout}x{out_height}x{out_width}"
+                    f"|kernel={kernel_height}x{kernel_width}|stride={stride_height},{stride_width}"
+                    f"|pad={pad_top},{pad_left}|dilation={dilation_height},{dilation_width}|workspace_threads={threads}"
+                    f"|bias={self.bias}|act={self.activation}:{self.params[0]!r},{self.params[1]!r}"
+                    + (f"|residual={self.residual_row_stride}" if self.residual_row_stride else ""))
         b_layout = "packed" if self.b_packed else f"{self.b_strides[0]},{self.b_strides[1]}"
         return (f"gemm_f32|{self.m}x{self.n}x{self.k}|a={self.a_strides[0]},{self.a_strides[1]}"
                 f"|b={b_layout}|c={self.c_row_stride}|alpha={self.alpha!r}"
@@ -99,7 +120,10 @@ class GemmProblem:
                 + (f"|residual={self.residual_row_stride}:{self.residual_scale!r}" if self.residual_row_stride else ""))
 
     def extent(self, operand: str) -> int:
-        """Elements a flat buffer for operand "a", "b" or "c" must hold."""
+        """Elements a flat buffer for operand "a", "b" or "c" must hold (conv mode: a the packed weights, b X)."""
+        if self.conv and operand in ("a", "b"):
+            return _round_up(self.m, PREPACKED_MR) * self.k if operand == "a" else self.k // (
+                self.conv[7] * self.conv[8]) * self.conv[2] * self.conv[3]
         if operand == "b" and self.b_packed:
             return _round_up(self.n, PREPACKED_NR) * self.k
         rows, cols, strides = {"a": (self.m, self.k, self.a_strides), "b": (self.k, self.n, self.b_strides),
@@ -158,6 +182,13 @@ class GemmSchedule:
             if self.kc != PREPACKED_KC or self.nr % PREPACKED_NR or self.pack_b:
                 found.append(f"a prepacked B needs kc {PREPACKED_KC}, nr a multiple of {PREPACKED_NR} and pack_b "
                              f"False (got kc {self.kc}, nr {self.nr}, pack_b {self.pack_b})")
+        elif problem is not None and problem.conv:
+            if self.nr % PREPACKED_NR or not self.pack_b:
+                found.append(f"a conv's B needs nr a multiple of {PREPACKED_NR} and pack_b True (got nr {self.nr}, "
+                             f"pack_b {self.pack_b})")
+            if not self.pack_a and (self.mr != PREPACKED_MR or self.kc != PREPACKED_KC):
+                found.append(f"a conv's packed weights are read in place only with mr {PREPACKED_MR} and kc "
+                             f"{PREPACKED_KC}; pack_a otherwise (got mr {self.mr}, kc {self.kc})")
         elif problem is not None and not self.pack_b and problem.b_strides[1] != 1:
             found.append(f"pack_b False needs a row-major B (b_strides[1] == 1), got b_strides {problem.b_strides}")
         return found
@@ -211,8 +242,21 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+@functools.lru_cache(maxsize=256)
+def conv_source_sizes(conv: tuple[int, ...]) -> tuple[int, int, bool]:
+    """(scratch floats, source bytes, whether it packs from planes) of a conv's B source (kernels/conv_source.c)."""
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("conv_source_sizes_f32", list(conv), [], [sizes])
+    return int(sizes[0]), int(sizes[1]), bool(sizes[2])
+
+
 def workspace_floats(problem: GemmProblem, schedule: GemmSchedule) -> int:
-    """Packed B and A (when the schedule packs them) and 16 floats to align the start (templates/gemm.c)."""
+    """Packed B and A (when the schedule packs them) and 16 floats to align the start (templates/gemm.c); conv
+    mode: packed A, a KC x NC block of B per workspace thread and the conv source's scratch."""
+    if problem.conv:
+        packed_a = _round_up(problem.m, schedule.mr) * problem.k if schedule.pack_a else 0
+        block = _round_up(min(schedule.kc, problem.k) * min(schedule.nc, _round_up(problem.n, PREPACKED_NR)), 16)
+        return _round_up(packed_a, 16) + problem.conv[19] * block + conv_source_sizes(problem.conv)[0] + 16
     packed_a = _round_up(problem.m, schedule.mr) * problem.k if schedule.pack_a else 0
     packed_b = _round_up(problem.n, schedule.nr) * problem.k if schedule.pack_b else 0
     return packed_b + packed_a + 16
@@ -234,7 +278,11 @@ def render_gemm(problem: GemmProblem, schedule: GemmSchedule) -> RenderedGemm:
         pack_a=int(schedule.pack_a), pack_b=int(schedule.pack_b), b_prepacked=int(problem.b_packed),
         prepacked_nr=PREPACKED_NR, jr_outer=int(schedule.loop_order == "jr_ir"),
         tasks_m=schedule.tasks_m, tasks_n=schedule.tasks_n, schedule=str(schedule),
-        workspace_floats=workspace_floats(problem, schedule),
+        workspace_floats=workspace_floats(problem, schedule), prepacked_mr=PREPACKED_MR, prepacked_kc=PREPACKED_KC,
+        conv_mode=int(bool(problem.conv)), conv_threads=problem.conv[19] if problem.conv else 1,
+        conv_source_floats=conv_source_sizes(problem.conv)[0] if problem.conv else 0,
+        conv_source_bytes=conv_source_sizes(problem.conv)[1] if problem.conv else 8,
+        conv_ints=", ".join(str(value) for value in problem.conv) or "0",
         isa_source=_template(f"gemm_{schedule.isa}.c").rstrip("\n"),
     )
     template = string.Template(_template("gemm.c"))
@@ -248,10 +296,13 @@ _GEMM_FUNCTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes
                                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 
 
+def _kernels_address(name: str) -> int:
+    return ctypes.cast(getattr(ctypes.CDLL(_kernels.__file__), name), ctypes.c_void_p).value
+
+
 def parallel_for_address() -> int:
     """Address of ortx's ortx_parallel_for (kernels/threadpool.h), which generated kernels call through a pointer."""
-    library = ctypes.CDLL(_kernels.__file__)
-    return ctypes.cast(library.ortx_parallel_for, ctypes.c_void_p).value
+    return _kernels_address("ortx_parallel_for")
 
 
 class GemmKernel:
@@ -265,6 +316,10 @@ class GemmKernel:
         self._function = _GEMM_FUNCTION(native.address)
         self._parallel_for = parallel_for_address()
         getattr(native.library, f"{rendered.symbol}_init")(ctypes.c_void_p(self._parallel_for))
+        if self.problem.conv:  # the conv source (kernels/conv_source.c) the conv mode packs B through
+            getattr(native.library, f"{rendered.symbol}_init_conv")(
+                ctypes.c_void_p(_kernels_address("ortx_conv_source_prepare")),
+                ctypes.c_void_p(_kernels_address("ortx_conv_source_pack_b")))
         # the step-ABI entry (kernels/ortx_kernels.h), which a JIT'd segment calls in gemm_f32's place
         self.step_address = ctypes.cast(getattr(native.library, f"{rendered.symbol}_step"), ctypes.c_void_p).value
         self._workspace = np.empty(rendered.workspace_floats, np.float32)
@@ -322,3 +377,24 @@ def from_gemm_step(ints, floats) -> tuple[GemmProblem | None, str]:
                        activation=activation, params=(param0, param1), b_packed=bool(b_packed),
                        residual_row_stride=ints[12] if has_residual else 0,
                        residual_scale=float(np.float32(floats[1])) if has_residual else 1.0), ""
+
+
+def from_conv_step(ints, floats) -> tuple[GemmProblem | None, str]:
+    """(the conv-mode problem of a conv2d_f32 step, "") or (None, why the template cannot compute it); ints and
+    floats in conv2d_f32's layout (kernels/conv.h)."""
+    ints = tuple(int(value) for value in ints)
+    if len(ints) != CONV_INTS:
+        return None, f"{len(ints)} ints, conv2d_f32 has {CONV_INTS}"
+    batch, cin, _, _, cout, out_height, out_width, kernel_height, kernel_width = ints[:9]
+    group, has_bias, has_residual, activation = ints[15:19]
+    if batch != 1:
+        return None, f"batch {batch}: conv2d_f32 runs one GEMM per image (a tuned single image does not measure it)"
+    if group != 1:
+        return None, f"group {group}: one GEMM per group"
+    if activation not in ACTIVATIONS:
+        return None, f"activation {activation} is not one of {sorted(ACTIVATIONS)}"
+    n = out_height * out_width
+    param0, param1 = (float(np.float32(value)) for value in (floats[0], floats[1]))
+    return GemmProblem(cout, n, cin * kernel_height * kernel_width, (cin * kernel_height * kernel_width, 1), (n, 1),
+                       n, bias=1 if has_bias else 0, activation=activation, params=(param0, param1),
+                       residual_row_stride=n if has_residual else 0, conv=ints), ""

@@ -315,5 +315,5 @@ def fuse_qdq(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> Pass
     folded = _fold_constant_dequantize(graph, excluded)
     for note in notes:
         logger.debug("fuse_qdq: %s", note)
-    return PassReport(model=model, name="fuse_qdq", counts={"qconv_fused": fused, "qpool_fused": pools, "dequantize_folded": folded}, notes=notes,
-                      seconds=time.perf_counter() - start)
+    counts = {"qconv_fused": fused, "qpool_fused": pools, "dequantize_folded": folded}
+    return PassReport(model=model, name="fuse_qdq", counts=counts, notes=notes, seconds=time.perf_counter() - start)

@@ -39,6 +39,7 @@ from ortx.codegen import gemm
 from ortx.codegen.jit import JitError
 from ortx.config import Options
 from ortx.tune import gemm_features
+from ortx.tune.conv_problems import PrebuiltConv, conv_operands
 from ortx.tune.fingerprint import HardwareFingerprint
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
@@ -96,6 +97,8 @@ def _fits(problem: gemm.GemmProblem, schedule: Schedule, max_workspace_floats: i
         return False
     if not values["pack_b"] and problem.b_strides[1] != 1 and not problem.b_packed:
         return False
+    if problem.conv and not values["pack_a"] and (mr, values["kc"]) != (gemm.PREPACKED_MR, gemm.PREPACKED_KC):
+        return False  # the conv's packed weights are read in place only in their own panels
     if max_workspace_floats is not None:
         if gemm.workspace_floats(problem, to_gemm_schedule(schedule)) > max_workspace_floats:
             return False
@@ -105,7 +108,8 @@ def _fits(problem: gemm.GemmProblem, schedule: Schedule, max_workspace_floats: i
 
 def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | None = None, *,
                num_threads: int = 1) -> Space:
-    """CHOICES[isa] for `problem`: a prepacked B fixes kc and pack_b and keeps the tile widths its panels allow;
+    """CHOICES[isa] for `problem`: a prepacked B fixes kc and pack_b and keeps the tile widths its panels allow (a
+    conv's B, packed through its source into the same panels, keeps those widths and pack_b);
     `max_workspace_floats` drops schedules needing more workspace (a segment step's buffer is already planned).
     Its cost-model features are gemm_features' (problem, `num_threads` and this machine's caches); work in GFLOP."""
     if isa not in CHOICES:
@@ -114,13 +118,18 @@ def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | 
     if problem.b_packed:
         choices.update(kc=(gemm.PREPACKED_KC,), pack_b=(False,),
                        nr=tuple(nr for nr in choices["nr"] if nr % gemm.PREPACKED_NR == 0))
+    if problem.conv:
+        choices.update(pack_b=(True,), nr=tuple(nr for nr in choices["nr"] if nr % gemm.PREPACKED_NR == 0))
     return Space(f"gemm_{isa}", choices, valid=lambda schedule: _fits(problem, schedule, max_workspace_floats),
                  featurize=gemm_features.featurizer(problem, num_threads), work=problem.flops / 1e9)
 
 
-def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> Schedule:
+def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int,
+                     max_workspace_floats: int | None = None) -> Schedule:
     """DEFAULTS[isa] with A read in place, B packed unless it is row-major and only one row panel reads it, and
-    the larger of M and N split into 2 tasks per thread (fewer when the problem has fewer tiles); in the space."""
+    the larger of M and N split into 2 tasks per thread (fewer when the problem has fewer tiles); in the space.
+    A conv: the prebuilt conv's tile where it fits (6 rows, 16-column panels, KC 256, its weights in place), with
+    B blocks narrowed until they fit `max_workspace_floats` (a direct-path conv2d_f32 planned no B blocks)."""
     values = {"isa": isa, **DEFAULTS[isa], "loop_order": "jr_ir", "unroll": 4, "prefetch": 0, "pack_a": False}
     values["pack_b"] = not (problem.m <= values["mr"] and problem.b_strides[1] == 1)
     if problem.b_packed:  # read where the lowering packed it, at its depth, in whole panels
@@ -128,19 +137,30 @@ def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int) -> S
         vectors = values["nr"] // gemm.VECTOR_WIDTH[isa]  # a wider tile has room for fewer rows
         values["mr"] = max(mr for mr in CHOICES[isa]["mr"]
                            if mr <= values["mr"] and mr * vectors + vectors + 1 <= gemm.VECTOR_REGISTERS[isa])
+    if problem.conv:
+        values.update(kc=gemm.PREPACKED_KC, pack_b=True, nr=max(values["nr"], gemm.PREPACKED_NR))
+        vectors = values["nr"] // gemm.VECTOR_WIDTH[isa]
+        values["mr"] = max(mr for mr in CHOICES[isa]["mr"]
+                           if mr <= gemm.PREPACKED_MR and mr * vectors + vectors + 1 <= gemm.VECTOR_REGISTERS[isa])
+        values["pack_a"] = values["mr"] != gemm.PREPACKED_MR
     wanted = min(2 * max(num_threads, 1), 8)
     row_tiles, column_tiles = -(-problem.m // values["mr"]), -(-problem.n // values["nr"])
     split_rows = row_tiles > column_tiles
     tiles = row_tiles if split_rows else column_tiles
     tasks = max(count for count in _COMMON["tasks_m"] if count <= max(min(wanted, tiles), 1))
     values["tasks_m"], values["tasks_n"] = (tasks, 1) if split_rows else (1, tasks)
+    if problem.conv and max_workspace_floats is not None:
+        for nc_tiles in sorted((count for count in _COMMON["nc_tiles"] if count <= values["nc_tiles"]), reverse=True):
+            values["nc_tiles"] = nc_tiles
+            if gemm.workspace_floats(problem, to_gemm_schedule(Schedule.of(values))) <= max_workspace_floats:
+                break
     return Schedule.of(values)
 
 
 def task_for(problem: gemm.GemmProblem, num_threads: int, isa: str, max_workspace_floats: int | None = None) -> Task:
     return Task(f"{problem.signature}|threads={num_threads}|isa={isa}",
                 gemm_space(problem, isa, max_workspace_floats, num_threads=num_threads), gemm.template_hash(),
-                default=default_schedule(problem, isa, num_threads))
+                default=default_schedule(problem, isa, num_threads, max_workspace_floats))
 
 
 def close_to_reference(outputs, reference) -> str | None:
@@ -158,7 +178,9 @@ def close_to_reference(outputs, reference) -> str | None:
 
 def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     """Seeded random non-zero operands (a, b[, bias][, residual]) as flat buffers (a prepacked B packed by
-    gemm_pack_f32) and the float64 reference result."""
+    gemm_pack_f32) and the float64 reference result; a conv's are conv_problems.conv_operands'."""
+    if problem.conv:
+        return conv_operands(problem, seed)
     def element_indexes(rows: int, cols: int, strides: tuple[int, int]) -> np.ndarray:
         return np.arange(rows)[:, None] * strides[0] + np.arange(cols)[None, :] * strides[1]
 
@@ -217,7 +239,8 @@ class GemmRunner(FunctionRunner):
 
     def _build(self, schedule: Schedule):
         if schedule == PREBUILT:
-            return _run_kernel(PrebuiltGemm(self.problem), self.problem, self.num_threads)
+            prebuilt = PrebuiltConv(self.problem) if self.problem.conv else PrebuiltGemm(self.problem)
+            return _run_kernel(prebuilt, self.problem, self.num_threads)
         try:
             kernel = gemm.build_gemm(self.problem, to_gemm_schedule(schedule), self.options)
         except JitError as error:
@@ -309,7 +332,7 @@ def tune_gemm(problem: gemm.GemmProblem, *, num_threads: int, database: TuningDa
         search = guided_search(task, database, fingerprint, seed=seed)
     else:
         search = Exhaustive(task.space) if strategy == "exhaustive" else STRATEGIES[strategy](task.space, seed)
-    default = default_schedule(problem, isa, num_threads)
+    default = task.default
     runner = GemmRunner(problem, num_threads, options, settings, seed)
     measure_prebuilt(task, runner, database, fingerprint)
     (result,) = tune([task], [_DefaultFirst(default, search)],

@@ -1,8 +1,11 @@
-"""Tuned generated GEMMs in JIT'd segments: which gemm_f32 steps call a generated kernel in the prebuilt one's place.
+"""Tuned generated GEMMs in JIT'd segments: which gemm_f32 and conv2d_f32 steps call a generated kernel in the
+prebuilt one's place.
 
 1. A step qualifies when ortx.codegen.gemm.from_gemm_step reads it (a residual only row-major, no prepacked A,
    no activation that needs exp), it has one batch (the prebuilt kernel runs batches of small problems one per thread, which
-   tuning a single problem does not measure) and at least MIN_MULTIPLY_ADDS.
+   tuning a single problem does not measure) and at least MIN_MULTIPLY_ADDS. A conv2d_f32 step qualifies the same
+   way through from_conv_step (conv mode: one image, one group; the generated kernel packs the patch matrix
+   through kernels/conv_source.c), its workspace the one conv_sizes_f32 planned.
 2. Its schedule: tuning "cached" reads the records (gemm_space.recorded_schedule: measured on this machine,
    faster than the prebuilt kernel by MARGIN, fitting the workspace the lowering planned for gemm_f32); "quick"
    and "full" first tune the step (QUICK_TRIALS or FULL_TRIALS schedules after the prebuilt baseline and the
@@ -11,7 +14,9 @@
 3. The kernel is built through the JIT cache; its `_step` entry takes the step's arguments unchanged
    (ortx.codegen.jit.jit_compile puts its address in the segment's kernel table). A step whose kernel cannot be
    built keeps the prebuilt kernel, with a warning.
-Limits: convolutions (conv2d_f32) are not covered; a prepacked B fixes KC at the packed format's 256.
+Limits: a prepacked B fixes KC at the packed format's 256. Not covered: batched or grouped convs, the lowering's
+other conv kernels (conv2d_pixel_rows_f32 has its weights packed as B panels, depthwise and transposed convs are not
+one GEMM, bf16 convs run the bf16 kernel), and activations that need exp; their prebuilt kernels stay.
 """
 from __future__ import annotations
 
@@ -40,10 +45,27 @@ MIN_MULTIPLY_ADDS = 1 << 20
 MODES = ("off", "cached", "quick", "full")
 
 
+def _conv_step(step) -> tuple[gemm.GemmProblem | None, str, int]:
+    """(its problem or None, why not, the workspace floats conv_sizes_f32 planned) of a conv2d_f32 step."""
+    problem, reason = gemm.from_conv_step(step.ints, step.floats)
+    sizes = np.zeros(3, np.int64)
+    if problem is not None:
+        _kernels.call("conv_sizes_f32", [0, *problem.conv], [], [sizes])
+    return problem, reason, int(sizes[0]) // 4
+
+
 def gemm_steps(compiled: CompiledProgram) -> dict[int, tuple[gemm.GemmProblem, int]]:
     """Step index -> (its problem, the workspace floats the lowering planned) for every qualifying step."""
     found = {}
     for index, step in enumerate(compiled.steps):
+        if step.kernel == "conv2d_f32":
+            problem, reason, workspace = _conv_step(step)
+            if problem is None or problem.m * problem.n * problem.k < MIN_MULTIPLY_ADDS:
+                logger.debug("ortx tuned GEMM: step %d (node %s) keeps conv2d_f32: %s", index, step.node,
+                             reason or "too small to tune")
+            else:
+                found[index] = (problem, workspace)
+            continue
         if step.kernel != "gemm_f32" or int(step.ints[3]) != 1:
             continue
         problem, reason = gemm.from_gemm_step(step.ints, step.floats)
@@ -79,7 +101,7 @@ def step_substitutes(compiled: CompiledProgram, *, num_threads: int, options: Op
         try:
             kernel = gemm.build_gemm(problem, schedule, options)
         except JitError as error:
-            logger.warning("ortx tuned GEMM: step %d keeps gemm_f32: %s", index, error)
+            logger.warning("ortx tuned GEMM: step %d keeps its prebuilt kernel: %s", index, error)
             continue
         substitutes[index] = (f"{kernel.rendered.symbol}_step", kernel.step_address)
     return substitutes

@@ -1,5 +1,5 @@
-"""GEMM schedule tasks of a model for `ortx tune`'s task scheduler: every gemm_f32 step a session would put a tuned
-generated kernel in place of (ortx.tune.gemm_steps) becomes a search Task over its schedule space.
+"""GEMM schedule tasks of a model for `ortx tune`'s task scheduler: every gemm_f32 or conv2d_f32 step a session would
+put a tuned generated kernel in place of (ortx.tune.gemm_steps) becomes a search Task over its schedule space.
 
 1. Collect: per JIT'd segment, its qualifying steps (gemm_steps.gemm_steps) with their profiled ms; equal problems
    (the same signature: shape, strides, epilogue, thread count, ISA, workspace the lowering planned) are one

@@ -19,7 +19,8 @@ one time budget by the task scheduler, then, per segment, the schedule validated
    recorded, so later sessions (tuning "cached") apply them.
 Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
 inside a build where the other tasks of its round also run their candidate (step_threads' limit), a GEMM alone
-on its own operands (gemm_tasks' limit); conv steps have no schedule task yet.
+on its own operands (gemm_tasks' limit); conv steps other than conv2d_f32 of one image and one group have no
+schedule task (gemm_steps' limits).
 """
 from __future__ import annotations
 

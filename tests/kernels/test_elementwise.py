@@ -102,13 +102,13 @@ def _float64_unary(name, x):
     with np.errstate(all="ignore"):
         return {
             "exp": np.exp(x64), "tanh": np.tanh(x64), "sigmoid": 1 / (1 + np.exp(-x64)), "erf": _erf64(x),
-            "gelu": 0.5 * x64 * (1 + _erf64(x / np.sqrt(2))),
+            "gelu": 0.5 * x64 * (1 + _erf64(x / np.sqrt(2))), "log": np.log(x64),
         }[name]
 
 
-UNARY_CODES = {"exp": 16, "tanh": 7, "sigmoid": 4, "erf": 22, "gelu": 28}
+UNARY_CODES = {"exp": 16, "tanh": 7, "sigmoid": 4, "erf": 22, "gelu": 28, "log": 17}
 # ulp bounds measured over the whole float range (vector_math.h documents the algorithms); libm is within 1-2.
-UNARY_MAX_ULP = {"exp": 2, "tanh": 3, "sigmoid": 4, "erf": 4}
+UNARY_MAX_ULP = {"exp": 2, "tanh": 3, "sigmoid": 4, "erf": 4, "log": 2}
 
 
 def _wide_inputs(rng) -> np.ndarray:
@@ -116,7 +116,11 @@ def _wide_inputs(rng) -> np.ndarray:
     wide = np.linspace(-110.0, 110.0, 20_003)
     tiny = rng.standard_normal(2_001) * 1e-6
     special = np.array([0.0, -0.0, 1e-30, -1e-30, 88.7, 88.75, -87.3, -103.0, 0.625, -0.921875, 3.925, 9.1])
-    return np.concatenate([dense, wide, tiny, special]).astype(np.float32)
+    # log's domain: every binade from denormals to the largest float, and 1 +- a few ulp (f near 0)
+    positive = np.float32(2.0) ** rng.uniform(-149, 128, 20_000).astype(np.float32)
+    near_one = 1 + np.arange(-64, 65, dtype=np.float32) * np.finfo(np.float32).eps
+    limits = np.array([np.finfo(np.float32).tiny, np.finfo(np.float32).max, 1.4e-45, 0.70710677, 0.7071068, 1.0])
+    return np.concatenate([dense, wide, tiny, special, positive, near_one, limits]).astype(np.float32)
 
 
 @pytest.mark.parametrize("name", sorted(UNARY_MAX_ULP))
@@ -132,14 +136,14 @@ def test_unary_transcendental_within_ulp_of_float64(isa, name):
     np.testing.assert_array_equal(y[overflow], expected[overflow].astype(np.float32))
 
 
-@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "erf"])
+@pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid", "erf", "log"])
 def test_unary_special_values(isa, name):
     x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0], np.float32)
     y = np.empty_like(x)
     _kernels.call("unary_f32", [UNARY_CODES[name], x.size], [0, 0], [x, y])
     assert np.isnan(y[0])
     expected = {"exp": [np.inf, 0, 1, 1], "tanh": [1, -1, 0, -0.0], "sigmoid": [1, 0, 0.5, 0.5],
-                "erf": [1, -1, 0, -0.0]}[name]
+                "erf": [1, -1, 0, -0.0], "log": [np.inf, np.nan, -np.inf, -np.inf]}[name]
     np.testing.assert_array_equal(y[1:], np.float32(expected))
     if name in ("tanh", "erf"):
         assert np.signbit(y[4]), f"{name}(-0) must be -0"

@@ -1,10 +1,9 @@
 """int8 average-pool kernels (qavgpool_i8, qglobal_avgpool_i8; kernels/qpool.h): fast vs reference vs numpy.
 
-Every case runs for each ISA this CPU has (the AVX-512 path, and the portable one every CPU runs; there is no AVX2
-variant: AVX2 CPUs run the portable row code), with 1 and 2 threads. Integer sums are exact, so fast, reference
-and ortx/quantization/integer.py's average_pool agree byte for byte: widths around the 16-lane vector and the
-8-lane requantization tails, pads with and without count_include_pad, strides 1-3, uint8/int8 in and out, and
-saturation at both ends of both output types.
+Every case runs for each ISA this CPU has (portable, AVX2, AVX-512), with 1 and 2 threads. Integer sums are
+exact, so fast, reference and ortx/quantization/integer.py's average_pool agree byte for byte: widths around the
+8- and 16-lane vectors and the 8-lane requantization tails, pads with and without count_include_pad, strides 1-3,
+uint8/int8 in and out, and saturation at both ends of both output types.
 """
 from __future__ import annotations
 

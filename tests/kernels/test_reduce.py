@@ -18,7 +18,9 @@ from tests.kernels.test_elementwise import (  # noqa: F401  (isa is a fixture)
 )
 from tests.tolerances import assert_close
 
-LAYOUTS = [(1, 1, 1), (1, 37, 1), (5, 33, 1), (3, 1000, 1), (2, 7, 9), (4, 5, 131), (1, 3, 5000), (2, 300, 7)]
+LAYOUTS = [(1, 1, 1), (1, 37, 1), (5, 33, 1), (3, 1000, 1), (2, 7, 9), (4, 5, 131), (1, 3, 5000), (2, 300, 7),
+           # short rows (length <= 8: gathered lanes, pairs permuted), row counts off the 8/16-lane tile
+           (1, 2, 1), (17, 2, 1), (33, 3, 1), (23, 8, 1), (7, 9, 1), (1001, 2, 1)]
 
 
 @pytest.mark.parametrize("op, post", [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 2)])
@@ -44,6 +46,30 @@ def test_reduce_max_propagates_nan(isa):
         y = np.empty((1, inner), np.float32)
         _kernels.call("reduce_f32", [2, 1, 40 // inner, inner, 0], [0], [x.reshape(shape), y])
         assert np.isnan(y).any()
+
+
+@pytest.mark.parametrize("length", [2, 5])
+def test_reduce_short_rows_split_over_threads(isa, length):
+    """Short rows count a sixteenth of their size towards the threading threshold: 2 threads only from ~262k
+    rows of 2; the split lands mid-tile and must not change a row's value."""
+    outer = 300_001 if length == 2 else 110_003
+    x = random_normal(np.random.default_rng(length), (outer, length, 1))
+    one, two = np.empty((outer, 1), np.float32), np.empty((outer, 1), np.float32)
+    _kernels.call("reduce_f32", [1, outer, length, 1, 0], [0], [x, one], num_threads=1)
+    _kernels.call("reduce_f32", [1, outer, length, 1, 0], [0], [x, two], num_threads=2)
+    np.testing.assert_array_equal(two, one)
+    assert_close(one[:, 0], np.sum(x.astype(np.float64) ** 2, axis=1)[:, 0].astype(np.float32))
+
+
+@pytest.mark.parametrize("op", [2, 3])
+def test_reduce_short_rows_propagate_nan_to_their_row_only(isa, op):
+    x = np.arange(1, 41, dtype=np.float32)
+    x[13] = np.nan  # row 6 of 20 rows of 2
+    y = np.empty((20, 1), np.float32)
+    _kernels.call("reduce_f32", [op, 20, 2, 1, 0], [0], [x.reshape(20, 2, 1), y])
+    assert np.isnan(y[6, 0])
+    pairs = np.delete(x.reshape(20, 2), 6, axis=0)
+    np.testing.assert_array_equal(np.delete(y[:, 0], 6), pairs.max(axis=1) if op == 2 else pairs.min(axis=1))
 
 
 @pytest.mark.parametrize("log", [0, 1])

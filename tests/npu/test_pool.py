@@ -8,12 +8,13 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from ortx import _kernels
 from ortx.npu.compile import check_node, compile_nodes
 from ortx.npu.cost import stream_cycles
 from ortx.npu.params import NpuParams
-from ortx.npu.stream import decode, disassemble
+from ortx.npu.stream import Stream, command, decode, disassemble, encode
 from ortx.npu.verify import check_model, prepared_graph
-from ortx.quantization.integer import INT_RANGES
+from ortx.quantization.integer import INT_RANGES, average_multipliers
 from tests.ep.test_qpool import qdq_pool_model
 
 SMALL = NpuParams(rows=8, cols=8, sram_bytes=16 * 1024, dma_bytes_per_cycle=8, dma_setup_cycles=16)
@@ -92,3 +93,35 @@ def test_unsupported_attributes_are_declined_with_a_reason(attributes, reason):
     (pool,) = [node for node in graph if node.op_type == "QAveragePool"]  # the CPU runs it int8
     message = check_node(pool)
     assert message is not None and message.startswith("QAveragePool:") and reason in message
+
+
+def _pool_avg_stream(table: np.ndarray, **overrides):
+    """DMA the table (constants) and a 1x4x4 uint8 plane (work) in, POOL_AVG 2x2 stride 2, DMA 4 bytes out."""
+    fields = dict(input=64, input_kind=0, channels=1, height=4, width=4, kernel_h=2, kernel_w=2, stride_h=2,
+                  stride_w=2, pad_top=0, pad_left=0, pad_bottom=0, pad_right=0, count_include_pad=0, out_height=2,
+                  out_width=2, input_zero=10, output=128, output_kind=0, output_zero=3, qmin=0, qmax=255, table=0,
+                  count_base=1, table_length=len(table))
+    fields.update(overrides)
+    commands = (command("DMA_IN", region=0, dram=0, sram=0, rows=1, row_bytes=table.nbytes,
+                        dram_stride=table.nbytes, sram_stride=table.nbytes),
+                command("DMA_IN", region=1, dram=0, sram=64, rows=1, row_bytes=16, dram_stride=16, sram_stride=16),
+                command("BARRIER"), command("POOL_AVG", **fields), command("BARRIER"),
+                command("DMA_OUT", region=1, dram=16, sram=128, rows=1, row_bytes=4, dram_stride=4, sram_stride=4))
+    return encode(Stream(NpuParams(), table.nbytes, 32, commands))
+
+
+def test_simulator_pool_avg_by_hand_and_bad_tables():
+    table = average_multipliers(1.0, 1.0, range(1, 5))  # sx = sy: y = round_half_even(mean of (x - 10)) + 3
+    plane = np.array([[10, 11, 20, 20], [10, 11, 21, 20], [0, 0, 255, 255], [1, 0, 255, 254]], np.uint8)
+    work = np.zeros(32, np.uint8)
+    work[:16] = plane.reshape(-1)
+    constants = np.frombuffer(table.tobytes(), np.uint8).copy()
+    _kernels.npu_simulate(_pool_avg_stream(table), constants, work)
+    # means of (x - 10): 0.5 -> 0 (half to even), 10.25 -> 10, -9.75 -> -10 (+ 3 clamps at 0), 244.75 -> 245
+    np.testing.assert_array_equal(work[16:20], [3, 13, 0, 248])
+    bad = table.copy()
+    bad[3, 1] = 0
+    with pytest.raises(ValueError, match="POOL_AVG.*table entry 3"):
+        _kernels.npu_simulate(_pool_avg_stream(bad), np.frombuffer(bad.tobytes(), np.uint8).copy(), work)
+    with pytest.raises(ValueError, match="divisor 4 outside the table"):
+        _kernels.npu_simulate(_pool_avg_stream(table[:2]), constants[:16].copy(), work)

@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx import _kernels
-from ortx.ep.lowering import sparse
+from ortx.ep.lowering import band, sparse
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
@@ -472,6 +472,10 @@ def lower_matmul(node: ir.Node, builder) -> None:
     b_batch = int(np.prod(b2[:-2], dtype=np.int64))
     output = builder.buffer(node.outputs[0])
     a = builder.buffer(node.inputs[0])
+    if b_value is not None and b_batch == 1 and builder.precision == "fp32" and band.try_band_matmul(
+            node, builder, M * int(np.prod(batch, dtype=np.int64)), np.asarray(b_value, dtype=np.float32).reshape(K, N),
+            a, output):
+        return  # Case constant B with narrow panel bands (a mel filterbank): every batch's rows in one product
     if b_value is not None and b_batch == 1 and builder.precision == "fp32" and sparse.try_sparse_gemm(
             node, builder, M * int(np.prod(batch, dtype=np.int64)),
             np.asarray(b_value, dtype=np.float32).reshape(K, N).T, a, output):
