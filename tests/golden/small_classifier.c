@@ -1,4 +1,4 @@
-/* ortx_segment_c44495b737baf07c: one ortx segment as straight-line kernel calls (7 steps, arena 6336 bytes).
+/* ortx_segment_48d46193b011e1f9: one ortx segment as straight-line kernel calls (7 steps, arena 6336 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
@@ -19,6 +19,8 @@
  *     [5] global_avgpool_f32
  *     [6] gemm_f32
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Returns 0, or step + 1 when a fallible step's status record (its last buffer) reports an error: later steps
+ * did not run.
  * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
@@ -51,7 +53,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ortx_segment_c44495b737baf07c(
+int ortx_segment_48d46193b011e1f9(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
@@ -108,4 +110,5 @@ void ortx_segment_c44495b737baf07c(
             externals[1]};
         ortx_step(kernels[6], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 6 : NULL);
     }
+    return 0;
 }

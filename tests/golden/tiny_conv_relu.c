@@ -1,4 +1,4 @@
-/* ortx_segment_da492eb3f9b78e3f: one ortx segment as straight-line kernel calls (2 steps, arena 8064 bytes).
+/* ortx_segment_a91234e1c4685e24: one ortx segment as straight-line kernel calls (2 steps, arena 8064 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
@@ -11,6 +11,8 @@
  *     [0] conv2d_f32
  *     [1] unary_f32
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Returns 0, or step + 1 when a fallible step's status record (its last buffer) reports an error: later steps
+ * did not run.
  * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
@@ -43,7 +45,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ortx_segment_da492eb3f9b78e3f(
+int ortx_segment_a91234e1c4685e24(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
@@ -64,4 +66,5 @@ void ortx_segment_da492eb3f9b78e3f(
         void *const buffers[2] = {arena + 7040, externals[1]};
         ortx_step(kernels[1], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 1 : NULL);
     }
+    return 0;
 }
