@@ -13,6 +13,7 @@ cdef extern from "ortx_kernels.h":
         const char *name
         ortx_kernel_fn fast
         ortx_kernel_fn ref
+        int fallible
     ctypedef struct ortx_program:
         int32_t num_steps
         const int32_t *kernel_ids
@@ -35,7 +36,7 @@ cdef extern from "ortx_kernels.h":
     int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
                          int num_threads, int use_ref, double *step_seconds) nogil
     ortx_kernel_fn ortx_kernel_function(int index, int use_ref) nogil
-    ctypedef void (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
+    ctypedef int (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
                                      const ortx_kernel_fn *kernels, double *step_seconds) noexcept nogil
     int ORTX_MAX_STEP_BUFFERS
 
@@ -51,6 +52,22 @@ def _build_kernel_names():
 
 KERNEL_NAMES = _build_kernel_names()
 KERNEL_IDS = {name: index for index, name in enumerate(KERNEL_NAMES)}
+# Kernels that can fail on runtime data; each takes an ortx_status record as its last buffer (ortx_kernels.h).
+FALLIBLE_KERNELS = frozenset(name for index, name in enumerate(KERNEL_NAMES) if ortx_kernel_at(index).fallible)
+STATUS_WORDS = 4  # int64 words of an ortx_status: code, value, position, bound
+STATUS_INDEX_OUT_OF_RANGE = 1
+
+
+class KernelError(RuntimeError):
+    """A fallible step reported an error: `step` (None for `call`) and its status record `code`, `value`,
+    `position`, `bound` (ortx_kernels.h); the runtime turns it into an error naming the node."""
+
+    def __init__(self, step, record):
+        self.step = step
+        self.code, self.value, self.position, self.bound = (int(word) for word in record[:STATUS_WORDS])
+        where = "kernel call" if step is None else f"step {step}"
+        super().__init__(f"ortx {where} failed: status code {self.code}, value {self.value} at position "
+                         f"{self.position}, bound {self.bound}")
 
 
 def cpu_isa():
@@ -82,9 +99,14 @@ cdef inline void *_address(object array):
 
 
 def call(str name, ints, floats, list buffers, int num_threads=1, bint use_ref=False):
-    """Runs one kernel now on numpy buffers (tests, and weight packing at compile time)."""
+    """Runs one kernel now on numpy buffers (tests, and weight packing at compile time). A fallible kernel gets
+    its status record appended here, as the SegmentBuilder does; an error raises KernelError after the call."""
     if name not in KERNEL_IDS:
         raise KeyError(f"ortx kernel {name!r} does not exist; known kernels: {', '.join(KERNEL_NAMES)}")
+    status = None
+    if name in FALLIBLE_KERNELS:
+        status = np.zeros(STATUS_WORDS, np.int64)
+        buffers = buffers + [status]
     if len(buffers) > ORTX_MAX_STEP_BUFFERS:
         raise ValueError(f"kernel {name!r}: {len(buffers)} buffers, at most {ORTX_MAX_STEP_BUFFERS}")
     cdef cnp.ndarray[int64_t, ndim=1] int_array = np.ascontiguousarray(ints, dtype=np.int64).reshape(-1)
@@ -104,6 +126,8 @@ def call(str name, ints, floats, list buffers, int num_threads=1, bint use_ref=F
     cdef const float *fp = &float_array[0]
     with nogil:
         fn(ip, fp, pointers, num_threads)
+    if status is not None and status[0] != 0:
+        raise KernelError(None, status)
 
 
 def kernel_functions(names, bint use_ref=False):
@@ -184,8 +208,20 @@ cdef class Program:
         with nogil:
             status = ortx_program_run(&self.program, arena_pointer, constant_pointers, external_pointers,
                                       num_threads, use_ref, seconds)
-        if status != 0:
+        self._check(status, arena)
+
+    def _check(self, int status, arena):
+        """status: 0, -(step+1) for a malformed step, or step+1 when a fallible step filled its status record
+        (its last buffer, in the arena; the SegmentBuilder puts it there)."""
+        if status < 0:
             raise RuntimeError(f"ortx program failed at step {-status - 1}")
+        if status > 0:
+            step = status - 1
+            buffer = self.program.buffer_ids[self.program.buffer_offsets[step + 1] - 1]
+            offset = self.program.buffer_values[buffer]
+            if self.program.buffer_kinds[buffer] != 0 or arena is None:
+                raise RuntimeError(f"ortx program: step {step} failed; its status record is not in the arena")
+            raise KernelError(step, np.asarray(arena[offset:offset + 8 * STATUS_WORDS]).view(np.int64))
 
     def run_native(self, uint64_t function, kernel_table, arena, externals, int num_threads=1, step_seconds=None):
         """Runs a JIT'd segment function (an ortx_segment_fn address) over this program's constants; arena,
@@ -206,8 +242,11 @@ cdef class Program:
                 raise ValueError("step_seconds must be a float64 array with one entry per step")
             seconds = <double *>_address(step_seconds)
         cdef ortx_segment_fn segment = <ortx_segment_fn>function
+        cdef int status
         with nogil:
-            segment(arena_pointer, constant_pointers, external_pointers, num_threads, kernels, seconds)
+            status = segment(arena_pointer, constant_pointers, external_pointers, num_threads, kernels, seconds)
+        if status != 0:
+            self._check(status, arena)
 
 
 # --- NPU simulator (issue #7; owner: npu; kernels/npu_sim.c) ------------------------------------------------------

@@ -11,9 +11,10 @@
  *   Strides may be 0 (Expand, Tile) or negative (Slice with negative steps); Transpose is a permuted view.
  *   Fast paths after merging contiguous dims: unit inner stride -> memcpy runs; zero inner stride -> fill;
  *   a unit-stride dim elsewhere -> 32x32 blocked transpose; otherwise an element loop.
- * gather: ints = [elem_size, outer, axis_dim, inner, num_indices, index_bytes (4 or 8)];
- *   buffers = [data, indices, out]. Negative indices count from the end; indices outside [-axis_dim, axis_dim)
- *   produce zeros (onnxruntime reports an error; constant indices are range-checked by the lowering).
+ * gather (fallible): ints = [elem_size, outer, axis_dim, inner, num_indices, index_bytes (4 or 8)];
+ *   buffers = [data, indices, out, status]. Negative indices count from the end. An index outside
+ *   [-axis_dim, axis_dim) is an error, as in onnxruntime: the first one goes into the ortx_status record and
+ *   the output is all zeros.
  * pad: ints = [elem_size, rank, mode (ORTX_PAD_*), constant bits (the value's bytes, little-endian),
  *   in_shape[rank], pad_begin[rank], out_shape[rank]]; buffers = [src, dst]. pad_begin may be negative (crop).
  * resize_nearest: ints = [elem_size, rank, in_shape[rank], out_shape[rank], then for each axis its map of
@@ -251,17 +252,32 @@ static void gather_runs(void *context, int64_t begin, int64_t end, int thread) {
     for (int64_t task = begin; task < end; task++) {
         const int64_t o = task / count, i = task % count;
         int64_t index = index_bytes == 4 ? ((const int32_t *)indices)[i] : ((const int64_t *)indices)[i];
-        if (index < 0) index += axis_dim;
-        char *d = out + task * (int64_t)run;
-        if (index < 0 || index >= axis_dim)
-            memset(d, 0, run);
-        else
-            memcpy(d, data + (o * axis_dim + index) * (int64_t)run, run);
+        if (index < 0) index += axis_dim;  /* in range: checked by gather_check before any task runs */
+        memcpy(out + task * (int64_t)run, data + (o * axis_dim + index) * (int64_t)run, run);
     }
+}
+
+/* One pass over the indices on the calling thread (they are few next to the bytes they move): the status record,
+ * with the first index outside [-axis_dim, axis_dim) if there is one. */
+static int gather_check(const int64_t *ints, const void *indices, ortx_status *status) {
+    const int64_t axis_dim = ints[2], count = ints[4], index_bytes = ints[5];
+    *status = (ortx_status){ORTX_STATUS_OK, 0, 0, axis_dim};
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t index = index_bytes == 4 ? ((const int32_t *)indices)[i] : ((const int64_t *)indices)[i];
+        if (index < -axis_dim || index >= axis_dim) {
+            *status = (ortx_status){ORTX_STATUS_INDEX_OUT_OF_RANGE, index, i, axis_dim};
+            return 0;
+        }
+    }
+    return 1;
 }
 
 static void ortx_gather(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     const int64_t elem = ints[0], outer = ints[1], inner = ints[3], count = ints[4];
+    if (!gather_check(ints, buffers[1], (ortx_status *)buffers[3])) {
+        memset(buffers[2], 0, (size_t)(outer * count * inner * elem));
+        return;
+    }
     step_job job = {ints, floats, buffers};
     split_items(outer * count * inner * elem, num_threads, outer * count, gather_runs, &job);
 }
@@ -457,7 +473,7 @@ const ortx_kernel_entry ortx_family_layout[] = {
     {"copy_bytes", ortx_copy_bytes, ortx_copy_bytes},
     {"copy_rows", ortx_copy_rows, ortx_copy_rows_ref},
     {"strided_copy", ortx_strided_copy, ortx_strided_copy_ref},
-    {"gather", ortx_gather, ortx_gather_ref},
+    {"gather", ortx_gather, ortx_gather_ref, 1},
     {"pad", ortx_pad, ortx_pad_ref},
     {"resize_nearest", ortx_resize_nearest, ortx_resize_nearest_ref},
     {"resize_linear_f32", ortx_resize_linear_f32, ortx_resize_linear_f32_ref},

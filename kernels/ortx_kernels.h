@@ -17,7 +17,22 @@ typedef struct ortx_kernel_entry {
     const char *name;     /* e.g. "conv2d_f32"; the Python lowering refers to kernels by this name */
     ortx_kernel_fn fast;  /* the dispatching implementation (picks the ISA variant) */
     ortx_kernel_fn ref;   /* the naive oracle; may equal fast for pure data movement */
+    int fallible;         /* 1: can fail on runtime data; its last buffer is an ortx_status (see below) */
 } ortx_kernel_entry;
+
+/* The error channel. A kernel that can fail on the data it reads (an index out of range) is marked `fallible` in
+ * its table entry and takes one buffer more, last: a status record in the arena (the SegmentBuilder adds it).
+ * Every call rewrites the record: code ORTX_STATUS_OK, or an error code with the offending value, its position
+ * and the bound it broke; on error the kernel still writes its whole output (zeros), so nothing undefined is
+ * ever read. The runners (ortx_program_run, JIT'd segments) test `code` after each fallible step only and stop
+ * there, returning step + 1; Python turns the record into an exception naming the node. */
+enum { ORTX_STATUS_OK = 0, ORTX_STATUS_INDEX_OUT_OF_RANGE = 1 };
+typedef struct ortx_status {
+    int64_t code;
+    int64_t value;     /* INDEX_OUT_OF_RANGE: the index as given (before negative indices are wrapped) */
+    int64_t position;  /* its flat position in the indices tensor */
+    int64_t bound;     /* the axis size n: valid indices are [-n, n - 1] */
+} ortx_status;
 
 /* Per-family entry tables, each terminated by {NULL, NULL, NULL}; dispatch.c lists them all explicitly. */
 extern const ortx_kernel_entry ortx_family_gemm[];
@@ -69,8 +84,9 @@ typedef struct ortx_program {
 #define ORTX_MAX_STEP_BUFFERS 16
 
 /* Runs every step in order. constants and externals are pointer arrays; step_seconds (optional, may be NULL)
- * receives each step's wall time. use_ref != 0 runs the reference kernels. Returns 0, or -(step+1) when a
- * step names an unknown kernel or too many buffers. */
+ * receives each step's wall time. use_ref != 0 runs the reference kernels. Returns 0, -(step+1) when a step
+ * names an unknown kernel or too many buffers, or step+1 when a fallible step reported an error in its
+ * ortx_status (its last buffer); the steps after it did not run. */
 int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
                      int num_threads, int use_ref, double *step_seconds);
 
@@ -80,8 +96,9 @@ int ortx_program_run(const ortx_program *program, char *arena, void *const *cons
 ortx_kernel_fn ortx_kernel_function(int index, int use_ref);
 
 /* A JIT'd segment (ortx/codegen/templates/segment.c): the program's steps as straight-line calls with fixed
- * arguments. kernels[i] is the i-th kernel the rendered source lists; step_seconds is as for ortx_program_run. */
-typedef void (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
+ * arguments. kernels[i] is the i-th kernel the rendered source lists; step_seconds and the returned status are
+ * as for ortx_program_run (0, or step+1 after a fallible step reported an error). */
+typedef int (*ortx_segment_fn)(char *arena, void *const *constants, void *const *externals, int num_threads,
                                 const ortx_kernel_fn *kernels, double *step_seconds);
 
 #endif

@@ -40,6 +40,10 @@ int ortx_program_run(const ortx_program *p, char *arena, void *const *constants,
         double start = step_seconds ? now_seconds() : 0.0;
         fn(p->ints + p->int_offsets[s], p->floats + p->float_offsets[s], buffers, num_threads);
         if (step_seconds) step_seconds[s] = now_seconds() - start;
+        if (entry->fallible && nbuf > 0 && ((const ortx_status *)buffers[nbuf - 1])->code != ORTX_STATUS_OK) {
+            status = s + 1;
+            break;
+        }
     }
     if (table != stack_table) free(table);
     return status;

@@ -5,10 +5,12 @@
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
  *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
  *   Case 1x1 (stride 1, unpadded): as X is stored;
- *   Case patches (every other conv): the input is split once into zero-padded phase planes (see conv_job), from
- *   which each patch row is a few contiguous copies; B is built per 64-pixel tile in the thread's workspace slice
- *   (aligned rows, in L2) when every thread gets two tiles or more, else for the whole image (rows rounded to 16
- *   floats), in parallel over its rows.
+ *   every other conv: the input is first split into zero-padded phase planes (see conv_job), in which every patch
+ *   row is, per output row, one contiguous run, whatever the stride, dilation and padding; then
+ *   Case direct (planes smaller than a K x 64 tile: small maps, many channels): read in place (see conv_direct);
+ *   Case tiled patches: B built per 64-pixel tile by contiguous copies in the thread's workspace slice (aligned
+ *   rows, in L2) when every thread gets two tiles or more;
+ *   Case whole patches: else for the whole image (rows rounded to 16 floats), in parallel over its rows.
  *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
  *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
  *   activation) on its tile.
@@ -77,6 +79,16 @@ void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_
         for (int64_t run = 0; run < runs->count; run++)
             memcpy(row + runs->target[run], row_source + runs->source[run], sizeof(float) * runs->length[run]);
     }
+}
+
+static ortx_sparse_transpose_fn select_transpose(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_transpose_avx512 : ortx_sparse_transpose_portable;
+}
+
+void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                    int64_t ldd) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
 }
 
 /* Block rows [begin, end) of chunk `chunk` out of `chunks` over `block_rows`: the split depends on the sizes only. */
@@ -285,7 +297,7 @@ static int conv_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Tiled patches (conv_tile_task) when every thread gets at least two tiles, else the whole patch matrix. */
+/* Case tiled patches (conv_tile_task) when every thread gets at least two tiles, else Case whole patches. */
 static int conv_tiled(const ortx_conv_params *p, int threads) {
     int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     return tiles >= 2 * (int64_t)threads;
@@ -387,6 +399,7 @@ typedef struct gemm_job {
     ortx_sparse_epilogue epilogue;
     int64_t tiles, chunks;
     ortx_sparse_rows_fn rows;
+    ortx_sparse_transpose_fn transpose;
 } gemm_job;
 
 #define GEMM_STORE_ROWS 16
@@ -401,13 +414,8 @@ static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) +
 static void transpose_rows(void *context, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const gemm_job *job = context;
-    for (int64_t k0 = begin * TRANSPOSE_K; k0 < end * TRANSPOSE_K && k0 < job->K; k0 += TRANSPOSE_K) {
-        int64_t k1 = k0 + TRANSPOSE_K < job->K ? k0 + TRANSPOSE_K : job->K;
-        for (int64_t i = 0; i < job->M; i++) {
-            const float *src = job->a + i * job->lda;
-            for (int64_t k = k0; k < k1; k++) job->transposed[k * job->ldt + i] = src[k];
-        }
-    }
+    int64_t k0 = begin * TRANSPOSE_K, k1 = end * TRANSPOSE_K < job->K ? end * TRANSPOSE_K : job->K;
+    if (k0 < k1) job->transpose(job->a + k0, job->lda, job->M, k1 - k0, job->transposed + k0 * job->ldt, job->ldt);
 }
 
 static void gemm_task(void *context, int64_t task, int thread_index) {
@@ -426,10 +434,7 @@ static void gemm_task(void *context, int64_t task, int thread_index) {
         job->rows(&job->w, group, group_end, job->transposed + i0, job->ldt, ncols, block, ORTX_SPARSE_TILE,
                   &job->epilogue);
         int64_t n0 = group * R, valid = (job->N < group_end * R ? job->N : group_end * R) - n0;
-        for (int64_t t = 0; t < ncols; t++) {
-            float *dst = job->y + (i0 + t) * job->N + n0;
-            for (int64_t r = 0; r < valid; r++) dst[r] = block[r * ORTX_SPARSE_TILE + t];
-        }
+        job->transpose(block, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
     }
 }
 
@@ -440,7 +445,8 @@ static int64_t gemm_workspace_bytes(int64_t M, int64_t K) {
 static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int threads = num_threads < 1 ? 1 : num_threads;
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
-                    .transposed = buffers[5], .y = buffers[4], .rows = select_rows()};
+                    .transposed = buffers[5], .y = buffers[4], .rows = select_rows(),
+                    .transpose = select_transpose()};
     job.ldt = gemm_transposed_stride(job.M);
     job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3], NULL};
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};

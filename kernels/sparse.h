@@ -64,6 +64,15 @@ void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_
 void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
                               float *dst, int64_t ldd);
 
+/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (sparse_gemm_f32's A^T and its transposed stores). */
+typedef void (*ortx_sparse_transpose_fn)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                         int64_t ldd);
+
+void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                    int64_t ldd);
+void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
+                                  int64_t ldd);
+
 /* The ints of sparse_conv2d_f32: the 20 conv ints of conv.h, then block rows R at ORTX_SPARSE_CONV_BLOCK. */
 #define ORTX_SPARSE_CONV_BLOCK 20
 /* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads. */

@@ -36,13 +36,24 @@ void ortx_gather_ref(const int64_t *ints, const float *floats, void *const *buff
     (void)floats;
     (void)num_threads;
     const int64_t elem = ints[0], outer = ints[1], axis_dim = ints[2], inner = ints[3], count = ints[4];
+    ortx_status *status = (ortx_status *)buffers[3];
+    status->code = ORTX_STATUS_OK;
+    for (int64_t i = 0; i < count && status->code == ORTX_STATUS_OK; i++) {
+        int64_t index = ints[5] == 4 ? ((const int32_t *)buffers[1])[i] : ((const int64_t *)buffers[1])[i];
+        if (index < -axis_dim || index >= axis_dim) {
+            status->code = ORTX_STATUS_INDEX_OUT_OF_RANGE;
+            status->value = index;
+            status->position = i;
+            status->bound = axis_dim;
+        }
+    }
     for (int64_t o = 0; o < outer; o++)
         for (int64_t i = 0; i < count; i++) {
             int64_t index = ints[5] == 4 ? ((const int32_t *)buffers[1])[i] : ((const int64_t *)buffers[1])[i];
             if (index < 0) index += axis_dim;
             for (int64_t e = 0; e < inner; e++) {
                 char *d = (char *)buffers[2] + ((o * count + i) * inner + e) * elem;
-                if (index < 0 || index >= axis_dim)
+                if (status->code != ORTX_STATUS_OK)
                     memset(d, 0, (size_t)elem);
                 else
                     ortx_copy_element(d, (const char *)buffers[0] + ((o * axis_dim + index) * inner + e) * elem,

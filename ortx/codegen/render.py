@@ -3,7 +3,8 @@
 CompiledProgram -> C source of one function `ortx_segment_<hash>(arena, constants, externals, num_threads,
 kernels, step_seconds)` that makes exactly the interpreter's kernel calls, in the same order, with the same
 arguments: ints and floats become static arrays (floats as hex literals, so every bit survives), buffers become
-`arena + offset`, `constants[i]` or `externals[i]`. Each step runs on `num_threads` threads, or, with a
+`arena + offset`, `constants[i]` or `externals[i]`. After a fallible kernel (_kernels.FALLIBLE_KERNELS) the
+function tests the step's status record and returns step + 1 on an error, as the interpreter does; else 0. Each step runs on `num_threads` threads, or, with a
 `step_threads` schedule (ortx.tune.step_threads), on min(its count, num_threads). Kernels are called through a
 table the caller passes in, listed by name in the file, so the object never links against ortx and the source
 holds no build-specific kernel ids. With `step_kernels`, a step calls another function with the same step ABI in
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ortx import _kernels
 from ortx.ep.segment_builder import ARENA, CONSTANT, CompiledProgram
 from ortx.memory.plan import ALIGNMENT
 
@@ -30,8 +32,12 @@ _STEP = string.Template("""\
         static const int64_t ints[${num_ints}] = {${ints}};
         static const float floats[${num_floats}] = {${floats}};
         void *const buffers[${num_buffers}] = {${buffers}};
-        ortx_step(kernels[${slot}], ints, floats, buffers, ${threads}, step_seconds ? step_seconds + ${index} : NULL);
+        ortx_step(kernels[${slot}], ints, floats, buffers, ${threads}, step_seconds ? step_seconds + ${index} : NULL);${check}
     }""")
+
+# After a fallible kernel (ortx_kernels.h): stop when its status record, the step's last buffer, holds an error.
+_CHECK = """
+        if (*(const int64_t *)buffers[${last}] != 0) return ${status};"""
 
 _ITEMS_WIDTH = 72  # characters of arguments per line: with the indent, lines stay within the repo's 120 columns
 
@@ -137,6 +143,8 @@ def render(compiled: CompiledProgram, step_threads: tuple[int | None, ...] | Non
             buffers=_wrapped([_c_buffer(kind, value) for kind, value in step.buffers] or ["NULL"], indent),
             slot=kernel_names.index(kernel),
             threads=_c_threads(None if step_threads is None else step_threads[index]),
+            check=string.Template(_CHECK).substitute(last=len(step.buffers) - 1, status=index + 1)
+            if step.kernel in _kernels.FALLIBLE_KERNELS else "",
         ))
     constant_lines = [f" *     [{i}] {_comment_text(c.label)}: {c.dtype}{list(c.shape)}"
                       for i, c in enumerate(compiled.constants)] or [" *     (none)"]

@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from ortx import _kernels
 from ortx.ep.lowering import LOWERINGS
 from ortx.ep.lowering._values import NotStatic, numpy_dtype, size_bytes, static_shape
 from ortx.ep.lowering.layout import lower_alias
@@ -110,5 +111,8 @@ def run_graph(model: onnx.ModelProto, feeds: dict[str, np.ndarray], *, num_threa
     outputs = [np.empty(static_shape(value), dtype=numpy_dtype(value)) for value in graph.outputs]
     externals = np.array([a.__array_interface__["data"][0] for a in inputs + outputs], dtype=np.uint64)
     arena = np.empty(max(compiled.arena_bytes, 1), dtype=np.uint8)
-    compiled.program.run(arena, externals, num_threads, use_reference_kernels)
+    try:
+        compiled.program.run(arena, externals, num_threads, use_reference_kernels)
+    except _kernels.KernelError as error:
+        raise compiled.step_error(error) from None
     return outputs

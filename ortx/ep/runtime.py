@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from ortx._kernels import KernelError
 from ortx.ep.fallback import OrtSegment
 from ortx.ep.segment_builder import CompiledProgram
 from ortx.memory.plan import ALIGNMENT, Lifetime, MemoryPlan, plan_offsets
@@ -251,11 +252,14 @@ class ExecutionPlan:
             timings = np.zeros(step.program.program.num_steps, dtype=np.float64)
         externals = np.array(addresses, dtype=np.uint64)
         native = step.program.native
-        if native is not None:  # the JIT'd segment: the same kernel calls with the arguments compiled in
-            step.program.program.run_native(native.address, native.kernel_table(self.use_reference_kernels), arena,
-                                            externals, self.num_threads, timings)
-        else:
-            step.program.program.run(arena, externals, self.num_threads, self.use_reference_kernels, timings)
+        try:
+            if native is not None:  # the JIT'd segment: the same kernel calls with the arguments compiled in
+                step.program.program.run_native(native.address, native.kernel_table(self.use_reference_kernels),
+                                                arena, externals, self.num_threads, timings)
+            else:
+                step.program.program.run(arena, externals, self.num_threads, self.use_reference_kernels, timings)
+        except KernelError as error:  # a fallible step (Gather's runtime indices) found bad data
+            raise step.program.step_error(error) from None
         if timings is not None:
             for node, seconds in zip(step.program.step_nodes, timings):
                 step_seconds[node] = step_seconds.get(node, 0.0) + float(seconds)

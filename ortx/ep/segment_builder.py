@@ -2,7 +2,9 @@
 
 Buffers are graph tensors (arena), segment inputs/outputs (external, bound per run), constants (initializers and
 packed weights) and workspaces. An arena buffer lives from the first to the last step that names it, so the
-planner needs nothing but the emitted steps. In `finish()`, an output may take the bytes of an input that dies at
+planner needs nothing but the emitted steps. A fallible kernel (one that can fail on runtime data, e.g. gather
+with an index out of range) gets the segment's status record appended as its last buffer: one arena buffer shared
+by the segment's fallible steps, live from the first to the last (the runner reads it right after each). In `finish()`, an output may take the bytes of an input that dies at
 its step (ortx.memory.inplace: elementwise kernels, exact aliasing only); the merged buffers are planned as one.
 """
 from __future__ import annotations
@@ -54,6 +56,7 @@ class SegmentBuilder:
         self._output_names = {value.name for value in outputs}
         self._steps: list[tuple[int, np.ndarray, np.ndarray, list[int]]] = []
         self._step_nodes: list[str] = []
+        self._status: BufferRef | None = None
         self.current_node = ""
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
@@ -99,6 +102,10 @@ class SegmentBuilder:
         kernel_id = _kernels.KERNEL_IDS.get(kernel)
         if kernel_id is None:
             raise KeyError(f"node {self.current_node!r}: no kernel named {kernel!r} in ortx._kernels")
+        if kernel in _kernels.FALLIBLE_KERNELS:
+            if self._status is None:
+                self._status = self._new(ARENA, -1, 8 * _kernels.STATUS_WORDS, "status")
+            buffers = list(buffers) + [self._status]
         self._steps.append((
             kernel_id,
             np.asarray(ints, dtype=np.int64).reshape(-1),
@@ -247,3 +254,24 @@ class CompiledProgram:
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
+
+    def step_error(self, error: "_kernels.KernelError") -> Exception:
+        """The error onnxruntime raises for the same fault (InvalidArgument, its message text), naming the node."""
+        from onnxruntime.capi.onnxruntime_pybind11_state import InvalidArgument
+
+        step = self.steps[error.step] if error.step is not None and error.step < len(self.steps) else None
+        if step is None or error.code not in _STEP_FAULTS:
+            return RuntimeError(f"OrtxEP: {error}")
+        op_type, fault = _STEP_FAULTS[error.code]
+        return InvalidArgument(
+            f"Non-zero status code returned while running {op_type} node. Name:'{step.node}' Status Message: "
+            + fault.format(value=error.value, position=error.position, low=-error.bound, high=error.bound - 1)
+            + f" (OrtxEP kernel {step.kernel}, step {error.step})")
+
+
+# Status codes of fallible kernels (ortx_kernels.h) -> (op type, onnxruntime's message for the same fault).
+_STEP_FAULTS = {
+    _kernels.STATUS_INDEX_OUT_OF_RANGE: (
+        "Gather", "indices element out of data bounds, idx={value} must be within the inclusive range "
+                  "[{low},{high}] (at flat position {position} of the indices)"),
+}

@@ -23,6 +23,7 @@ from ortx.passes.fuse_hardswish import fuse_hardswish
 from ortx.passes.fuse_input_affine import fuse_input_affine
 from ortx.passes.fuse_layer_normalization import fuse_layer_normalization
 from ortx.passes.fuse_pad import fuse_pad
+from ortx.passes.fuse_reduce_sum_square import fuse_reduce_sum_square
 from ortx.passes.fuse_sibling_matmuls import fuse_sibling_matmuls
 from ortx.passes.fuse_silu import fuse_silu, fuse_silu_extended
 from ortx.passes.infer_shapes import infer_shapes
@@ -62,6 +63,8 @@ LEVEL_2_PASSES = (
     # After fuse_gemm, which takes 2-D MatMul + Add as Gemm first; merges attention's Q/K/V projections.
     fuse_sibling_matmuls,
     fuse_pad,
+    # Needs constant axes and exponents (fold_constants): a square then ReduceSum becomes one ReduceSumSquare.
+    fuse_reduce_sum_square,
     # Activations: standard ops that fuse_conv_epilogue (level 3) then takes into FusedConv as its activation.
     fuse_hardswish,
     fuse_gelu,

@@ -43,11 +43,49 @@ def record_fused_from(new_node: ir.Node, replaced: Sequence[ir.Node]) -> None:
 
 def apply_fusions(model: ir.Model, fusions: Sequence[RewriteRuleClassBase], *, commute: bool = False) -> int:
     """Applies rule instances (not `cls.rule()`, so the instances keep their notes) in one sweep; returns the
-    number of rewrites. commute=True also tries Add/Mul patterns with their operands swapped."""
+    number of rewrites. commute=True also tries Add/Mul patterns with their operands swapped.
+
+    A rule whose pattern needs an op type the model does not have cannot match, so it is dropped before the
+    commuted variants are built (2^k copies for k Add/Mul nodes: Gelu's tanh form has 64, and building them
+    took most of a small model's session creation)."""
     rules = [RewriteRule(fusion.pattern, fusion.rewrite, fusion.check, name=fusion.name,
                          remove_nodes=fusion.remove_nodes, graph_pre_visitor=fusion.setup,
                          graph_post_visitor=fusion.cleanup) for fusion in fusions]
+    present = _op_types(model)
+    rules = [rule for rule in rules if _required_op_types(rule) <= present]
+    if not rules:
+        return 0
     return RewriteRuleSet(rules, commute=commute).apply_to_model(model)
+
+
+def _op_types(model: ir.Model) -> set[str]:
+    """Every op type in the model: main graph, subgraphs (the rule set rewrites those too) and functions."""
+    types = {node.op_type for node in ir.traversal.RecursiveGraphIterator(model.graph)}
+    for function in model.functions.values():
+        types.update(node.op_type for node in ir.traversal.RecursiveGraphIterator(function))
+    return types
+
+
+def _required_op_types(rule: RewriteRule) -> set[str]:
+    """Op types every match of `rule` contains: the pattern's nodes reached from its outputs through node inputs,
+    never through an OrValue (each alternative is optional). Empty (keep the rule) if onnxscript's pattern is
+    not readable as expected."""
+    pattern = getattr(rule, "_target_pattern", None)
+    required: set[str] = set()
+    seen: set[int] = set()
+    pending = list(getattr(pattern, "outputs", ()))
+    while pending:
+        value = pending.pop()
+        producer = getattr(value, "producer", None)
+        node = producer() if callable(producer) else None
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        identifier = node.op_identifier()
+        if identifier is not None:
+            required.add(identifier[1])
+        pending.extend(value for value in node.inputs if value is not None)
+    return required
 
 
 def remove_if_unused(graph: ir.Graph, values: Sequence[ir.Value]) -> int:

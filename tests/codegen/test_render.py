@@ -71,8 +71,24 @@ def test_render_lists_every_step_and_kernel():
     rendered = render.render(compiled)
     assert rendered.source.count("ortx_step(kernels[") == compiled.program.num_steps
     assert set(rendered.kernel_names) == {step.kernel for step in compiled.steps}
-    assert f"void {rendered.symbol}(" in rendered.source
+    assert f"int {rendered.symbol}(" in rendered.source
     assert all(len(line) <= 120 for line in rendered.source.splitlines())
+
+
+def test_render_checks_the_status_after_fallible_steps_only():
+    """Gather (fallible) is step 1 here: the rendered function returns 2 when its status record holds an error."""
+    model = _models.GraphBuilder("gather_relu", 0)
+    model.nodes.append(onnx.helper.make_node("Relu", ["X"], ["r"]))
+    model.nodes.append(onnx.helper.make_node("Gather", ["r", "I"], ["Y"], axis=1))
+    proto = model.finish([_models._float_input("X", [3, 7]),
+                          onnx.helper.make_tensor_value_info("I", onnx.TensorProto.INT64, [2])],
+                         [_models._float_input("Y", [3, 2])])
+    compiled = _compiled(proto)
+    assert [step.kernel for step in compiled.steps] == ["unary_f32", "gather"]
+    source = render.render(compiled).source
+    assert source.count("!= 0) return") == 1
+    assert "if (*(const int64_t *)buffers[3] != 0) return 2;" in source
+    assert source.rstrip().endswith("return 0;\n}")
 
 
 def test_render_is_deterministic_and_symbols_follow_content():

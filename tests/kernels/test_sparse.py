@@ -159,6 +159,9 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     (3, 8, (23, 21), 7, 2, 3, 1, 1, 0.8, True),      # small 7x7/2: read in place from the phase planes
     (8, 12, (15, 17), 1, 2, 0, 1, 1, 0.6, False),    # 1x1/2: one phase of four used
     (4, 6, (19, 16), 3, 2, 2, 1, 2, 0.7, False),     # stride 2 with dilation 2: every tap in phase (0, 0)
+    (3, 9, (26, 31), 7, 2, 3, 1, 1, 0.8, False),     # 7x7/2 to 13x16: shifted planes (out_width 16), 208 pixels
+    (12, 10, (14, 14), 3, 1, 1, 2, 1, 0.85, True),   # 3x3 14x14 (rows of 16), batch 2; residual + Relu
+    (6, 20, (28, 27), 3, 2, 1, 1, 1, 0.75, False),   # 3x3/2 to 14x14: shifted planes of two row phases
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
                                                        zeros, fused, block_rows):

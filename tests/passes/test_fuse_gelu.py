@@ -79,3 +79,37 @@ def test_level_3_below_opset_20_emits_onnxruntime_contrib_ops(body, contrib_op):
 def test_level_3_does_not_fire_on_wrong_constants():
     model = to_ir(from_text(_model(ERF["product"].replace("Div (X, sqrt2)", "Div (X, two)"), opset=17)))
     assert not fuse_gelu_extended(model).modified and "Erf" in op_types(model)
+
+
+def test_rules_are_dropped_only_for_op_types_the_model_lacks():
+    """apply_fusions' prefilter: the Erf form needs Erf, Add, Mul (its Div-or-Mul scaling is an OrValue, so Div is
+    not required); a model without Erf or Tanh builds no rule at all and reports nothing fused."""
+    from onnxscript.rewriter import RewriteRule
+
+    from ortx.passes._report import _required_op_types
+    from ortx.passes.fuse_gelu import GeluFusion
+
+    def required(approximation):
+        fusion = GeluFusion(approximation, "product")
+        return _required_op_types(RewriteRule(fusion.pattern, fusion.rewrite, fusion.check))
+
+    assert required("none") == {"Erf", "Add", "Mul"}
+    assert required("tanh") == {"Pow", "Tanh", "Add", "Mul"}
+    model = to_ir(from_text(_model("e = Relu (X)\n b = Add (e, one)\n p = Mul (X, b)\n Y = Mul (p, half)")))
+    assert fuse_gelu(model).counts == {"gelus_fused": 0}
+
+
+def test_op_types_include_subgraphs():
+    """The rule set also rewrites If/Loop bodies, so the prefilter must see their op types: an Erf in a branch."""
+    from ortx.passes._report import _op_types
+
+    proto = from_text("""
+    <ir_version: 10, opset_import: ["" : 20]>
+    agraph (float[3,11] X, bool c) => (float[3,11] Z) {
+        Z = If (c) <then_branch = g1 () => (float[3,11] Y) {
+            Y = Erf (X)
+        }, else_branch = g2 () => (float[3,11] W) {
+            W = Identity (X)
+        }>
+    }""")
+    assert _op_types(to_ir(proto)) == {"If", "Erf", "Identity"}

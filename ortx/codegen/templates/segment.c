@@ -9,6 +9,8 @@ ${constant_lines}
  *   kernels    step functions, in this order (ortx: _kernels.kernel_functions(names)):
 ${kernel_lines}
  *   step_seconds  NULL, or one double per step receiving its wall time
+ * Returns 0, or step + 1 when a fallible step's status record (its last buffer) reports an error: later steps
+ * did not run.
  * Steps run on num_threads threads unless the schedule they were rendered with caps a step lower (a literal).
  * Needs only the C standard library; link it with ortx's kernels (or any functions with the same contracts).
  */
@@ -41,11 +43,12 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-void ${symbol}(
+int ${symbol}(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
     (void)constants;
     (void)externals;
 ${steps}
+    return 0;
 }

@@ -12,6 +12,7 @@ import queue
 import numpy as np
 import onnx_ir as ir
 
+from ortx import _kernels
 from ortx.ep.devices.device import Device, OpSupport
 from ortx.ep.lowering import LOWERINGS
 from ortx.ep.lowering._values import NotStatic, size_bytes
@@ -160,6 +161,8 @@ class CpuProgram:
             arena = self._new_arena()
         try:
             self.compiled.program.run(arena, externals, self.num_threads, False)
+        except _kernels.KernelError as error:
+            raise self.compiled.step_error(error) from None
         finally:
             self._arenas.put(arena)
 
