@@ -120,23 +120,6 @@ static int use_planes(const ortx_conv_params *p) {
     return !is_pointwise(p) && p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR && !use_direct(p);
 }
 
-/* Workspace floats of Case 1 past ortx_sgemm's: the padded planes and their offset tables (conv_planes.c). */
-static int64_t planes_workspace_floats(const ortx_conv_params *p) {
-    int64_t N = p->out_height * p->out_width;
-    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
-}
-
-typedef struct fill_job {
-    const ortx_conv_params *p;
-    const float *x;
-    float *planes;
-} fill_job;
-
-static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const fill_job *job = context;
-    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
-}
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Case 1b: direct (implicit GEMM) over phase planes, see conv.h.
@@ -326,22 +309,16 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     int direct = use_direct(&p), from_planes = use_planes(&p);
     /* Case 1 with planes: the GEMM's workspace, then the planes and their offset tables */
     ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
-    if (from_planes) {
-        float *planes_data = workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16);
-        int32_t *pixel_offsets = (int32_t *)(planes_data + planes.geometry.floats);
-        planes.planes = planes_data;
-        planes.pixel_offsets = pixel_offsets;
-        planes.panel_offsets = pixel_offsets + N;
-        ortx_conv_planes_offsets(&p, pixel_offsets, pixel_offsets + N);
-    }
+    if (from_planes)
+        ortx_conv_planes_context_init(
+            &planes, &p, workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16));
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
             ortx_gemm_operand B = {x, 0, plane, 1, NULL, NULL};  /* Case 1x1: X is the patch matrix */
             im2col_context context = {&p, x};
             if (from_planes) {
-                fill_job fill = {&p, x, (float *)planes.planes};
-                ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &fill);
+                ortx_conv_fill_planes_parallel(&p, x, (float *)planes.planes, threads);
                 B.pack_b = ortx_conv_planes_pack_b;
                 B.pack_context = &planes;
             } else if (!is_pointwise(&p)) {
@@ -598,7 +575,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
         if (use_direct(&p)) {
             floats_needed = max64(floats_needed, ortx_conv_direct_floats(&p));
         } else if (use_planes(&p)) {
-            floats_needed = ortx_round_up(floats_needed, 16) + planes_workspace_floats(&p);
+            floats_needed = ortx_round_up(floats_needed, 16) + ortx_conv_planes_source_floats(&p);
         }
         out[1] = p.group * ortx_gemm_packed_a_floats(cout_g, K);
         out[2] = use_pixel_rows(&p);

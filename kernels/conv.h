@@ -120,6 +120,11 @@ void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *pla
  * at that offset + j * stride_width), else -1. */
 void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
 
+/* The planes of ortx_conv_planes_pack_b and their offset tables, laid out one after the other. */
+int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p);
+/* Fills the group's planes (input channels split over threads); x is the group's first input channel. */
+void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads);
+
 /* The pack_b context of the patch matrix built row by row from X (conv.c's im2col). */
 typedef struct ortx_im2col_context {
     const ortx_conv_params *params;
@@ -136,6 +141,10 @@ typedef struct ortx_conv_planes_context {
     const float *planes;
     const int32_t *pixel_offsets, *panel_offsets;
 } ortx_conv_planes_context;
+
+/* Points context at params and at the planes and offset tables in scratch (ortx_conv_planes_source_floats floats),
+ * and fills the offset tables; the planes are filled per image and group (ortx_conv_fill_planes_parallel). */
+void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch);
 
 /* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes. */
 void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);

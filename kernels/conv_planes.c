@@ -13,6 +13,7 @@
 
 #include "conv.h"
 #include "gemm.h"
+#include "threadpool.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -58,6 +59,41 @@ void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets,
 }
 
 /* ortx_gemm_pack_b_fn; n0 is a multiple of NR (ortx_sgemm's column blocks start on panels). */
+int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p) {
+    int64_t N = p->out_height * p->out_width;
+    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
+}
+
+typedef struct fill_job {
+    const ortx_conv_params *p;
+    const float *x;
+    float *planes;
+} fill_job;
+
+static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const fill_job *job = context;
+    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
+}
+
+void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads) {
+    threads = threads < 1 ? 1 : threads;
+    fill_job fill = {p, x, planes};
+    ortx_parallel_range(threads, p->in_channels / p->group, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels,
+                        &fill);
+}
+
+void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch) {
+    int64_t N = params->out_height * params->out_width;
+    context->params = params;
+    context->geometry = ortx_conv_planes_geometry_of(params);
+    context->planes = scratch;
+    int32_t *pixel_offsets = (int32_t *)(scratch + context->geometry.floats);
+    context->pixel_offsets = pixel_offsets;
+    context->panel_offsets = pixel_offsets + N;
+    ortx_conv_planes_offsets(params, pixel_offsets, pixel_offsets + N);
+}
+
 void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const ortx_conv_planes_context *ctx = context;
     const ortx_conv_params *p = ctx->params;

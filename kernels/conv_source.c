@@ -27,21 +27,7 @@ static int source_from_planes(const ortx_conv_params *p) {
 
 /* The planes, then the pixel and panel offset tables (ortx_conv_planes_offsets), or nothing for im2col. */
 static int64_t source_floats(const ortx_conv_params *p) {
-    if (!source_from_planes(p)) return 0;
-    int64_t N = p->out_height * p->out_width;
-    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
-}
-
-typedef struct fill_job {
-    const ortx_conv_params *p;
-    const float *x;
-    float *planes;
-} fill_job;
-
-static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const fill_job *job = context;
-    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
+    return source_from_planes(p) ? ortx_conv_planes_source_floats(p) : 0;
 }
 
 /* ints/floats: conv2d_f32's (conv.h); x: the image's input; scratch: source_floats floats, 64-byte aligned;
@@ -54,18 +40,8 @@ void ortx_conv_source_prepare(const int64_t *ints, const float *floats, const fl
     s->im2col.params = &s->params;
     s->im2col.input = x;
     if (!s->from_planes) return;
-    const ortx_conv_params *p = &s->params;
-    int64_t N = p->out_height * p->out_width;
-    s->planes.params = p;
-    s->planes.geometry = ortx_conv_planes_geometry_of(p);
-    s->planes.planes = scratch;
-    int32_t *pixel_offsets = (int32_t *)(scratch + s->planes.geometry.floats);
-    s->planes.pixel_offsets = pixel_offsets;
-    s->planes.panel_offsets = pixel_offsets + N;
-    ortx_conv_planes_offsets(p, pixel_offsets, pixel_offsets + N);
-    int threads = num_threads < 1 ? 1 : num_threads;
-    fill_job fill = {p, x, scratch};
-    ortx_parallel_range(threads, p->in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_channels, &fill);
+    ortx_conv_planes_context_init(&s->planes, &s->params, scratch);
+    ortx_conv_fill_planes_parallel(&s->params, x, scratch, num_threads);
 }
 
 /* ortx_gemm_pack_b_fn over a prepared source; n0 a multiple of ORTX_GEMM_NR, nc <= ORTX_GEMM_NC. */
