@@ -146,6 +146,8 @@ def main() -> int:
                f"{load:.1f} |")
         print(row, flush=True)
         lines.append(row)
+    lines += ["", "The pool is a few microseconds of a several-millisecond model: each model ratio is one interleaved "
+              "run, read it against the host's noise, not as a speed result."]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:

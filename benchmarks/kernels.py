@@ -151,7 +151,7 @@ TUNED_GEMM_SHAPES = [
 def prebuilt_gemm(a, b, M, N, K, threads):
     """ortx_sgemm (gemm_f32, raw row-major operands) as a callable."""
     sizes = np.zeros(3, np.int64)
-    _kernels.call("gemm_sizes_f32", [M, N, K, threads], [], [sizes])
+    _kernels.call("gemm_sizes_f32", [M, N, K, threads, 0, 0], [], [sizes])
     y = np.empty((M, N), np.float32)
     workspace = np.empty(int(sizes[0]) // 4 + 1, np.float32)
     ints = [M, N, K, 1, 0, K, 1, 0, N, 1, 0, 0, 0, 0, 0, 0, threads, 0, 0]

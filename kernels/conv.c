@@ -327,7 +327,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     /* Case 1 with planes: the GEMM's workspace, then the planes and their offset tables */
     ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
     if (from_planes) {
-        float *planes_data = workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, threads), 16);
+        float *planes_data = workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16);
         int32_t *pixel_offsets = (int32_t *)(planes_data + planes.geometry.floats);
         planes.planes = planes_data;
         planes.pixel_offsets = pixel_offsets;
@@ -594,7 +594,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
     int64_t kernel_area = p.kernel_height * p.kernel_width, floats_needed = 0;
     if (ints[0] == 0) {
         int64_t K = cin_g * kernel_area;
-        floats_needed = ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, threads);
+        floats_needed = ortx_sgemm_workspace_floats(cout_g, p.out_height * p.out_width, K, 1, 0, threads);
         if (use_direct(&p)) {
             floats_needed = max64(floats_needed, ortx_conv_direct_floats(&p));
         } else if (use_planes(&p)) {
@@ -611,7 +611,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
     } else {
         int64_t M = cout_g * kernel_area;
         floats_needed = (transpose_col_floats(&p) + 15) / 16 * 16 +
-                        ortx_sgemm_workspace_floats(M, p.in_height * p.in_width, cin_g, threads);
+                        ortx_sgemm_workspace_floats(M, p.in_height * p.in_width, cin_g, 1, 0, threads);
         out[1] = p.group * ortx_gemm_packed_a_floats(M, cin_g);
     }
     out[0] = floats_needed * (int64_t)sizeof(float);

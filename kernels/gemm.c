@@ -31,16 +31,31 @@ const ortx_gemm_isa *ortx_gemm_select_isa(void) { return isa_table[ortx_selected
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Per thread: one MC x KC block of A and one KC x NC block of B, plus 64 bytes to align each thread's slice. */
-static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
-    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
-    int64_t nc = min64(ORTX_GEMM_NC, ortx_round_up(N, ORTX_GEMM_NR));
-    int64_t kc = min64(ORTX_GEMM_KC, K > 0 ? K : 1);
-    return mc * kc + kc * nc + 16;
+/* Width of the B blocks sgemm_range packs: NC, or for few rows (a task's rows fit one MC block: the B block is not
+ * reused across row blocks) an L2-sized width of at most 128 KB, at least one panel pair. */
+static int64_t b_block_width(int few_rows, int64_t K) {
+    if (!few_rows) return ORTX_GEMM_NC;
+    int64_t kc_max = min64(ORTX_GEMM_KC, K > 0 ? K : 1);
+    return min64(ORTX_GEMM_NC, max64(2 * ORTX_GEMM_NR, (32768 / kc_max) / ORTX_GEMM_NR * ORTX_GEMM_NR));
 }
 
-int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
-    return (num_threads < 1 ? 1 : num_threads) * thread_floats(M, N, K) + 16;
+/* Per thread: the MC x KC block of A unless A is prepacked (a raw A read in place still packs its tail panel
+ * there), then the KC x width block of B unless B is prepacked, plus 64 bytes to align each thread's slice.
+ * With M <= MC every task has few rows, so the B block is the narrow one. */
+static int64_t a_block_floats(int64_t M, int64_t K, int a_packed) {
+    if (a_packed) return 0;
+    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
+    return (mc * min64(ORTX_GEMM_KC, K > 0 ? K : 1) + 15) & ~(int64_t)15;
+}
+
+static int64_t thread_floats(int64_t M, int64_t N, int64_t K, int a_packed, int b_packed) {
+    int64_t kc = min64(ORTX_GEMM_KC, K > 0 ? K : 1);
+    int64_t nc = min64(b_block_width(ortx_round_up(M, ORTX_GEMM_MR) <= ORTX_GEMM_MC, K), ortx_round_up(N, ORTX_GEMM_NR));
+    return a_block_floats(M, K, a_packed) + (b_packed ? 0 : kc * nc) + 16;
+}
+
+int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int a_packed, int b_packed, int num_threads) {
+    return (num_threads < 1 ? 1 : num_threads) * thread_floats(M, N, K, a_packed, b_packed) + 16;
 }
 
 float ortx_gemm_epilogue_scalar(const ortx_gemm_epilogue *e, float acc, int64_t row, int64_t col) {
@@ -198,11 +213,7 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
     /* A raw row-major A is read in place (no packing, which every task splitting N would repeat). */
     int a_in_place = !A->packed && A->col_stride == 1 && isa->micro_rows != NULL &&
                      (isa->micro_wide == NULL || isa->micro_rows_wide != NULL);
-    int64_t block_width = ORTX_GEMM_NC;
-    if (few_rows) {  /* B block of at most 128 KB, at least one panel pair */
-        int64_t kc_max = min64(ORTX_GEMM_KC, K);
-        block_width = min64(ORTX_GEMM_NC, max64(2 * NR, (32768 / kc_max) / NR * NR));
-    }
+    int64_t block_width = b_block_width(few_rows, K);
     for (int64_t jc = n0; jc < n1; jc += block_width) {
         int64_t nc = min64(block_width, n1 - jc);
         for (int64_t pc = 0; pc < K; pc += ORTX_GEMM_KC) {
@@ -279,9 +290,7 @@ static void sgemm_task(void *context, int64_t task, int thread) {
     const sgemm_job *job = context;
     int64_t M = job->M, N = job->N, K = job->K;
     float *a_buffer = (float *)job->base + thread * job->per_thread;
-    int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_GEMM_MR));
-    int64_t kc = min64(ORTX_GEMM_KC, K);
-    float *b_buffer = a_buffer + ((mc * kc + 15) & ~(int64_t)15);
+    float *b_buffer = a_buffer + a_block_floats(M, K, job->A->packed);
     int64_t m0 = 0, m1 = M, n0 = 0, n1 = N;
     if (job->split_n) {
         n0 = job->n_panels * task / job->parts * ORTX_GEMM_NR;
@@ -308,7 +317,7 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
     }
     int64_t m_panels = ortx_round_up(M, ORTX_GEMM_MR) / ORTX_GEMM_MR;
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
-    int64_t per_thread = thread_floats(M, N, K);
+    int64_t per_thread = thread_floats(M, N, K, A->packed, B->packed);
     uintptr_t base = ((uintptr_t)workspace + 63) & ~(uintptr_t)63;
     int threads = num_threads < 1 ? 1 : num_threads;
     /* Below ~2M multiply-adds (~60 us on one core) waking a second thread costs more than it saves; splitting N
@@ -344,7 +353,7 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
  *   floats:  [0] scale;   buffers: [0] source [1] destination (gemm_sizes_f32's packed size)
  *
  * gemm_sizes_f32: sizes the lowering allocates.
- *   ints:    [0] M [1] N [2] K [3] num_threads
+ *   ints:    [0] M [1] N [2] K [3] num_threads [4] a_packed [5] b_packed (prepacked operands need no packing buffer)
  *   buffers: [0] int64[3] out: workspace bytes, packed-A floats, packed-B floats
  * ------------------------------------------------------------------------------------------------------------- */
 
@@ -377,7 +386,7 @@ static void gemm_f32(const int64_t *ints, const float *floats, void *const *buff
     int64_t M = ints[0], N = ints[1], K = ints[2], batch = ints[3];
     int by_batch;
     int threads = ortx_gemm_step_threads(ints, num_threads, &by_batch);
-    int64_t slice = ortx_sgemm_workspace_floats(M, N, K, 1);
+    int64_t slice = ortx_sgemm_workspace_floats(M, N, K, (int)ints[4], (int)ints[7], 1);
     gemm_batch_job job = {ints, floats, buffers, slice, by_batch, threads};
     ortx_parallel_for(by_batch ? threads : 1, batch, gemm_batch_task, &job);
 }
@@ -393,8 +402,9 @@ static void gemm_sizes_f32(const int64_t *ints, const float *floats, void *const
     (void)num_threads;
     int64_t *out = buffers[0];
     /* gemm_f32 may run one problem per thread, each with a one-thread slice: the larger of the two layouts. */
-    int64_t shared = ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], (int)ints[3]);
-    int64_t sliced = ints[3] * ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], 1);
+    int a_packed = (int)ints[4], b_packed = (int)ints[5];
+    int64_t shared = ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], a_packed, b_packed, (int)ints[3]);
+    int64_t sliced = ints[3] * ortx_sgemm_workspace_floats(ints[0], ints[1], ints[2], a_packed, b_packed, 1);
     out[0] = (shared > sliced ? shared : sliced) * (int64_t)sizeof(float);
     out[1] = ortx_gemm_packed_a_floats(ints[0], ints[2]);
     out[2] = ortx_gemm_packed_b_floats(ints[2], ints[1]);

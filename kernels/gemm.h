@@ -131,10 +131,12 @@ extern const ortx_gemm_isa ortx_gemm_isa_avx512;
 /* The ISA table entry for ortx_selected_isa(). */
 const ortx_gemm_isa *ortx_gemm_select_isa(void);
 
-/* Floats of workspace one ortx_sgemm call needs (packing buffers for num_threads threads + alignment). */
-int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads);
+/* Floats of workspace one ortx_sgemm call needs (packing buffers for num_threads threads + alignment); a_packed /
+ * b_packed: whether that operand arrives prepacked (a B produced by pack_b is not prepacked). */
+int64_t ortx_sgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int a_packed, int b_packed, int num_threads);
 
-/* C (row stride ldc) = epilogue(A * B). workspace: ortx_sgemm_workspace_floats(M, N, K, num_threads) floats.
+/* C (row stride ldc) = epilogue(A * B). workspace: ortx_sgemm_workspace_floats(M, N, K, A->packed, B->packed,
+ * num_threads) floats.
  * Safe to call from inside a parallel region with num_threads = 1. */
 void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, const ortx_gemm_operand *B, float *C,
                 int64_t ldc, const ortx_gemm_epilogue *epilogue, float *workspace, int num_threads);

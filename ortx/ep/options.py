@@ -102,7 +102,8 @@ PROVIDER_OPTIONS = {
     "sparse": ("constant-weight Conv/Gemm/MatMul layers with many zeros on CSR kernels: 'auto' (default) decides "
                "per layer from the measured dense/sparse crossover as `tuning` allows (records for 'cached', "
                "measured now for 'quick'/'full', else sparse only from 80% zeros), 'measure' times each candidate "
-               "layer now and records it, 'off' keeps every layer dense", _parse_sparse),
+               "layer now and records it, 'off' keeps every layer dense (in every mode a MatMul by a banded "
+               "constant, e.g. a mel filterbank, runs band_gemm_f32: ortx/ep/lowering/band.py)", _parse_sparse),
 }
 
 

@@ -261,7 +261,8 @@ class PrebuiltGemm:
         problem = self.problem
         if num_threads not in self._sizes:
             sizes = np.zeros(3, np.int64)
-            _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, num_threads], [], [sizes])
+            _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, num_threads, 0, int(problem.b_packed)], [],
+                          [sizes])
             self._sizes[num_threads] = np.empty(int(sizes[0]) // 4 + 1, np.float32)
         ints = [problem.m, problem.n, problem.k, 1, 0, *problem.a_strides, int(problem.b_packed), *problem.b_strides,
                 problem.bias, int(problem.residual_row_stride > 0), problem.residual_row_stride, 1, 0,

@@ -74,7 +74,8 @@ def gemm_steps(compiled: CompiledProgram) -> dict[int, tuple[gemm.GemmProblem, i
                          reason or "too small to tune")
             continue
         sizes = np.zeros(3, np.int64)
-        _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, int(step.ints[16])], [], [sizes])
+        _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, int(step.ints[16]), int(step.ints[4]),
+                                          int(step.ints[7])], [], [sizes])
         found[index] = (problem, int(sizes[0]) // 4)
     return found
 

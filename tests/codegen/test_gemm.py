@@ -191,7 +191,7 @@ def test_same_kc_is_bitwise_equal_across_schedules_and_the_prebuilt_gemm(tmp_pat
                                           err_msg=f"{kernel.schedule} on {threads} threads")
     ints = [problem.m, problem.n, problem.k, 1, 0, problem.k, 1, 0, problem.n, 1, 2, 0, 0, 0, 0, 1, 2, 0, 0]
     sizes = np.zeros(3, np.int64)
-    _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, 2], [], [sizes])
+    _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, 2, 0, 0], [], [sizes])
     for isa in fma_isas:
         assert _kernels.force_isa(isa) == isa
         try:
@@ -270,7 +270,7 @@ def _gemm_f32_arguments(m, n, k, batch, *, b_packed, bias_mode, activation, alph
     b = dense_b
     if b_packed:
         sizes = np.zeros(3, np.int64)
-        _kernels.call("gemm_sizes_f32", [1, n, k, 1], [], [sizes])
+        _kernels.call("gemm_sizes_f32", [1, n, k, 1, 0, 0], [], [sizes])
         b = np.empty(int(sizes[2]), np.float32)
         _kernels.call("gemm_pack_f32", [n, k, 1, n, 1], [1.0], [dense_b, b])
     bias = rng.standard_normal(m if bias_mode == 1 else n).astype(np.float32)
@@ -297,7 +297,7 @@ def test_step_entry_takes_gemm_f32_arguments_and_prepacked_weights(tmp_path_fact
                                      pack_b=not problem.b_packed)
         kernel = gemm.build_gemm(problem, schedule, _options(tmp_path_factory))
         sizes = np.zeros(3, np.int64)
-        _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, 2], [], [sizes])
+        _kernels.call("gemm_sizes_f32", [problem.m, problem.n, problem.k, 2, 0, int(problem.b_packed)], [], [sizes])
         workspace = np.empty(max(int(sizes[0]) // 4, kernel.rendered.workspace_floats) + 1, np.float32)
         outputs = []
         for run in ("generated", "prebuilt"):

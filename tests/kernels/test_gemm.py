@@ -48,9 +48,12 @@ def test_isas_this_cpu_cannot_run_are_reported(record_property):
     assert _kernels.selected_isa() == _kernels.cpu_isa()
 
 
-def sizes(M, N, K, threads):
+CANARY, CANARY_VALUE = 256, np.float32(-12345.5)
+
+
+def sizes(M, N, K, threads, a_packed=0, b_packed=0):
     out = np.zeros(3, np.int64)
-    _kernels.call("gemm_sizes_f32", [M, N, K, threads], [], [out])
+    _kernels.call("gemm_sizes_f32", [M, N, K, threads, a_packed, b_packed], [], [out])
     return out
 
 
@@ -66,12 +69,15 @@ def gemm(a, b, M, N, K, *, a_packed=False, a_strides=None, b_packed=False, b_str
          params=(0.0, 0.0), a_offsets=(0,), b_offsets=(0,), threads=1, use_ref=False):
     batch = len(a_offsets)
     y = np.full((batch, M, N), np.nan, np.float32)
-    workspace = np.empty(int(sizes(M, N, K, threads)[0]) // 4 + 1, np.float32)
+    # exactly gemm_sizes_f32's workspace for these operands, then a canary the kernel must never touch
+    floats = int(sizes(M, N, K, threads, int(a_packed), int(b_packed))[0]) // 4
+    workspace = np.full(floats + CANARY, CANARY_VALUE, np.float32)
     ints = [M, N, K, batch, int(a_packed), *(a_strides or (K, 1)), int(b_packed), *(b_strides or (N, 1)),
             bias_mode, int(residual is not None), *residual_strides, activation, threads, *a_offsets, *b_offsets]
     _kernels.call("gemm_f32", ints, [alpha, residual_scale, *params],
                   [a, b, y, workspace, bias if bias is not None else y, residual if residual is not None else y],
                   threads, use_ref)
+    assert (workspace[floats:] == CANARY_VALUE).all(), f"gemm {M}x{N}x{K} wrote past its workspace"
     return y
 
 

@@ -242,7 +242,7 @@ def _pack(matrices: np.ndarray, rows: int, depth: int, row_stride: int, col_stri
     packs straight into its slice, so packing a weight allocates only its result (no per-group arrays to
     concatenate)."""
     suffix = KERNEL_SUFFIX[precision]
-    sizes = _sizes(f"gemm_sizes_{suffix}", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1])
+    sizes = _sizes(f"gemm_sizes_{suffix}", [rows if which == 0 else 1, rows if which == 1 else 1, depth, 1, 0, 0])
     each = int(sizes[1 + which])  # elements
     packed = np.empty(each * len(matrices), np.uint16 if precision == "bf16" else np.float32)
     for index, matrix in enumerate(matrices):
@@ -365,7 +365,8 @@ def _emit_gemm(builder, *, M, N, K, a, a_packed, a_strides, b, b_packed, b_strid
                a_offsets=(0,), b_offsets=(0,), activation=0, activation_params=(0.0, 0.0),
                precision="fp32") -> None:
     """gemm_f32, or gemm_bf16 (same ints; packed operands in bf16 K pairs) for precision "bf16"."""
-    sizes = _sizes(f"gemm_sizes_{KERNEL_SUFFIX[precision]}", [M, N, K, builder.num_threads])
+    sizes = _sizes(f"gemm_sizes_{KERNEL_SUFFIX[precision]}", [M, N, K, builder.num_threads, int(a_packed),
+                                                              int(b_packed)])
     workspace = builder.workspace(max(int(sizes[0]), 4), label="gemm")
     ints = [M, N, K, len(a_offsets), int(a_packed), *a_strides, int(b_packed), *b_strides, bias_mode,
             int(residual is not None), *residual_strides, activation, builder.num_threads, *a_offsets, *b_offsets]
