@@ -56,6 +56,24 @@ static inline void ortx_pool_taps(const ortx_pool_params *p, int axis, int64_t o
     *padded = phi - plo;
 }
 
+/* The input rows that output row (od, oh)'s windows cover in one channel plane (padded taps left out), as element
+ * offsets from the plane's start in (d, h) tap order; *taps = the window's d x h taps counting padding (times the w
+ * taps, AveragePool's count_include_pad divisor). Returns the count, at most kernel[0] * kernel[1]. Shared by the
+ * fp32 and int8 pools, whose row functions then reduce over w. */
+static inline int64_t ortx_pool_window_rows(const ortx_pool_params *p, int64_t od, int64_t oh, int64_t *offsets,
+                                            int64_t *taps) {
+    int64_t d_first, d_last, d_padded, h_first, h_last, h_padded;
+    ortx_pool_taps(p, 0, od, &d_first, &d_last, &d_padded);
+    ortx_pool_taps(p, 1, oh, &h_first, &h_last, &h_padded);
+    const int64_t d_start = od * p->stride[0] - p->pad_begin[0], h_start = oh * p->stride[1] - p->pad_begin[1];
+    int64_t count = 0;
+    for (int64_t i = d_first; i < d_last; i++)
+        for (int64_t j = h_first; j < h_last; j++)
+            offsets[count++] = ((d_start + i * p->dilation[0]) * p->in[1] + (h_start + j * p->dilation[1])) * p->in[2];
+    *taps = d_padded * h_padded;
+    return count;
+}
+
 /* One output row (fixed channel, d and h): out[ow] for ow in [0, out_w), reducing over the `num_rows` input rows
  * in `rows` (already restricted to valid d/h taps) and the w taps. is_max selects max or average; the average
  * divides by valid taps, or by `padded_rows` x padded w taps when count_include_pad. */

@@ -72,32 +72,24 @@ static void qpool_channels(void *context, int64_t begin, int64_t end, int thread
     const int64_t out_plane = p->out[0] * p->out[1] * p->out[2];
     const int64_t max_rows = p->kernel[0] * p->kernel[1];
     /* +16 int32 of slack: the vector paths read whole 16-lane vectors with masks, never past in_w/out_w */
-    size_t scratch = sizeof(const uint8_t *) * (size_t)(max_rows > 0 ? max_rows : 1) +
+    const size_t slots = (size_t)(max_rows > 0 ? max_rows : 1);
+    size_t scratch = (sizeof(const uint8_t *) + sizeof(int64_t)) * slots +
                      sizeof(int32_t) * (size_t)(p->in[2] + p->out[2] + 32);
     char *memory = malloc(scratch);
     if (!memory) return;
     const uint8_t **rows = (const uint8_t **)memory;
-    int32_t *column_sums = (int32_t *)(memory + sizeof(const uint8_t *) * (size_t)(max_rows > 0 ? max_rows : 1));
+    int64_t *offsets = (int64_t *)(memory + sizeof(const uint8_t *) * slots);
+    int32_t *column_sums = (int32_t *)(offsets + slots);
     int32_t *accumulators = column_sums + p->in[2] + 16;
     for (int64_t c = begin; c < end; c++) {
         const uint8_t *xc = job->x + c * in_plane;
-        for (int64_t od = 0; od < p->out[0]; od++) {
-            int64_t d_first, d_last, d_padded;
-            ortx_pool_taps(p, 0, od, &d_first, &d_last, &d_padded);
-            const int64_t d_start = od * p->stride[0] - p->pad_begin[0];
+        for (int64_t od = 0; od < p->out[0]; od++)
             for (int64_t oh = 0; oh < p->out[1]; oh++) {
-                int64_t h_first, h_last, h_padded;
-                ortx_pool_taps(p, 1, oh, &h_first, &h_last, &h_padded);
-                const int64_t h_start = oh * p->stride[1] - p->pad_begin[1];
-                int64_t num_rows = 0;
-                for (int64_t i = d_first; i < d_last; i++)
-                    for (int64_t j = h_first; j < h_last; j++)
-                        rows[num_rows++] = xc + ((d_start + i * p->dilation[0]) * p->in[1] +
-                                                 (h_start + j * p->dilation[1])) * p->in[2];
-                job->row_fn(rows, num_rows, d_padded * h_padded, p, &job->q, job->table, column_sums, accumulators,
-                            job->y, c * out_plane + (od * p->out[1] + oh) * p->out[2]);
+                int64_t taps, num_rows = ortx_pool_window_rows(p, od, oh, offsets, &taps);
+                for (int64_t r = 0; r < num_rows; r++) rows[r] = xc + offsets[r];
+                job->row_fn(rows, num_rows, taps, p, &job->q, job->table, column_sums, accumulators, job->y,
+                            c * out_plane + (od * p->out[1] + oh) * p->out[2]);
             }
-        }
     }
     free(memory);
 }
