@@ -136,6 +136,17 @@ class GemmProblem:
         return 2.0 * self.m * self.n * self.k
 
 
+def apply_activation(problem: GemmProblem, value: np.ndarray) -> np.ndarray:
+    """The template's epilogue activation (ACTIVATIONS codes) in numpy, for reference results."""
+    if problem.activation == 1:
+        return np.maximum(value, 0.0)
+    if problem.activation == 2:
+        return np.where(value >= 0, value, problem.params[0] * value)
+    if problem.activation == 3:
+        return np.clip(value, problem.params[0], problem.params[1])
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class GemmSchedule:
     """How templates/gemm.c computes a problem; every field is a literal in the rendered C."""

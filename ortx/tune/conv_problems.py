@@ -42,13 +42,7 @@ def conv_operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.nda
         residual = rng.uniform(-1.0, 1.0, cout * problem.n).astype(np.float32)
         arrays.append(residual)
         value = value + residual.reshape(cout, -1)
-    if problem.activation == 1:
-        value = np.maximum(value, 0.0)
-    elif problem.activation == 2:
-        value = np.where(value >= 0, value, problem.params[0] * value)
-    elif problem.activation == 3:
-        value = np.clip(value, problem.params[0], problem.params[1])
-    return arrays, value
+    return arrays, gemm.apply_activation(problem, value)
 
 
 class PrebuiltConv:

@@ -205,13 +205,7 @@ def operands(problem: gemm.GemmProblem, seed: int = 0) -> tuple[list[np.ndarray]
         arrays.append(residual)
         value = value + problem.residual_scale * residual[element_indexes(problem.m, problem.n,
                                                                           (problem.residual_row_stride, 1))]
-    if problem.activation == 1:
-        value = np.maximum(value, 0.0)
-    elif problem.activation == 2:
-        value = np.where(value >= 0, value, problem.params[0] * value)
-    elif problem.activation == 3:
-        value = np.clip(value, problem.params[0], problem.params[1])
-    return arrays, value
+    return arrays, gemm.apply_activation(problem, value)
 
 
 def _run_kernel(kernel, problem: gemm.GemmProblem, num_threads: int):
