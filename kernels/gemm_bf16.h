@@ -104,10 +104,12 @@ typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *s
  * channels of one pixel), in vdpbf16ps's order (per pair, the odd product then the even one). Then, for each vector
  * v, the lanes set in masks[v] are packed together in lane order and, for rows i < rows, written to
  * c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane) (alpha, bias_row, residual with column
- * stride 1, activation); a vector whose mask is 0 is not stored. */
+ * stride 1, activation); a vector whose mask is 0 is not stored. prefetch > 0: also fetch the words at
+ * x + offsets[q] + prefetch (the next tile's) into L1. */
 typedef void (*ortx_bf16_direct_tile_fn)(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
                                          int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
-                                         int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0);
+                                         int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
 
 typedef struct ortx_bgemm_isa {
     const char *name;
@@ -121,7 +123,8 @@ typedef struct ortx_bgemm_isa {
 
 void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
                                     int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
-                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0);
+                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
 
 extern const ortx_bgemm_isa ortx_bgemm_isa_portable;
 extern const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16;
