@@ -14,9 +14,9 @@
  * Case 1c, conv2d_pixel_rows_f32 (conv_pixel_rows.c), chosen by the lowering through use_pixel_rows for few
  *   output pixels and many output channels: the transposed product, pixels as rows, output channels on the vector
  *   dimension, weights prepacked as the GEMM's B panels.
- * Case 2, conv2d_depthwise_f32 (group == Cin == Cout): per channel plane, the input is copied once into
- *   zero-padded column phases (conv.h) so every tap is a contiguous vector load; each output row accumulates
- *   KH*KW broadcast-weight FMAs per vector of columns, then adds bias/residual and activates before storing.
+ * Case 2, conv2d_depthwise_f32 (group == Cin == Cout, conv_depthwise.c): in blocks of 16 (AVX-512) or 8 (AVX2)
+ *   channels, vectorised across the channels: input rows are transposed into a zero-padded pixel-major tile, each
+ *   output pixel is KH*KW full-vector FMAs, and the output is transposed back with residual and activation.
  * Case 3, conv_transpose2d_f32: per image and group, ortx_sgemm computes col = W_g^T X_g (M = Cout/g*KH*KW,
  *   K = Cin/g, N = H*W) and col2im scatters it into Y (initialised with the bias), one output channel per
  *   thread so the sums keep a fixed order; residual and activation follow.
@@ -298,123 +298,6 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Case 2: depthwise.
- * ------------------------------------------------------------------------------------------------------------- */
-
-void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    int64_t sw = p->stride_width, W = p->in_width, width = g.phases * g.phase_width;
-    float *padded = planes + (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16;
-    /* input columns [first, end) land at padded columns [first + pl, end + pl) < width */
-    int64_t first = min64(W, max64(0, -p->pad_left)), end = max64(first, min64(W, width - p->pad_left));
-    memset(padded, 0, width * sizeof(float));
-    for (int64_t r = 0; r < g.padded_rows; r++) {
-        int64_t iy = r - p->pad_top;
-        if (iy < 0 || iy >= p->in_height) {
-            for (int64_t q = 0; q < g.phases; q++)
-                memset(planes + (q * g.padded_rows + r) * g.phase_width, 0, g.phase_width * sizeof(float));
-            continue;
-        }
-        /* Case stride 2: each phase reads its columns straight from the input (a constant stride the compiler
-         * vectorises). Case stride 1: the padded row is the plane row. Else build the padded row once, then deal
-         * its columns out. */
-        if (sw == 2) {
-            for (int64_t q = 0; q < 2; q++) {
-                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
-                const float *in = input + iy * W + q - p->pad_left;  /* out[j] = in[2j] where 0 <= 2j+q-pl < W */
-                int64_t lo = min64(g.phase_width, max64(0, floor_div(p->pad_left - q + 1, 2)));
-                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 + p->pad_left - q, 2) + 1));
-                for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
-                for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
-                for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
-            }
-            continue;
-        }
-        float *row = sw == 1 ? planes + r * g.phase_width : padded;
-        if (sw == 1) {
-            memset(row, 0, width * sizeof(float));
-        }
-        memcpy(row + first + p->pad_left, input + iy * W + first, (end - first) * sizeof(float));
-        if (sw > 2) {
-            for (int64_t q = 0; q < g.phases; q++) {
-                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
-                for (int64_t j = 0; j < g.phase_width; j++) out[j] = padded[j * sw + q];
-            }
-        }
-        if (sw > 1) {  /* the scratch row is reused: clear what this row wrote */
-            memset(row + first + p->pad_left, 0, (end - first) * sizeof(float));
-        }
-    }
-}
-
-void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                   const float *residual, float *output) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    int64_t OW = p->out_width;
-    for (int64_t oy = 0; oy < p->out_height; oy++) {
-        float *out = output + oy * OW;
-        for (int64_t ox = 0; ox < OW; ox++) out[ox] = bias;
-        for (int64_t ky = 0; ky < p->kernel_height; ky++) {
-            int64_t r = oy * p->stride_height + ky * p->dilation_height;
-            for (int64_t kx = 0; kx < p->kernel_width; kx++) {
-                int64_t tap = kx * p->dilation_width;
-                const float *in = planes + ((tap % p->stride_width) * g.padded_rows + r) * g.phase_width +
-                                  tap / p->stride_width;
-                float w = weights[ky * p->kernel_width + kx];
-                for (int64_t ox = 0; ox < OW; ox++) out[ox] += w * in[ox];
-            }
-        }
-        for (int64_t ox = 0; ox < OW; ox++) {
-            float value = residual ? out[ox] + residual[oy * OW + ox] : out[ox];
-            out[ox] = ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
-        }
-    }
-}
-
-static const ortx_depthwise_plane_fn depthwise_table[] = {
-    [ORTX_ISA_PORTABLE] = ortx_depthwise_plane_portable,
-    [ORTX_ISA_AVX2] = ortx_depthwise_plane_avx2,
-    [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx512,
-};
-
-/* Planes [begin, end) of the batch * channels planes, each in one pass through the thread's padded scratch. */
-typedef struct depthwise_job {
-    const ortx_conv_params *p;
-    ortx_depthwise_plane_fn plane_fn;
-    const float *X, *weights, *bias, *residual;
-    float *Y, *workspace;
-    int64_t planes_floats;
-} depthwise_job;
-
-static void depthwise_planes(void *context, int64_t begin, int64_t end, int thread) {
-    const depthwise_job *job = context;
-    const ortx_conv_params *p = job->p;
-    int64_t channels = p->in_channels, kernel_area = p->kernel_height * p->kernel_width;
-    int64_t in_plane = p->in_height * p->in_width, out_plane = p->out_height * p->out_width;
-    float *planes = job->workspace + thread * job->planes_floats;
-    for (int64_t index = begin; index < end; index++) {
-        int64_t c = index % channels;
-        ortx_depthwise_fill_planes(p, job->X + index * in_plane, planes);
-        job->plane_fn(p, planes, job->weights + c * kernel_area, p->has_bias ? job->bias[c] : 0.0f,
-                      p->has_residual ? job->residual + index * out_plane : NULL, job->Y + index * out_plane);
-    }
-}
-
-static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    int threads = clamp_threads(num_threads, &p);
-    ortx_depthwise_plane_fn plane_fn = depthwise_table[ortx_selected_isa()];
-    const float *X = buffers[0], *weights = buffers[1], *bias = buffers[4], *residual = buffers[5];
-    float *Y = buffers[2], *workspace = buffers[3];
-    int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
-    int64_t out_plane = p.out_height * p.out_width, planes_floats = ortx_depthwise_plane_floats(&p);
-    /* as in ortx_sgemm: small convs (< ~2M multiply-adds) stay on one thread */
-    if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 128) threads = 1;
-    depthwise_job job = {&p, plane_fn, X, weights, bias, residual, Y, workspace, planes_floats};
-    ortx_parallel_range(threads, p.batch * channels, ORTX_TASKS_PER_THREAD * threads, depthwise_planes, &job);
-}
-
-/* ---------------------------------------------------------------------------------------------------------------
  * Case 3: transposed conv.
  * ------------------------------------------------------------------------------------------------------------- */
 
@@ -533,7 +416,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
         floats_needed = ortx_pixel_rows_workspace_floats(&p);
         out[1] = p.group * ortx_gemm_packed_b_floats(cin_g * kernel_area, cout_g);
     } else if (ints[0] == 1) {
-        floats_needed = threads * ortx_depthwise_plane_floats(&p);
+        floats_needed = ortx_depthwise_workspace_floats(&p, threads);
         out[1] = 0;
     } else {
         int64_t M = cout_g * kernel_area;
@@ -561,7 +444,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
 const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_f32", conv2d_f32, ortx_conv2d_f32_ref},
     {"conv2d_pixel_rows_f32", ortx_conv2d_pixel_rows_f32, ortx_conv2d_pixel_rows_f32_ref},
-    {"conv2d_depthwise_f32", conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
+    {"conv2d_depthwise_f32", ortx_conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
     {"conv_transpose2d_f32", conv_transpose2d_f32, ortx_conv_transpose2d_f32_ref},
     {"conv_sizes_f32", conv_sizes_f32, conv_sizes_f32},
     {"conv_source_sizes_f32", ortx_conv_source_sizes_f32, ortx_conv_source_sizes_f32},

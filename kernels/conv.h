@@ -24,40 +24,31 @@ static inline ortx_conv_params ortx_conv_params_read(const int64_t *ints, const 
     return p;
 }
 
-/* Depthwise geometry: the zero-padded input plane, split into stride_width column phases so every tap of every
- * output column is a contiguous load. Phase q, padded row r, index j holds padded column j*stride_width + q. */
-typedef struct ortx_depthwise_geometry {
-    int64_t padded_rows, phase_width, phases;
-} ortx_depthwise_geometry;
+/* Depthwise conv (conv_depthwise.c) in blocks of `lanes` channels, one vector of lanes floats per pixel: per ISA,
+ * pack transposes NCHW input rows into a zero-padded pixel-major tile, rows computes output rows from the tile and
+ * unpack transposes them back to NCHW with the residual and activation. */
+typedef struct ortx_depthwise_isa {
+    int64_t lanes;
+    /* rows * width pixels of `channels` (<= lanes) planes at x (plane floats apart; the rows consecutive in each
+     * plane) -> pixel (r, c) at dst + r * dst_row + c * lanes, lanes channels each (missing channels 0). */
+    void (*pack)(const float *x, int64_t plane, int64_t channels, int64_t rows, int64_t width, float *dst,
+                 int64_t dst_row);
+    /* Output rows [0, rows) of a band: out[(r * OW + ox) * lanes + l] = bias[l] + the sum over taps (ky, kx), in
+     * that order, of weights[(ky * KW + kx) * lanes + l] * tile[(r * sh + ky * dh) * tile_row + (ox * sw + kx * dw)
+     * * lanes + l]; the tile's column 0 is padded input column -pad_left. */
+    void (*rows)(const ortx_conv_params *p, const float *tile, int64_t tile_row, int64_t rows, const float *weights,
+                 const float *bias, float *out);
+    /* count pixels of `out` (lanes floats each) -> y[l * plane + i] = act(out[i * lanes + l] + residual[l * plane +
+     * i]) for l < channels (no residual when NULL), plane = OH * OW. */
+    void (*unpack)(const ortx_conv_params *p, const float *out, int64_t count, int64_t channels,
+                   const float *residual, float *y);
+} ortx_depthwise_isa;
 
-static inline ortx_depthwise_geometry ortx_depthwise_geometry_of(const ortx_conv_params *p) {
-    ortx_depthwise_geometry g;
-    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
-    g.phases = p->stride_width;
-    /* + 8: the last vector of a row may read up to 7 columns past the output's end (its lanes are not stored). */
-    g.phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width + 8;
-    return g;
-}
+extern const ortx_depthwise_isa ortx_depthwise_portable, ortx_depthwise_avx2, ortx_depthwise_avx512;
 
-/* Per-thread scratch: the phase planes plus one zero-padded input row (phases * phase_width floats). */
-static inline int64_t ortx_depthwise_plane_floats(const ortx_conv_params *p) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    return (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16 + (g.phases * g.phase_width + 15) / 16 * 16;
-}
-
-/* Fills the phase planes of one input channel (shared by every ISA); the padded-row scratch follows the planes. */
-void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes);
-
-/* One output channel plane of a depthwise conv: in = phase planes, weights = KH*KW taps. */
-typedef void (*ortx_depthwise_plane_fn)(const ortx_conv_params *p, const float *planes, const float *weights,
-                                        float bias, const float *residual, float *output);
-
-void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                   const float *residual, float *output);
-void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                               const float *residual, float *output);
-void ortx_depthwise_plane_avx512(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                 const float *residual, float *output);
+/* Workspace floats of conv2d_depthwise_f32 for `threads` threads (any ISA). */
+int64_t ortx_depthwise_workspace_floats(const ortx_conv_params *p, int threads);
+void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,

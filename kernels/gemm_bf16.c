@@ -98,6 +98,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
     .pair_rows = pair_rows_portable,
     .convert = convert_portable,
     .interleave = interleave_portable,
+    .direct_tile = ortx_bf16_direct_tile_portable,
 };
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -513,5 +514,6 @@ const ortx_kernel_entry ortx_family_bf16[] = {
     {"gemm_sizes_bf16", gemm_sizes_bf16, gemm_sizes_bf16},
     {"conv2d_bf16", ortx_conv2d_bf16, ortx_conv2d_bf16_ref},
     {"conv_sizes_bf16", ortx_conv_sizes_bf16, ortx_conv_sizes_bf16},
+    {"conv_pack_bf16", ortx_conv_pack_bf16, ortx_conv_pack_bf16},
     {NULL, NULL, NULL},
 };

@@ -48,11 +48,13 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
     const uint16_t *packed = buffers[1];
     float *Y = buffers[2];
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
-    int64_t K = cin_g * p.kernel_height * p.kernel_width;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width, area = p.kernel_height * p.kernel_width;
+    int direct = ortx_conv_direct_bf16_applies(&p);  /* the weights' layout (conv_pack_bf16) */
+    int64_t each = direct ? ortx_conv_direct_bf16_elements(&p) : ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g, local = co - g * cout_g;
-            const uint16_t *weights = packed + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
+            const uint16_t *weights = packed + g * each;
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     float acc = 0.0f;
@@ -63,8 +65,9 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
                                 int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
-                                float w = ortx_bf16_to_float(
-                                    weights[ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR)]);
+                                int64_t at = direct ? ortx_conv_direct_weight_index(&p, local, ci, k % area)
+                                                    : ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR);
+                                float w = ortx_bf16_to_float(weights[at]);
                                 float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
                                 acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));
                             }
