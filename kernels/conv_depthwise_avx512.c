@@ -45,7 +45,12 @@ ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_
         __mmask16 lanes = (__mmask16)((1u << count) - 1u);
         __m512 r[16];
         if (channels == 16 && count == 16) {
-            for (int c = 0; c < 16; c++) r[c] = _mm512_loadu_ps(x + c * plane + i0);
+            const float *source = x + i0;
+            for (int c = 0; c < 16; c++, source += plane) {
+                /* 16 planes are too many streams for the hardware prefetcher: fetch 4 chunks ahead */
+                _mm_prefetch((const char *)(source + 64), _MM_HINT_T0);
+                r[c] = _mm512_loadu_ps(source);
+            }
         } else {
             for (int c = 0; c < 16; c++)
                 r[c] = c < channels ? _mm512_maskz_loadu_ps(lanes, x + c * plane + i0) : _mm512_setzero_ps();
@@ -81,6 +86,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels8_avx
 #pragma GCC unroll 32
         for (int c = 0; c < 7 * SW_C + KW_C; c++) {
             __m512 v = _mm512_loadu_ps(src + c * 16);
+            __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
                 int j = c - kx;
