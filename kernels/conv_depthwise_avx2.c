@@ -152,9 +152,9 @@ ORTX_TARGET_AVX2 static void unpack_avx2(const ortx_conv_params *p, const float 
     }
 }
 
-const ortx_depthwise_isa ortx_depthwise_avx2 = {8, pack_avx2, rows_avx2, unpack_avx2};
+const ortx_depthwise_isa ortx_depthwise_avx2 = {8, pack_avx2, rows_avx2, unpack_avx2, NULL};
 
 #else
 /* Never selected off x86 (dispatch.c only picks AVX2 after CPUID says so). */
-const ortx_depthwise_isa ortx_depthwise_avx2 = {8, NULL, NULL, NULL};
+const ortx_depthwise_isa ortx_depthwise_avx2 = {8, NULL, NULL, NULL, NULL};
 #endif
