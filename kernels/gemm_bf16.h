@@ -104,10 +104,12 @@ typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *s
  * channels of one pixel), in vdpbf16ps's order (per pair, the odd product then the even one). Then, for each vector
  * v, the lanes set in masks[v] are packed together in lane order and, for rows i < rows, written to
  * c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane) (alpha, bias_row, residual with column
- * stride 1, activation); a vector whose mask is 0 is not stored. */
+ * stride 1, activation); a vector whose mask is 0 is not stored. prefetch > 0: also fetch the words at
+ * x + offsets[q] + prefetch (the next tile's) into L1. */
 typedef void (*ortx_bf16_direct_tile_fn)(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
                                          int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
-                                         int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0);
+                                         int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
 
 typedef struct ortx_bgemm_isa {
     const char *name;
@@ -121,7 +123,8 @@ typedef struct ortx_bgemm_isa {
 
 void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
                                     int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
-                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0);
+                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
 
 extern const ortx_bgemm_isa ortx_bgemm_isa_portable;
 extern const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16;
@@ -151,7 +154,16 @@ int64_t ortx_conv_direct_bf16_elements(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_weight_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_pack_bf16(const struct ortx_conv_params *p, const float *weights, uint16_t *dst);
 void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
-                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads);
+                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
+                           const struct ortx_conv_params *transposed);
+
+/* conv_transpose2d_bf16 (conv_transpose_bf16.c): a ConvTranspose whose kernel equals its stride (no overlap, no
+ * padding), as ortx_conv_direct_bf16 of a 1x1 conv with Cout*KH*KW outputs whose tiles scatter into Y. */
+int ortx_conv_transpose_bf16_applies(const struct ortx_conv_params *p);
+void ortx_conv_transpose2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

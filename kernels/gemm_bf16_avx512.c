@@ -143,13 +143,17 @@ ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void direct_tile_avx512_bf16(
     const int vectors, int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
     const uint32_t *masks, const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *e,
-    int64_t row0) {
+    int64_t row0, int64_t prefetch) {
     __m512 acc[ORTX_BGEMM_MR][2];
     for (int i = 0; i < ORTX_BGEMM_MR; i++)
         for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t q = 0; q < pairs; q++) {
         const uint32_t *words = x + offsets[q];
+        if (prefetch) {
+            _mm_prefetch((const char *)(words + prefetch), _MM_HINT_T0);
+            _mm_prefetch((const char *)(words + prefetch + 16), _MM_HINT_T0);
+        }
         __m512bh b0 = (__m512bh)_mm512_loadu_si512(words);
         __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(words + ORTX_GEMM_NR) : b0;
         const uint16_t *aq = a + q * ORTX_BGEMM_MR * 2;
@@ -191,11 +195,14 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void direct
 
 ORTX_TARGET_AVX512_BF16 static void direct_tile_dispatch_avx512_bf16(
     int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets, int vectors, const uint32_t *masks,
-    const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0) {
-    if (vectors == 2)
-        direct_tile_avx512_bf16(2, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0);
+    const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+    int64_t prefetch) {
+    if (vectors == 2 && prefetch)
+        direct_tile_avx512_bf16(2, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, prefetch);
+    else if (vectors == 2)
+        direct_tile_avx512_bf16(2, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, 0);
     else
-        direct_tile_avx512_bf16(1, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0);
+        direct_tile_avx512_bf16(1, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, 0);
 }
 
 const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
