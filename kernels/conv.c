@@ -5,11 +5,12 @@
  * Case 1, conv2d_f32: per image and group, ortx_sgemm multiplies the prepacked weights (the A operand,
  *   M = Cout/g, K = Cin/g*KH*KW) by the Cin/g*KH*KW x OH*OW patch matrix (im2col), adding bias per row and the
  *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are packed straight into the
- *   GEMM's B panels in each thread's workspace, with stride 1 from zero-padded copies of the input planes
- *   (conv_planes.c, use_planes), else row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
- * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the input is copied once into
- *   zero-padded planes (conv.h) where every patch-matrix row is a constant offset from the output pixel, and
- *   6x16 tiles read B in place from there (no per-task packing), all of K in registers, epilogue fused.
+ *   GEMM's B panels in each thread's workspace, from zero-padded phase planes of the input (conv_planes.c,
+ *   use_planes: one contiguous copy per panel row and output row at any stride), else (planes too large for int32
+ *   offsets) row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
+ * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the same phase planes, where every
+ *   patch-matrix row is a constant offset from the output pixel, and 6x16 tiles read B in place from there (no
+ *   per-task packing), all of K in registers, epilogue fused.
  * Case 1c, conv2d_pixel_rows_f32 (conv_pixel_rows.c), chosen by the lowering through use_pixel_rows for few
  *   output pixels and many output channels: the transposed product, pixels as rows, output channels on the vector
  *   dimension, weights prepacked as the GEMM's B panels.
@@ -110,15 +111,12 @@ void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_
     }
 }
 
-/* Whether Case 1 packs B from padded planes (conv_planes.c): with stride 1 a panel row inside an output row is one
- * 64-byte copy there (ResNet-18's 64 @56x56 3x3: 2.82 -> 2.57 ms at 1 thread). Strided convs (the 7x7/2 and 3x3/2
- * stems: 3.0 -> 3.4 ms) and outputs under 32 columns wide (most panels cross a row end; 256 @14x14 3x3: 2.5 ->
- * 2.8 ms) gather element by element from the planes and keep im2col_pack_b's long row runs. */
+/* Whether Case 1 packs B from the phase planes (conv_planes.c): a panel row is one contiguous copy per output row
+ * it touches there, where im2col_pack_b clips every output row against the image and gathers strided columns
+ * (~1 cycle per float: 15% of ResNet-18's 64 @56x56 3x3 at 1 thread, more for the 7x7/2 stem). */
 static int use_direct(const ortx_conv_params *p);
 
-static int use_planes(const ortx_conv_params *p) {
-    return !is_pointwise(p) && p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR && !use_direct(p);
-}
+static int use_planes(const ortx_conv_params *p) { return ortx_conv_packs_from_planes(p) && !use_direct(p); }
 
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -172,8 +170,7 @@ static int use_direct(const ortx_conv_params *p) {
 typedef struct direct_job {
     const ortx_conv_params *p;
     ortx_conv_direct_geometry g;
-    const float *x;       /* fill: the group's first input channel */
-    float *planes;
+    const float *planes;  /* filled phase planes (conv_planes.c) */
     const int32_t *offsets;
     const float *weights; /* the group's packed A */
     float *y;             /* the group's first output channel */
@@ -182,43 +179,6 @@ typedef struct direct_job {
     ortx_conv_direct_tile_fn tile;
     int64_t K, M;
 } direct_job;
-
-/* Phase planes of input channels [begin, end). */
-static void direct_fill(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const direct_job *job = context;
-    const ortx_conv_params *p = job->p;
-    const ortx_conv_direct_geometry g = job->g;
-    int64_t H = p->in_height, W = p->in_width, sh = p->stride_height, sw = p->stride_width;
-    for (int64_t c = begin; c < end; c++) {
-        const float *channel = job->x + c * H * W;
-        float *out = job->planes + c * g.channel_floats;
-        for (int64_t qy = 0; qy < g.phases_y; qy++)
-            for (int64_t qx = 0; qx < g.phases_x; qx++) {
-                /* columns j with 0 <= j*sw + qx - pl < W read the input */
-                int64_t offset = qx - p->pad_left;
-                int64_t lo = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
-                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 - offset, sw) + 1));
-                for (int64_t r = 0; r < g.phase_rows; r++, out += g.phase_width) {
-                    int64_t iy = r * sh + qy - p->pad_top;
-                    if (iy < 0 || iy >= H || lo >= hi) {
-                        memset(out, 0, g.phase_width * sizeof(float));
-                        continue;
-                    }
-                    const float *in = channel + iy * W + offset;
-                    for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
-                    if (sw == 1) {
-                        memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
-                    } else if (sw == 2) {
-                        for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
-                    } else {
-                        for (int64_t j = lo; j < hi; j++) out[j] = in[j * sw];
-                    }
-                    for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
-                }
-            }
-    }
-}
 
 /* Copies the valid columns of a 16-pixel scratch tile (rows x 16) starting at virtual pixel (oy, ox) into Y,
  * then applies the epilogue to them in place. */
@@ -275,25 +235,13 @@ static void direct_tiles(void *context, int64_t begin, int64_t end, int thread) 
     }
 }
 
-/* One image and group: fill the planes (split over channels), then the tiles (split over pixels). */
-static void conv2d_direct(const ortx_conv_params *p, const float *x, const float *weights, float *y,
-                          const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
-    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
-    int64_t cin_g = p->in_channels / p->group, area = p->kernel_height * p->kernel_width;
-    int64_t K = cin_g * area, M = p->out_channels / p->group;
-    float *planes = workspace;
-    int32_t *offsets = (int32_t *)(workspace + (cin_g * g.channel_floats + 32 + 15) / 16 * 16);
-    memset(planes + cin_g * g.channel_floats, 0, 32 * sizeof(float));
-    for (int64_t k = 0; k < K; k++) {
-        int64_t c = k / area, ky = (k % area) / p->kernel_width, kx = k % p->kernel_width;
-        int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
-        int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
-        offsets[k] = (int32_t)(c * g.channel_floats + (phase * g.phase_rows + dy / g.phases_y) * g.phase_width +
-                               dx / g.phases_x);
-    }
-    direct_job job = {p, g, x, planes, offsets, weights, y, epilogue, ortx_gemm_select_isa(),
+/* One image and group over filled planes: the tiles, split over pixels. */
+static void conv2d_direct(const ortx_conv_params *p, const ortx_conv_planes_context *planes, const float *weights,
+                          float *y, const ortx_gemm_epilogue *epilogue, int threads) {
+    ortx_conv_direct_geometry g = planes->geometry;
+    int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width, M = p->out_channels / p->group;
+    direct_job job = {p, g, planes->planes, planes->tap_offsets, weights, y, epilogue, ortx_gemm_select_isa(),
                       direct_tile_table[ortx_selected_isa()], K, M};
-    ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
     int64_t tiles = (g.virtual_pixels + ORTX_GEMM_NR - 1) / ORTX_GEMM_NR;
     ortx_parallel_range(threads, tiles, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_tiles, &job);
 }
@@ -307,18 +255,20 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
     int direct = use_direct(&p), from_planes = use_planes(&p);
-    /* Case 1 with planes: the GEMM's workspace, then the planes and their offset tables */
-    ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
-    if (from_planes)
+    /* Case 1b: the planes and tap offsets at the workspace's start; Case 1 with planes: after the GEMM's workspace */
+    ortx_conv_planes_context planes = {&p, ortx_conv_direct_geometry_of(&p), NULL, NULL};
+    if (direct || from_planes)
         ortx_conv_planes_context_init(
-            &planes, &p, workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16));
+            &planes, &p,
+            direct ? workspace
+                   : workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16));
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
             ortx_gemm_operand B = {x, 0, plane, 1, NULL, NULL};  /* Case 1x1: X is the patch matrix */
             im2col_context context = {&p, x};
+            if (direct || from_planes) ortx_conv_fill_planes_parallel(&p, x, planes.planes, threads);
             if (from_planes) {
-                ortx_conv_fill_planes_parallel(&p, x, (float *)planes.planes, threads);
                 B.pack_b = ortx_conv_planes_pack_b;
                 B.pack_context = &planes;
             } else if (!is_pointwise(&p)) {
@@ -339,7 +289,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
                 .param1 = p.param1,
             };
             if (direct) {
-                conv2d_direct(&p, x, A.data, Y + y_offset, &epilogue, workspace, threads);
+                conv2d_direct(&p, &planes, A.data, Y + y_offset, &epilogue, threads);
             } else {
                 ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
             }
@@ -435,7 +385,7 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
 static int use_pixel_rows(const ortx_conv_params *p) {
     int64_t cout_g = p->out_channels / p->group, pixels = p->out_height * p->out_width;
     int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width;
-    if (p->group != 1 || use_direct(p)) return 0;
+    if (p->group != 1 || use_direct(p) || ortx_conv_planes_source_floats(p) >= INT32_MAX) return 0;
     return (pixels <= 64 && K >= 256 && cout_g >= 256) || (pixels <= 256 && K >= 1024 && cout_g >= 64);
 }
 

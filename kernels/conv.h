@@ -97,24 +97,49 @@ void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
-/* Zero-padded input planes of one image and group (conv_planes.c): padded_rows x padded_width per channel
- * (plane floats), every tap of every output pixel inside; floats = all channels' planes rounded to 16. */
+/* The padded (unphased) input planes of conv_bf16.c: padded_rows x padded_width per channel (plane floats), every
+ * tap of every output pixel inside; floats = all channels' planes rounded to 16. */
 typedef struct ortx_conv_planes_geometry {
     int64_t padded_rows, padded_width, plane, floats;
 } ortx_conv_planes_geometry;
 
 ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p);
-/* Fills the planes of the group's input channels [begin, end); x is the group's first input channel. */
-void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin, int64_t end);
-/* pixel_offsets[n] (OH*OW entries): output pixel n's offset in a plane; panel_offsets[n / NR] (one per 16-pixel
- * panel): the first pixel's offset when the panel's 16 pixels lie in one output row (so pixel j of the panel is
- * at that offset + j * stride_width), else -1. */
+/* pixel_offsets[n] (OH*OW entries): output pixel n's offset in a padded plane; panel_offsets[n / NR] (one per
+ * 16-pixel panel): the first pixel's offset when the panel's 16 pixels lie in one output row (so pixel j of the
+ * panel is at that offset + j * stride_width), else -1. */
 void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
 
-/* The planes of ortx_conv_planes_pack_b and their offset tables, laid out one after the other. */
+/* The fp32 convs' packing source (conv_planes.c): the direct geometry's phase planes of one image and group, their
+ * 32 floats of zeroed slack and the K tap offsets (ortx_conv_direct_floats floats in all), from which every output
+ * row's pixels are consecutive floats for every tap. */
+typedef struct ortx_conv_planes_context {
+    const ortx_conv_params *params;
+    ortx_conv_direct_geometry geometry;
+    float *planes;
+    const int32_t *tap_offsets;  /* patch-matrix row k = (c, ky, kx) of pixel v is planes[tap_offsets[k] + v] */
+} ortx_conv_planes_context;
+
+/* The shape rule shared by conv2d_f32 and the generated GEMM's conv source: whether the patch matrix is packed from
+ * the phase planes (every conv but a 1x1 stride-1 unpadded one, whose patch matrix is X, while the int32 tap
+ * offsets can address the planes). */
+int ortx_conv_packs_from_planes(const ortx_conv_params *p);
+/* ortx_conv_direct_floats: the planes, the slack and the tap offsets. */
 int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p);
-/* Fills the group's planes (input channels split over threads); x is the group's first input channel. */
+/* Points context at params and at the planes and tap offsets in scratch (ortx_conv_planes_source_floats floats,
+ * 64-byte aligned), fills the tap offsets and zeroes the slack; the planes are filled per image and group. */
+void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch);
+/* Fills the phase planes of the group's input channels [begin, end); x is the group's first input channel. */
+void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
+                                 int64_t end);
+/* The same with the input channels split over threads. */
 void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads);
+
+/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes (n0 a multiple of 16). */
+void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+/* One MR-row A panel of the transposed patch matrix (conv_pixel_rows.c): dst[k * MR + r] = patch-matrix row
+ * k0 + k of output pixel `pixel` + r for k < kc, 0 for pixels past the output's end. */
+void ortx_conv_planes_pack_rows(const ortx_conv_planes_context *context, int64_t k0, int64_t kc, int64_t pixel,
+                                float *dst);
 
 /* The pack_b context of the patch matrix built row by row from X (conv.c's im2col). */
 typedef struct ortx_im2col_context {
@@ -125,26 +150,11 @@ typedef struct ortx_im2col_context {
 /* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from X. */
 void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
 
-/* The pack_b context of the patch matrix read from filled planes. */
-typedef struct ortx_conv_planes_context {
-    const ortx_conv_params *params;
-    ortx_conv_planes_geometry geometry;
-    const float *planes;
-    const int32_t *pixel_offsets, *panel_offsets;
-} ortx_conv_planes_context;
-
-/* Points context at params and at the planes and offset tables in scratch (ortx_conv_planes_source_floats floats),
- * and fills the offset tables; the planes are filled per image and group (ortx_conv_fill_planes_parallel). */
-void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch);
-
-/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes. */
-void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
-
-/* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the zero-padded input planes
- * (padded_rows x padded_width per channel, every tap of every output pixel inside), the packed im2col^T A
- * operand (pixels x depth) and the [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */
+/* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the phase planes and their
+ * tap offsets (ortx_conv_planes_source_floats), the packed im2col^T A operand (pixels x depth) and the
+ * [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */
 typedef struct ortx_pixel_rows_geometry {
-    int64_t padded_rows, padded_width, pixels, depth, planes_floats, packed_floats, scratch_floats;
+    int64_t pixels, depth, planes_floats, packed_floats, scratch_floats;
 } ortx_pixel_rows_geometry;
 
 ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p);

@@ -87,6 +87,15 @@ CONV_CASES = [
     ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 4, 40, 53), (7, 4, 3, 3), dict(pads=[1, 2, 0, 1])),  # > 1024 output pixels: several NC blocks
     ((1, 16, 40, 53), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),  # > 2M multiply-adds: really split over 2 threads
+    # B packed from phase planes (kernels/conv_planes.c): stride 3 (3 column phases), a kernel smaller than the
+    # stride (phases no tap reads stay unfilled), dilation equal to the stride (every tap in one phase), outputs
+    # narrower than a 16-pixel panel (a panel spans 2-3 output rows) and a stride (2, 1) 2x3 kernel
+    ((1, 5, 40, 47), (9, 5, 3, 3), dict(strides=[3, 3], pads=[1, 2, 1, 0])),
+    ((1, 6, 30, 35), (11, 6, 2, 2), dict(strides=[3, 3])),
+    ((1, 4, 33, 70), (10, 4, 3, 3), dict(strides=[2, 2], dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 9, 11, 13), (14, 9, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 7, 9, 6), (20, 7, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 6, 31, 40), (19, 6, 2, 3), dict(strides=[2, 1], pads=[0, 1, 1, 1])),
 ]
 
 # Dense convs on conv2d_f32's direct path (stride 1, <= 32 output channels per group, K >= 64, few discarded
