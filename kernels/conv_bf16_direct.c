@@ -103,7 +103,6 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group, NR = ORTX_GEMM_NR;
     const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width;
     float gathered[2][ORTX_GEMM_NR];
-    uint16_t words[2 * ORTX_GEMM_NR];
     for (int64_t cp = begin; cp < end; cp++) {
         const float *first = job->x + 2 * cp * H * W;
         const float *second = 2 * cp + 1 < cin_g ? first + H * W : NULL;
@@ -124,23 +123,19 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                     lo = lo < 0 ? 0 : min64(lo, width);
                     hi = hi < lo ? lo : min64(hi, width);
                     const float *row_first = first + iy * W, *row_second = second ? second + iy * W : NULL;
-                    for (int64_t j0 = lo; j0 < hi; j0 += NR) {
+                    if (sw == 1 && hi > lo) {  /* the row's input columns in one run */
+                        int64_t ix0 = lo + qx - p->pad_left;
+                        job->isa->pair_run(row_first + ix0, second ? row_second + ix0 : NULL, hi - lo,
+                                           (uint16_t *)(out + lo), 2 * NR, 0);
+                    }
+                    for (int64_t j0 = lo; sw != 1 && j0 < hi; j0 += NR) {
                         int64_t count = min64(NR, hi - j0), ix0 = j0 * sw + qx - p->pad_left;
-                        const float *a = row_first + ix0, *b = second ? row_second + ix0 : NULL;
-                        if (sw != 1) {  /* a strided phase: its columns gathered first */
-                            for (int64_t j = 0; j < count; j++) {
-                                gathered[0][j] = row_first[ix0 + j * sw];
-                                gathered[1][j] = second ? row_second[ix0 + j * sw] : 0.0f;
-                            }
-                            a = gathered[0];
-                            b = second ? gathered[1] : NULL;
+                        for (int64_t j = 0; j < count; j++) {  /* a strided phase: its columns gathered */
+                            gathered[0][j] = row_first[ix0 + j * sw];
+                            gathered[1][j] = second ? row_second[ix0 + j * sw] : 0.0f;
                         }
-                        if (j0 + NR <= width) {  /* words past hi are zeroed below */
-                            job->isa->pair_rows(a, b, count, (uint16_t *)(out + j0));
-                        } else {  /* pair_rows writes NR words: the row's last words through a copy */
-                            job->isa->pair_rows(a, b, count, words);
-                            memcpy(out + j0, words, count * sizeof(uint32_t));
-                        }
+                        job->isa->pair_run(gathered[0], second ? gathered[1] : NULL, count, (uint16_t *)(out + j0),
+                                           2 * NR, 0);
                     }
                     memset(out, 0, lo * sizeof(uint32_t));
                     memset(out + hi, 0, (width - hi) * sizeof(uint32_t));
