@@ -61,20 +61,24 @@ int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *p) {
     return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_MR) * channel_pairs(p) * taps(p) * 2;
 }
 
-int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
-    int64_t pairs = channel_pairs(p) * taps(p), q = c / 2 * taps(p) + tap;
+static inline int64_t weight_index(int64_t pairs, int64_t area, int64_t m, int64_t c, int64_t tap) {
+    int64_t q = c / 2 * area + tap;
     return m / ORTX_BGEMM_MR * pairs * ORTX_BGEMM_MR * 2 + (q * ORTX_BGEMM_MR + m % ORTX_BGEMM_MR) * 2 + c % 2;
+}
+
+int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
+    return weight_index(channel_pairs(p) * taps(p), taps(p), m, c, tap);
 }
 
 void ortx_conv_direct_pack_bf16(const ortx_conv_params *p, const float *weights, uint16_t *dst) {
     int64_t cout_g = p->out_channels / p->group, cin_g = p->in_channels / p->group, area = taps(p);
-    int64_t each = ortx_conv_direct_bf16_elements(p);
+    int64_t each = ortx_conv_direct_bf16_elements(p), pairs = channel_pairs(p) * area;
     memset(dst, 0, p->group * each * sizeof(uint16_t));
     for (int64_t g = 0; g < p->group; g++)
         for (int64_t m = 0; m < cout_g; m++)
             for (int64_t c = 0; c < cin_g; c++)
                 for (int64_t tap = 0; tap < area; tap++)
-                    dst[g * each + ortx_conv_direct_weight_index(p, m, c, tap)] =
+                    dst[g * each + weight_index(pairs, area, m, c, tap)] =
                         ortx_bf16_from_float(weights[((g * cout_g + m) * cin_g + c) * area + tap]);
 }
 
