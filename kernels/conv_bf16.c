@@ -162,7 +162,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             };
             if (direct) {  /* Case 0 */
                 ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_elements(&p), Y + y_offset,
-                                      &epilogue, workspace, threads);
+                                      &epilogue, workspace, threads, NULL);
                 continue;
             }
             ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL, NULL};  /* Case 1 */

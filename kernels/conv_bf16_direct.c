@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "activation.h"
 #include "conv.h"
 #include "gemm_bf16.h"
 #include "ortx_kernels.h"
@@ -89,6 +90,8 @@ typedef struct direct_job {
     const ortx_gemm_epilogue *epilogue;
     int used_phase[64];  /* [qy * sw + qx], strides up to 8 */
     int64_t pixels, tiles, row_groups, panels_per_group;
+    const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
+    float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
 } direct_job;
 
 /* Step 1 for channel pairs [begin, end). */
@@ -140,13 +143,53 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* The transposed form's step 3: rows [row0, row0 + rows) of the tile at c (row stride TILE_PIXELS), pixels
+ * [n0, n0 + count), to ConvTranspose output element (co, iy*KH + ky, ix*KW + kx) of row m = (co, ky, kx) and pixel
+ * (iy, ix), with bias, residual and activation. */
+static void scatter_tile(const direct_job *job, const float *c, int64_t rows, int64_t row0, int64_t n0,
+                         int64_t count) {
+    const ortx_conv_params *t = job->transposed;
+    const ortx_gemm_epilogue *e = job->epilogue;
+    const int64_t W = t->in_width, KW = t->kernel_width, area = t->kernel_height * KW, OW = t->out_width;
+    if (KW == 2 && !e->residual && e->activation == ORTX_ACT_NONE) {  /* rows (kx 0, kx 1) interleaved, by runs */
+        for (int64_t i = 0; i + 1 < rows; i += 2) {
+            int64_t m = row0 + i, co = m / area, ky = m % area / KW;
+            float bias = e->bias_row ? e->bias_row[co] : 0.0f;
+            const float *even = c + i * TILE_PIXELS, *odd = even + TILE_PIXELS;
+            for (int64_t j = 0; j < count;) {
+                int64_t iy = (n0 + j) / W, ix = (n0 + j) % W, run = W - ix < count - j ? W - ix : count - j;
+                float *out = job->y + (co * t->out_height + iy * t->kernel_height + ky) * OW + ix * 2;
+                for (int64_t r = 0; r < run; r++) {
+                    out[2 * r] = even[j + r] + bias;
+                    out[2 * r + 1] = odd[j + r] + bias;
+                }
+                j += run;
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t m = row0 + i, co = m / area, ky = m % area / KW, kx = m % area % KW;
+        int64_t iy = n0 / W, ix = n0 % W;
+        float bias = e->bias_row ? e->bias_row[co] : 0.0f;
+        for (int64_t j = 0; j < count; j++, ix++) {
+            if (ix == W) iy++, ix = 0;
+            int64_t at = (co * t->out_height + iy * t->kernel_height + ky) * OW + ix * KW + kx;
+            float value = c[i * TILE_PIXELS + j] + bias;
+            if (e->residual) value += e->residual[at];
+            job->y[at] = ortx_activation_scalar(e->activation, value, e->param0, e->param1);
+        }
+    }
+}
+
 /* Steps 2-3 for units [begin, end): unit u is tile u / row_groups, row group u % row_groups. */
 static void run_units(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
     const direct_job *job = context;
     const ortx_conv_params *p = job->params;
     const int64_t width = job->geometry.phase_width, OW = p->out_width, N = p->out_height * OW;
     const int64_t cout_g = p->out_channels / p->group, pairs = channel_pairs(p) * taps(p);
+    const ortx_gemm_epilogue identity = {.alpha = 1.0f};
+    float *scratch = job->scratch + thread * ORTX_BGEMM_MR * TILE_PIXELS;
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
         int vectors = job->pixels - n0 > ORTX_GEMM_NR ? 2 : 1;
@@ -168,17 +211,27 @@ static void run_units(void *context, int64_t begin, int64_t end, int thread) {
             /* the last panel of a tile fetches the next tile's words: the planes' rows are too many streams for the
              * hardware prefetcher (PP-OCR det's 96-channel 160x160 3x3 conv, 1 thread: 8.5 -> 6.1 ms) */
             int last = row0 + ORTX_BGEMM_MR >= panel_end && group == job->row_groups - 1;
-            job->isa->direct_tile(pairs, job->weights + row0 * pairs * 2, job->planes + n0, job->offsets, vectors,
-                                  masks, at, job->y + row0 * N, N, min64(ORTX_BGEMM_MR, cout_g - row0),
-                                  job->epilogue, row0, last ? TILE_PIXELS : 0);
+            int64_t rows = min64(ORTX_BGEMM_MR, cout_g - row0), prefetch = last ? TILE_PIXELS : 0;
+            const uint16_t *a = job->weights + row0 * pairs * 2;
+            if (!job->transposed) {
+                job->isa->direct_tile(pairs, a, job->planes + n0, job->offsets, vectors, masks, at,
+                                      job->y + row0 * N, N, rows, job->epilogue, row0, prefetch);
+                continue;
+            }
+            int64_t stored[2] = {0, ORTX_GEMM_NR};  /* a 1x1 stride-1 "conv": every lane is kept */
+            job->isa->direct_tile(pairs, a, job->planes + n0, job->offsets, vectors, masks, stored, scratch,
+                                  TILE_PIXELS, rows, &identity, row0, prefetch);
+            scatter_tile(job, scratch, rows, row0, n0, min64(TILE_PIXELS, job->pixels - n0));
         }
     }
 }
 
 void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
-                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
+                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
+                           const ortx_conv_params *transposed) {
     direct_job job = {.params = p, .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(),
-                      .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue};
+                      .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
+                      .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);
     int32_t *offsets = (int32_t *)(workspace + ortx_round_up(cps * g->channel_floats + SLACK_WORDS, 16));

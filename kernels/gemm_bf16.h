@@ -154,7 +154,16 @@ int64_t ortx_conv_direct_bf16_elements(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_weight_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_pack_bf16(const struct ortx_conv_params *p, const float *weights, uint16_t *dst);
 void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
-                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads);
+                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
+                           const struct ortx_conv_params *transposed);
+
+/* conv_transpose2d_bf16 (conv_transpose_bf16.c): a ConvTranspose whose kernel equals its stride (no overlap, no
+ * padding), as ortx_conv_direct_bf16 of a 1x1 conv with Cout*KH*KW outputs whose tiles scatter into Y. */
+int ortx_conv_transpose_bf16_applies(const struct ortx_conv_params *p);
+void ortx_conv_transpose2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

@@ -336,3 +336,53 @@ def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path():
     finally:
         _kernels.force_isa(_kernels.cpu_isa())
     np.testing.assert_array_equal(fast, portable)
+
+
+# conv_transpose2d_bf16 (kernels/conv_transpose_bf16.c): ConvTransposes whose kernel equals their stride.
+TRANSPOSE_CASES = [  # (cin, cout, size, kernel (= stride), group, bias)
+    (24, 24, 20, 2, 1, True),    # PP-OCR det's upsampling: rows (kx 0, kx 1) interleaved
+    (9, 1, 13, 2, 1, True),      # odd Cin, one output channel: a partial panel (4 rows)
+    (16, 6, 11, 3, 2, False),    # 3x3 stride 3, two groups, no bias: the general scatter
+]
+
+
+def conv_transpose_model(cin, cout, size, kernel, group, bias, seed):
+    weights = random((cin, cout // group, kernel, kernel), seed)
+    inputs, initializers = ["x", "w"], [numpy_helper.from_array(weights, "w")]
+    if bias:
+        inputs.append("b")
+        initializers.append(numpy_helper.from_array(random(cout, seed + 1), "b"))
+    node = helper.make_node("ConvTranspose", inputs, ["y"], strides=[kernel] * 2, group=group)
+    graph = helper.make_graph([node], "convT", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              [2, cin, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def transpose_applies(cin, cout, size, kernel, group, pad=0):
+    out_size = (size - 1) * kernel + kernel - 2 * pad
+    ints = [2, cin, size, size, cout, out_size, out_size, kernel, kernel, kernel, kernel, pad, pad, 1, 1, group, 1,
+            0, 0, 2]
+    out = np.zeros(3, np.int64)
+    _kernels.call("conv_transpose_sizes_bf16", ints, [], [out])
+    return bool(out[2])
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose_matches_fp32_and_reference(isa, case):
+    assert transpose_applies(*case[:5])
+    model = conv_transpose_model(*case, seed=sum(case[:5]))
+    x = random((2, case[0], case[2], case[2]), 13)
+    fp32 = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    assert_close_bf16(fast, fp32, what=f"convT {case}")
+    reference = run_graph(model, {"x": x}, use_reference_kernels=True, precision="bf16")[0]
+    assert_close(fast, reference, what=f"convT {case} vs _ref")
+    np.testing.assert_array_equal(fast, run_graph(model, {"x": x}, num_threads=1, precision="bf16")[0],
+                                  err_msg="1 and 2 threads differ")
+
+
+def test_conv_transpose_with_overlap_or_padding_stays_fp32():
+    assert not transpose_applies(24, 24, 20, 2, 1, pad=1)
+    assert not transpose_applies(4, 24, 20, 2, 1)  # fewer than 8 input channels per group
