@@ -1,6 +1,12 @@
 """GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
 
-    python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned] [--trials 48]
+    python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned|layers] [--trials 48]
+    python benchmarks/kernels.py --only layers [--layer-threads 1,2] [--rounds 3] [--runs 20] [--write]
+
+`layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
+model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, switch-over runs not
+counted), per thread count; --rounds repetitions give the median and range of the ratio; --write puts the table in
+BENCHMARKS.md's "Dense conv layers (issue #4)" section.
 
 `tuned`: generated GEMMs (ortx.codegen.gemm) tuned per shape (ortx.tune.gemm_space, records in --database), then
 numpy, the prebuilt ortx_sgemm, the generated default schedule and the tuned one timed side by side in one run.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -22,7 +29,10 @@ def _parse():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--only", choices=("gemm", "conv", "tuned"), default=None)
+    parser.add_argument("--only", choices=("gemm", "conv", "tuned", "layers"), default=None)
+    parser.add_argument("--layer-threads", default="1,2", help="layers: thread counts")
+    parser.add_argument("--runs", type=int, default=20, help="layers: counted runs per engine per round")
+    parser.add_argument("--write", action="store_true", help="layers: write the BENCHMARKS.md section")
     parser.add_argument("--trials", type=int, default=48, help="tuned: schedules measured per shape")
     parser.add_argument("--shapes", default=None, help="tuned: comma-separated labels (default: all)")
     parser.add_argument("--database", default=None, help="tuned: tuning records (default: the JIT cache's "
@@ -38,6 +48,8 @@ if ARGS is not None:
     os.environ.pop("OPENBLAS_CORETYPE", None)
     os.environ.pop("OPENBLAS_L2_SIZE", None)
     os.environ["OPENBLAS_NUM_THREADS"] = str(ARGS.threads)
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's ortx
 
 import numpy as np  # noqa: E402  (after OPENBLAS_NUM_THREADS)
 import onnxruntime  # noqa: E402
@@ -273,6 +285,84 @@ def bench_conv(threads, repeats):
               f"{seconds['ortx'] / seconds['ort']:9.2f} {flops / seconds['ortx'] / 1e9:13.1f}")
 
 
+# ResNet-18-style's conv shapes at 224x224: (label, count in the model, x shape, w shape, attributes)
+RESNET_LAYERS = [
+    ("stem 7x7/2 3->64 @112", 1, (1, 3, 224, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    ("3x3 64->64 @56", 4, (1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("3x3/2 64->128 @28", 1, (1, 64, 56, 56), (128, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("1x1/2 64->128 @28", 1, (1, 64, 56, 56), (128, 64, 1, 1), dict(strides=[2, 2])),
+    ("3x3 128->128 @28", 3, (1, 128, 28, 28), (128, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("3x3/2 128->256 @14", 1, (1, 128, 28, 28), (256, 128, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("1x1/2 128->256 @14", 1, (1, 128, 28, 28), (256, 128, 1, 1), dict(strides=[2, 2])),
+    ("3x3 256->256 @14", 3, (1, 256, 14, 14), (256, 256, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ("3x3/2 256->512 @7", 1, (1, 256, 14, 14), (512, 256, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("1x1/2 256->512 @7", 1, (1, 256, 14, 14), (512, 256, 1, 1), dict(strides=[2, 2])),
+    ("3x3 512->512 @7", 3, (1, 512, 7, 7), (512, 512, 3, 3), dict(pads=[1, 1, 1, 1])),
+]
+
+
+def conv_relu_model(x_shape, w_shape, attributes, seed=0):
+    """Conv (bias) -> Relu on random weights: a ResNet layer after BatchNorm folding."""
+    rng = np.random.default_rng(seed)
+    weights = (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(np.float32)
+    bias = (0.1 * rng.standard_normal(w_shape[0])).astype(np.float32)
+    stride, pad, kernel = attributes.get("strides", [1, 1])[0], attributes.get("pads", [0] * 4)[0], w_shape[2]
+    y_shape = [1, w_shape[0]] + [(size + 2 * pad - kernel) // stride + 1 for size in x_shape[2:]]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **attributes), helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+                              [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def bench_layers(thread_counts, rounds, runs, write):
+    """Every ResNet-18-style conv shape through OrtxEP vs ORT (ortx.measure.compare), per thread count."""
+    import datetime
+    import subprocess
+
+    from benchmarks._report import load_average, write_section
+    from ortx.measure import compare
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    lines = ["| layer | x in model | threads | ORT ms | OrtxEP ms | OrtxEP/ORT median (range) | OrtxEP GFLOP/s | "
+             "max rel err | load |", "|---|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines), flush=True)
+    totals = {threads: [0.0, 0.0] for threads in thread_counts}
+    for label, count, x_shape, w_shape, attributes in RESNET_LAYERS:
+        model = conv_relu_model(x_shape, w_shape, attributes)
+        for threads in thread_counts:
+            results, loads = [], []
+            for _ in range(rounds):
+                loads.append(load_average())
+                results.append(compare(label, model, threads=threads, runs=runs))
+            ratios = [row.ratio for row in results]
+            ort_ms = statistics.median(row.ort_ms for row in results)
+            ortx_ms = statistics.median(row.ortx_ms for row in results)
+            totals[threads][0] += count * ort_ms
+            totals[threads][1] += count * ortx_ms
+            line = (f"| {label} | {count} | {threads} | {ort_ms:.3f} | {ortx_ms:.3f} | {statistics.median(ratios):.2f} "
+                    f"({min(ratios):.2f}-{max(ratios):.2f}) | {statistics.median(r.ortx_gflops for r in results):.0f} "
+                    f"| {max(r.max_relative_error for r in results):.1e} | {min(loads):.1f}-{max(loads):.1f} |")
+            lines.append(line)
+            print(line, flush=True)
+    summary = "; ".join(f"{threads} thread(s): OrtxEP {ortx:.2f} ms vs ORT {ort:.2f} ms ({ortx / ort:.2f})"
+                        for threads, (ort, ortx) in totals.items())
+    print(f"Sum over the model's 20 convs (medians x count): {summary}")
+    if write:
+        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        body = (f"Measured {when} on {head}, x86_64 {_kernels.selected_isa()}, onnxruntime {onnxruntime.__version__}: "
+                f"`python benchmarks/kernels.py --only layers --layer-threads {','.join(map(str, thread_counts))} "
+                f"--rounds {rounds} --runs {runs} --write`. Each distinct conv shape of ResNet-18-style (224x224, "
+                "BatchNorm folded: Conv with bias -> Relu, random weights) as its own model, OrtxEP (tuning off) "
+                "against ORT CPU in ortx.measure.compare's interleaved blocks; milliseconds are medians over rounds, "
+                "the ratio's median (range) over rounds.\n\n" + "\n".join(lines) +
+                f"\n\nSum over the model's 20 convs (medians x count): {summary}.")
+        write_section(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md"),
+                      "Dense conv layers (issue #4)", body)
+
+
 def main():
     print(f"ortx ISA {_kernels.selected_isa()}, onnxruntime {onnxruntime.__version__}, numpy {np.__version__}, "
           f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}")
@@ -280,6 +370,9 @@ def main():
         bench_gemm(ARGS.threads, ARGS.repeats)
     if ARGS.only in (None, "conv"):
         bench_conv(ARGS.threads, ARGS.repeats)
+    if ARGS.only == "layers":
+        bench_layers([int(value) for value in ARGS.layer_threads.split(",")], ARGS.rounds, ARGS.runs, ARGS.write)
+        return 0
     if ARGS.only in (None, "tuned"):
         bench_tuned_gemm(ARGS.threads, ARGS.repeats, ARGS.trials,
                          None if ARGS.shapes is None else set(ARGS.shapes.split(",")), ARGS.database, ARGS.rounds,

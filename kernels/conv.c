@@ -5,17 +5,18 @@
  * Case 1, conv2d_f32: per image and group, ortx_sgemm multiplies the prepacked weights (the A operand,
  *   M = Cout/g, K = Cin/g*KH*KW) by the Cin/g*KH*KW x OH*OW patch matrix (im2col), adding bias per row and the
  *   residual in its epilogue. The patch matrix is never stored: its KC x NC blocks are packed straight into the
- *   GEMM's B panels in each thread's workspace, with stride 1 from zero-padded copies of the input planes
- *   (conv_planes.c, use_planes), else row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
- * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the input is copied once into
- *   zero-padded planes (conv.h) where every patch-matrix row is a constant offset from the output pixel, and
- *   6x16 tiles read B in place from there (no per-task packing), all of K in registers, epilogue fused.
+ *   GEMM's B panels in each thread's workspace, from zero-padded phase planes of the input (conv_planes.c,
+ *   use_planes: one contiguous copy per panel row and output row at any stride), else (planes too large for int32
+ *   offsets) row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
+ * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the same phase planes, where every
+ *   patch-matrix row is a constant offset from the output pixel, and 6x16 tiles read B in place from there (no
+ *   per-task packing), all of K in registers, epilogue fused.
  * Case 1c, conv2d_pixel_rows_f32 (conv_pixel_rows.c), chosen by the lowering through use_pixel_rows for few
  *   output pixels and many output channels: the transposed product, pixels as rows, output channels on the vector
  *   dimension, weights prepacked as the GEMM's B panels.
- * Case 2, conv2d_depthwise_f32 (group == Cin == Cout): per channel plane, the input is copied once into
- *   zero-padded column phases (conv.h) so every tap is a contiguous vector load; each output row accumulates
- *   KH*KW broadcast-weight FMAs per vector of columns, then adds bias/residual and activates before storing.
+ * Case 2, conv2d_depthwise_f32 (group == Cin == Cout, conv_depthwise.c): in blocks of 16 (AVX-512) or 8 (AVX2)
+ *   channels, vectorised across the channels: input rows are transposed into a zero-padded pixel-major tile, each
+ *   output pixel is KH*KW full-vector FMAs, and the output is transposed back with residual and activation.
  * Case 3, conv_transpose2d_f32: per image and group, ortx_sgemm computes col = W_g^T X_g (M = Cout/g*KH*KW,
  *   K = Cin/g, N = H*W) and col2im scatters it into Y (initialised with the bias), one output channel per
  *   thread so the sums keep a fixed order; residual and activation follow.
@@ -110,15 +111,12 @@ void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_
     }
 }
 
-/* Whether Case 1 packs B from padded planes (conv_planes.c): with stride 1 a panel row inside an output row is one
- * 64-byte copy there (ResNet-18's 64 @56x56 3x3: 2.82 -> 2.57 ms at 1 thread). Strided convs (the 7x7/2 and 3x3/2
- * stems: 3.0 -> 3.4 ms) and outputs under 32 columns wide (most panels cross a row end; 256 @14x14 3x3: 2.5 ->
- * 2.8 ms) gather element by element from the planes and keep im2col_pack_b's long row runs. */
+/* Whether Case 1 packs B from the phase planes (conv_planes.c): a panel row is one contiguous copy per output row
+ * it touches there, where im2col_pack_b clips every output row against the image and gathers strided columns
+ * (~1 cycle per float: 15% of ResNet-18's 64 @56x56 3x3 at 1 thread, more for the 7x7/2 stem). */
 static int use_direct(const ortx_conv_params *p);
 
-static int use_planes(const ortx_conv_params *p) {
-    return !is_pointwise(p) && p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR && !use_direct(p);
-}
+static int use_planes(const ortx_conv_params *p) { return ortx_conv_packs_from_planes(p) && !use_direct(p); }
 
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -172,8 +170,7 @@ static int use_direct(const ortx_conv_params *p) {
 typedef struct direct_job {
     const ortx_conv_params *p;
     ortx_conv_direct_geometry g;
-    const float *x;       /* fill: the group's first input channel */
-    float *planes;
+    const float *planes;  /* filled phase planes (conv_planes.c) */
     const int32_t *offsets;
     const float *weights; /* the group's packed A */
     float *y;             /* the group's first output channel */
@@ -182,43 +179,6 @@ typedef struct direct_job {
     ortx_conv_direct_tile_fn tile;
     int64_t K, M;
 } direct_job;
-
-/* Phase planes of input channels [begin, end). */
-static void direct_fill(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const direct_job *job = context;
-    const ortx_conv_params *p = job->p;
-    const ortx_conv_direct_geometry g = job->g;
-    int64_t H = p->in_height, W = p->in_width, sh = p->stride_height, sw = p->stride_width;
-    for (int64_t c = begin; c < end; c++) {
-        const float *channel = job->x + c * H * W;
-        float *out = job->planes + c * g.channel_floats;
-        for (int64_t qy = 0; qy < g.phases_y; qy++)
-            for (int64_t qx = 0; qx < g.phases_x; qx++) {
-                /* columns j with 0 <= j*sw + qx - pl < W read the input */
-                int64_t offset = qx - p->pad_left;
-                int64_t lo = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
-                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 - offset, sw) + 1));
-                for (int64_t r = 0; r < g.phase_rows; r++, out += g.phase_width) {
-                    int64_t iy = r * sh + qy - p->pad_top;
-                    if (iy < 0 || iy >= H || lo >= hi) {
-                        memset(out, 0, g.phase_width * sizeof(float));
-                        continue;
-                    }
-                    const float *in = channel + iy * W + offset;
-                    for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
-                    if (sw == 1) {
-                        memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
-                    } else if (sw == 2) {
-                        for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
-                    } else {
-                        for (int64_t j = lo; j < hi; j++) out[j] = in[j * sw];
-                    }
-                    for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
-                }
-            }
-    }
-}
 
 /* Copies the valid columns of a 16-pixel scratch tile (rows x 16) starting at virtual pixel (oy, ox) into Y,
  * then applies the epilogue to them in place. */
@@ -275,25 +235,13 @@ static void direct_tiles(void *context, int64_t begin, int64_t end, int thread) 
     }
 }
 
-/* One image and group: fill the planes (split over channels), then the tiles (split over pixels). */
-static void conv2d_direct(const ortx_conv_params *p, const float *x, const float *weights, float *y,
-                          const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
-    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
-    int64_t cin_g = p->in_channels / p->group, area = p->kernel_height * p->kernel_width;
-    int64_t K = cin_g * area, M = p->out_channels / p->group;
-    float *planes = workspace;
-    int32_t *offsets = (int32_t *)(workspace + (cin_g * g.channel_floats + 32 + 15) / 16 * 16);
-    memset(planes + cin_g * g.channel_floats, 0, 32 * sizeof(float));
-    for (int64_t k = 0; k < K; k++) {
-        int64_t c = k / area, ky = (k % area) / p->kernel_width, kx = k % p->kernel_width;
-        int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
-        int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
-        offsets[k] = (int32_t)(c * g.channel_floats + (phase * g.phase_rows + dy / g.phases_y) * g.phase_width +
-                               dx / g.phases_x);
-    }
-    direct_job job = {p, g, x, planes, offsets, weights, y, epilogue, ortx_gemm_select_isa(),
+/* One image and group over filled planes: the tiles, split over pixels. */
+static void conv2d_direct(const ortx_conv_params *p, const ortx_conv_planes_context *planes, const float *weights,
+                          float *y, const ortx_gemm_epilogue *epilogue, int threads) {
+    ortx_conv_direct_geometry g = planes->geometry;
+    int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width, M = p->out_channels / p->group;
+    direct_job job = {p, g, planes->planes, planes->tap_offsets, weights, y, epilogue, ortx_gemm_select_isa(),
                       direct_tile_table[ortx_selected_isa()], K, M};
-    ortx_parallel_range(threads, cin_g, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_fill, &job);
     int64_t tiles = (g.virtual_pixels + ORTX_GEMM_NR - 1) / ORTX_GEMM_NR;
     ortx_parallel_range(threads, tiles, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_tiles, &job);
 }
@@ -307,18 +255,20 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
     int direct = use_direct(&p), from_planes = use_planes(&p);
-    /* Case 1 with planes: the GEMM's workspace, then the planes and their offset tables */
-    ortx_conv_planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL};
-    if (from_planes)
+    /* Case 1b: the planes and tap offsets at the workspace's start; Case 1 with planes: after the GEMM's workspace */
+    ortx_conv_planes_context planes = {&p, ortx_conv_direct_geometry_of(&p), NULL, NULL};
+    if (direct || from_planes)
         ortx_conv_planes_context_init(
-            &planes, &p, workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16));
+            &planes, &p,
+            direct ? workspace
+                   : workspace + ortx_round_up(ortx_sgemm_workspace_floats(cout_g, N, K, 1, 0, threads), 16));
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
             ortx_gemm_operand B = {x, 0, plane, 1, NULL, NULL};  /* Case 1x1: X is the patch matrix */
             im2col_context context = {&p, x};
+            if (direct || from_planes) ortx_conv_fill_planes_parallel(&p, x, planes.planes, threads);
             if (from_planes) {
-                ortx_conv_fill_planes_parallel(&p, x, (float *)planes.planes, threads);
                 B.pack_b = ortx_conv_planes_pack_b;
                 B.pack_context = &planes;
             } else if (!is_pointwise(&p)) {
@@ -339,129 +289,12 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
                 .param1 = p.param1,
             };
             if (direct) {
-                conv2d_direct(&p, x, A.data, Y + y_offset, &epilogue, workspace, threads);
+                conv2d_direct(&p, &planes, A.data, Y + y_offset, &epilogue, threads);
             } else {
                 ortx_sgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
             }
         }
     }
-}
-
-/* ---------------------------------------------------------------------------------------------------------------
- * Case 2: depthwise.
- * ------------------------------------------------------------------------------------------------------------- */
-
-void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    int64_t sw = p->stride_width, W = p->in_width, width = g.phases * g.phase_width;
-    float *padded = planes + (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16;
-    /* input columns [first, end) land at padded columns [first + pl, end + pl) < width */
-    int64_t first = min64(W, max64(0, -p->pad_left)), end = max64(first, min64(W, width - p->pad_left));
-    memset(padded, 0, width * sizeof(float));
-    for (int64_t r = 0; r < g.padded_rows; r++) {
-        int64_t iy = r - p->pad_top;
-        if (iy < 0 || iy >= p->in_height) {
-            for (int64_t q = 0; q < g.phases; q++)
-                memset(planes + (q * g.padded_rows + r) * g.phase_width, 0, g.phase_width * sizeof(float));
-            continue;
-        }
-        /* Case stride 2: each phase reads its columns straight from the input (a constant stride the compiler
-         * vectorises). Case stride 1: the padded row is the plane row. Else build the padded row once, then deal
-         * its columns out. */
-        if (sw == 2) {
-            for (int64_t q = 0; q < 2; q++) {
-                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
-                const float *in = input + iy * W + q - p->pad_left;  /* out[j] = in[2j] where 0 <= 2j+q-pl < W */
-                int64_t lo = min64(g.phase_width, max64(0, floor_div(p->pad_left - q + 1, 2)));
-                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 + p->pad_left - q, 2) + 1));
-                for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
-                for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
-                for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
-            }
-            continue;
-        }
-        float *row = sw == 1 ? planes + r * g.phase_width : padded;
-        if (sw == 1) {
-            memset(row, 0, width * sizeof(float));
-        }
-        memcpy(row + first + p->pad_left, input + iy * W + first, (end - first) * sizeof(float));
-        if (sw > 2) {
-            for (int64_t q = 0; q < g.phases; q++) {
-                float *out = planes + (q * g.padded_rows + r) * g.phase_width;
-                for (int64_t j = 0; j < g.phase_width; j++) out[j] = padded[j * sw + q];
-            }
-        }
-        if (sw > 1) {  /* the scratch row is reused: clear what this row wrote */
-            memset(row + first + p->pad_left, 0, (end - first) * sizeof(float));
-        }
-    }
-}
-
-void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                   const float *residual, float *output) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    int64_t OW = p->out_width;
-    for (int64_t oy = 0; oy < p->out_height; oy++) {
-        float *out = output + oy * OW;
-        for (int64_t ox = 0; ox < OW; ox++) out[ox] = bias;
-        for (int64_t ky = 0; ky < p->kernel_height; ky++) {
-            int64_t r = oy * p->stride_height + ky * p->dilation_height;
-            for (int64_t kx = 0; kx < p->kernel_width; kx++) {
-                int64_t tap = kx * p->dilation_width;
-                const float *in = planes + ((tap % p->stride_width) * g.padded_rows + r) * g.phase_width +
-                                  tap / p->stride_width;
-                float w = weights[ky * p->kernel_width + kx];
-                for (int64_t ox = 0; ox < OW; ox++) out[ox] += w * in[ox];
-            }
-        }
-        for (int64_t ox = 0; ox < OW; ox++) {
-            float value = residual ? out[ox] + residual[oy * OW + ox] : out[ox];
-            out[ox] = ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
-        }
-    }
-}
-
-static const ortx_depthwise_plane_fn depthwise_table[] = {
-    [ORTX_ISA_PORTABLE] = ortx_depthwise_plane_portable,
-    [ORTX_ISA_AVX2] = ortx_depthwise_plane_avx2,
-    [ORTX_ISA_AVX512] = ortx_depthwise_plane_avx512,
-};
-
-/* Planes [begin, end) of the batch * channels planes, each in one pass through the thread's padded scratch. */
-typedef struct depthwise_job {
-    const ortx_conv_params *p;
-    ortx_depthwise_plane_fn plane_fn;
-    const float *X, *weights, *bias, *residual;
-    float *Y, *workspace;
-    int64_t planes_floats;
-} depthwise_job;
-
-static void depthwise_planes(void *context, int64_t begin, int64_t end, int thread) {
-    const depthwise_job *job = context;
-    const ortx_conv_params *p = job->p;
-    int64_t channels = p->in_channels, kernel_area = p->kernel_height * p->kernel_width;
-    int64_t in_plane = p->in_height * p->in_width, out_plane = p->out_height * p->out_width;
-    float *planes = job->workspace + thread * job->planes_floats;
-    for (int64_t index = begin; index < end; index++) {
-        int64_t c = index % channels;
-        ortx_depthwise_fill_planes(p, job->X + index * in_plane, planes);
-        job->plane_fn(p, planes, job->weights + c * kernel_area, p->has_bias ? job->bias[c] : 0.0f,
-                      p->has_residual ? job->residual + index * out_plane : NULL, job->Y + index * out_plane);
-    }
-}
-
-static void conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    int threads = clamp_threads(num_threads, &p);
-    ortx_depthwise_plane_fn plane_fn = depthwise_table[ortx_selected_isa()];
-    const float *X = buffers[0], *weights = buffers[1], *bias = buffers[4], *residual = buffers[5];
-    float *Y = buffers[2], *workspace = buffers[3];
-    int64_t channels = p.in_channels, kernel_area = p.kernel_height * p.kernel_width;
-    int64_t out_plane = p.out_height * p.out_width, planes_floats = ortx_depthwise_plane_floats(&p);
-    /* as in ortx_sgemm: small convs (< ~2M multiply-adds) stay on one thread */
-    if ((double)p.batch * channels * out_plane * kernel_area < 128.0 * 128 * 128) threads = 1;
-    depthwise_job job = {&p, plane_fn, X, weights, bias, residual, Y, workspace, planes_floats};
-    ortx_parallel_range(threads, p.batch * channels, ORTX_TASKS_PER_THREAD * threads, depthwise_planes, &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -552,7 +385,7 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
 static int use_pixel_rows(const ortx_conv_params *p) {
     int64_t cout_g = p->out_channels / p->group, pixels = p->out_height * p->out_width;
     int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width;
-    if (p->group != 1 || use_direct(p)) return 0;
+    if (p->group != 1 || use_direct(p) || ortx_conv_planes_source_floats(p) >= INT32_MAX) return 0;
     return (pixels <= 64 && K >= 256 && cout_g >= 256) || (pixels <= 256 && K >= 1024 && cout_g >= 64);
 }
 
@@ -583,7 +416,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
         floats_needed = ortx_pixel_rows_workspace_floats(&p);
         out[1] = p.group * ortx_gemm_packed_b_floats(cin_g * kernel_area, cout_g);
     } else if (ints[0] == 1) {
-        floats_needed = threads * ortx_depthwise_plane_floats(&p);
+        floats_needed = ortx_depthwise_workspace_floats(&p, threads);
         out[1] = 0;
     } else {
         int64_t M = cout_g * kernel_area;
@@ -611,7 +444,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
 const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_f32", conv2d_f32, ortx_conv2d_f32_ref},
     {"conv2d_pixel_rows_f32", ortx_conv2d_pixel_rows_f32, ortx_conv2d_pixel_rows_f32_ref},
-    {"conv2d_depthwise_f32", conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
+    {"conv2d_depthwise_f32", ortx_conv2d_depthwise_f32, ortx_conv2d_depthwise_f32_ref},
     {"conv_transpose2d_f32", conv_transpose2d_f32, ortx_conv_transpose2d_f32_ref},
     {"conv_sizes_f32", conv_sizes_f32, conv_sizes_f32},
     {"conv_source_sizes_f32", ortx_conv_source_sizes_f32, ortx_conv_source_sizes_f32},

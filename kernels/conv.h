@@ -24,40 +24,31 @@ static inline ortx_conv_params ortx_conv_params_read(const int64_t *ints, const 
     return p;
 }
 
-/* Depthwise geometry: the zero-padded input plane, split into stride_width column phases so every tap of every
- * output column is a contiguous load. Phase q, padded row r, index j holds padded column j*stride_width + q. */
-typedef struct ortx_depthwise_geometry {
-    int64_t padded_rows, phase_width, phases;
-} ortx_depthwise_geometry;
+/* Depthwise conv (conv_depthwise.c) in blocks of `lanes` channels, one vector of lanes floats per pixel: per ISA,
+ * pack transposes NCHW input rows into a zero-padded pixel-major tile, rows computes output rows from the tile and
+ * unpack transposes them back to NCHW with the residual and activation. */
+typedef struct ortx_depthwise_isa {
+    int64_t lanes;
+    /* rows * width pixels of `channels` (<= lanes) planes at x (plane floats apart; the rows consecutive in each
+     * plane) -> pixel (r, c) at dst + r * dst_row + c * lanes, lanes channels each (missing channels 0). */
+    void (*pack)(const float *x, int64_t plane, int64_t channels, int64_t rows, int64_t width, float *dst,
+                 int64_t dst_row);
+    /* Output rows [0, rows) of a band: out[(r * OW + ox) * lanes + l] = bias[l] + the sum over taps (ky, kx), in
+     * that order, of weights[(ky * KW + kx) * lanes + l] * tile[(r * sh + ky * dh) * tile_row + (ox * sw + kx * dw)
+     * * lanes + l]; the tile's column 0 is padded input column -pad_left. */
+    void (*rows)(const ortx_conv_params *p, const float *tile, int64_t tile_row, int64_t rows, const float *weights,
+                 const float *bias, float *out);
+    /* count pixels of `out` (lanes floats each) -> y[l * plane + i] = act(out[i * lanes + l] + residual[l * plane +
+     * i]) for l < channels (no residual when NULL), plane = OH * OW. */
+    void (*unpack)(const ortx_conv_params *p, const float *out, int64_t count, int64_t channels,
+                   const float *residual, float *y);
+} ortx_depthwise_isa;
 
-static inline ortx_depthwise_geometry ortx_depthwise_geometry_of(const ortx_conv_params *p) {
-    ortx_depthwise_geometry g;
-    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
-    g.phases = p->stride_width;
-    /* + 8: the last vector of a row may read up to 7 columns past the output's end (its lanes are not stored). */
-    g.phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width + 8;
-    return g;
-}
+extern const ortx_depthwise_isa ortx_depthwise_portable, ortx_depthwise_avx2, ortx_depthwise_avx512;
 
-/* Per-thread scratch: the phase planes plus one zero-padded input row (phases * phase_width floats). */
-static inline int64_t ortx_depthwise_plane_floats(const ortx_conv_params *p) {
-    ortx_depthwise_geometry g = ortx_depthwise_geometry_of(p);
-    return (g.phases * g.padded_rows * g.phase_width + 15) / 16 * 16 + (g.phases * g.phase_width + 15) / 16 * 16;
-}
-
-/* Fills the phase planes of one input channel (shared by every ISA); the padded-row scratch follows the planes. */
-void ortx_depthwise_fill_planes(const ortx_conv_params *p, const float *input, float *planes);
-
-/* One output channel plane of a depthwise conv: in = phase planes, weights = KH*KW taps. */
-typedef void (*ortx_depthwise_plane_fn)(const ortx_conv_params *p, const float *planes, const float *weights,
-                                        float bias, const float *residual, float *output);
-
-void ortx_depthwise_plane_portable(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                   const float *residual, float *output);
-void ortx_depthwise_plane_avx2(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                               const float *residual, float *output);
-void ortx_depthwise_plane_avx512(const ortx_conv_params *p, const float *planes, const float *weights, float bias,
-                                 const float *residual, float *output);
+/* Workspace floats of conv2d_depthwise_f32 for `threads` threads (any ISA). */
+int64_t ortx_depthwise_workspace_floats(const ortx_conv_params *p, int threads);
+void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
@@ -106,24 +97,49 @@ void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
-/* Zero-padded input planes of one image and group (conv_planes.c): padded_rows x padded_width per channel
- * (plane floats), every tap of every output pixel inside; floats = all channels' planes rounded to 16. */
+/* The padded (unphased) input planes of conv_bf16.c: padded_rows x padded_width per channel (plane floats), every
+ * tap of every output pixel inside; floats = all channels' planes rounded to 16. */
 typedef struct ortx_conv_planes_geometry {
     int64_t padded_rows, padded_width, plane, floats;
 } ortx_conv_planes_geometry;
 
 ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p);
-/* Fills the planes of the group's input channels [begin, end); x is the group's first input channel. */
-void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin, int64_t end);
-/* pixel_offsets[n] (OH*OW entries): output pixel n's offset in a plane; panel_offsets[n / NR] (one per 16-pixel
- * panel): the first pixel's offset when the panel's 16 pixels lie in one output row (so pixel j of the panel is
- * at that offset + j * stride_width), else -1. */
+/* pixel_offsets[n] (OH*OW entries): output pixel n's offset in a padded plane; panel_offsets[n / NR] (one per
+ * 16-pixel panel): the first pixel's offset when the panel's 16 pixels lie in one output row (so pixel j of the
+ * panel is at that offset + j * stride_width), else -1. */
 void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
 
-/* The planes of ortx_conv_planes_pack_b and their offset tables, laid out one after the other. */
+/* The fp32 convs' packing source (conv_planes.c): the direct geometry's phase planes of one image and group, their
+ * 32 floats of zeroed slack and the K tap offsets (ortx_conv_direct_floats floats in all), from which every output
+ * row's pixels are consecutive floats for every tap. */
+typedef struct ortx_conv_planes_context {
+    const ortx_conv_params *params;
+    ortx_conv_direct_geometry geometry;
+    float *planes;
+    const int32_t *tap_offsets;  /* patch-matrix row k = (c, ky, kx) of pixel v is planes[tap_offsets[k] + v] */
+} ortx_conv_planes_context;
+
+/* The shape rule shared by conv2d_f32 and the generated GEMM's conv source: whether the patch matrix is packed from
+ * the phase planes (every conv but a 1x1 stride-1 unpadded one, whose patch matrix is X, while the int32 tap
+ * offsets can address the planes). */
+int ortx_conv_packs_from_planes(const ortx_conv_params *p);
+/* ortx_conv_direct_floats: the planes, the slack and the tap offsets. */
 int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p);
-/* Fills the group's planes (input channels split over threads); x is the group's first input channel. */
+/* Points context at params and at the planes and tap offsets in scratch (ortx_conv_planes_source_floats floats,
+ * 64-byte aligned), fills the tap offsets and zeroes the slack; the planes are filled per image and group. */
+void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch);
+/* Fills the phase planes of the group's input channels [begin, end); x is the group's first input channel. */
+void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
+                                 int64_t end);
+/* The same with the input channels split over threads. */
 void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads);
+
+/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes (n0 a multiple of 16). */
+void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
+/* One MR-row A panel of the transposed patch matrix (conv_pixel_rows.c): dst[k * MR + r] = patch-matrix row
+ * k0 + k of output pixel `pixel` + r for k < kc, 0 for pixels past the output's end. */
+void ortx_conv_planes_pack_rows(const ortx_conv_planes_context *context, int64_t k0, int64_t kc, int64_t pixel,
+                                float *dst);
 
 /* The pack_b context of the patch matrix built row by row from X (conv.c's im2col). */
 typedef struct ortx_im2col_context {
@@ -134,26 +150,11 @@ typedef struct ortx_im2col_context {
 /* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from X. */
 void ortx_conv_im2col_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
 
-/* The pack_b context of the patch matrix read from filled planes. */
-typedef struct ortx_conv_planes_context {
-    const ortx_conv_params *params;
-    ortx_conv_planes_geometry geometry;
-    const float *planes;
-    const int32_t *pixel_offsets, *panel_offsets;
-} ortx_conv_planes_context;
-
-/* Points context at params and at the planes and offset tables in scratch (ortx_conv_planes_source_floats floats),
- * and fills the offset tables; the planes are filled per image and group (ortx_conv_fill_planes_parallel). */
-void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch);
-
-/* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes. */
-void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst);
-
-/* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the zero-padded input planes
- * (padded_rows x padded_width per channel, every tap of every output pixel inside), the packed im2col^T A
- * operand (pixels x depth) and the [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */
+/* The pixels-as-rows form of a dense conv (conv_pixel_rows.c): per image and group, the phase planes and their
+ * tap offsets (ortx_conv_planes_source_floats), the packed im2col^T A operand (pixels x depth) and the
+ * [pixels, Cout/g] GEMM result, each rounded to 16 floats, in the workspace. */
 typedef struct ortx_pixel_rows_geometry {
-    int64_t padded_rows, padded_width, pixels, depth, planes_floats, packed_floats, scratch_floats;
+    int64_t pixels, depth, planes_floats, packed_floats, scratch_floats;
 } ortx_pixel_rows_geometry;
 
 ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p);

@@ -1,9 +1,11 @@
 /* conv2d_bf16: dense and grouped 2-D convolution with bf16 operands and fp32 accumulation (gemm_bf16.h's
  * numerics), float32 NCHW in and out, with conv2d_f32's fused epilogue Y = act(conv(X, W) + bias + residual).
  *
- * Per image and group, ortx_bgemm multiplies the prepacked bf16 weights (A, M = Cout/g, K = Cin/g*KH*KW) by the
- * K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and are rounded to bf16 K pairs
- * in each thread's buffer:
+ * Case 0: convs where ortx_conv_direct_bf16_applies (few dropped columns) run the direct form
+ *   (conv_bf16_direct.c): the input rounded once into channel-pair planes that the micro-kernel reads in place.
+ * Otherwise, per image and group, ortx_bgemm multiplies the prepacked bf16 weights (A, M = Cout/g,
+ * K = Cin/g*KH*KW) by the K x OH*OW patch matrix (B), whose fp32 KC x NC blocks come from conv.c's producers and
+ * are rounded to bf16 K pairs in each thread's buffer:
  *   Case 1: a 1x1, stride-1, unpadded conv reads X as B;
  *   Case 2: convs with stride 1 or 2: the input is rounded once into zero-padded bf16 planes (conv_planes.c's
  *           geometry and offsets, 2 bytes per value), from which each K pair of a 16-pixel panel is two plane rows
@@ -13,9 +15,13 @@
  * Known limits: depthwise and transposed convs have no bf16 kernel (the lowering keeps them fp32); conv2d_f32's
  * direct and pixel-rows forms have no bf16 counterpart.
  *
- * ints, floats, buffers: conv2d_f32's (kernels/conv.c); weights: per group, gemm_pack_bf16 A panels of W_g as a
- * (Cout/g) x (Cin/g*KH*KW) matrix, groups consecutive (each ortx_bgemm_packed_elements(Cout/g, K, MR) values).
- * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, 0.
+ * ints, floats, buffers: conv2d_f32's (kernels/conv.c); weights: per group, conv_pack_bf16's panels, groups
+ * consecutive: Case 0's (ortx_conv_direct_weight_index), else gemm_pack_bf16's A panels of W_g as a
+ * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_packed_elements(Cout/g, K, MR) values).
+ * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, the
+ * form (1: Case 0, 0: the others).
+ * conv_pack_bf16: ints the 20 conv ints; buffers [0] the fp32 weights (Cout, Cin/g, KH, KW) [1] the packed
+ * weights (conv_sizes_bf16's elements).
  */
 #include <string.h>
 
@@ -128,7 +134,8 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
-    int pointwise = is_pointwise(&p), from_planes = use_planes(&p);
+    int direct = ortx_conv_direct_bf16_applies(&p);
+    int pointwise = is_pointwise(&p), from_planes = !direct && use_planes(&p);
     planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL, ortx_bgemm_select_isa(), NULL};
     if (from_planes) {
         float *planes_data = workspace + gemm_floats(&p, threads);
@@ -141,6 +148,23 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
+            int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
+            ortx_gemm_epilogue epilogue = {
+                .alpha = 1.0f,
+                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
+                .residual = p.has_residual ? residual + y_offset : NULL,
+                .residual_row_stride = N,
+                .residual_col_stride = 1,
+                .residual_scale = 1.0f,
+                .activation = (int)p.activation,
+                .param0 = p.param0,
+                .param1 = p.param1,
+            };
+            if (direct) {  /* Case 0 */
+                ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_elements(&p), Y + y_offset,
+                                      &epilogue, workspace, threads, NULL);
+                continue;
+            }
             ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL, NULL};  /* Case 1 */
             ortx_im2col_context im2col = {&p, x};
             if (from_planes) {  /* Case 2 */
@@ -154,18 +178,6 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             }
             ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
                                     NULL, NULL, NULL};
-            int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
-            ortx_gemm_epilogue epilogue = {
-                .alpha = 1.0f,
-                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
-                .residual = p.has_residual ? residual + y_offset : NULL,
-                .residual_row_stride = N,
-                .residual_col_stride = 1,
-                .residual_scale = 1.0f,
-                .activation = (int)p.activation,
-                .param0 = p.param0,
-                .param1 = p.param1,
-            };
             ortx_bgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
         }
     }
@@ -179,8 +191,31 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t *out = buffers[0];
     int threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
+    if (ortx_conv_direct_bf16_applies(&p)) {
+        out[0] = ortx_conv_direct_bf16_floats(&p) * (int64_t)sizeof(float);
+        out[1] = p.group * ortx_conv_direct_bf16_elements(&p);
+        out[2] = 1;
+        return;
+    }
     int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
     out[0] = floats_needed * (int64_t)sizeof(float);
     out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
     out[2] = 0;
+}
+
+void ortx_conv_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    float unused[2] = {0.0f, 0.0f};
+    ortx_conv_params p = ortx_conv_params_read(ints, unused);
+    const float *weights = buffers[0];
+    uint16_t *dst = buffers[1];
+    int64_t cout_g = p.out_channels / p.group, K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
+    if (ortx_conv_direct_bf16_applies(&p)) {
+        ortx_conv_direct_pack_bf16(&p, weights, dst);
+        return;
+    }
+    int64_t each = ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
+    for (int64_t g = 0; g < p.group; g++)
+        ortx_bgemm_pack(weights + g * cout_g * K, cout_g, K, K, 1, ORTX_BGEMM_MR, 1.0f, dst + g * each);
 }

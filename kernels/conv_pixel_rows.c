@@ -8,10 +8,10 @@
  * output channels give 32 column panels for the threads to share.
  *
  * Steps, per image and group:
- *   1. copy the group's input into zero-padded planes (every tap of every output pixel lands inside, so step 2
- *      needs no bounds checks), split over channels;
- *   2. pack im2col^T into the GEMM's MR-row A panels (gemm.h's packed format over the whole operand), each
- *      panel element one load from the planes at (tap offset + pixel offset), split over row panels;
+ *   1. copy the group's input into the zero-padded phase planes of conv_planes.c (every tap of every output pixel
+ *      lands inside, so step 2 needs no bounds checks), split over channels;
+ *   2. pack im2col^T into the GEMM's MR-row A panels (gemm.h's packed format over the whole operand): per tap, a
+ *      panel row is one contiguous copy from the planes per output row its pixels lie in; split over row panels;
  *   3. run the packed micro-kernels over blocks of (row panels x column panel pairs) into a [pixels, Cout/g]
  *      scratch, one block per task: column pairs first, and the rows too when there are few pairs;
  *   4. each task then transposes its block into Y's channel planes and applies the epilogue (bias, residual,
@@ -33,13 +33,10 @@ static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p) {
     ortx_pixel_rows_geometry g;
-    ortx_conv_planes_geometry planes = ortx_conv_planes_geometry_of(p);
-    g.padded_rows = planes.padded_rows;
-    g.padded_width = planes.padded_width;
     g.pixels = p->out_height * p->out_width;
     g.depth = p->in_channels / p->group * p->kernel_height * p->kernel_width;
     int64_t cout_g = p->out_channels / p->group;
-    g.planes_floats = planes.floats;
+    g.planes_floats = ortx_round_up(ortx_conv_planes_source_floats(p), 16);
     g.packed_floats = ortx_round_up(ortx_gemm_packed_a_floats(g.pixels, g.depth), 16);
     g.scratch_floats = ortx_round_up(g.pixels, ORTX_GEMM_MR) * ortx_round_up(cout_g, ORTX_GEMM_NR);
     return g;
@@ -55,52 +52,25 @@ typedef struct pixel_rows_job {
     ortx_pixel_rows_geometry g;
     const float *x;         /* the group's first input channel */
     const float *weights;   /* the group's packed B panels */
-    float *planes, *packed, *scratch;
+    const ortx_conv_planes_context *planes;
+    float *packed, *scratch;
     float *y;               /* the group's first output channel */
     const ortx_gemm_epilogue *epilogue;
     const ortx_gemm_isa *isa;
     int64_t column_parts, row_parts;  /* steps 3-4: tasks = column_parts * row_parts blocks */
 } pixel_rows_job;
 
-/* Step 1 for input channels [begin, end) (conv_planes.c). */
-static void fill_planes(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const pixel_rows_job *job = context;
-    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
-}
-
-/* Step 2 for row panels [begin, end): panel element (k, r) of depth block k0 is im2col^T[pixel i*MR + r][k0 + k]
- * = planes[tap[k0 + k] + pixel_offset[r]], pixels past the end read pixel 0's (their rows are never stored). */
+/* Step 2 for row panels [begin, end), every depth block. */
 static void pack_panels(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const pixel_rows_job *job = context;
-    const ortx_conv_params *p = job->p;
-    const ortx_pixel_rows_geometry g = job->g;
     enum { MR = ORTX_GEMM_MR };
-    const int64_t OW = p->out_width, area = p->kernel_height * p->kernel_width;
-    const int64_t plane = g.padded_rows * g.padded_width, m_padded = ortx_round_up(g.pixels, MR);
-    for (int64_t panel = begin; panel < end; panel++) {
-        int64_t offset[MR];
-        for (int r = 0; r < MR; r++) {
-            int64_t pixel = panel * MR + r < g.pixels ? panel * MR + r : 0;
-            offset[r] = pixel / OW * p->stride_height * g.padded_width + pixel % OW * p->stride_width;
+    const int64_t m_padded = ortx_round_up(job->g.pixels, MR);
+    for (int64_t panel = begin; panel < end; panel++)
+        for (int64_t k0 = 0; k0 < job->g.depth; k0 += ORTX_GEMM_KC) {
+            int64_t kc = min64(ORTX_GEMM_KC, job->g.depth - k0);
+            ortx_conv_planes_pack_rows(job->planes, k0, kc, panel * MR, job->packed + k0 * m_padded + panel * MR * kc);
         }
-        for (int64_t k0 = 0; k0 < g.depth; k0 += ORTX_GEMM_KC) {
-            int64_t kc = min64(ORTX_GEMM_KC, g.depth - k0);
-            float *out = job->packed + k0 * m_padded + panel * MR * kc;
-            int64_t c = k0 / area, tap = k0 % area;
-            for (int64_t k = 0; k < kc; k++, out += MR) {
-                int64_t ky = tap / p->kernel_width, kx = tap % p->kernel_width;
-                const float *in = job->planes + c * plane + ky * p->dilation_height * g.padded_width +
-                                  kx * p->dilation_width;
-                for (int r = 0; r < MR; r++) out[r] = in[offset[r]];
-                if (++tap == area) {
-                    tap = 0;
-                    c++;
-                }
-            }
-        }
-    }
 }
 
 /* Steps 3 and 4 for task t: a block of row panels x column panels. Columns go in units of two panels (so the
@@ -157,8 +127,10 @@ static void gemm_block(void *context, int64_t task, int thread) {
 static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const float *weights, float *y,
                               const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
     ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
-    int64_t cin_g = p->in_channels / p->group, cout_g = p->out_channels / p->group;
-    float *planes = workspace, *packed = planes + g.planes_floats, *scratch = packed + g.packed_floats;
+    int64_t cout_g = p->out_channels / p->group;
+    float *packed = workspace + g.planes_floats, *scratch = packed + g.packed_floats;
+    ortx_conv_planes_context planes;
+    ortx_conv_planes_context_init(&planes, p, workspace);
     /* below ~2M multiply-adds a second thread costs more than it saves (as in ortx_sgemm) */
     if ((double)g.pixels * cout_g * g.depth < 128.0 * 128 * 128) threads = 1;
     int64_t pairs = (ortx_round_up(cout_g, ORTX_GEMM_NR) / ORTX_GEMM_NR + 1) / 2;
@@ -166,9 +138,9 @@ static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const f
     int64_t wanted = (int64_t)ORTX_TASKS_PER_THREAD * threads;
     int64_t column_parts = min64(pairs, wanted);
     int64_t row_parts = threads == 1 ? 1 : min64(row_panels, (wanted + column_parts - 1) / column_parts);
-    pixel_rows_job job = {p, g, x, weights, planes, packed, scratch, y, epilogue, ortx_gemm_select_isa(),
+    pixel_rows_job job = {p, g, x, weights, &planes, packed, scratch, y, epilogue, ortx_gemm_select_isa(),
                           column_parts, row_parts};
-    ortx_parallel_range(threads, cin_g, wanted, fill_planes, &job);
+    ortx_conv_fill_planes_parallel(p, x, planes.planes, threads);
     ortx_parallel_range(threads, row_panels, wanted, pack_panels, &job);
     ortx_parallel_for(threads, column_parts * row_parts, gemm_block, &job);
 }

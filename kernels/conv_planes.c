@@ -1,13 +1,16 @@
-/* Zero-padded input planes and the patch matrix's packed B panels built from them (conv.c Case 1 and
- * conv_pixel_rows.c).
+/* Phase planes of a dense conv's input and the patch matrix's packed panels built from them (conv.c Cases 1 and
+ * 1b, conv_pixel_rows.c, and the generated GEMM's conv source, conv_source.c).
  *
- * A group's input is copied once per call into planes of padded_rows x padded_width per channel, holding
- * x[r - pad_top][j - pad_left] or 0, large enough that every tap of every output pixel lands inside. Patch-matrix
- * element (k = (c, ky, kx), pixel n = (oy, ox)) is then planes[tap_offset(k) + pixel_offset(n)] with no bounds
- * checks, and with stride 1 a 16-pixel panel inside one output row is 16 contiguous floats: packing a KC x NC
- * block of B is one 64-byte copy per panel row, where building each row from the unpadded input (clipping every
- * output row against the image) cost ~1 cycle per float, a fifth of a 64-channel 3x3 conv's time.
- * Limit: the planes are an extra copy of the input (Cin/g * padded area floats of workspace).
+ * A group's input is copied once per call into the zero-padded phase planes of conv.h's direct geometry: phase
+ * (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy, j*sw + qx). Patch-matrix element
+ * (k = (c, ky, kx), output pixel (oy, ox)) is then planes[tap_offset[k] + oy*phase_width + ox] with no bounds checks
+ * and, whatever the stride, consecutive output pixels of one output row are consecutive floats there. So packing
+ * 16 pixels of one output row (a B panel row) or 6 (a pixel-rows A panel row) is one contiguous copy per tap; a
+ * panel that crosses output row ends is one contiguous copy per row it touches, into a staging row. Building each
+ * row from the unpadded input instead (clipping every output row against the image, gathering every stride-th
+ * float) cost ~1 cycle per float, 15% of a 64-channel 3x3 conv's time and more for the stride-2 stem.
+ * Limits: the planes are an extra copy of the input (Cin/g * phases * phase area floats of workspace); phases no
+ * tap reads (a 1x1/2 conv's odd rows and columns) are left unfilled.
  */
 #include <string.h>
 
@@ -17,51 +20,88 @@
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p) {
-    ortx_conv_planes_geometry g;
-    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
-    g.padded_width = (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1;
-    g.plane = g.padded_rows * g.padded_width;
-    g.floats = ortx_round_up(p->in_channels / p->group * g.plane, 16);
-    return g;
+/* Floats past the last plane that a staging copy may read (conv.h's 32 floats of zeroed slack). */
+enum { PLANES_SLACK = 32 };
+
+static int is_pointwise(const ortx_conv_params *p) {
+    return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
+           p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-void ortx_conv_fill_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin, int64_t end) {
-    ortx_conv_planes_geometry g = ortx_conv_planes_geometry_of(p);
-    const int64_t H = p->in_height, W = p->in_width, width = g.padded_width;
-    /* input columns [first, last) land inside the plane row */
-    int64_t first = min64(W, max64(0, -p->pad_left)), last = max64(first, min64(W, width - p->pad_left));
+int ortx_conv_packs_from_planes(const ortx_conv_params *p) {
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    int64_t cin_g = p->in_channels / p->group;
+    if (is_pointwise(p)) return 0;
+    return cin_g * g.channel_floats + g.virtual_pixels + PLANES_SLACK < INT32_MAX;
+}
+
+int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p) { return ortx_conv_direct_floats(p); }
+
+/* Whether some tap t < taps (at t * dilation) falls in phase `phase` of `stride`. */
+static int phase_read(int64_t phase, int64_t taps, int64_t dilation, int64_t stride) {
+    for (int64_t t = 0; t < taps && t < stride; t++)
+        if (t * dilation % stride == phase) return 1;
+    return 0;
+}
+
+void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
+                                 int64_t end) {
+    const ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    int64_t H = p->in_height, W = p->in_width, sh = p->stride_height, sw = p->stride_width;
     for (int64_t c = begin; c < end; c++) {
         const float *channel = x + c * H * W;
-        float *out = planes + c * g.plane;
-        for (int64_t r = 0; r < g.padded_rows; r++, out += width) {
-            int64_t iy = r - p->pad_top;
-            if (iy < 0 || iy >= H || first >= last) {
-                memset(out, 0, width * sizeof(float));
-                continue;
+        float *out = planes + c * g.channel_floats;
+        for (int64_t qy = 0; qy < g.phases_y; qy++)
+            for (int64_t qx = 0; qx < g.phases_x; qx++) {
+                if (!phase_read(qy, p->kernel_height, p->dilation_height, sh) ||
+                    !phase_read(qx, p->kernel_width, p->dilation_width, sw)) {
+                    out += g.phase_rows * g.phase_width;  /* no tap reads it (a kernel smaller than the stride) */
+                    continue;
+                }
+                /* columns j with 0 <= j*sw + qx - pl < W read the input */
+                int64_t offset = qx - p->pad_left;
+                int64_t lo = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
+                int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 - offset, sw) + 1));
+                for (int64_t r = 0; r < g.phase_rows; r++, out += g.phase_width) {
+                    int64_t iy = r * sh + qy - p->pad_top;
+                    if (iy < 0 || iy >= H || lo >= hi) {
+                        memset(out, 0, g.phase_width * sizeof(float));
+                        continue;
+                    }
+                    const float *in = channel + iy * W + offset;
+                    for (int64_t j = 0; j < lo; j++) out[j] = 0.0f;
+                    if (sw == 1) {
+                        memcpy(out + lo, in + lo, (hi - lo) * sizeof(float));
+                    } else if (sw == 2) {  /* a constant stride the compiler vectorises */
+                        for (int64_t j = lo; j < hi; j++) out[j] = in[2 * j];
+                    } else {
+                        for (int64_t j = lo; j < hi; j++) out[j] = in[j * sw];
+                    }
+                    for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
+                }
             }
-            int64_t lo = first + p->pad_left, hi = last + p->pad_left;
-            memset(out, 0, lo * sizeof(float));
-            memcpy(out + lo, channel + iy * W + first, (hi - lo) * sizeof(float));
-            memset(out + hi, 0, (width - hi) * sizeof(float));
-        }
     }
 }
 
-void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets) {
-    ortx_conv_planes_geometry g = ortx_conv_planes_geometry_of(p);
-    const int64_t OW = p->out_width, N = p->out_height * OW, NR = ORTX_GEMM_NR;
-    for (int64_t n = 0; n < N; n++)
-        pixel_offsets[n] = (int32_t)(n / OW * p->stride_height * g.padded_width + n % OW * p->stride_width);
-    for (int64_t n0 = 0; n0 < N; n0 += NR)
-        panel_offsets[n0 / NR] = n0 % OW + NR <= OW ? pixel_offsets[n0] : -1;
-}
-
-/* ortx_gemm_pack_b_fn; n0 is a multiple of NR (ortx_sgemm's column blocks start on panels). */
-int64_t ortx_conv_planes_source_floats(const ortx_conv_params *p) {
-    int64_t N = p->out_height * p->out_width;
-    return ortx_conv_planes_geometry_of(p).floats + ortx_round_up(N + N / ORTX_GEMM_NR + 1, 16);
+void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch) {
+    const ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(params);
+    const ortx_conv_params *p = params;
+    int64_t cin_g = p->in_channels / p->group, area = p->kernel_height * p->kernel_width;
+    int32_t *taps = (int32_t *)(scratch + ortx_round_up(cin_g * g.channel_floats + PLANES_SLACK, 16));
+    memset(scratch + cin_g * g.channel_floats, 0, PLANES_SLACK * sizeof(float));
+    for (int64_t k = 0; k < cin_g * area; k++) {
+        int64_t c = k / area, ky = (k % area) / p->kernel_width, kx = k % p->kernel_width;
+        int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
+        int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
+        taps[k] = (int32_t)(c * g.channel_floats + (phase * g.phase_rows + dy / g.phases_y) * g.phase_width +
+                            dx / g.phases_x);
+    }
+    context->params = params;
+    context->geometry = g;
+    context->planes = scratch;
+    context->tap_offsets = taps;
 }
 
 typedef struct fill_job {
@@ -73,7 +113,7 @@ typedef struct fill_job {
 static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const fill_job *job = context;
-    ortx_conv_fill_planes(job->p, job->x, job->planes, begin, end);
+    ortx_conv_fill_phase_planes(job->p, job->x, job->planes, begin, end);
 }
 
 void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads) {
@@ -83,47 +123,74 @@ void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, f
                         &fill);
 }
 
-void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx_conv_params *params, float *scratch) {
-    int64_t N = params->out_height * params->out_width;
-    context->params = params;
-    context->geometry = ortx_conv_planes_geometry_of(params);
-    context->planes = scratch;
-    int32_t *pixel_offsets = (int32_t *)(scratch + context->geometry.floats);
-    context->pixel_offsets = pixel_offsets;
-    context->panel_offsets = pixel_offsets + N;
-    ortx_conv_planes_offsets(params, pixel_offsets, pixel_offsets + N);
+/* Packs `lanes` consecutive output pixels, the first at output column `column` and virtual pixel `first`, for the
+ * kc taps at taps[0..kc): out[k * lanes + j] = planes[taps[k] + virtual pixel of pixel j], 0 for j >= valid.
+ * Case 1: all lanes in one output row, one copy per tap. Case 2: one `lanes`-float copy per output row touched
+ * (each run's next row starts `gap` discarded virtual columns later), in order, each overwriting the previous
+ * one's surplus; the last run's surplus lands in the next tap's row, written after it, except for the last tap,
+ * which goes through a staging row so nothing past the panel is written (other tasks may be packing there). */
+static inline __attribute__((always_inline)) void pack_pixels(const float *planes, const int32_t *taps, int64_t kc,
+                                                              int64_t column, int64_t first, int64_t valid,
+                                                              int64_t out_width, int64_t gap, const int lanes,
+                                                              float *out) {
+    if (valid == lanes && column + lanes <= out_width) {  /* Case 1 */
+        const float *in = planes + first;
+        for (int64_t k = 0; k < kc; k++) memcpy(out + k * lanes, in + taps[k], lanes * sizeof(float));
+        return;
+    }
+    int64_t start[ORTX_GEMM_NR], at[ORTX_GEMM_NR], runs = 0;  /* Case 2 */
+    for (int64_t filled = 0, position = first; filled < valid; runs++) {
+        int64_t length = min64(valid - filled, out_width - column);
+        start[runs] = position;
+        at[runs] = filled;
+        filled += length;
+        position += length + gap;
+        column = 0;
+    }
+    for (int64_t k = 0; k < kc; k++) {
+        float staging[2 * ORTX_GEMM_NR];  /* a run of `lanes` floats from at[r] < lanes */
+        float *row = k + 1 < kc ? out + k * lanes : staging;
+        const float *in = planes + taps[k];
+        for (int64_t r = 0; r < runs; r++) memcpy(row + at[r], in + start[r], lanes * sizeof(float));
+        for (int64_t j = valid; j < lanes; j++) row[j] = 0.0f;
+        if (k + 1 == kc) memcpy(out + k * lanes, staging, lanes * sizeof(float));
+    }
 }
 
 void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
     const ortx_conv_planes_context *ctx = context;
     const ortx_conv_params *p = ctx->params;
-    const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width;
-    const int64_t N = p->out_height * p->out_width, width = ctx->geometry.padded_width, sw = p->stride_width;
-    int64_t channel = k0 / area, tap = k0 % area;
-    for (int64_t k = 0; k < kc; k++) {
-        const float *in = ctx->planes + channel * ctx->geometry.plane +
-                          tap / p->kernel_width * p->dilation_height * width + tap % p->kernel_width * p->dilation_width;
-        for (int64_t j0 = 0; j0 < nc; j0 += NR) {
-            int64_t n = n0 + j0;
-            float *out = dst + j0 * kc + k * NR;
-            int32_t base = ctx->panel_offsets[n / NR];
-            if (base >= 0 && j0 + NR <= nc && sw == 1) {
-                memcpy(out, in + base, NR * sizeof(float));
-            } else if (base >= 0 && j0 + NR <= nc && sw == 2) {  /* a constant stride the compiler vectorises */
-                for (int64_t j = 0; j < NR; j++) out[j] = in[base + 2 * j];
-            } else if (base >= 0 && j0 + NR <= nc) {
-                for (int64_t j = 0; j < NR; j++) out[j] = in[base + j * sw];
-            } else if (j0 + NR <= nc && n + NR <= N) {  /* crosses an output row end */
-                const int32_t *offsets = ctx->pixel_offsets + n;
-                for (int64_t j = 0; j < NR; j++) out[j] = in[offsets[j]];
-            } else {
-                for (int64_t j = 0; j < NR; j++)
-                    out[j] = j0 + j < nc && n + j < N ? in[ctx->pixel_offsets[n + j]] : 0.0f;
-            }
-        }
-        if (++tap == area) {
-            tap = 0;
-            channel++;
-        }
+    const int64_t OW = p->out_width, N = p->out_height * OW, Wq = ctx->geometry.phase_width;
+    for (int64_t j0 = 0; j0 < nc; j0 += ORTX_GEMM_NR) {
+        int64_t n = n0 + j0, valid = min64(ORTX_GEMM_NR, min64(nc - j0, N - n)), oy = n / OW, ox = n % OW;
+        pack_pixels(ctx->planes, ctx->tap_offsets + k0, kc, ox, oy * Wq + ox, valid, OW, Wq - OW, ORTX_GEMM_NR,
+                    dst + j0 * kc);
     }
+}
+
+void ortx_conv_planes_pack_rows(const ortx_conv_planes_context *ctx, int64_t k0, int64_t kc, int64_t pixel,
+                                float *dst) {
+    const ortx_conv_params *p = ctx->params;
+    const int64_t OW = p->out_width, N = p->out_height * OW, Wq = ctx->geometry.phase_width;
+    int64_t valid = min64(ORTX_GEMM_MR, N - pixel), oy = pixel / OW, ox = pixel % OW;
+    pack_pixels(ctx->planes, ctx->tap_offsets + k0, kc, ox, oy * Wq + ox, valid, OW, Wq - OW, ORTX_GEMM_MR, dst);
+}
+
+/* The padded (unphased) planes geometry and pixel offsets of conv_bf16.c. */
+ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p) {
+    ortx_conv_planes_geometry g;
+    g.padded_rows = (p->out_height - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
+    g.padded_width = (p->out_width - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1;
+    g.plane = g.padded_rows * g.padded_width;
+    g.floats = ortx_round_up(p->in_channels / p->group * g.plane, 16);
+    return g;
+}
+
+void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets) {
+    ortx_conv_planes_geometry g = ortx_conv_planes_geometry_of(p);
+    const int64_t OW = p->out_width, N = p->out_height * OW, NR = ORTX_GEMM_NR;
+    for (int64_t n = 0; n < N; n++)
+        pixel_offsets[n] = (int32_t)(n / OW * p->stride_height * g.padded_width + n % OW * p->stride_width);
+    for (int64_t n0 = 0; n0 < N; n0 += NR)
+        panel_offsets[n0 / NR] = n0 % OW + NR <= OW ? pixel_offsets[n0] : -1;
 }

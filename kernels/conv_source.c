@@ -4,8 +4,8 @@
  * ortx_parallel_for): per call, ortx_conv_source_prepare fills the zero-padded input planes (conv_planes.c) in the
  * scratch the generated kernel reserved and sets up an opaque source in the caller's frame; then
  * ortx_conv_source_pack_b packs any KC x NC block of the (Cin*KH*KW) x (OH*OW) patch matrix into 16-column panels
- * (kernels/gemm.h's B panel format), from the planes with stride 1 (a panel row is one 64-byte copy) when the
- * output is at least 32 columns wide, else row by row from X (conv.c's im2col), the same choice as conv2d_f32.
+ * (kernels/gemm.h's B panel format), from the phase planes (one contiguous copy per panel row and output row) when
+ * ortx_conv_packs_from_planes says so, else row by row from X (conv.c's im2col), the choice conv2d_f32 makes.
  * Limits: one image, one group (the caller passes that image's X); nc at most ORTX_GEMM_NC per pack call.
  */
 #include <string.h>
@@ -21,11 +21,9 @@ typedef struct ortx_conv_source {
     ortx_im2col_context im2col;
 } ortx_conv_source;
 
-static int source_from_planes(const ortx_conv_params *p) {
-    return p->stride_width == 1 && p->out_width >= 2 * ORTX_GEMM_NR;
-}
+static int source_from_planes(const ortx_conv_params *p) { return ortx_conv_packs_from_planes(p); }
 
-/* The planes, then the pixel and panel offset tables (ortx_conv_planes_offsets), or nothing for im2col. */
+/* The planes, their slack and the tap offsets (conv_planes.c), or nothing for im2col. */
 static int64_t source_floats(const ortx_conv_params *p) {
     return source_from_planes(p) ? ortx_conv_planes_source_floats(p) : 0;
 }

@@ -175,11 +175,29 @@ static inline void run_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a
     if (epilogue) isa->epilogue(c, ldc, rows, cols, row0, col0, epilogue);
 }
 
+/* A wide tile of the block's last, partial row panel (rows < MR; A is a zero-padded packed panel there): one wide
+ * micro-kernel call on a scratch tile, then the valid rows are copied out and the epilogue applied. Each element is
+ * summed as the two narrow edge tiles summed it (same k order, same accumulate step), so results are unchanged;
+ * two narrow calls cost ~2x a wide one per row panel (ResNet-18's 64-channel convs: 11 row panels, one partial). */
+static void wide_edge_tile(const ortx_gemm_isa *isa, int64_t kc, const float *a, const float *b, float *c,
+                           int64_t ldc, int64_t rows, int accumulate, const ortx_gemm_epilogue *epilogue,
+                           int64_t row0, int64_t col0) {
+    enum { MR = ORTX_GEMM_MR, WIDTH = 2 * ORTX_GEMM_NR };
+    float tile[MR * WIDTH] __attribute__((aligned(64)));
+    if (accumulate) {
+        memset(tile, 0, sizeof(tile));
+        for (int64_t i = 0; i < rows; i++) memcpy(tile + i * WIDTH, c + i * ldc, WIDTH * sizeof(float));
+    }
+    isa->micro_wide(kc, a, b, tile, WIDTH, accumulate, NULL, 0, 0);
+    for (int64_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * WIDTH, WIDTH * sizeof(float));
+    if (epilogue) isa->epilogue(c, ldc, rows, WIDTH, row0, col0, epilogue);
+}
+
 /* The tile at (ir, jr) of the current (ic, jc, pc) block; `wide` tiles span two B panels. */
 static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const a_block *A, const float *b_block,
                               float *C, int64_t ldc, int64_t ic, int64_t jc, int64_t ir, int64_t jr, int64_t mc,
                               int64_t cols, int wide, int accumulate, const ortx_gemm_epilogue *tile_epilogue) {
-    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
+    const int64_t MR = ORTX_GEMM_MR;
     int64_t rows = min64(MR, mc - ir), row0 = ic + ir, col0 = jc + jr;
     float *c = C + row0 * ldc + col0;
     const float *b = b_block + jr * kc;
@@ -193,8 +211,7 @@ static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const a_bloc
             isa->micro_wide(kc, a, b, c, ldc, accumulate, tile_epilogue, row0, col0);
         }
     } else if (wide) {
-        run_tile(isa, kc, a, lda, b, c, ldc, rows, NR, accumulate, tile_epilogue, row0, col0);
-        run_tile(isa, kc, a, lda, b + NR * kc, c + NR, ldc, rows, NR, accumulate, tile_epilogue, row0, col0 + NR);
+        wide_edge_tile(isa, kc, a, b, c, ldc, rows, accumulate, tile_epilogue, row0, col0);
     } else {
         run_tile(isa, kc, a, lda, b, c, ldc, rows, cols, accumulate, tile_epilogue, row0, col0);
     }

@@ -98,6 +98,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
     .pair_rows = pair_rows_portable,
     .convert = convert_portable,
     .interleave = interleave_portable,
+    .direct_tile = ortx_bf16_direct_tile_portable,
 };
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -454,7 +455,8 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
  *   floats [0] scale; buffers [0] fp32 source [1] destination (gemm_sizes_bf16's packed elements, uint16).
  * gemm_sizes_bf16: ints [0] M [1] N [2] K [3] num_threads; buffers [0] int64[3] out: workspace bytes, packed-A
  *   elements, packed-B elements.
- * conv2d_bf16, conv_sizes_bf16: conv_bf16.c.
+ * conv2d_bf16, conv_sizes_bf16, conv_pack_bf16: conv_bf16.c; conv_transpose2d_bf16, conv_transpose_sizes_bf16,
+ *   conv_transpose_pack_bf16: conv_transpose_bf16.c.
  * ------------------------------------------------------------------------------------------------------------- */
 
 typedef struct gemm_batch_job {
@@ -513,5 +515,9 @@ const ortx_kernel_entry ortx_family_bf16[] = {
     {"gemm_sizes_bf16", gemm_sizes_bf16, gemm_sizes_bf16},
     {"conv2d_bf16", ortx_conv2d_bf16, ortx_conv2d_bf16_ref},
     {"conv_sizes_bf16", ortx_conv_sizes_bf16, ortx_conv_sizes_bf16},
+    {"conv_pack_bf16", ortx_conv_pack_bf16, ortx_conv_pack_bf16},
+    {"conv_transpose2d_bf16", ortx_conv_transpose2d_bf16, ortx_conv_transpose2d_bf16_ref},
+    {"conv_transpose_sizes_bf16", ortx_conv_transpose_sizes_bf16, ortx_conv_transpose_sizes_bf16},
+    {"conv_transpose_pack_bf16", ortx_conv_transpose_pack_bf16, ortx_conv_transpose_pack_bf16},
     {NULL, NULL, NULL},
 };

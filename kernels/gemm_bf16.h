@@ -99,6 +99,18 @@ typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *
 typedef void (*ortx_bf16_interleave_fn)(const uint16_t *first, const uint16_t *second, const int32_t *at,
                                         int64_t column, int64_t width, int64_t stride, uint16_t *dst);
 
+/* The direct conv's tile (conv_bf16_direct.c): for i < MR, j < 16 * vectors, acc[i][j] = sum over the `pairs` k
+ * pairs q of the products of A pair a[q][i][0..1] and the bf16 pair x[offsets[q] + j] (one 32-bit word: two input
+ * channels of one pixel), in vdpbf16ps's order (per pair, the odd product then the even one). Then, for each vector
+ * v, the lanes set in masks[v] are packed together in lane order and, for rows i < rows, written to
+ * c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane) (alpha, bias_row, residual with column
+ * stride 1, activation); a vector whose mask is 0 is not stored. prefetch > 0: also fetch the words at
+ * x + offsets[q] + prefetch (the next tile's) into L1. */
+typedef void (*ortx_bf16_direct_tile_fn)(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
+                                         int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
+                                         int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
+
 typedef struct ortx_bgemm_isa {
     const char *name;
     ortx_bgemm_micro_fn micro;       /* MR x NR */
@@ -106,7 +118,13 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_pair_rows_fn pair_rows;
     ortx_bf16_convert_fn convert;
     ortx_bf16_interleave_fn interleave;
+    ortx_bf16_direct_tile_fn direct_tile;
 } ortx_bgemm_isa;
+
+void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
+                                    int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
+                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch);
 
 extern const ortx_bgemm_isa ortx_bgemm_isa_portable;
 extern const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16;
@@ -125,8 +143,31 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
 void ortx_bgemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
                      int64_t panel, float scale, uint16_t *dst);
 
+/* The direct form of conv2d_bf16 (conv_bf16_direct.c): whether a conv takes it (weights then packed by
+ * ortx_conv_direct_pack_bf16, not as gemm panels), its workspace floats, its packed weight elements per group and
+ * the weights' packing; ortx_conv_direct_bf16 runs one image and group (x: its first input channel, y: its first
+ * output channel, weights: its panels). ortx_conv_direct_weight_index: element (m, c, tap) of a group's panels. */
+struct ortx_conv_params;
+int ortx_conv_direct_bf16_applies(const struct ortx_conv_params *p);
+int64_t ortx_conv_direct_bf16_floats(const struct ortx_conv_params *p);
+int64_t ortx_conv_direct_bf16_elements(const struct ortx_conv_params *p);
+int64_t ortx_conv_direct_weight_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
+void ortx_conv_direct_pack_bf16(const struct ortx_conv_params *p, const float *weights, uint16_t *dst);
+void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
+                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
+                           const struct ortx_conv_params *transposed);
+
+/* conv_transpose2d_bf16 (conv_transpose_bf16.c): a ConvTranspose whose kernel equals its stride (no overlap, no
+ * padding), as ortx_conv_direct_bf16 of a 1x1 conv with Cout*KH*KW outputs whose tiles scatter into Y. */
+int ortx_conv_transpose_bf16_applies(const struct ortx_conv_params *p);
+void ortx_conv_transpose2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
 void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Reference kernels (kernels/ref/gemm_bf16_ref.c). */
 void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

@@ -135,6 +135,76 @@ ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first
     _mm512_storeu_si512(dst, result);
 }
 
+/* The direct conv's tile (gemm_bf16.h's ortx_bf16_direct_tile_fn): the micro-kernel's loop with each k pair's B
+ * words loaded straight from the channel-pair planes at x + offsets[q], then per vector the kept lanes packed
+ * together (vcompressps in a register: the memory form is slow on Zen 4) and the epilogue in the order of
+ * epilogue_registers_avx2 (alpha, bias_row, residual by fused multiply-add, activation), the residual read with the
+ * store's mask so no element past the kept ones is touched. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void direct_tile_avx512_bf16(
+    const int vectors, int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
+    const uint32_t *masks, const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *e,
+    int64_t row0, int64_t prefetch) {
+    __m512 acc[ORTX_BGEMM_MR][2];
+    for (int i = 0; i < ORTX_BGEMM_MR; i++)
+        for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint32_t *words = x + offsets[q];
+        if (prefetch) {
+            _mm_prefetch((const char *)(words + prefetch), _MM_HINT_T0);
+            _mm_prefetch((const char *)(words + prefetch + 16), _MM_HINT_T0);
+        }
+        __m512bh b0 = (__m512bh)_mm512_loadu_si512(words);
+        __m512bh b1 = vectors == 2 ? (__m512bh)_mm512_loadu_si512(words + ORTX_GEMM_NR) : b0;
+        const uint16_t *aq = a + q * ORTX_BGEMM_MR * 2;
+        for (int i = 0; i < ORTX_BGEMM_MR; i++) {
+            int32_t pair;
+            __builtin_memcpy(&pair, aq + 2 * i, sizeof(pair));
+            __m512bh broadcast = (__m512bh)_mm512_set1_epi32(pair);
+            acc[i][0] = _mm512_dpbf16_ps(acc[i][0], broadcast, b0);
+            if (vectors == 2) acc[i][1] = _mm512_dpbf16_ps(acc[i][1], broadcast, b1);
+        }
+    }
+    for (int v = 0; v < vectors; v++) {
+        __mmask16 keep = (__mmask16)masks[v];
+        int count = __builtin_popcount(masks[v]);
+        if (!count) continue;
+        __mmask16 store = (__mmask16)((1u << count) - 1u);
+        for (int i = 0; i < ORTX_BGEMM_MR; i++) {
+            if (i >= rows) break;
+            __m512 value = keep == 0xffff ? acc[i][v] : _mm512_maskz_compress_ps(keep, acc[i][v]);
+            if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
+            if (e->bias_row) value = _mm512_add_ps(value, _mm512_set1_ps(e->bias_row[row0 + i]));
+            if (e->residual)
+                value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
+                                        _mm512_maskz_loadu_ps(store, e->residual + (row0 + i) * e->residual_row_stride +
+                                                                         at[v]),
+                                        value);
+            if (e->activation != ORTX_ACT_NONE) {
+                __m256 lo = _mm512_castps512_ps256(value);
+                __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
+                lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
+                hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
+                value = _mm512_castpd_ps(
+                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+            }
+            _mm512_mask_storeu_ps(c + i * ldc + at[v], store, value);
+        }
+    }
+}
+
+ORTX_TARGET_AVX512_BF16 static void direct_tile_dispatch_avx512_bf16(
+    int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets, int vectors, const uint32_t *masks,
+    const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+    int64_t prefetch) {
+    if (vectors == 2 && prefetch)
+        direct_tile_avx512_bf16(2, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, prefetch);
+    else if (vectors == 2)
+        direct_tile_avx512_bf16(2, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, 0);
+    else
+        direct_tile_avx512_bf16(1, pairs, a, x, offsets, masks, at, c, ldc, rows, epilogue, row0, 0);
+}
+
 const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .name = "avx512_bf16",
     .micro = micro_avx512_bf16,
@@ -142,6 +212,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .pair_rows = pair_rows_avx512_bf16,
     .convert = convert_avx512_bf16,
     .interleave = interleave_avx512_bf16,
+    .direct_tile = direct_tile_dispatch_avx512_bf16,
 };
 
 #else

@@ -1,26 +1,27 @@
-/* Family "sparse": blocked-CSR weights (sparse.h) times dense activations, fp32 (issue #9).
+/* Family "sparse": blocked-CSR weights in column panels (sparse.h) times dense activations, fp32 (issue #9).
  *
  * sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR.
- *   ints: the 20 conv ints of conv.h (workspace_threads unused), [20] block rows R (1 or 4).
+ *   ints: the 20 conv ints of conv.h ([19] workspace threads), [20] block rows R (1 or 4), [21] panels.
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
- *   Per image, the patch matrix B (Cin*KH*KW x OH*OW) is read
- *   Case 1x1 (stride 1, unpadded): as X is stored;
- *   every other conv: the input is first split into zero-padded phase planes (see conv_job), in which every patch
- *   row is, per output row, one contiguous run, whatever the stride, dilation and padding; then
- *   Case direct (planes smaller than a K x 64 tile: small maps, many channels): read in place (see conv_direct);
- *   Case tiled patches: B built per 64-pixel tile by contiguous copies in the thread's workspace slice (aligned
- *   rows, in L2) when every thread gets two tiles or more;
- *   Case whole patches: else for the whole image (rows rounded to 16 floats), in parallel over its rows.
  *   Tasks = pixel tiles of ORTX_SPARSE_TILE columns x chunks of block rows (enough chunks for ORTX_TASKS_PER_THREAD
- *   tasks per thread), each running the ISA's row kernel with the epilogue (bias, residual laid out as Y,
- *   activation) on its tile.
+ *   tasks per thread); per task and panel, the row kernel runs every row of the chunk over the panel's rows of the
+ *   patch matrix B (Cin*KH*KW x OH*OW), storing into Y (partial sums, then the epilogue: bias, residual laid out as
+ *   Y, activation). B's rows are
+ *   Case in place (1x1, stride 1, unpadded, OH*OW a multiple of 16): X as stored, every row 64-byte aligned;
+ *   Case built (every other conv): copied per tile and panel into the thread's aligned slice of the workspace, from
+ *   the input split into zero-padded phase planes (see conv_job), in which every patch row is, per output row, one
+ *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself).
  * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
- *   ints: M, N, K, lda, R, has_bias, activation, threads (unused). floats: param0, param1.
+ *   ints: M, N, K, lda, R, has_bias, activation, threads, panels. floats: param0, param1.
  *   buffers: A, values, cols, row_ptr, Y, workspace, bias.
- *   Steps: 1. A^T (K x M, row stride round_up(M, 16)) into the workspace; 2. tasks = token tiles x block-row
- *   chunks; each block row is computed into a stack tile [R][ORTX_SPARSE_TILE] and stored transposed into Y.
- * sparse_sizes_f32: ints [0, the 20 conv ints] or [1, M, N, K]; writes the workspace bytes to out[0].
- * Limits: fp32 only; groups > 1 are not covered (the lowering keeps them dense); R is 1 or 4.
+ *   Steps: 1. A^T (K x M, row stride gemm_transposed_stride(M)) into the workspace; 2. tasks = token tiles x
+ *   block-row chunks; each chunk runs every panel into the thread's tile [rows][ORTX_SPARSE_TILE], which is then
+ *   stored transposed into Y.
+ * sparse_sizes_f32: ints [0, the 20 conv ints] or [1, M, N, K, threads]; writes the workspace bytes to out[0] and
+ *   the panel count to out[1] (the lowering packs W in that many panels of ceil(K / panels) columns; the conv's
+ *   workspace holds panels of that width, so a conv must not be given fewer panels).
+ * Limits: fp32 only; groups > 1 are not covered (the lowering keeps them dense); R is 1 or 4. With few tiles (7x7
+ * maps: one) each row chunk builds its own copy of the tile's panels.
  */
 #include <string.h>
 
@@ -39,15 +40,20 @@ static ortx_sparse_rows_fn select_rows(void) {
     }
 }
 
-void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
-                               int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e) {
+void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t panel, int64_t block_begin, int64_t block_end,
+                               const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
+                               const ortx_sparse_epilogue *e) {
     const int64_t R = w->block_rows;
+    const int32_t *row_ptr = w->row_ptr + panel * ((w->rows + R - 1) / R);
     float acc[4][ORTX_SPARSE_TILE];
     for (int64_t block_row = block_begin; block_row < block_end; block_row++) {
-        for (int64_t r = 0; r < R; r++)
-            for (int64_t t = 0; t < ncols; t++) acc[r][t] = 0.0f;
-        for (int32_t block = w->row_ptr[block_row]; block < w->row_ptr[block_row + 1]; block++) {
-            const float *x = b + (w->offsets ? (int64_t)w->offsets[w->cols[block]] : (int64_t)w->cols[block] * ldb);
+        for (int64_t r = 0; r < R; r++) {
+            int64_t row = block_row * R + r;
+            for (int64_t t = 0; t < ncols; t++)
+                acc[r][t] = panel > 0 && row < w->rows ? c[(row - block_begin * R) * ldc + t] : 0.0f;
+        }
+        for (int32_t block = row_ptr[block_row]; block < row_ptr[block_row + 1]; block++) {
+            const float *x = b + (int64_t)w->cols[block] * ldb;
             for (int64_t r = 0; r < R; r++) {
                 float value = w->values[(int64_t)block * R + r];
                 for (int64_t t = 0; t < ncols; t++) acc[r][t] += value * x[t];
@@ -56,9 +62,13 @@ void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin,
         for (int64_t r = 0; r < R; r++) {
             int64_t row = block_row * R + r, local = row - block_begin * R;
             if (row >= w->rows) break;
+            float *out = c + local * ldc;
+            if (panel + 1 < w->panels) {  /* partial sums */
+                memcpy(out, acc[r], sizeof(float) * ncols);
+                continue;
+            }
             float bias = e->bias ? e->bias[row] : 0.0f;
             const float *residual = e->residual ? e->residual + local * e->ldr : NULL;
-            float *out = c + local * ldc;
             for (int64_t t = 0; t < ncols; t++) {
                 float v = acc[r][t] + bias + (residual ? residual[t] : 0.0f);
                 out[t] = ortx_activation_scalar(e->activation, v, e->param0, e->param1);
@@ -103,32 +113,42 @@ static int64_t chunk_count(int64_t tiles, int64_t block_rows, int threads) {
     return wanted < block_rows ? (wanted < 1 ? 1 : wanted) : block_rows;
 }
 
+/* Panels of a depth: enough for ORTX_SPARSE_PANEL_BYTES of 64-float rows each (sparse_sizes_f32 reports it). */
+static int64_t panel_count(int64_t depth) {
+    int64_t most = ORTX_SPARSE_PANEL_BYTES / (int64_t)(sizeof(float) * ORTX_SPARSE_TILE);
+    return depth <= most ? 1 : (depth + most - 1) / most;
+}
+
+/* Columns per panel, as packed: ceil(depth / panels) (the last panel may be narrower). */
+static int64_t panel_width(int64_t depth, int64_t panels) {
+    int64_t width = (depth + panels - 1) / (panels < 1 ? 1 : panels);
+    return width < 1 ? 1 : width;
+}
+
 /* Conv ------------------------------------------------------------------------------------------------------- */
 
 /* Phase planes: the zero-padded input P (P[y][x] = X[y - pad_top][x - pad_left], 0 outside) of each channel split
  * into stride_height x stride_width phases, phase (py, px) row a, column j holding P[a*sh + py][j*sw + px]. Tap
  * (ky, kx) of output pixel (oy, ox) reads P[oy*sh + ky*dh][ox*sw + kx*dw], i.e. phase ((ky*dh) % sh, (kx*dw) % sw)
  * at row oy + (ky*dh) / sh, column ox + (kx*dw) / sw: so every patch row is, per output row, one contiguous run of
- * one phase plane, whatever the stride, dilation and padding (stride 1: one phase, the padded plane itself). */
+ * one phase plane, whatever the stride, dilation and padding (stride 1: one phase, the padded plane itself). A 1x1
+ * stride-1 unpadded conv reads X itself as its one plane per channel. */
 typedef struct conv_job {
     const ortx_conv_params *p;
     const float *input;  /* one image */
-    float *patches;      /* the whole patch matrix, or per-thread tiles of K x ORTX_SPARSE_TILE */
-    const float *b;      /* the patch matrix (patches, or the input itself) */
-    int64_t ldb;         /* its row stride */
     ortx_sparse_matrix w;
     float *output;       /* one image */
     const float *residual;
     ortx_sparse_epilogue epilogue;
-    int64_t pixels, tiles, chunks;
+    int64_t pixels, tiles, chunks, panel_width;
     ortx_sparse_rows_fn rows;
     ortx_sparse_patch_fn patch;
     int64_t phase_rows, phase_width, phase_plane;
-    float *planes;
+    const float *planes;  /* the phase planes (Case built) or X (1x1) */
+    float *plane_buffer;  /* the workspace's planes (NULL for 1x1) */
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
-    /* Case direct: virtual pixels v = oy * phase_width + ox, per-thread result tiles (see conv_direct) */
-    int64_t virtual_pixels, temp_rows;
-    float *temps;
+    float *panels;        /* per thread: panel_width x ORTX_SPARSE_TILE floats (Case built) */
+    int in_place;
 } conv_job;
 
 static void phase_geometry(const ortx_conv_params *p, conv_job *job) {
@@ -160,7 +180,7 @@ static void phase_fill(void *context, int64_t begin, int64_t end, int thread_ind
             if (!phase_used(py, p->kernel_height, p->dilation_height, sh)) continue;
             for (int64_t px = 0; px < sw; px++) {
                 if (!phase_used(px, p->kernel_width, p->dilation_width, sw)) continue;
-                float *dst = job->planes + ((channel * sh + py) * sw + px) * job->phase_plane;
+                float *dst = job->plane_buffer + ((channel * sh + py) * sw + px) * job->phase_plane;
                 /* columns [lo, hi) read input columns j*sw + px - pad_left inside [0, in_width) */
                 int64_t lo = ceil_div_clamped(p->pad_left - px, sw, width);
                 int64_t hi = ceil_div_clamped(p->in_width + p->pad_left - px, sw, width);
@@ -212,14 +232,9 @@ static void patch_block(const conv_job *job, int64_t k_begin, int64_t k_end, int
     job->patch(job->planes, job->taps + k_begin, k_end - k_begin, &view, dst, ldd);
 }
 
-static void im2col_rows(void *context, int64_t begin, int64_t end, int thread_index) {
-    (void)thread_index;
-    const conv_job *job = context;
-    patch_block(job, begin, end, 0, job->pixels, job->patches + begin * job->ldb, job->ldb);
-}
-
+/* One tile x one chunk of block rows: per panel, its B rows (in place, or built in the thread's slice), then the row
+ * kernel over every row of the chunk, into Y. */
 static void conv_task(void *context, int64_t task, int thread_index) {
-    (void)thread_index;
     const conv_job *job = context;
     int64_t tile = task % job->tiles, begin, end;
     chunk_range(ortx_round_up(job->w.rows, job->w.block_rows) / job->w.block_rows, job->chunks, task / job->tiles,
@@ -229,66 +244,18 @@ static void conv_task(void *context, int64_t task, int thread_index) {
     int64_t ncols = job->pixels - p0 < ORTX_SPARSE_TILE ? job->pixels - p0 : ORTX_SPARSE_TILE;
     ortx_sparse_epilogue epilogue = job->epilogue;
     epilogue.residual = job->residual ? job->residual + first_row * job->pixels + p0 : NULL;
-    job->rows(&job->w, begin, end, job->b + p0, job->ldb, ncols, job->output + first_row * job->pixels + p0,
-              job->pixels, &epilogue);
-}
-
-/* Case tiled patches: each task builds its own tile's patch columns (K x ORTX_SPARSE_TILE, 64-byte aligned rows, in
- * L2) in its thread's slice of the workspace, then runs every row over it, storing straight into Y. */
-static void conv_tile_task(void *context, int64_t tile, int thread_index) {
-    const conv_job *job = context;
-    int64_t p0 = tile * ORTX_SPARSE_TILE;
-    int64_t ncols = job->pixels - p0 < ORTX_SPARSE_TILE ? job->pixels - p0 : ORTX_SPARSE_TILE;
-    float *patches = job->patches + (int64_t)thread_index * job->w.depth * ORTX_SPARSE_TILE;
-    patch_block(job, 0, job->w.depth, p0, ncols, patches, ORTX_SPARSE_TILE);
-    ortx_sparse_epilogue epilogue = job->epilogue;
-    epilogue.residual = job->residual ? job->residual + p0 : NULL;
-    int64_t block_rows = ortx_round_up(job->w.rows, job->w.block_rows) / job->w.block_rows;
-    job->rows(&job->w, 0, block_rows, patches, ORTX_SPARSE_TILE, ncols, job->output + p0, job->pixels, &epilogue);
-}
-
-/* Case direct: the row kernel reads the phase planes in place (w.offsets = taps): virtual pixel v is column v of
- * every patch row, so a tile of 64 consecutive virtual pixels needs no copy; results go to a per-thread tile and the
- * valid columns (ox < out_width; the waste is (phase_width - out_width) / phase_width) are stored with the epilogue.
- * Chosen when the phase planes are smaller than one tile of copied patch rows: small images with many channels
- * (7x7 or 14x14 at 256-512 channels), whose K x 64 patch tile would not stay in L2 but whose planes do. */
-static int conv_direct(const ortx_conv_params *p, const conv_job *job) {
-    return p->in_channels * p->stride_height * p->stride_width * job->phase_plane < job->w.depth * ORTX_SPARSE_TILE;
-}
-
-static void direct_task(void *context, int64_t task, int thread_index) {
-    const conv_job *job = context;
-    const ortx_conv_params *p = job->p;
-    const int64_t R = job->w.block_rows, width = job->phase_width;
-    int64_t tile = task % job->tiles, begin, end;
-    chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
-    if (begin == end) return;
-    int64_t v0 = tile * ORTX_SPARSE_TILE;
-    int64_t ncols = job->virtual_pixels - v0 < ORTX_SPARSE_TILE ? job->virtual_pixels - v0 : ORTX_SPARSE_TILE;
-    float *temp = job->temps + (int64_t)thread_index * job->temp_rows * ORTX_SPARSE_TILE;
-    ortx_sparse_epilogue none = {NULL, NULL, 0, ORTX_ACT_NONE, 0.0f, 0.0f};
-    job->rows(&job->w, begin, end, job->planes + v0, 1, ncols, temp, ORTX_SPARSE_TILE, &none);
-    int64_t row_end = end * R < job->w.rows ? end * R : job->w.rows;
-    for (int64_t v = v0; v < v0 + ncols;) {  /* runs of valid output columns */
-        int64_t oy = v / width, ox = v % width;
-        int64_t run_end = (oy + 1) * width < v0 + ncols ? (oy + 1) * width : v0 + ncols;
-        int64_t count = ox < p->out_width ? (p->out_width - ox < run_end - v ? p->out_width - ox : run_end - v) : 0;
-        for (int64_t row = begin * R; row < row_end && count > 0; row++) {
-            const float *src = temp + (row - begin * R) * ORTX_SPARSE_TILE + (v - v0);
-            int64_t index = row * job->pixels + oy * p->out_width + ox;
-            float *out = job->output + index;
-            const float *residual = job->residual ? job->residual + index : NULL;
-            float bias = job->epilogue.bias ? job->epilogue.bias[row] : 0.0f;
-            for (int64_t j = 0; j < count; j++) out[j] = src[j] + bias + (residual ? residual[j] : 0.0f);
-            if (job->epilogue.activation == ORTX_ACT_RELU) {
-                for (int64_t j = 0; j < count; j++) out[j] = out[j] > 0.0f ? out[j] : 0.0f;
-            } else if (job->epilogue.activation != ORTX_ACT_NONE) {
-                for (int64_t j = 0; j < count; j++)
-                    out[j] = ortx_activation_scalar(job->epilogue.activation, out[j], job->epilogue.param0,
-                                                    job->epilogue.param1);
-            }
+    float *panel_rows = job->panels + (int64_t)thread_index * job->panel_width * ORTX_SPARSE_TILE;
+    for (int64_t panel = 0; panel < job->w.panels; panel++) {
+        int64_t k0 = panel * job->panel_width;
+        int64_t k1 = k0 + job->panel_width < job->w.depth ? k0 + job->panel_width : job->w.depth;
+        const float *b = job->input + p0;
+        int64_t ldb = job->pixels;
+        if (!job->in_place) {
+            patch_block(job, k0, k1, p0, ncols, panel_rows, ORTX_SPARSE_TILE);
+            b = panel_rows - k0 * ORTX_SPARSE_TILE, ldb = ORTX_SPARSE_TILE;
         }
-        v = run_end;
+        job->rows(&job->w, panel, begin, end, b, ldb, ncols, job->output + first_row * job->pixels + p0, job->pixels,
+                  &epilogue);
     }
 }
 
@@ -297,10 +264,9 @@ static int conv_pointwise(const ortx_conv_params *p) {
            p->pad_top == 0 && p->pad_left == 0 && p->out_height == p->in_height && p->out_width == p->in_width;
 }
 
-/* Case tiled patches (conv_tile_task) when every thread gets at least two tiles, else Case whole patches. */
-static int conv_tiled(const ortx_conv_params *p, int threads) {
-    int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
-    return tiles >= 2 * (int64_t)threads;
+/* Case in place: X's rows are B's and 64-byte aligned whenever X is (unaligned rows cost ~1.4x, sparse_avx512.c). */
+static int conv_in_place(const ortx_conv_params *p) {
+    return conv_pointwise(p) && p->out_height * p->out_width % 16 == 0;
 }
 
 static int conv_threads(const ortx_conv_params *p, int num_threads) {
@@ -309,82 +275,59 @@ static int conv_threads(const ortx_conv_params *p, int num_threads) {
     return threads < limit ? threads : limit;
 }
 
-/* Workspace floats: [phase planes][tap offsets (int64)][patches]; each part starts on 16 floats (64 bytes) from
- * the workspace's first 64-byte boundary (ORTX_SPARSE_ALIGN_SLACK floats of slack to reach it). */
+/* Workspace floats: [phase planes][tap offsets (int32)][per-thread panels]; each part starts on 16 floats (64 bytes)
+ * from the workspace's first 64-byte boundary (ORTX_SPARSE_ALIGN_SLACK floats of slack to reach it). */
 #define ORTX_SPARSE_ALIGN_SLACK 16
 
 static int64_t planes_floats(const ortx_conv_params *p, const conv_job *job) {
-    /* + a tile: a direct tile's last virtual pixels read up to phase_width - out_width floats past the planes */
-    return ortx_round_up(p->in_channels * p->stride_height * p->stride_width * job->phase_plane + ORTX_SPARSE_TILE,
-                         16);
+    if (conv_pointwise(p)) return 0;
+    return ortx_round_up(p->in_channels * p->stride_height * p->stride_width * job->phase_plane, 16);
 }
 
 static int64_t taps_floats(const conv_job *job) { return ortx_round_up(job->w.depth, 16); }
 
 static int64_t conv_workspace_bytes(const ortx_conv_params *p) {
-    if (conv_pointwise(p)) return 0;
+    if (conv_in_place(p)) return 0;
     conv_job job = {0};
     job.w.depth = p->in_channels * p->kernel_height * p->kernel_width;
     phase_geometry(p, &job);
-    int64_t whole = job.w.depth * ortx_round_up(p->out_height * p->out_width, 16);
-    int64_t tiles = 0;
-    for (int64_t threads = 1; threads <= (p->workspace_threads < 1 ? 1 : p->workspace_threads); threads++)
-        if (conv_tiled(p, (int)threads)) tiles = threads * job.w.depth * ORTX_SPARSE_TILE;
-    int64_t temps = (p->workspace_threads < 1 ? 1 : p->workspace_threads) * ortx_round_up(p->out_channels, 4) *
-                    ORTX_SPARSE_TILE;  /* Case direct: every row of the layer at most (4x1 blocks: padded to 4) */
-    int64_t rest = conv_direct(p, &job) ? temps : whole > tiles ? whole : tiles;
-    return (int64_t)sizeof(float) * (ORTX_SPARSE_ALIGN_SLACK + planes_floats(p, &job) + taps_floats(&job) + rest);
+    int64_t panels = (p->workspace_threads < 1 ? 1 : p->workspace_threads) *
+                     panel_width(job.w.depth, panel_count(job.w.depth)) * ORTX_SPARSE_TILE;
+    return (int64_t)sizeof(float) * (ORTX_SPARSE_ALIGN_SLACK + planes_floats(p, &job) + taps_floats(&job) + panels);
 }
 
 static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = conv_threads(&p, num_threads);
-    conv_job job = {.p = &p, .rows = select_rows(), .patch = select_patch()};
+    conv_job job = {.p = &p, .rows = select_rows(), .patch = select_patch(), .in_place = conv_in_place(&p)};
     job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
-                                 ints[ORTX_SPARSE_CONV_BLOCK], buffers[1], buffers[2], buffers[3], NULL};
+                                 ints[ORTX_SPARSE_CONV_BLOCK], ints[ORTX_SPARSE_CONV_BLOCK + 1], buffers[1],
+                                 buffers[2], buffers[3]};
     job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, 0, (int)p.activation, p.param0,
                                           p.param1};
     job.pixels = p.out_height * p.out_width;
     job.epilogue.ldr = job.pixels;
+    job.panel_width = panel_width(job.w.depth, job.w.panels);
     job.tiles = (job.pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows, threads);
-    int pointwise = conv_pointwise(&p), tiled = conv_tiled(&p, threads);
-    if (!pointwise) {
+    int pointwise = conv_pointwise(&p);
+    if (!job.in_place) {
         float *workspace = (float *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
         phase_geometry(&p, &job);
-        job.planes = workspace;
+        if (pointwise) job.phase_width = p.out_width, job.phase_plane = job.pixels;
+        job.plane_buffer = pointwise ? NULL : workspace;
         job.taps = (const int32_t *)(workspace + planes_floats(&p, &job));
-        job.patches = job.temps = workspace + planes_floats(&p, &job) + taps_floats(&job);
+        job.panels = workspace + planes_floats(&p, &job) + taps_floats(&job);
         tap_offsets(&p, &job, (int32_t *)(workspace + planes_floats(&p, &job)));
-    }
-    int direct = !pointwise && conv_direct(&p, &job);
-    if (direct) {
-        job.w.offsets = job.taps;
-        job.temp_rows = ortx_round_up(p.out_channels, 4);
-        job.virtual_pixels = p.out_height * job.phase_width;
-        job.tiles = (job.virtual_pixels + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
-        job.chunks = chunk_count(job.tiles, ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows,
-                                 threads);
     }
     for (int64_t image = 0; image < p.batch; image++) {
         job.input = (const float *)buffers[0] + image * p.in_channels * p.in_height * p.in_width;
         job.output = (float *)buffers[4] + image * p.out_channels * job.pixels;
         job.residual = p.has_residual ? (const float *)buffers[7] + image * p.out_channels * job.pixels : NULL;
-        if (pointwise) {
-            job.b = job.input, job.ldb = job.pixels;
-            ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
-            continue;
-        }
-        ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, phase_fill, &job);
-        if (direct) {
-            ortx_parallel_for(threads, job.tiles * job.chunks, direct_task, &job);
-        } else if (tiled) {
-            ortx_parallel_for(threads, job.tiles, conv_tile_task, &job);
-        } else {
-            job.b = job.patches, job.ldb = ortx_round_up(job.pixels, 16);
-            ortx_parallel_range(threads, job.w.depth, (int64_t)ORTX_TASKS_PER_THREAD * threads, im2col_rows, &job);
-            ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
-        }
+        job.planes = job.plane_buffer ? job.plane_buffer : job.input;
+        if (job.plane_buffer)
+            ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, phase_fill, &job);
+        ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
     }
 }
 
@@ -393,7 +336,7 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
 typedef struct gemm_job {
     const float *a;
     int64_t M, N, K, lda, ldt;
-    float *transposed;
+    float *transposed, *temps;  /* A^T; per-thread tiles of round_up(N, 4) x ORTX_SPARSE_TILE */
     ortx_sparse_matrix w;
     float *y;
     ortx_sparse_epilogue epilogue;
@@ -401,8 +344,6 @@ typedef struct gemm_job {
     ortx_sparse_rows_fn rows;
     ortx_sparse_transpose_fn transpose;
 } gemm_job;
-
-#define GEMM_STORE_ROWS 16
 
 /* + 16: a row stride that is not a power of two, so TRANSPOSE_K consecutive rows fall in different cache sets. */
 static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) + 16; }
@@ -418,37 +359,38 @@ static void transpose_rows(void *context, int64_t begin, int64_t end, int thread
     if (k0 < k1) job->transpose(job->a + k0, job->lda, job->M, k1 - k0, job->transposed + k0 * job->ldt, job->ldt);
 }
 
+/* A chunk of output features for a tile of tokens, every panel, into the thread's tile; then stored transposed
+ * (16 x 16 blocks: each token's store is one contiguous 64-byte run). */
 static void gemm_task(void *context, int64_t task, int thread_index) {
-    (void)thread_index;
     const gemm_job *job = context;
     const int64_t R = job->w.block_rows;
     int64_t tile = task % job->tiles, begin, end;
     chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
+    if (begin == end) return;
     int64_t i0 = tile * ORTX_SPARSE_TILE;
     int64_t ncols = job->M - i0 < ORTX_SPARSE_TILE ? job->M - i0 : ORTX_SPARSE_TILE;
-    /* GEMM_STORE_ROWS output features at a time, so each token's store is one contiguous 64-byte run (a store per
-     * feature would hit one cache set ORTX_SPARSE_TILE times when N is a multiple of 1024). */
-    float block[GEMM_STORE_ROWS * ORTX_SPARSE_TILE];
-    for (int64_t group = begin; group < end; group += GEMM_STORE_ROWS / R) {
-        int64_t group_end = group + GEMM_STORE_ROWS / R < end ? group + GEMM_STORE_ROWS / R : end;
-        job->rows(&job->w, group, group_end, job->transposed + i0, job->ldt, ncols, block, ORTX_SPARSE_TILE,
+    float *temp = job->temps + (int64_t)thread_index * ortx_round_up(job->N, 4) * ORTX_SPARSE_TILE;
+    for (int64_t panel = 0; panel < job->w.panels; panel++)
+        job->rows(&job->w, panel, begin, end, job->transposed + i0, job->ldt, ncols, temp, ORTX_SPARSE_TILE,
                   &job->epilogue);
-        int64_t n0 = group * R, valid = (job->N < group_end * R ? job->N : group_end * R) - n0;
-        job->transpose(block, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
-    }
+    int64_t n0 = begin * R, valid = (job->N < end * R ? job->N : end * R) - n0;
+    job->transpose(temp, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
 }
 
-static int64_t gemm_workspace_bytes(int64_t M, int64_t K) {
-    return (int64_t)sizeof(float) * K * gemm_transposed_stride(M);
+static int64_t gemm_workspace_bytes(int64_t M, int64_t N, int64_t K, int64_t threads) {
+    return (int64_t)sizeof(float) *
+           (K * gemm_transposed_stride(M) + (threads < 1 ? 1 : threads) * ortx_round_up(N, 4) * ORTX_SPARSE_TILE);
 }
 
 static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int threads = num_threads < 1 ? 1 : num_threads;
+    if (ints[7] >= 1 && threads > ints[7]) threads = (int)ints[7];  /* the workspace holds ints[7] thread tiles */
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
                     .transposed = buffers[5], .y = buffers[4], .rows = select_rows(),
                     .transpose = select_transpose()};
     job.ldt = gemm_transposed_stride(job.M);
-    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], buffers[1], buffers[2], buffers[3], NULL};
+    job.temps = job.transposed + job.K * job.ldt;
+    job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], ints[8], buffers[1], buffers[2], buffers[3]};
     job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
@@ -465,8 +407,10 @@ static void sparse_sizes_f32(const int64_t *ints, const float *floats, void *con
         static const float no_params[2] = {0.0f, 0.0f};
         ortx_conv_params p = ortx_conv_params_read(ints + 1, no_params);
         out[0] = conv_workspace_bytes(&p);
+        out[1] = panel_count(p.in_channels * p.kernel_height * p.kernel_width);
     } else {
-        out[0] = gemm_workspace_bytes(ints[1], ints[3]);
+        out[0] = gemm_workspace_bytes(ints[1], ints[2], ints[3], ints[4]);
+        out[1] = panel_count(ints[3]);
     }
 }
 

@@ -1,15 +1,21 @@
 /* Internal interface of the sparse family: weights in blocked CSR times dense activations (issue #9).
  *
- * Blocked CSR with block height R (1 = plain CSR; 4 = 4x1 blocks sharing one column): the weight matrix W has
- * `rows` rows (output channels / output features) and `depth` columns (the reduction dimension K). Its rows are
- * grouped R at a time into ceil(rows / R) block rows; block row i owns blocks row_ptr[i] .. row_ptr[i+1]-1, block b
- * sits in column cols[b] and holds values[b*R + r] for row i*R + r (rows past `rows` are zero). Blocks of a block
- * row are sorted by column. ortx/ep/lowering/sparse.py packs this layout; kernels/ref/sparse_ref.c reads it
- * element by element.
+ * Blocked CSR with block height R (1 = plain CSR; 4 = 4x1 blocks sharing one column), split into column panels:
+ * the weight matrix W has `rows` rows (output channels / output features) and `depth` columns (the reduction
+ * dimension K), cut into `panels` consecutive column ranges of ceil(depth / panels) columns (the last ones may be
+ * narrower or empty). Its rows are grouped R at a time into
+ * nbr = ceil(rows / R) block rows; block row i of panel p owns blocks row_ptr[p*nbr + i] .. row_ptr[p*nbr + i + 1]-1
+ * (so row_ptr has panels * nbr + 1 entries), block b sits in column cols[b] (absolute, inside the panel's range) and
+ * holds values[b*R + r] for row i*R + r (rows past `rows` are zero). Blocks of a block row are sorted by column.
+ * ortx/ep/lowering/sparse.py packs this layout with the panel count sparse_sizes_f32 reports; kernels/ref/sparse_ref.c
+ * reads it element by element.
  *
  * The fast kernels vectorise along the dense dimension (pixels of a conv, tokens of a GEMM): a tile of up to
  * ORTX_SPARSE_TILE columns of the dense operand B (K x tile, row stride ldb) is kept in registers per output row
- * while the row's nonzeros stream past, one broadcast weight times one row of B per nonzero.
+ * while the row's nonzeros stream past, one broadcast weight times one row of B per nonzero. One call runs one panel
+ * over a range of rows: the callers build (conv) or address (GEMM, 1x1 conv) one panel's 64-byte aligned rows of B
+ * per tile, at most ORTX_SPARSE_PANEL_BYTES so they stay near L1, run every row over it, then the next panel; C
+ * holds the partial sums between panels.
  */
 #ifndef ORTX_SPARSE_H
 #define ORTX_SPARSE_H
@@ -18,18 +24,26 @@
 #include <stdint.h>
 
 #define ORTX_SPARSE_TILE 64
+/* The bytes of one panel's B rows per tile (256 rows of 64 floats). A C harness of the row kernel on the 2-core Zen 4
+ * host (90% zeros, one thread, B 64-byte aligned; ns per nonzero) found the panel height's sweet spot at 192-256
+ * rows: K=4608 x 512 rows 2.58 in one panel, 2.32 at 1024 rows, 1.86 at 256, 1.95 at 128, 2.05 at 96; K=1152 x 128
+ * rows 2.30 / 1.93 at 384 / 1.78 at 192 / 1.97 at 96 (taller panels spill L1 and L2's bandwidth bounds the loads;
+ * shorter ones pay a load and a store of C per row and panel for fewer nonzeros). */
+#define ORTX_SPARSE_PANEL_BYTES (64 * 1024)
 
 typedef struct ortx_sparse_matrix {
-    int64_t rows, depth, block_rows;  /* block_rows: R */
+    int64_t rows, depth, block_rows, panels;  /* block_rows: R */
     const float *values;
     const int32_t *cols;
     const int32_t *row_ptr;
-    const int32_t *offsets;  /* NULL: row k of B starts at b + k*ldb; else at b + offsets[k] (the direct conv) */
 } ortx_sparse_matrix;
 
-/* C[m, 0:ncols] = act(sum_k W[m, k] * B[k, 0:ncols] + bias[m] + residual[m, 0:ncols]) for the rows of block rows
- * [block_begin, block_end). C and residual (may be NULL; row stride ldr) point at the range's first row
- * (block_begin * R); bias (may be NULL) is indexed by the absolute row. ncols <= ORTX_SPARSE_TILE. */
+/* Panel `panel` of C[m, 0:ncols] = act(sum_k W[m, k] * B[k, 0:ncols] + bias[m] + residual[m, 0:ncols]) for the rows
+ * of block rows [block_begin, block_end): row k of B is at b + k * ldb (k absolute: the caller offsets b by the
+ * panel's first column). Panels after the first add to C's partial sums, panels before the last store partial sums,
+ * the last applies the epilogue: C must not overlap the residual. C and residual (may be NULL; row stride ldr) point
+ * at the range's first row (block_begin * R); bias (may be NULL) is indexed by the absolute row.
+ * ncols <= ORTX_SPARSE_TILE. */
 typedef struct ortx_sparse_epilogue {
     const float *bias;
     const float *residual;
@@ -38,16 +52,19 @@ typedef struct ortx_sparse_epilogue {
     float param0, param1;
 } ortx_sparse_epilogue;
 
-typedef void (*ortx_sparse_rows_fn)(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end,
-                                    const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
-                                    const ortx_sparse_epilogue *epilogue);
+typedef void (*ortx_sparse_rows_fn)(const ortx_sparse_matrix *w, int64_t panel, int64_t block_begin,
+                                    int64_t block_end, const float *b, int64_t ldb, int64_t ncols, float *c,
+                                    int64_t ldc, const ortx_sparse_epilogue *epilogue);
 
-void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
-                               int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e);
-void ortx_sparse_rows_avx2(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
-                           int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e);
-void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t block_begin, int64_t block_end, const float *b,
-                             int64_t ldb, int64_t ncols, float *c, int64_t ldc, const ortx_sparse_epilogue *e);
+void ortx_sparse_rows_portable(const ortx_sparse_matrix *w, int64_t panel, int64_t block_begin, int64_t block_end,
+                               const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
+                               const ortx_sparse_epilogue *e);
+void ortx_sparse_rows_avx2(const ortx_sparse_matrix *w, int64_t panel, int64_t block_begin, int64_t block_end,
+                           const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
+                           const ortx_sparse_epilogue *e);
+void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int64_t panel, int64_t block_begin, int64_t block_end,
+                             const float *b, int64_t ldb, int64_t ncols, float *c, int64_t ldc,
+                             const ortx_sparse_epilogue *e);
 
 /* One tile of conv patch rows: dst row k (stride ldd) gets, for each run r, run_length[r] floats from
  * source + taps[k] + run_source[r] at column run_target[r] (sparse.c: patch_block). */
@@ -73,9 +90,10 @@ void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows,
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                   int64_t ldd);
 
-/* The ints of sparse_conv2d_f32: the 20 conv ints of conv.h, then block rows R at ORTX_SPARSE_CONV_BLOCK. */
+/* The ints of sparse_conv2d_f32: the 20 conv ints of conv.h, then block rows R at ORTX_SPARSE_CONV_BLOCK and the
+ * panel count after it. */
 #define ORTX_SPARSE_CONV_BLOCK 20
-/* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads. */
+/* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads, panels. */
 
 /* Reference kernels (kernels/ref/sparse_ref.c). */
 void ortx_sparse_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

@@ -48,11 +48,13 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
     const uint16_t *packed = buffers[1];
     float *Y = buffers[2];
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
-    int64_t K = cin_g * p.kernel_height * p.kernel_width;
+    int64_t K = cin_g * p.kernel_height * p.kernel_width, area = p.kernel_height * p.kernel_width;
+    int direct = ortx_conv_direct_bf16_applies(&p);  /* the weights' layout (conv_pack_bf16) */
+    int64_t each = direct ? ortx_conv_direct_bf16_elements(&p) : ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g, local = co - g * cout_g;
-            const uint16_t *weights = packed + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
+            const uint16_t *weights = packed + g * each;
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     float acc = 0.0f;
@@ -63,11 +65,47 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
                                 int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
-                                float w = ortx_bf16_to_float(
-                                    weights[ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR)]);
+                                int64_t at = direct ? ortx_conv_direct_weight_index(&p, local, ci, k % area)
+                                                    : ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR);
+                                float w = ortx_bf16_to_float(weights[at]);
                                 float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
                                 acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));
                             }
+                    if (p.has_bias) acc += bias[co];
+                    int64_t index = ((n * p.out_channels + co) * p.out_height + oy) * p.out_width + ox;
+                    if (p.has_residual) acc += residual[index];
+                    Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
+                }
+        }
+}
+
+/* Layout: see kernels/conv_transpose_bf16.c (only kernels equal to their strides, no padding or dilation). */
+void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    ortx_conv_params q = p;  /* the 1x1 conv whose weight layout conv_transpose_pack_bf16 writes */
+    q.out_channels = p.out_channels * p.kernel_height * p.kernel_width;
+    q.kernel_height = q.kernel_width = 1;
+    const float *X = buffers[0], *bias = buffers[4], *residual = buffers[5];
+    const uint16_t *packed = buffers[1];
+    float *Y = buffers[2];
+    int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++) {
+            int64_t g = co / cout_g, local = co - g * cout_g;
+            const uint16_t *weights = packed + g * ortx_conv_direct_bf16_elements(&q);
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    int64_t iy = oy / p.stride_height, ky = oy % p.stride_height;
+                    int64_t ix = ox / p.stride_width, kx = ox % p.stride_width;
+                    int64_t m = (local * p.kernel_height + ky) * p.kernel_width + kx;
+                    float acc = 0.0f;
+                    for (int64_t ci = 0; ci < cin_g; ci++) {
+                        float w = ortx_bf16_to_float(weights[ortx_conv_direct_weight_index(&q, m, ci, 0)]);
+                        float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
+                        acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));
+                    }
                     if (p.has_bias) acc += bias[co];
                     int64_t index = ((n * p.out_channels + co) * p.out_height + oy) * p.out_width + ox;
                     if (p.has_residual) acc += residual[index];

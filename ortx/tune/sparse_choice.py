@@ -35,7 +35,7 @@ MIN_ZEROS = 0.3
 # Measured on this box (2-core Zen 4, AVX-512, benchmarks/sparse.py): sparse won most layers from ~70% zeros; the
 # prior waits for 80%, so a layer without records is only made sparse where it very likely pays.
 PRIOR_MIN_ZEROS = 0.8
-SPARSE_TEMPLATE = "sparse_f32:2"
+SPARSE_TEMPLATE = "sparse_f32:3"
 QUICK_RUNS, FULL_RUNS = 11, 31
 MARGIN = 0.9
 MODES = ("off", "cached", "quick", "full")

@@ -249,3 +249,140 @@ def test_conv_matches_fp32_and_reference(isa, case):
     assert_close(fast, reference, what=f"conv {case} vs _ref")
     np.testing.assert_array_equal(fast, run_graph(model, {"x": x}, num_threads=1, precision="bf16")[0],
                                   err_msg="1 and 2 threads differ")
+
+
+# The direct form (kernels/conv_bf16_direct.c, conv_sizes_bf16's form 1): the input read in place from channel-pair
+# planes. Every case must take it; odd channel counts leave a zero channel in the last pair, output counts that are
+# not a multiple of 8 leave a partial panel, and few 32-pixel tiles on 2 threads split the rows into groups.
+DIRECT_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
+    (8, 13, 40, 3, 1, 1, 1, 1),    # stride 1, 42-word phase rows: tiles across row ends
+    (9, 16, 23, 3, 1, 1, 1, 1),    # odd Cin: the last pair's second channel is zero
+    (16, 21, 29, 3, 2, 1, 1, 1),   # stride 2: four phases, 15 columns of 16 kept
+    (12, 8, 19, 1, 2, 0, 1, 1),    # 1x1 at stride 2: one phase of four filled
+    (10, 11, 22, 3, 1, 2, 1, 2),   # dilated
+    (32, 24, 14, 3, 1, 1, 2, 1),   # two groups
+    (72, 70, 7, 3, 1, 1, 1, 1),    # K = 648 in one pass (no K blocks), 9 panels on few tiles: row groups
+    (17, 9, 31, 5, 1, 2, 1, 1),    # 5x5, odd Cin
+]
+
+
+def conv_form(cin, cout, size, kernel, stride, pad, group, dilation):
+    out_size = (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    ints = [2, cin, size, size, cout, out_size, out_size, kernel, kernel, stride, stride, pad, pad, dilation,
+            dilation, group, 1, 0, 0, 2]
+    out = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_bf16", ints, [], [out])
+    return int(out[2])
+
+
+@pytest.mark.parametrize("case", DIRECT_CASES)
+def test_direct_conv_matches_fp32_and_reference(isa, case):
+    assert conv_form(*case) == 1, f"{case} does not take the direct form"
+    test_conv_matches_fp32_and_reference(isa, case)
+
+
+def numpy_conv_bf16(x, weights, stride, pad, group):
+    """NCHW conv of bf16-rounded operands, products and sums in float64 (the float32 kernels differ by rounding)."""
+    x16, w16 = round_to_bf16(x).astype(np.float64), round_to_bf16(weights).astype(np.float64)
+    batch, cin, size, _ = x.shape
+    cout, cin_g, kernel, _ = weights.shape
+    padded = np.pad(x16, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out_size = (size + 2 * pad - kernel) // stride + 1
+    y = np.zeros((batch, cout, out_size, out_size))
+    cout_g = cout // group
+    for g in range(group):
+        for ky in range(kernel):
+            for kx in range(kernel):
+                patch = padded[:, g * cin_g:(g + 1) * cin_g, ky:ky + stride * out_size:stride,
+                               kx:kx + stride * out_size:stride]
+                y[:, g * cout_g:(g + 1) * cout_g] += np.einsum("bchw,oc->bohw", patch,
+                                                               w16[g * cout_g:(g + 1) * cout_g, :, ky, kx])
+    return y
+
+
+@pytest.mark.parametrize("activation", [0, 1, 6])
+def test_direct_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, activation):
+    """conv2d_bf16 called directly with FusedConv's residual and activation, against numpy on the same rounded
+    operands: the kept lanes of each vector are packed together, so the residual must be read at their outputs."""
+    cin, cout, size, kernel, stride, pad, group = 11, 19, 13, 3, 1, 1, 1
+    assert conv_form(cin, cout, size, kernel, stride, pad, group, 1) == 1
+    x, weights = random((2, cin, size, size), 20), random((cout, cin, kernel, kernel), 21)
+    bias, residual = random(cout, 22), random((2, cout, size, size), 23)
+    ints = [2, cin, size, size, cout, size, size, kernel, kernel, stride, stride, pad, pad, 1, 1, group, 1, 1,
+            activation, 2]
+    sizes_out = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_bf16", ints, [], [sizes_out])
+    packed = np.empty(int(sizes_out[1]), np.uint16)
+    _kernels.call("conv_pack_bf16", ints, [], [weights, packed])
+    before = numpy_conv_bf16(x, weights, stride, pad, group) + bias[None, :, None, None] + residual
+    expected = {0: before, 1: np.maximum(before, 0), 6: before * np.clip(before / 6 + 0.5, 0, 1)}[activation]
+    for threads, use_ref in ((2, False), (1, False), (1, True)):
+        y = np.full((2, cout, size, size), np.nan, np.float32)
+        workspace = np.empty(int(sizes_out[0]) // 4 + 1, np.float32)
+        _kernels.call("conv2d_bf16", ints, [0.0, 0.0], [x, packed, y, workspace, bias, residual], threads, use_ref)
+        assert_close(y, expected.astype(np.float32), what=f"threads {threads} ref {use_ref}")
+
+
+def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path():
+    if not _kernels.cpu_has_avx512_bf16():
+        pytest.xfail("no AVX512_BF16 on this CPU: only the portable path runs here")
+    case = (9, 16, 23, 3, 2, 1, 1, 1)
+    assert conv_form(*case) == 1
+    model, x = conv_model(*case, seed=3), random((2, case[0], case[2], case[2]), 4)
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    _kernels.force_isa("avx2")
+    try:
+        portable = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    finally:
+        _kernels.force_isa(_kernels.cpu_isa())
+    np.testing.assert_array_equal(fast, portable)
+
+
+# conv_transpose2d_bf16 (kernels/conv_transpose_bf16.c): ConvTransposes whose kernel equals their stride.
+TRANSPOSE_CASES = [  # (cin, cout, size, kernel (= stride), group, bias)
+    (24, 24, 20, 2, 1, True),    # PP-OCR det's upsampling: rows (kx 0, kx 1) interleaved
+    (9, 1, 13, 2, 1, True),      # odd Cin, one output channel: a partial panel (4 rows)
+    (16, 6, 11, 3, 2, False),    # 3x3 stride 3, two groups, no bias: the general scatter
+]
+
+
+def conv_transpose_model(cin, cout, size, kernel, group, bias, seed):
+    weights = random((cin, cout // group, kernel, kernel), seed)
+    inputs, initializers = ["x", "w"], [numpy_helper.from_array(weights, "w")]
+    if bias:
+        inputs.append("b")
+        initializers.append(numpy_helper.from_array(random(cout, seed + 1), "b"))
+    node = helper.make_node("ConvTranspose", inputs, ["y"], strides=[kernel] * 2, group=group)
+    graph = helper.make_graph([node], "convT", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              [2, cin, size, size])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def transpose_applies(cin, cout, size, kernel, group, pad=0):
+    out_size = (size - 1) * kernel + kernel - 2 * pad
+    ints = [2, cin, size, size, cout, out_size, out_size, kernel, kernel, kernel, kernel, pad, pad, 1, 1, group, 1,
+            0, 0, 2]
+    out = np.zeros(3, np.int64)
+    _kernels.call("conv_transpose_sizes_bf16", ints, [], [out])
+    return bool(out[2])
+
+
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose_matches_fp32_and_reference(isa, case):
+    assert transpose_applies(*case[:5])
+    model = conv_transpose_model(*case, seed=sum(case[:5]))
+    x = random((2, case[0], case[2], case[2]), 13)
+    fp32 = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    assert_close_bf16(fast, fp32, what=f"convT {case}")
+    reference = run_graph(model, {"x": x}, use_reference_kernels=True, precision="bf16")[0]
+    assert_close(fast, reference, what=f"convT {case} vs _ref")
+    np.testing.assert_array_equal(fast, run_graph(model, {"x": x}, num_threads=1, precision="bf16")[0],
+                                  err_msg="1 and 2 threads differ")
+
+
+def test_conv_transpose_with_overlap_or_padding_stays_fp32():
+    assert not transpose_applies(24, 24, 20, 2, 1, pad=1)
+    assert not transpose_applies(4, 24, 20, 2, 1)  # fewer than 8 input channels per group

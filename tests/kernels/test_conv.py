@@ -87,6 +87,15 @@ CONV_CASES = [
     ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 4, 40, 53), (7, 4, 3, 3), dict(pads=[1, 2, 0, 1])),  # > 1024 output pixels: several NC blocks
     ((1, 16, 40, 53), (24, 16, 3, 3), dict(pads=[1, 1, 1, 1])),  # > 2M multiply-adds: really split over 2 threads
+    # B packed from phase planes (kernels/conv_planes.c): stride 3 (3 column phases), a kernel smaller than the
+    # stride (phases no tap reads stay unfilled), dilation equal to the stride (every tap in one phase), outputs
+    # narrower than a 16-pixel panel (a panel spans 2-3 output rows) and a stride (2, 1) 2x3 kernel
+    ((1, 5, 40, 47), (9, 5, 3, 3), dict(strides=[3, 3], pads=[1, 2, 1, 0])),
+    ((1, 6, 30, 35), (11, 6, 2, 2), dict(strides=[3, 3])),
+    ((1, 4, 33, 70), (10, 4, 3, 3), dict(strides=[2, 2], dilations=[2, 2], pads=[2, 2, 2, 2])),
+    ((1, 9, 11, 13), (14, 9, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 7, 9, 6), (20, 7, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 6, 31, 40), (19, 6, 2, 3), dict(strides=[2, 1], pads=[0, 1, 1, 1])),
 ]
 
 # Dense convs on conv2d_f32's direct path (stride 1, <= 32 output channels per group, K >= 64, few discarded
@@ -124,6 +133,15 @@ DEPTHWISE_CASES = [
     ((1, 4, 13, 17), (4, 1, 3, 3), dict(group=4, auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 7, 40), (7, 1, 5), dict(group=7, pads=[2, 2])),
     ((1, 64, 60, 70), (64, 1, 3, 3), dict(group=64, pads=[1, 1, 1, 1])),  # large enough for 2 threads
+    # conv2d_depthwise_f32's channel blocks (16 lanes AVX-512, 8 AVX2): a tail block of 3 channels, 7x7 planes
+    # (16-pixel transposes across output rows), bands split over 2 threads and by the tile budget (300 columns)
+    ((2, 35, 17, 29), (35, 1, 3, 3), dict(group=35, pads=[1, 1, 1, 1], strides=[2, 2])),
+    ((1, 20, 7, 7), (20, 1, 3, 3), dict(group=20, pads=[1, 1, 1, 1])),
+    ((1, 24, 23, 41), (24, 1, 5, 5), dict(group=24, pads=[2, 2, 2, 2], strides=[2, 2])),
+    ((1, 17, 21, 33), (17, 1, 3, 3), dict(group=17, dilations=[2, 2], pads=[2, 1, 2, 3])),
+    ((1, 24, 64, 70), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1])),
+    ((1, 16, 40, 300), (16, 1, 3, 3), dict(group=16, pads=[0, 1, 1, 0])),
+    ((1, 8, 15, 17), (16, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # channel multiplier 2: grouped conv2d_f32
 ]
 
 
@@ -152,6 +170,24 @@ def test_depthwise_and_pointwise_use_their_fast_paths():
                                        dict(group=2)), ((1, 8, 10, 10), (4, 8, 1, 1), dict(strides=[2, 2]))]:
         model = conv_model("Conv", shape, weights, attributes)
         assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_f32",)
+
+
+def test_depthwise_bits_do_not_depend_on_threads_or_vector_isa():
+    """conv2d_depthwise_f32 computes every pixel in the same order whatever the band split, and AVX2 and AVX-512
+    run the same operations per lane (conv_depthwise_avx512.c)."""
+    x_shape, w_shape, attributes = DEPTHWISE_CASES[13]
+    model = conv_model("Conv", x_shape, w_shape, attributes)
+    feeds = {"x": random(x_shape, 7)}
+    results = {}
+    for isa in [name for name in RUNNABLE_ISAS if name != "portable"]:
+        _kernels.force_isa(isa)
+        try:
+            results[isa] = [run_graph(model, feeds, num_threads=threads)[0] for threads in (1, 2)]
+        finally:
+            _kernels.force_isa(_kernels.cpu_isa())
+        np.testing.assert_array_equal(results[isa][0], results[isa][1], err_msg=f"{isa}: 1 vs 2 threads")
+    if len(results) == 2:
+        np.testing.assert_array_equal(results["avx2"][0], results["avx512"][0], err_msg="avx2 vs avx512")
 
 
 @pytest.mark.parametrize("case", PIXEL_ROWS_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
@@ -183,8 +219,9 @@ FUSED_ACTIVATIONS = [
 
 
 @pytest.mark.parametrize("activation,explicit,params", FUSED_ACTIVATIONS, ids=lambda v: str(v)[:12])
-@pytest.mark.parametrize("case", [CONV_CASES[1], DIRECT_CASES[2], PIXEL_ROWS_CASES[2], DEPTHWISE_CASES[0]],
-                         ids=["dense", "direct", "pixel_rows", "depthwise"])
+@pytest.mark.parametrize("case", [CONV_CASES[1], DIRECT_CASES[2], PIXEL_ROWS_CASES[2], DEPTHWISE_CASES[0],
+                                  DEPTHWISE_CASES[9]],
+                         ids=["dense", "direct", "pixel_rows", "depthwise", "depthwise_tail_block"])
 def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, params, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 4)

@@ -2,8 +2,9 @@
 vs reference vs numpy/onnxruntime on random sparse weights, for every ISA this CPU has, 1 and 2 threads.
 
 Shapes include pixel/token tails that are not multiples of 8, 16, 32 or the 64-column tile, rows that are not a
-multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, every conv path (stride 1 direct from
-padded planes, im2col per tile and per image) and the 1x1 path that reads X in place.
+multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, weights in several column panels (empty
+panels too), and both conv paths: B built per tile and panel from padded phase planes (or from X for a 1x1 whose
+pixels are not a multiple of 16), and the 1x1 path that reads X in place.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from onnx import helper, numpy_helper
 
 from ortx import _kernels
 from ortx.ep.compile_nodes import compile_segment, infer_shapes
-from ortx.ep.lowering.sparse import pack_blocked_csr, unpack_blocked_csr, workspace_bytes
+from ortx.ep.lowering.sparse import panel_count, pack_blocked_csr, unpack_blocked_csr, workspace_bytes
 from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice
 from tests.tolerances import assert_close
 
@@ -43,21 +44,26 @@ def sparse_matrix(rows, depth, zeros, seed, *, empty_row=None, dense_row=None):
     return matrix
 
 
+@pytest.mark.parametrize("panels", [1, 3, 4])
 @pytest.mark.parametrize("block_rows", [1, 4])
 @pytest.mark.parametrize("rows, depth, zeros", [(1, 1, 0.0), (7, 13, 0.8), (16, 64, 0.5), (33, 5, 0.95),
                                                 (9, 30, 1.0), (4, 4, 0.0)])
-def test_csr_round_trip(rows, depth, zeros, block_rows):
+def test_csr_round_trip(rows, depth, zeros, block_rows, panels):
     matrix = sparse_matrix(rows, depth, zeros, seed=rows * depth, empty_row=0 if rows > 2 else None,
                            dense_row=rows - 1 if rows > 2 else None)
-    csr = pack_blocked_csr(matrix, block_rows)
+    csr = pack_blocked_csr(matrix, block_rows, panels)
     np.testing.assert_array_equal(unpack_blocked_csr(csr), matrix)
-    assert csr.row_ptr.shape == (-(-rows // block_rows) + 1,) and csr.row_ptr[-1] == csr.blocks
+    block_count = -(-rows // block_rows)
+    assert csr.row_ptr.shape == (panels * block_count + 1,) and csr.row_ptr[-1] == csr.blocks
     assert csr.values.size == csr.blocks * block_rows
     if block_rows == 1:
         assert csr.blocks == np.count_nonzero(matrix)
-    for block_row in range(csr.row_ptr.size - 1):  # columns sorted within a block row
-        cols = csr.cols[csr.row_ptr[block_row]:csr.row_ptr[block_row + 1]]
+    width = -(-depth // panels)  # depth 5 in 4 panels: widths 2, 2, 1, 0
+    for index in range(csr.row_ptr.size - 1):  # columns sorted within a block row, inside the block row's panel
+        cols = csr.cols[csr.row_ptr[index]:csr.row_ptr[index + 1]]
+        panel = index // block_count
         assert np.all(np.diff(cols) > 0)
+        assert np.all((cols >= panel * width) & (cols < (panel + 1) * width))
 
 
 def test_csr_all_zero_matrix_and_errors():
@@ -68,28 +74,32 @@ def test_csr_all_zero_matrix_and_errors():
         pack_blocked_csr(np.ones((4, 4)), 3)
     with pytest.raises(ValueError, match="2-D"):
         pack_blocked_csr(np.ones(4), 1)
+    with pytest.raises(ValueError, match="panels 0"):
+        pack_blocked_csr(np.ones((4, 4)), 1, 0)
 
 
 def _gemm(a, csr, bias, activation, threads, use_ref):
     M, K = a.shape
     y = np.full((M, csr.rows), np.nan, np.float32)
-    workspace = np.zeros(max(workspace_bytes(1, [M, csr.rows, K]) // 4, 1), np.float32)
-    _kernels.call("sparse_gemm_f32", [M, csr.rows, K, K, csr.block_rows, int(bias is not None), activation, threads],
-                  [-0.5, 0.75], [a, np.append(csr.values, np.float32(0)), np.append(csr.cols, np.int32(0)), csr.row_ptr, y, workspace,
-                                 bias if bias is not None else y], num_threads=threads, use_ref=use_ref)
+    workspace = np.zeros(max(workspace_bytes(1, [M, csr.rows, K, threads]) // 4, 1), np.float32)
+    _kernels.call("sparse_gemm_f32", [M, csr.rows, K, K, csr.block_rows, int(bias is not None), activation, threads,
+                                      csr.panels],
+                  [-0.5, 0.75], [a, np.append(csr.values, np.float32(0)), np.append(csr.cols, np.int32(0)),
+                                 csr.row_ptr, y, workspace, bias if bias is not None else y],
+                  num_threads=threads, use_ref=use_ref)
     return y
 
 
-@pytest.mark.parametrize("block_rows", [1, 4])
+@pytest.mark.parametrize("block_rows, panels", [(1, 1), (4, 1), (1, 3), (4, 5)])
 @pytest.mark.parametrize("M, K, N, zeros, activation", [
     (1, 7, 5, 0.5, 0), (63, 33, 18, 0.9, 1), (65, 64, 31, 0.7, 3), (130, 21, 70, 0.95, 4), (17, 50, 16, 1.0, 1),
     (8, 300, 9, 0.0, 0)])
-def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation, block_rows):
+def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation, block_rows, panels):
     rng = np.random.default_rng(M + K + N)
     weights_t = sparse_matrix(N, K, zeros, seed=M, empty_row=0 if N > 2 else None, dense_row=N - 1 if N > 2 else None)
     a = rng.standard_normal((M, K)).astype(np.float32)
     bias = rng.standard_normal(N).astype(np.float32) if activation != 4 else None
-    csr = pack_blocked_csr(weights_t, block_rows)
+    csr = pack_blocked_csr(weights_t, block_rows, panels)
     expected = a.astype(np.float64) @ weights_t.T.astype(np.float64) + (0 if bias is None else bias)
     if ACTIVATIONS[activation] is not None:
         expected = ACTIVATIONS[activation](expected)
@@ -162,6 +172,10 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     (3, 9, (26, 31), 7, 2, 3, 1, 1, 0.8, False),     # 7x7/2 to 13x16: shifted planes (out_width 16), 208 pixels
     (12, 10, (14, 14), 3, 1, 1, 2, 1, 0.85, True),   # 3x3 14x14 (rows of 16), batch 2; residual + Relu
     (6, 20, (28, 27), 3, 2, 1, 1, 1, 0.75, False),   # 3x3/2 to 14x14: shifted planes of two row phases
+    (30, 10, (6, 7), 3, 1, 1, 1, 1, 0.9, True),      # K = 270: two panels, built per tile; residual + Relu
+    (600, 9, (4, 4), 1, 1, 0, 1, 1, 0.9, False),     # 1x1, 16 pixels: in place, three panels
+    (300, 6, (5, 7), 1, 1, 0, 2, 1, 0.9, True),      # 1x1, 35 pixels: built from X, two panels, batch 2
+    (12, 7, (5, 7), 1, 1, 0, 1, 1, 0.5, False),      # 1x1, 35 pixels, one panel
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
                                                        zeros, fused, block_rows):
@@ -182,3 +196,14 @@ def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, ker
         fast, _ = run_forced(model, feeds, choice, threads=threads)
         assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs onnxruntime")
         np.testing.assert_array_equal(fast, run_forced(model, feeds, choice, threads=threads)[0])
+
+
+@pytest.mark.parametrize("conv_ints, panels", [
+    ([1, 30, 6, 7, 10, 6, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2], 2),  # K = 270
+    ([1, 600, 4, 4, 9, 4, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 2], 3),  # K = 600
+    ([1, 28, 8, 8, 8, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 2], 1),   # K = 252
+])
+def test_panel_count_keeps_a_panel_of_a_tile_within_its_budget(conv_ints, panels):
+    """The conv cases above with K > 256 really run several panels: 256 rows x 64 floats is the 64 KiB budget."""
+    assert panel_count(0, conv_ints) == panels
+    assert panel_count(1, [128, 256, 256, 2]) == 1 and panel_count(1, [128, 256, 1025, 2]) == 5

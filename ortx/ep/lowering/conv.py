@@ -5,8 +5,9 @@ float32 tensors only. Constant weights are packed once here (gemm_pack_f32 throu
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
 size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
 Under `builder.precision == "bf16"` (ortx/ep/precision.py), Gemm and MatMul with a constant operand and dense or
-grouped convs run the bf16 kernels instead (weights packed once as bf16 K pairs by gemm_pack_bf16, sizes from
-gemm_sizes_bf16/conv_sizes_bf16); depthwise and transposed convs and products of two activations stay fp32.
+grouped convs run the bf16 kernels instead (weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16,
+sizes from gemm_sizes_bf16/conv_sizes_bf16), and so do ConvTransposes whose kernel equals their stride without
+padding (conv_transpose2d_bf16); depthwise convs, other transposed convs and products of two activations stay fp32.
 Conv/ConvTranspose: 1-D (lowered as 2-D with H = 1) and 2-D; pads are resolved as onnxruntime resolves them and
 the resulting output size must equal the inferred one, else the node is declined.
 """
@@ -259,11 +260,10 @@ def _lower_conv_like(node: ir.Node, builder, plan: ConvPlan, kind: int, kernel: 
     sizes = _sizes("conv_sizes_bf16", ints) if kind == BF16_CONV else _sizes("conv_sizes_f32", [kind] + ints)
     batch, in_channels, _, _, out_channels = ints[:5]
     group = ints[15]
-    if kind == BF16_CONV:  # Case bf16 conv: bf16 A panels of each group's (Cout/g) x (Cin/g*KH*KW) weights
-        matrices = plan.weights.reshape(group, out_channels // group, -1)
-        rows, depth = matrices.shape[1:]
-        weights = builder.add_constant(_pack(matrices, rows, depth, depth, 1, 0, precision="bf16"),
-                                       label=f"{node.name}:packed_weights_bf16")
+    if kind == BF16_CONV:  # Case bf16 conv: conv_pack_bf16's panels (the form conv_sizes_bf16 names in sizes[2])
+        packed = np.empty(int(sizes[1]), np.uint16)
+        _kernels.call("conv_pack_bf16", ints, [], [np.ascontiguousarray(plan.weights), packed])
+        weights = builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16")
     elif kind == 1:  # Case depthwise: weights as given
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
     elif kind in (0, 3):  # Case conv: A panels (kind 0) or pixel rows' B panels (kind 3) of each group's
@@ -331,8 +331,29 @@ def lower_conv(node: ir.Node, builder) -> None:
         _lower_conv_like(node, builder, plan, 0, "conv2d_f32")
 
 
+def _lower_conv_transpose_bf16(node: ir.Node, builder, plan: ConvPlan) -> bool:
+    """conv_transpose2d_bf16 when its kernel applies (kernel == stride, no padding: conv_transpose_sizes_bf16's
+    sizes[2]); False otherwise."""
+    ints = list(plan.ints) + [builder.num_threads]
+    sizes = _sizes("conv_transpose_sizes_bf16", ints)
+    if not sizes[2]:
+        return False
+    packed = np.empty(int(sizes[1]), np.uint16)
+    _kernels.call("conv_transpose_pack_bf16", ints, [], [np.ascontiguousarray(plan.weights), packed])
+    weights = builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16")
+    output = builder.buffer(node.outputs[0])
+    bias = builder.buffer(node.inputs[2]) if present(node, 2) is not None else output
+    workspace = builder.workspace(max(int(sizes[0]), 4), label="conv_transpose")
+    builder.emit("conv_transpose2d_bf16", ints, list(plan.params),
+                 [builder.buffer(node.inputs[0]), weights, output, workspace, bias, output])
+    return True
+
+
 def lower_conv_transpose(node: ir.Node, builder) -> None:
-    _lower_conv_like(node, builder, _transpose_plan(node), 2, "conv_transpose2d_f32")
+    plan = _transpose_plan(node)
+    if builder.precision == "bf16" and _lower_conv_transpose_bf16(node, builder, plan):
+        return
+    _lower_conv_like(node, builder, plan, 2, "conv_transpose2d_f32")
 
 
 # Gemm and MatMul ---------------------------------------------------------------------------------------------------

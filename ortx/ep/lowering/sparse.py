@@ -1,5 +1,6 @@
-"""Sparse lowerings: constant weights packed as blocked CSR (kernels/sparse.h) for sparse_conv2d_f32 and
-sparse_gemm_f32, when ortx.tune.sparse_choice says sparse is faster for the layer.
+"""Sparse lowerings: constant weights packed as blocked CSR in column panels (kernels/sparse.h) for sparse_conv2d_f32
+and sparse_gemm_f32, when ortx.tune.sparse_choice says sparse is faster for the layer; the panel count is the
+kernel's (sparse_sizes_f32), so a panel of B rows stays in L2.
 
 Conv -> sparse_conv2d_f32 (group 1, fp32; epilogues bias, residual, activation as the dense conv);
 Gemm (constant B, no general C) and MatMul (one constant 2-D B) -> sparse_gemm_f32 on W^T.
@@ -18,14 +19,17 @@ BLOCK_ROWS = (1, 4)  # the fast kernels' block heights (kernels/sparse_avx512.c)
 
 @dataclasses.dataclass(frozen=True)
 class BlockedCsr:
-    """Blocked CSR of a rows x depth matrix: block row i holds blocks row_ptr[i]:row_ptr[i+1], block b sits in
-    column cols[b] and holds values[b*R:(b+1)*R] for rows i*R .. i*R+R-1 (rows past `rows` are zero)."""
+    """Blocked CSR of a rows x depth matrix in `panels` column panels of ceil(depth / panels) columns (the last ones
+    may be narrower or empty): block row i of panel p holds blocks row_ptr[p*nbr + i]:row_ptr[p*nbr + i + 1]
+    (nbr = ceil(rows / R)), block b sits in column cols[b] and holds values[b*R:(b+1)*R] for rows i*R .. i*R+R-1
+    (rows past `rows` are zero)."""
     rows: int
     depth: int
     block_rows: int
     values: np.ndarray  # float32 [blocks * R]
     cols: np.ndarray  # int32 [blocks]
-    row_ptr: np.ndarray  # int32 [ceil(rows / R) + 1]
+    row_ptr: np.ndarray  # int32 [panels * ceil(rows / R) + 1]
+    panels: int = 1
 
     @property
     def blocks(self) -> int:
@@ -37,33 +41,43 @@ class BlockedCsr:
         return self.values.size / max(self.rows * self.depth, 1)
 
 
-def pack_blocked_csr(matrix: np.ndarray, block_rows: int = 1) -> BlockedCsr:
-    """Blocked CSR of a 2-D float matrix; a block is kept when any of its R values is nonzero."""
+def pack_blocked_csr(matrix: np.ndarray, block_rows: int = 1, panels: int = 1) -> BlockedCsr:
+    """Blocked CSR of a 2-D float matrix in `panels` column panels; a block is kept when any of its R values is
+    nonzero."""
     if block_rows not in BLOCK_ROWS:
         raise ValueError(f"blocked CSR: block_rows {block_rows} is not one of {BLOCK_ROWS}")
+    if panels < 1:
+        raise ValueError(f"blocked CSR: panels {panels} must be >= 1")
     matrix = np.asarray(matrix, dtype=np.float32)
     if matrix.ndim != 2:
         raise ValueError(f"blocked CSR: expected a 2-D matrix, got shape {matrix.shape}")
     rows, depth = matrix.shape
     if rows * depth >= 2 ** 31:
         raise ValueError(f"blocked CSR: {rows}x{depth} has too many elements for int32 indices")
+    width = max(1, -(-depth // panels))  # kernels/sparse.c: panel_width
     padded_rows = -(-rows // block_rows) * block_rows
     padded = np.zeros((padded_rows, depth), np.float32)
     padded[:rows] = matrix
     blocks = padded.reshape(-1, block_rows, depth).transpose(0, 2, 1)  # [block row, column, R]
     keep = np.any(blocks != 0, axis=2)
-    row_ptr = np.zeros(keep.shape[0] + 1, np.int32)
-    np.cumsum(keep.sum(axis=1), out=row_ptr[1:])
-    cols = np.nonzero(keep)[1].astype(np.int32)
-    values = np.ascontiguousarray(blocks[keep], dtype=np.float32).reshape(-1)
-    return BlockedCsr(rows, depth, block_rows, values, cols, row_ptr)
+    counts, cols, values = [], [], []
+    for panel in range(panels):
+        start = panel * width
+        panel_keep = keep[:, start:start + width]
+        counts.append(panel_keep.sum(axis=1))
+        cols.append(np.nonzero(panel_keep)[1] + start)
+        values.append(blocks[:, start:start + width][panel_keep].reshape(-1))
+    row_ptr = np.zeros(panels * keep.shape[0] + 1, np.int32)
+    np.cumsum(np.concatenate(counts), out=row_ptr[1:])
+    return BlockedCsr(rows, depth, block_rows, np.ascontiguousarray(np.concatenate(values), dtype=np.float32),
+                      np.concatenate(cols).astype(np.int32), row_ptr, panels)
 
 
 def unpack_blocked_csr(csr: BlockedCsr) -> np.ndarray:
     """The dense rows x depth matrix (the round trip of pack_blocked_csr)."""
-    block_count = csr.row_ptr.size - 1
+    block_count = -(-csr.rows // csr.block_rows)
     dense = np.zeros((block_count, csr.depth, csr.block_rows), np.float32)
-    block_row_of = np.repeat(np.arange(block_count), np.diff(csr.row_ptr))
+    block_row_of = np.repeat(np.arange(csr.row_ptr.size - 1) % max(block_count, 1), np.diff(csr.row_ptr))
     dense[block_row_of, csr.cols] = csr.values.reshape(-1, csr.block_rows)
     return dense.transpose(0, 2, 1).reshape(-1, csr.depth)[:csr.rows]
 
@@ -75,16 +89,26 @@ def add_csr(builder, csr: BlockedCsr, label: str):
             for name, array in (("values", csr.values), ("cols", csr.cols), ("row_ptr", csr.row_ptr))]
 
 
-def workspace_bytes(kind: int, ints) -> int:
-    out = np.zeros(1, np.int64)
+def kernel_sizes(kind: int, ints) -> tuple[int, int]:
+    """(workspace bytes, panel count) from sparse_sizes_f32: kind 0 with the 20 conv ints, 1 with M, N, K, threads."""
+    out = np.zeros(2, np.int64)
     _kernels.call("sparse_sizes_f32", [kind, *ints], [], [out])
-    return int(out[0])
+    return int(out[0]), int(out[1])
+
+
+def workspace_bytes(kind: int, ints) -> int:
+    return kernel_sizes(kind, ints)[0]
+
+
+def panel_count(kind: int, ints) -> int:
+    """Panels the kernel wants for these sizes: each panel's B rows of a 64-column tile fit its L2 budget."""
+    return kernel_sizes(kind, ints)[1]
 
 
 def emit_sparse_conv(builder, node_name: str, conv_ints, params, csr: BlockedCsr, buffers) -> None:
-    """buffers: X, Y, bias (or None), residual (or None)."""
+    """buffers: X, Y, bias (or None), residual (or None); csr packed in panel_count(0, conv ints) panels or more."""
     x, y, bias, residual = buffers
-    ints = list(conv_ints) + [builder.num_threads, csr.block_rows]
+    ints = list(conv_ints) + [builder.num_threads, csr.block_rows, csr.panels]
     workspace = builder.workspace(max(workspace_bytes(0, ints[:20]), 4), label="sparse_patches")
     values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
     builder.emit("sparse_conv2d_f32", ints, list(params),
@@ -96,10 +120,11 @@ def emit_sparse_gemm(builder, node_name: str, M: int, csr: BlockedCsr, a, y, bia
                      activation_params=(0.0, 0.0)) -> None:
     """Y[M, N] = act(A[M, K] @ W + bias) with csr = W^T (N x K); A row-major with row stride K."""
     N, K = csr.rows, csr.depth
-    workspace = builder.workspace(max(workspace_bytes(1, [M, N, K]), 4), label="sparse_transposed")
+    workspace = builder.workspace(max(workspace_bytes(1, [M, N, K, builder.num_threads]), 4),
+                                  label="sparse_transposed")
     values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
     builder.emit("sparse_gemm_f32", [M, N, K, K, csr.block_rows, int(bias is not None), activation,
-                                     builder.num_threads], list(activation_params),
+                                     builder.num_threads, csr.panels], list(activation_params),
                  [a, values, cols, row_ptr, y, workspace, bias if bias is not None else y])
 
 
@@ -129,7 +154,9 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
     choice = _choose(node, builder, "conv", shape_text, weights)
     if choice is None:
         return False
-    emit_sparse_conv(builder, node.name, ints, plan.params, pack_blocked_csr(weights, choice.block_rows), buffers)
+    panels = panel_count(0, list(ints) + [builder.num_threads])
+    emit_sparse_conv(builder, node.name, ints, plan.params, pack_blocked_csr(weights, choice.block_rows, panels),
+                     buffers)
     return True
 
 
@@ -143,5 +170,6 @@ def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=Non
         return False
     if isinstance(bias, np.ndarray):
         bias = builder.add_constant(bias, label=f"{node.name}:bias")
-    emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows), a, y, bias)
+    panels = panel_count(1, [M, N, K, builder.num_threads])
+    emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows, panels), a, y, bias)
     return True

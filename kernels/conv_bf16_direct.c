@@ -1,0 +1,299 @@
+/* The direct form of conv2d_bf16: an implicit GEMM whose B operand is read in place from bf16 channel-pair planes,
+ * so no patch matrix is ever packed (conv_bf16.c's other cases pack one, K pair by K pair, per thread).
+ *
+ * 1. The input of one image and group is rounded once into channel-pair phase planes: word (32 bits) j of row r of
+ *    phase (qy, qx) of pair cp holds the bf16 values of channels 2cp and 2cp+1 (0 past the last channel) at padded
+ *    input (r*sh + qy, j*sw + qx): conv.h's direct geometry (ortx_conv_direct_geometry_of) with two channels per
+ *    word, the layout vdpbf16ps reads. Only phases some tap reads are filled.
+ * 2. Output pixel (oy, ox) is "virtual" pixel v = oy*phase_width + ox; columns ox >= OW are computed and dropped.
+ *    K pair q = (cp, tap) of virtual pixel v is the word at offsets[q] + v, so 16 consecutive virtual pixels are
+ *    one load: the weights (A, prepacked per group as MR-row panels of all K pairs, K ordered (cp, tap, channel
+ *    parity)) times those words accumulate in registers over the whole K (no K blocks, no partial sums stored).
+ * 3. Tiles of 32 virtual pixels x MR rows; per 16-pixel vector the kept lanes are packed together (vcompressps)
+ *    and stored after the fp32 epilogue: the kept pixels of a vector are consecutive in Y.
+ * Threads split (tile, row group) units, tile-major, after the planes are filled in parallel; every output is
+ * summed by one tile over the whole K, so results do not depend on the split.
+ * Applies (ortx_conv_direct_bf16_applies) to convs with at least 8 input channels per group, other than 1x1
+ * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds. Known limits: the planes of a group are workspace (2 bytes per input value
+ * and phase); a 1x1 conv at stride 2 fills one phase of four.
+ */
+#include <string.h>
+
+#include "activation.h"
+#include "conv.h"
+#include "gemm_bf16.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+#define TILE_PIXELS (2 * ORTX_GEMM_NR)
+#define SLACK_WORDS (2 * TILE_PIXELS)  /* the last tile's dropped lanes read up to 31 words past the planes */
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int64_t channel_pairs(const ortx_conv_params *p) { return (p->in_channels / p->group + 1) / 2; }
+
+static int64_t taps(const ortx_conv_params *p) { return p->kernel_height * p->kernel_width; }
+
+/* Virtual pixels up to the last output pixel (the last row's dropped columns are not computed). */
+static int64_t virtual_pixels(const ortx_conv_params *p, const ortx_conv_direct_geometry *g) {
+    return (p->out_height - 1) * g->phase_width + p->out_width;
+}
+
+int ortx_conv_direct_bf16_applies(const ortx_conv_params *p) {
+    if (p->stride_height * p->stride_width > 64) return 0;  /* direct_job.used_phase */
+    int64_t cin_g = p->in_channels / p->group;
+    /* a 1x1 stride-1 conv is one GEMM on X as stored (Case 1 reads it in place) and a few input channels give
+     * few k pairs per tile: both measured faster through ortx_bgemm */
+    if ((taps(p) == 1 && p->stride_height == 1 && p->stride_width == 1) || cin_g < 8) return 0;
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    double computed = (double)ortx_round_up(virtual_pixels(p, &g), ORTX_GEMM_NR) * 2 * channel_pairs(p);
+    double needed = (double)p->out_height * p->out_width * cin_g;
+    return computed <= 1.35 * needed;
+}
+
+int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *p) {
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    return ortx_round_up(channel_pairs(p) * g.channel_floats + SLACK_WORDS, 16) +
+           ortx_round_up(channel_pairs(p) * taps(p), 16);
+}
+
+int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *p) {
+    return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_MR) * channel_pairs(p) * taps(p) * 2;
+}
+
+int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
+    int64_t pairs = channel_pairs(p) * taps(p), q = c / 2 * taps(p) + tap;
+    return m / ORTX_BGEMM_MR * pairs * ORTX_BGEMM_MR * 2 + (q * ORTX_BGEMM_MR + m % ORTX_BGEMM_MR) * 2 + c % 2;
+}
+
+void ortx_conv_direct_pack_bf16(const ortx_conv_params *p, const float *weights, uint16_t *dst) {
+    int64_t cout_g = p->out_channels / p->group, cin_g = p->in_channels / p->group, area = taps(p);
+    int64_t each = ortx_conv_direct_bf16_elements(p);
+    memset(dst, 0, p->group * each * sizeof(uint16_t));
+    for (int64_t g = 0; g < p->group; g++)
+        for (int64_t m = 0; m < cout_g; m++)
+            for (int64_t c = 0; c < cin_g; c++)
+                for (int64_t tap = 0; tap < area; tap++)
+                    dst[g * each + ortx_conv_direct_weight_index(p, m, c, tap)] =
+                        ortx_bf16_from_float(weights[((g * cout_g + m) * cin_g + c) * area + tap]);
+}
+
+typedef struct direct_job {
+    const ortx_conv_params *params;
+    ortx_conv_direct_geometry geometry;
+    const ortx_bgemm_isa *isa;
+    const float *x;
+    uint32_t *planes;
+    const int32_t *offsets;
+    const uint16_t *weights;
+    float *y;
+    const ortx_gemm_epilogue *epilogue;
+    int used_phase[64];  /* [qy * sw + qx], strides up to 8 */
+    int64_t pixels, tiles, row_groups, panels_per_group;
+    const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
+    float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
+} direct_job;
+
+/* Step 1 for channel pairs [begin, end). */
+static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->params;
+    const ortx_conv_direct_geometry *g = &job->geometry;
+    const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group, NR = ORTX_GEMM_NR;
+    const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width;
+    float gathered[2][ORTX_GEMM_NR];
+    uint16_t words[2 * ORTX_GEMM_NR];
+    for (int64_t cp = begin; cp < end; cp++) {
+        const float *first = job->x + 2 * cp * H * W;
+        const float *second = 2 * cp + 1 < cin_g ? first + H * W : NULL;
+        for (int64_t qy = 0; qy < sh; qy++)
+            for (int64_t qx = 0; qx < sw; qx++) {
+                if (!job->used_phase[qy * sw + qx]) continue;
+                uint32_t *phase = job->planes + cp * g->channel_floats + (qy * sw + qx) * g->phase_rows * width;
+                for (int64_t r = 0; r < g->phase_rows; r++) {
+                    uint32_t *out = phase + r * width;
+                    int64_t iy = r * sh + qy - p->pad_top;
+                    if (iy < 0 || iy >= H) {
+                        memset(out, 0, width * sizeof(uint32_t));
+                        continue;
+                    }
+                    for (int64_t j0 = 0; j0 < width; j0 += NR) {
+                        int64_t count = min64(NR, width - j0), ix0 = j0 * sw + qx - p->pad_left;
+                        const float *a = first + iy * W + ix0, *b = second ? second + iy * W + ix0 : NULL;
+                        if (!(sw == 1 && ix0 >= 0 && ix0 + count <= W)) {  /* padding or a strided phase */
+                            for (int64_t j = 0; j < count; j++) {
+                                int64_t ix = ix0 + j * sw;
+                                int inside = ix >= 0 && ix < W;
+                                gathered[0][j] = inside ? first[iy * W + ix] : 0.0f;
+                                gathered[1][j] = inside && second ? second[iy * W + ix] : 0.0f;
+                            }
+                            a = gathered[0];
+                            b = second ? gathered[1] : NULL;
+                        }
+                        if (count == NR) {
+                            job->isa->pair_rows(a, b, NR, (uint16_t *)(out + j0));
+                        } else {  /* pair_rows writes NR words: the row's last words through a copy */
+                            job->isa->pair_rows(a, b, count, words);
+                            memcpy(out + j0, words, count * sizeof(uint32_t));
+                        }
+                    }
+                }
+            }
+    }
+}
+
+/* The transposed form's step 3: rows [row0, row0 + rows) of the tile at c (row stride TILE_PIXELS), pixels
+ * [n0, n0 + count), to ConvTranspose output element (co, iy*KH + ky, ix*KW + kx) of row m = (co, ky, kx) and pixel
+ * (iy, ix), with bias, residual and activation. */
+static void scatter_tile(const direct_job *job, const float *c, int64_t rows, int64_t row0, int64_t n0,
+                         int64_t count) {
+    const ortx_conv_params *t = job->transposed;
+    const ortx_gemm_epilogue *e = job->epilogue;
+    const int64_t W = t->in_width, KW = t->kernel_width, area = t->kernel_height * KW, OW = t->out_width;
+    if (KW == 2 && !e->residual && e->activation == ORTX_ACT_NONE) {  /* rows (kx 0, kx 1) interleaved, by runs */
+        for (int64_t i = 0; i + 1 < rows; i += 2) {
+            int64_t m = row0 + i, co = m / area, ky = m % area / KW;
+            float bias = e->bias_row ? e->bias_row[co] : 0.0f;
+            const float *even = c + i * TILE_PIXELS, *odd = even + TILE_PIXELS;
+            for (int64_t j = 0; j < count;) {
+                int64_t iy = (n0 + j) / W, ix = (n0 + j) % W, run = W - ix < count - j ? W - ix : count - j;
+                float *out = job->y + (co * t->out_height + iy * t->kernel_height + ky) * OW + ix * 2;
+                for (int64_t r = 0; r < run; r++) {
+                    out[2 * r] = even[j + r] + bias;
+                    out[2 * r + 1] = odd[j + r] + bias;
+                }
+                j += run;
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < rows; i++) {
+        int64_t m = row0 + i, co = m / area, ky = m % area / KW, kx = m % area % KW;
+        int64_t iy = n0 / W, ix = n0 % W;
+        float bias = e->bias_row ? e->bias_row[co] : 0.0f;
+        for (int64_t j = 0; j < count; j++, ix++) {
+            if (ix == W) iy++, ix = 0;
+            int64_t at = (co * t->out_height + iy * t->kernel_height + ky) * OW + ix * KW + kx;
+            float value = c[i * TILE_PIXELS + j] + bias;
+            if (e->residual) value += e->residual[at];
+            job->y[at] = ortx_activation_scalar(e->activation, value, e->param0, e->param1);
+        }
+    }
+}
+
+/* Steps 2-3 for units [begin, end): unit u is tile u / row_groups, row group u % row_groups. */
+static void run_units(void *context, int64_t begin, int64_t end, int thread) {
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->params;
+    const int64_t width = job->geometry.phase_width, OW = p->out_width, N = p->out_height * OW;
+    const int64_t cout_g = p->out_channels / p->group, pairs = channel_pairs(p) * taps(p);
+    const ortx_gemm_epilogue identity = {.alpha = 1.0f};
+    float *scratch = job->scratch + thread * ORTX_BGEMM_MR * TILE_PIXELS;
+    for (int64_t unit = begin; unit < end; unit++) {
+        int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
+        int vectors = job->pixels - n0 > ORTX_GEMM_NR ? 2 : 1;
+        uint32_t masks[2] = {0, 0};
+        int64_t at[2] = {0, 0};
+        int64_t row = n0 / width, column = n0 % width;
+        for (int v = 0; v < vectors; v++) {
+            int first = 1;
+            for (int64_t lane = 0; lane < ORTX_GEMM_NR; lane++, column++) {
+                if (column == width) row++, column = 0;
+                if (column >= OW || row * width + column >= job->pixels) continue;
+                masks[v] |= 1u << lane;
+                if (first) at[v] = row * OW + column;
+                first = 0;
+            }
+        }
+        int64_t panel_end = min64((group + 1) * job->panels_per_group * ORTX_BGEMM_MR, cout_g);
+        for (int64_t row0 = group * job->panels_per_group * ORTX_BGEMM_MR; row0 < panel_end; row0 += ORTX_BGEMM_MR) {
+            /* the last panel of a tile fetches the next tile's words: the planes' rows are too many streams for the
+             * hardware prefetcher (PP-OCR det's 96-channel 160x160 3x3 conv, 1 thread: 8.5 -> 6.1 ms) */
+            int last = row0 + ORTX_BGEMM_MR >= panel_end && group == job->row_groups - 1;
+            int64_t rows = min64(ORTX_BGEMM_MR, cout_g - row0), prefetch = last ? TILE_PIXELS : 0;
+            const uint16_t *a = job->weights + row0 * pairs * 2;
+            if (!job->transposed) {
+                job->isa->direct_tile(pairs, a, job->planes + n0, job->offsets, vectors, masks, at,
+                                      job->y + row0 * N, N, rows, job->epilogue, row0, prefetch);
+                continue;
+            }
+            int64_t stored[2] = {0, ORTX_GEMM_NR};  /* a 1x1 stride-1 "conv": every lane is kept */
+            job->isa->direct_tile(pairs, a, job->planes + n0, job->offsets, vectors, masks, stored, scratch,
+                                  TILE_PIXELS, rows, &identity, row0, prefetch);
+            scatter_tile(job, scratch, rows, row0, n0, min64(TILE_PIXELS, job->pixels - n0));
+        }
+    }
+}
+
+void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
+                           const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
+                           const ortx_conv_params *transposed) {
+    direct_job job = {.params = p, .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(),
+                      .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
+                      .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
+    const ortx_conv_direct_geometry *g = &job.geometry;
+    const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);
+    int32_t *offsets = (int32_t *)(workspace + ortx_round_up(cps * g->channel_floats + SLACK_WORDS, 16));
+    memset(job.used_phase, 0, sizeof(job.used_phase));
+    for (int64_t q = 0; q < cps * area; q++) {
+        int64_t tap = q % area, dy = tap / p->kernel_width * p->dilation_height;
+        int64_t dx = tap % p->kernel_width * p->dilation_width;
+        int64_t phase = dy % sh * sw + dx % sw;
+        job.used_phase[phase] = 1;
+        offsets[q] = (int32_t)(q / area * g->channel_floats + (phase * g->phase_rows + dy / sh) * g->phase_width +
+                               dx / sw);
+    }
+    job.offsets = offsets;
+    memset(job.planes + cps * g->channel_floats, 0, SLACK_WORDS * sizeof(uint32_t));
+    /* as in ortx_sgemm: below ~2M multiply-adds one thread */
+    int64_t cout_g = p->out_channels / p->group;
+    if ((double)cout_g * p->out_height * p->out_width * cps * 2 * area < 128.0 * 128 * 128) threads = 1;
+    ortx_parallel_range(threads, cps, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_pairs, &job);
+    job.pixels = virtual_pixels(p, g);
+    job.tiles = (job.pixels + TILE_PIXELS - 1) / TILE_PIXELS;
+    int64_t panels = ortx_round_up(cout_g, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
+    /* row groups so that every thread has a few units when the tiles are few (small images, many channels) */
+    int64_t groups = (2 * (int64_t)ORTX_TASKS_PER_THREAD * threads + job.tiles - 1) / job.tiles;
+    groups = groups < 1 ? 1 : (groups > panels ? panels : groups);
+    job.panels_per_group = (panels + groups - 1) / groups;
+    job.row_groups = (panels + job.panels_per_group - 1) / job.panels_per_group;
+    int64_t units = job.tiles * job.row_groups;
+    ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, run_units, &job);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The portable tile: vdpbf16ps's additions with fp32 multiply-adds (products of bf16 values are exact), the packed
+ * lanes stored raw, then the fp32 ISA's epilogue on the stored span (as the gemm's portable micro-kernel).
+ * ------------------------------------------------------------------------------------------------------------- */
+
+void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
+                                    int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
+                                    int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                    int64_t prefetch) {
+    (void)prefetch;
+    enum { MR = ORTX_BGEMM_MR, NR = ORTX_GEMM_NR };
+    float acc[MR][2 * NR] = {{0}};
+    for (int64_t q = 0; q < pairs; q++) {
+        const uint32_t *words = x + offsets[q];
+        const uint16_t *aq = a + q * MR * 2;
+        for (int i = 0; i < MR; i++) {
+            float a0 = ortx_bf16_to_float(aq[2 * i]), a1 = ortx_bf16_to_float(aq[2 * i + 1]);
+            for (int j = 0; j < vectors * NR; j++) {
+                float even = ortx_bf16_to_float((uint16_t)(words[j] & 0xffffu));
+                float odd = ortx_bf16_to_float((uint16_t)(words[j] >> 16));
+                float sum = acc[i][j] + a1 * odd;
+                acc[i][j] = sum + a0 * even;
+            }
+        }
+    }
+    for (int v = 0; v < vectors; v++) {
+        int64_t count = 0;
+        for (int64_t i = 0; i < rows; i++) {
+            count = 0;
+            for (int lane = 0; lane < NR; lane++)
+                if (masks[v] >> lane & 1u) c[i * ldc + at[v] + count++] = acc[i][v * NR + lane];
+        }
+        if (count) ortx_gemm_select_isa()->epilogue(c + at[v], ldc, rows, count, row0, at[v], epilogue);
+    }
+}

@@ -1,0 +1,176 @@
+/* conv2d_depthwise_f32 (conv.c Case 2): depthwise conv, group == Cin == Cout, NCHW, fused bias, residual and
+ * activation, vectorised across channels (what ORT's NCHWc kernels do, without changing the tensors' layout).
+ *
+ * 1. Tasks are (image, block of `lanes` channels, band of output rows); lanes is the ISA's vector width (AVX-512
+ *    16, AVX2 8, portable 16). Bands are sized so the band's two tiles fit in TILE_BUDGET floats, and split
+ *    further when there are fewer than ORTX_TASKS_PER_THREAD tasks per thread.
+ * 2. pack transposes the band's input rows (its output rows' taps) from the block's NCHW planes into a pixel-major
+ *    tile, one vector of lanes channels per pixel, at the padded position; pad columns and rows outside the
+ *    image stay zero, so every tap is a plain vector load.
+ * 3. rows computes each output pixel as bias + KH*KW full-vector FMAs (weights transposed per block: one vector of
+ *    lanes channels per tap) into a pixel-major output tile.
+ * 4. unpack transposes the output tile back to the block's NCHW planes 16 (or 8) pixels at a time, flattened over
+ *    the band's rows (consecutive in each plane), adding the residual and activating before the store.
+ * Every output pixel is computed the same way whatever the band split, so results do not depend on the threads.
+ * Known limits: a band re-packs the (KH-1)*dh halo rows its neighbour packed; with < lanes channels the tail
+ * block's missing lanes are computed and discarded (C = 3: 13 of 16 lanes wasted).
+ */
+#include <string.h>
+
+#include "activation.h"
+#include "conv.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t round16(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+/* Floats of one band's input and output tiles together: 128 KB, an eighth of this Zen 4's 1 MB L2, so both tiles
+ * and the streamed planes stay in L2 (bands of 8 rows at 112x112, 15 at 56x56, whole planes from 28x28). */
+#define TILE_BUDGET (32 * 1024)
+
+/* Portable path: plain loops over 16 lanes (the compiler vectorises them for the baseline ISA). */
+static void pack_portable(const float *x, int64_t plane, int64_t channels, int64_t rows, int64_t width, float *dst,
+                          int64_t dst_row) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < width; c++) {
+            float *pixel = dst + r * dst_row + c * 16;
+            for (int64_t l = 0; l < 16; l++) pixel[l] = l < channels ? x[l * plane + r * width + c] : 0.0f;
+        }
+}
+
+static void rows_portable(const ortx_conv_params *p, const float *tile, int64_t tile_row, int64_t rows,
+                          const float *weights, const float *bias, float *out) {
+    int64_t OW = p->out_width, KH = p->kernel_height, KW = p->kernel_width;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t ox = 0; ox < OW; ox++) {
+            float acc[16];
+            for (int l = 0; l < 16; l++) acc[l] = bias[l];
+            for (int64_t ky = 0; ky < KH; ky++)
+                for (int64_t kx = 0; kx < KW; kx++) {
+                    const float *in = tile + (r * p->stride_height + ky * p->dilation_height) * tile_row +
+                                      (ox * p->stride_width + kx * p->dilation_width) * 16;
+                    const float *w = weights + (ky * KW + kx) * 16;
+                    for (int l = 0; l < 16; l++) acc[l] += w[l] * in[l];
+                }
+            memcpy(out + (r * OW + ox) * 16, acc, sizeof(acc));
+        }
+}
+
+static void unpack_portable(const ortx_conv_params *p, const float *out, int64_t count, int64_t channels,
+                            const float *residual, float *y) {
+    int64_t plane = p->out_height * p->out_width;
+    for (int64_t l = 0; l < channels; l++)
+        for (int64_t i = 0; i < count; i++) {
+            float value = out[i * 16 + l];
+            if (residual) value += residual[l * plane + i];
+            y[l * plane + i] = ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
+        }
+}
+
+const ortx_depthwise_isa ortx_depthwise_portable = {16, pack_portable, rows_portable, unpack_portable};
+
+static const ortx_depthwise_isa *const isa_table[] = {
+    [ORTX_ISA_PORTABLE] = &ortx_depthwise_portable,
+    [ORTX_ISA_AVX2] = &ortx_depthwise_avx2,
+    [ORTX_ISA_AVX512] = &ortx_depthwise_avx512,
+};
+
+/* The tiles of one task: padded input width (pixels), output rows per band, floats of each tile at that band. */
+typedef struct depthwise_layout {
+    int64_t lanes, blocks, tile_width, band_rows, bands, in_floats, out_floats;
+} depthwise_layout;
+
+static int64_t band_input_rows(const ortx_conv_params *p, int64_t band_rows) {
+    return (band_rows - 1) * p->stride_height + (p->kernel_height - 1) * p->dilation_height + 1;
+}
+
+/* Bands of at most TILE_BUDGET floats (at least one row), and at least min_bands of them where OH allows. */
+static depthwise_layout layout_of(const ortx_conv_params *p, int64_t lanes, int64_t min_bands) {
+    depthwise_layout t;
+    int64_t OH = p->out_height, OW = p->out_width;
+    t.lanes = lanes;
+    t.blocks = (p->in_channels + lanes - 1) / lanes;
+    /* every tap of every output column, and every input column (pack writes whole rows) */
+    t.tile_width = max64((OW - 1) * p->stride_width + (p->kernel_width - 1) * p->dilation_width + 1,
+                         p->pad_left + p->in_width);
+    int64_t per_row = p->stride_height * t.tile_width + OW, fixed = band_input_rows(p, 1) * t.tile_width;
+    t.band_rows = min64(OH, max64(1, (TILE_BUDGET / lanes - fixed) / per_row + 1));
+    t.band_rows = min64(t.band_rows, (OH + min_bands - 1) / min_bands);
+    t.bands = (OH + t.band_rows - 1) / t.band_rows;
+    t.in_floats = round16(band_input_rows(p, t.band_rows) * t.tile_width * lanes);
+    t.out_floats = round16(t.band_rows * OW * lanes);
+    return t;
+}
+
+/* One thread's scratch: input tile, output tile, the block's weights (a vector per tap) and bias. */
+static int64_t scratch_floats(const ortx_conv_params *p, const depthwise_layout *t) {
+    return t->in_floats + t->out_floats + round16(p->kernel_height * p->kernel_width * t->lanes) + round16(t->lanes);
+}
+
+int64_t ortx_depthwise_workspace_floats(const ortx_conv_params *p, int threads) {
+    depthwise_layout wide = layout_of(p, 16, 1), narrow = layout_of(p, 8, 1);
+    return max64(1, threads) * max64(scratch_floats(p, &wide), scratch_floats(p, &narrow));
+}
+
+typedef struct depthwise_job {
+    const ortx_conv_params *p;
+    const ortx_depthwise_isa *isa;
+    depthwise_layout layout;
+    const float *X, *W, *bias, *residual;
+    float *Y, *workspace;
+    int64_t scratch;
+    int *tile_cleared;  /* per thread: its input tile's pad columns are zero */
+} depthwise_job;
+
+static void depthwise_task(void *context, int64_t task, int thread) {
+    const depthwise_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const depthwise_layout *t = &job->layout;
+    const int64_t lanes = t->lanes, C = p->in_channels, H = p->in_height, W = p->in_width;
+    const int64_t taps = p->kernel_height * p->kernel_width, tile_row = t->tile_width * lanes;
+    const int64_t in_plane = H * W, out_plane = p->out_height * p->out_width;
+    int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
+    int64_t c0 = block * lanes, channels = min64(lanes, C - c0);
+    int64_t oy0 = band * t->band_rows, rows = min64(t->band_rows, p->out_height - oy0);
+    int64_t first = oy0 * p->stride_height - p->pad_top, in_rows = band_input_rows(p, rows);
+    int64_t lo = min64(in_rows, max64(0, -first)), hi = max64(lo, min64(in_rows, H - first));
+    float *tile = job->workspace + thread * job->scratch, *out = tile + t->in_floats;
+    float *weights = out + t->out_floats, *bias = weights + round16(taps * lanes);
+    /* Pad columns are never written by pack: zero the tile once per call and thread; rows outside the image are
+     * zeroed per task (a row may hold an in-image row of this thread's previous task). */
+    if (!job->tile_cleared[thread]) {
+        memset(tile, 0, t->in_floats * sizeof(float));
+        job->tile_cleared[thread] = 1;
+    }
+    memset(tile, 0, lo * tile_row * sizeof(float));
+    memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
+    for (int64_t tap = 0; tap < taps; tap++)
+        for (int64_t l = 0; l < lanes; l++) weights[tap * lanes + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
+    for (int64_t l = 0; l < lanes; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
+    int64_t x_offset = (n * C + c0) * in_plane, y_offset = (n * C + c0) * out_plane + oy0 * p->out_width;
+    if (hi > lo)
+        job->isa->pack(job->X + x_offset + (first + lo) * W, in_plane, channels, hi - lo, W,
+                       tile + lo * tile_row + p->pad_left * lanes, tile_row);
+    job->isa->rows(p, tile, tile_row, rows, weights, bias, out);
+    job->isa->unpack(p, out, rows * p->out_width, channels, p->has_residual ? job->residual + y_offset : NULL,
+                     job->Y + y_offset);
+}
+
+void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
+    const ortx_depthwise_isa *isa = isa_table[ortx_selected_isa()];
+    /* small convs (< 256K multiply-adds, ~10 us on one core) stay on one thread */
+    double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
+    if (macs < 256.0 * 1024) threads = 1;
+    int64_t blocks = (p.in_channels + isa->lanes - 1) / isa->lanes;
+    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
+    depthwise_layout layout = layout_of(&p, isa->lanes, threads > 1 ? (wanted + pieces - 1) / pieces : 1);
+    int tile_cleared[threads];
+    memset(tile_cleared, 0, sizeof(tile_cleared));
+    depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
+                         scratch_floats(&p, &layout), tile_cleared};
+    ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_task, &job);
+}

@@ -1,0 +1,181 @@
+/* AVX-512 depthwise conv steps (conv_depthwise.c): 16 channels per vector, 16x16 in-register transposes (4 rounds
+ * of 16 shuffles) between the NCHW planes and the pixel-major tiles. rows computes 8 output pixels at a time with
+ * 8 accumulators; for 3x3 and 5x5 kernels at stride 1 or 2 and dilation 1 each input pixel of a tile row is loaded
+ * once and fed to every accumulator whose taps read it ((8-1)*sw + KW loads per kernel row instead of 8*KW).
+ * Every lane runs conv_depthwise_avx2.c's operations in the same order (bias, FMAs in tap order, residual, the
+ * AVX2 activation on each 8-lane half), so both ISAs give the same bits. */
+#include "conv.h"
+#include "gemm_avx2.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+/* r[i] = row i of a 16x16 block -> r[j] = column j. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4g + m], 128-bit lane k: rows 4g..4g+3 of column 4k + m */
+    for (int g = 0; g < 4; g++) {
+        __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int m = 0; m < 4; m++) {
+        __m512 x0 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88), x1 = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xDD);
+        __m512 y0 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+        __m512 y1 = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xDD);
+        r[m] = _mm512_shuffle_f32x4(x0, y0, 0x88);
+        r[8 + m] = _mm512_shuffle_f32x4(x0, y0, 0xDD);
+        r[4 + m] = _mm512_shuffle_f32x4(x1, y1, 0x88);
+        r[12 + m] = _mm512_shuffle_f32x4(x1, y1, 0xDD);
+    }
+}
+
+ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_t channels, int64_t rows,
+                                          int64_t width, float *dst, int64_t dst_row) {
+    int64_t total = rows * width, row = 0, column = 0;
+    for (int64_t i0 = 0; i0 < total; i0 += 16) {
+        int64_t count = total - i0 < 16 ? total - i0 : 16;
+        __mmask16 lanes = (__mmask16)((1u << count) - 1u);
+        __m512 r[16];
+        if (channels == 16 && count == 16) {
+            for (int c = 0; c < 16; c++) r[c] = _mm512_loadu_ps(x + c * plane + i0);
+        } else {
+            for (int c = 0; c < 16; c++)
+                r[c] = c < channels ? _mm512_maskz_loadu_ps(lanes, x + c * plane + i0) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        if (count == 16 && column + 16 < width) {  /* the chunk stays in one row */
+            float *pixel = dst + row * dst_row + column * 16;
+            for (int j = 0; j < 16; j++) _mm512_storeu_ps(pixel + j * 16, r[j]);
+            column += 16;
+            continue;
+        }
+        for (int j = 0; j < count; j++) {
+            _mm512_storeu_ps(dst + row * dst_row + column * 16, r[j]);
+            if (++column == width) {
+                column = 0;
+                row++;
+            }
+        }
+    }
+}
+
+/* 8 consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: KW_C and SW_C are the
+ * compile-time kernel width and stride (dilation 1). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels8_avx512(
+    const float *in, int64_t ox, int64_t KH, int64_t row_step, const float *weights, __m512 start, float *out,
+    const int KW_C, const int SW_C) {
+    __m512 acc[8];
+    for (int j = 0; j < 8; j++) acc[j] = start;
+    for (int64_t ky = 0; ky < KH; ky++) {
+        const float *src = in + ky * row_step + ox * SW_C * 16;
+        __m512 w[5];  /* KW_C <= 5 */
+        for (int kx = 0; kx < KW_C; kx++) w[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 16);
+#pragma GCC unroll 32
+        for (int c = 0; c < 7 * SW_C + KW_C; c++) {
+            __m512 v = _mm512_loadu_ps(src + c * 16);
+#pragma GCC unroll 8
+            for (int kx = 0; kx < KW_C; kx++) {
+                int j = c - kx;
+                if (j >= 0 && j % SW_C == 0 && j / SW_C < 8) acc[j / SW_C] = _mm512_fmadd_ps(w[kx], v, acc[j / SW_C]);
+            }
+        }
+    }
+    for (int j = 0; j < 8; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
+}
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel_avx512(
+    const ortx_conv_params *p, const float *tile, int64_t tile_row, int64_t rows, const float *weights,
+    const float *bias, float *out, const int KW_C, const int SW_C) {
+    const int64_t OW = p->out_width, KH = p->kernel_height, KW = p->kernel_width;
+    const int64_t sw = p->stride_width, dh = p->dilation_height, dw = p->dilation_width;
+    const __m512 start = _mm512_loadu_ps(bias);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *in = tile + r * p->stride_height * tile_row;
+        float *o = out + r * OW * 16;
+        int64_t ox = 0;
+        if (KW_C > 0)
+            for (; ox + 8 <= OW; ox += 8)
+                pixels8_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, KW_C > 0 ? KW_C : 1,
+                               SW_C > 0 ? SW_C : 1);
+        for (; ox < OW; ox++) {
+            __m512 acc = start;
+            for (int64_t ky = 0; ky < KH; ky++) {
+                const float *src = in + ky * dh * tile_row + ox * sw * 16;
+                for (int64_t kx = 0; kx < KW; kx++)
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW + kx) * 16),
+                                          _mm512_loadu_ps(src + kx * dw * 16), acc);
+            }
+            _mm512_storeu_ps(o + ox * 16, acc);
+        }
+    }
+}
+
+ORTX_TARGET_AVX512 static void rows_avx512(const ortx_conv_params *p, const float *tile, int64_t tile_row,
+                                          int64_t rows, const float *weights, const float *bias, float *out) {
+    int64_t KW = p->kernel_width, sw = p->stride_width;
+    if (p->dilation_width == 1 && KW == 3 && sw == 1) {
+        rows_kernel_avx512(p, tile, tile_row, rows, weights, bias, out, 3, 1);
+    } else if (p->dilation_width == 1 && KW == 3 && sw == 2) {
+        rows_kernel_avx512(p, tile, tile_row, rows, weights, bias, out, 3, 2);
+    } else if (p->dilation_width == 1 && KW == 5 && sw == 1) {
+        rows_kernel_avx512(p, tile, tile_row, rows, weights, bias, out, 5, 1);
+    } else if (p->dilation_width == 1 && KW == 5 && sw == 2) {
+        rows_kernel_avx512(p, tile, tile_row, rows, weights, bias, out, 5, 2);
+    } else {
+        rows_kernel_avx512(p, tile, tile_row, rows, weights, bias, out, 0, 0);
+    }
+}
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 activate(__m512 v, int activation, float p0,
+                                                                             float p1) {
+    if (activation == ORTX_ACT_NONE) return v;
+    __m256 lo = _mm512_castps512_ps256(v), hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    lo = ortx_activation_avx2(lo, activation, p0, p1);
+    hi = ortx_activation_avx2(hi, activation, p0, p1);
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+ORTX_TARGET_AVX512 static void unpack_avx512(const ortx_conv_params *p, const float *out, int64_t count,
+                                            int64_t channels, const float *residual, float *y) {
+    const int64_t plane = p->out_height * p->out_width;
+    const int activation = (int)p->activation;
+    for (int64_t i0 = 0; i0 < count; i0 += 16) {
+        int64_t pixels = count - i0 < 16 ? count - i0 : 16;
+        __mmask16 lanes = (__mmask16)((1u << pixels) - 1u);
+        __m512 r[16];
+        if (pixels == 16) {
+            for (int j = 0; j < 16; j++) r[j] = _mm512_loadu_ps(out + (i0 + j) * 16);
+        } else {
+            for (int j = 0; j < 16; j++) r[j] = j < pixels ? _mm512_loadu_ps(out + (i0 + j) * 16) : _mm512_setzero_ps();
+        }
+        transpose16(r);
+        if (pixels == 16) {
+            for (int c = 0; c < channels; c++) {
+                __m512 v = r[c];
+                if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + c * plane + i0));
+                _mm512_storeu_ps(y + c * plane + i0, activate(v, activation, p->param0, p->param1));
+            }
+            continue;
+        }
+        for (int c = 0; c < channels; c++) {
+            __m512 v = r[c];
+            if (residual) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(lanes, residual + c * plane + i0));
+            _mm512_mask_storeu_ps(y + c * plane + i0, lanes, activate(v, activation, p->param0, p->param1));
+        }
+    }
+}
+
+const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512};
+
+#else
+/* Never selected off x86 (dispatch.c only picks AVX-512 after CPUID says so). */
+const ortx_depthwise_isa ortx_depthwise_avx512 = {16, NULL, NULL, NULL};
+#endif
