@@ -75,6 +75,7 @@ ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void pixels8_avx2(
 #pragma GCC unroll 32
         for (int c = 0; c < 7 * SW_C + KW_C; c++) {
             __m256 v = _mm256_loadu_ps(src + c * 8);
+            __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
                 int j = c - kx;
@@ -151,9 +152,9 @@ ORTX_TARGET_AVX2 static void unpack_avx2(const ortx_conv_params *p, const float 
     }
 }
 
-const ortx_depthwise_isa ortx_depthwise_avx2 = {8, pack_avx2, rows_avx2, unpack_avx2};
+const ortx_depthwise_isa ortx_depthwise_avx2 = {8, pack_avx2, rows_avx2, unpack_avx2, NULL};
 
 #else
 /* Never selected off x86 (dispatch.c only picks AVX2 after CPUID says so). */
-const ortx_depthwise_isa ortx_depthwise_avx2 = {8, NULL, NULL, NULL};
+const ortx_depthwise_isa ortx_depthwise_avx2 = {8, NULL, NULL, NULL, NULL};
 #endif

@@ -10,7 +10,8 @@
  *   Case in place (1x1, stride 1, unpadded, OH*OW a multiple of 16): X as stored, every row 64-byte aligned;
  *   Case built (every other conv): copied per tile and panel into the thread's aligned slice of the workspace, from
  *   the input split into zero-padded phase planes (see conv_job), in which every patch row is, per output row, one
- *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself).
+ *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself); Case built shared (see
+ *   conv_shared): when row chunks split tiles, every tile's patch rows are built once, in parallel, beforehand.
  * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
  *   ints: M, N, K, lda, R, has_bias, activation, threads, panels. floats: param0, param1.
  *   buffers: A, values, cols, row_ptr, Y, workspace, bias.
@@ -20,8 +21,8 @@
  * sparse_sizes_f32: ints [0, the 20 conv ints] or [1, M, N, K, threads]; writes the workspace bytes to out[0] and
  *   the panel count to out[1] (the lowering packs W in that many panels of ceil(K / panels) columns; the conv's
  *   workspace holds panels of that width, so a conv must not be given fewer panels).
- * Limits: fp32 only; groups > 1 are not covered (the lowering keeps them dense); R is 1 or 4. With few tiles (7x7
- * maps: one) each row chunk builds its own copy of the tile's panels.
+ * Limits: fp32 only; groups > 1 are not covered (the lowering keeps them dense); R is 1 or 4. A 64-pixel tile
+ * that is not full still runs whole vectors: a 7x7 map's 49 pixels cost 4 FMAs per nonzero, as 64 would.
  */
 #include <string.h>
 
@@ -147,8 +148,9 @@ typedef struct conv_job {
     const float *planes;  /* the phase planes (Case built) or X (1x1) */
     float *plane_buffer;  /* the workspace's planes (NULL for 1x1) */
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
-    float *panels;        /* per thread: panel_width x ORTX_SPARSE_TILE floats (Case built) */
-    int in_place;
+    float *panels;        /* Case built per task: per thread, panel_width x ORTX_SPARSE_TILE floats; Case built
+                           * shared: every tile's K x ORTX_SPARSE_TILE block, tile after tile */
+    int in_place, shared;
 } conv_job;
 
 static void phase_geometry(const ortx_conv_params *p, conv_job *job) {
@@ -232,8 +234,23 @@ static void patch_block(const conv_job *job, int64_t k_begin, int64_t k_end, int
     job->patch(job->planes, job->taps + k_begin, k_end - k_begin, &view, dst, ldd);
 }
 
-/* One tile x one chunk of block rows: per panel, its B rows (in place, or built in the thread's slice), then the row
- * kernel over every row of the chunk, into Y. */
+/* Case built shared: the patch rows of (tile, panel) pair `item`, into the tile's block of job->panels. */
+static void build_shared(void *context, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const conv_job *job = context;
+    for (int64_t item = begin; item < end; item++) {
+        int64_t tile = item / job->w.panels, k0 = item % job->w.panels * job->panel_width;
+        int64_t k1 = k0 + job->panel_width < job->w.depth ? k0 + job->panel_width : job->w.depth;
+        int64_t p0 = tile * ORTX_SPARSE_TILE;
+        int64_t ncols = job->pixels - p0 < ORTX_SPARSE_TILE ? job->pixels - p0 : ORTX_SPARSE_TILE;
+        if (k0 < k1)
+            patch_block(job, k0, k1, p0, ncols, job->panels + (tile * job->w.depth + k0) * ORTX_SPARSE_TILE,
+                        ORTX_SPARSE_TILE);
+    }
+}
+
+/* One tile x one chunk of block rows: per panel, its B rows (in place, built before for every chunk, or built now in
+ * the thread's slice), then the row kernel over every row of the chunk, into Y. */
 static void conv_task(void *context, int64_t task, int thread_index) {
     const conv_job *job = context;
     int64_t tile = task % job->tiles, begin, end;
@@ -250,8 +267,10 @@ static void conv_task(void *context, int64_t task, int thread_index) {
         int64_t k1 = k0 + job->panel_width < job->w.depth ? k0 + job->panel_width : job->w.depth;
         const float *b = job->input + p0;
         int64_t ldb = job->pixels;
-        if (!job->in_place) {
-            patch_block(job, k0, k1, p0, ncols, panel_rows, ORTX_SPARSE_TILE);
+        if (job->shared) {
+            b = job->panels + tile * job->w.depth * ORTX_SPARSE_TILE, ldb = ORTX_SPARSE_TILE;
+        } else if (!job->in_place) {
+            if (k0 < k1) patch_block(job, k0, k1, p0, ncols, panel_rows, ORTX_SPARSE_TILE);
             b = panel_rows - k0 * ORTX_SPARSE_TILE, ldb = ORTX_SPARSE_TILE;
         }
         job->rows(&job->w, panel, begin, end, b, ldb, ncols, job->output + first_row * job->pixels + p0, job->pixels,
@@ -286,20 +305,33 @@ static int64_t planes_floats(const ortx_conv_params *p, const conv_job *job) {
 
 static int64_t taps_floats(const conv_job *job) { return ortx_round_up(job->w.depth, 16); }
 
+/* Case built shared when row chunks split a tile (few tiles: 7x7 and 14x14 maps at 2 threads): each chunk building
+ * its own copy would repeat the tile's K rows of copies per chunk (a 7x7 conv at 8 chunks spent as long copying as
+ * multiplying). */
+static int conv_shared(const ortx_conv_params *p, int threads) {
+    int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
+    return !conv_in_place(p) && chunk_count(tiles, p->out_channels, threads) > 1;
+}
+
 static int64_t conv_workspace_bytes(const ortx_conv_params *p) {
     if (conv_in_place(p)) return 0;
     conv_job job = {0};
     job.w.depth = p->in_channels * p->kernel_height * p->kernel_width;
     phase_geometry(p, &job);
-    int64_t panels = (p->workspace_threads < 1 ? 1 : p->workspace_threads) *
-                     panel_width(job.w.depth, panel_count(job.w.depth)) * ORTX_SPARSE_TILE;
+    int64_t tiles = (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE, panels = 0;
+    for (int64_t threads = 1; threads <= (p->workspace_threads < 1 ? 1 : p->workspace_threads); threads++) {
+        int64_t floats = conv_shared(p, (int)threads) ? tiles * job.w.depth * ORTX_SPARSE_TILE
+                         : threads * panel_width(job.w.depth, panel_count(job.w.depth)) * ORTX_SPARSE_TILE;
+        panels = floats > panels ? floats : panels;
+    }
     return (int64_t)sizeof(float) * (ORTX_SPARSE_ALIGN_SLACK + planes_floats(p, &job) + taps_floats(&job) + panels);
 }
 
 static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = conv_threads(&p, num_threads);
-    conv_job job = {.p = &p, .rows = select_rows(), .patch = select_patch(), .in_place = conv_in_place(&p)};
+    conv_job job = {.p = &p, .rows = select_rows(), .patch = select_patch(), .in_place = conv_in_place(&p),
+                    .shared = conv_shared(&p, threads)};
     job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
                                  ints[ORTX_SPARSE_CONV_BLOCK], ints[ORTX_SPARSE_CONV_BLOCK + 1], buffers[1],
                                  buffers[2], buffers[3]};
@@ -327,6 +359,9 @@ static void sparse_conv2d_f32(const int64_t *ints, const float *floats, void *co
         job.planes = job.plane_buffer ? job.plane_buffer : job.input;
         if (job.plane_buffer)
             ortx_parallel_range(threads, p.in_channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, phase_fill, &job);
+        if (job.shared)
+            ortx_parallel_range(threads, job.tiles * job.w.panels, (int64_t)ORTX_TASKS_PER_THREAD * threads,
+                                build_shared, &job);
         ortx_parallel_for(threads, job.tiles * job.chunks, conv_task, &job);
     }
 }

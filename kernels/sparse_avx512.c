@@ -17,11 +17,11 @@
 ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
     const ortx_sparse_matrix *w, const int32_t *row_ptr, int64_t block_begin, int64_t block_row, const float *b,
     int64_t ldb, const __mmask16 masks[4], float *c, int64_t ldc, const ortx_sparse_epilogue *e, const int R,
-    const int full, int accumulate, int final) {
+    const int V, const int full, int accumulate, int final) {
     __m512 acc[4][4];
     for (int r = 0; r < R; r++) {
         const float *partial = c + (block_row * R + r - block_begin * R) * ldc;
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < V; v++)
             acc[r][v] = !accumulate || block_row * R + r >= w->rows ? _mm512_setzero_ps()
                         : full ? _mm512_loadu_ps(partial + 16 * v) : _mm512_maskz_loadu_ps(masks[v], partial + 16 * v);
     }
@@ -30,27 +30,27 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
     int32_t block = row_ptr[block_row];
     if (R == 1) {  /* two nonzeros per step into two accumulator sets: 8 independent FMA chains, not 4 */
         __m512 other[4];
-        for (int v = 0; v < 4; v++) other[v] = _mm512_setzero_ps();
+        for (int v = 0; v < V; v++) other[v] = _mm512_setzero_ps();
         for (; block + 1 < row_ptr[block_row + 1]; block += 2) {
             const float *x0 = b + (int64_t)cols[block] * ldb, *x1 = b + (int64_t)cols[block + 1] * ldb;
             __m512 w0 = _mm512_set1_ps(values[block]), w1 = _mm512_set1_ps(values[block + 1]);
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < V; v++) {
                 __m512 a = full ? _mm512_loadu_ps(x0 + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x0 + 16 * v);
                 __m512 c = full ? _mm512_loadu_ps(x1 + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x1 + 16 * v);
                 acc[0][v] = _mm512_fmadd_ps(w0, a, acc[0][v]);
                 other[v] = _mm512_fmadd_ps(w1, c, other[v]);
             }
         }
-        for (int v = 0; v < 4; v++) acc[0][v] = _mm512_add_ps(acc[0][v], other[v]);
+        for (int v = 0; v < V; v++) acc[0][v] = _mm512_add_ps(acc[0][v], other[v]);
     }
     for (; block < row_ptr[block_row + 1]; block++) {
         const float *x = b + (int64_t)cols[block] * ldb;
         __m512 xv[4];
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < V; v++)
             xv[v] = full ? _mm512_loadu_ps(x + 16 * v) : _mm512_maskz_loadu_ps(masks[v], x + 16 * v);
         for (int r = 0; r < R; r++) {
             __m512 weight = _mm512_set1_ps(values[(int64_t)block * R + r]);
-            for (int v = 0; v < 4; v++) acc[r][v] = _mm512_fmadd_ps(weight, xv[v], acc[r][v]);
+            for (int v = 0; v < V; v++) acc[r][v] = _mm512_fmadd_ps(weight, xv[v], acc[r][v]);
         }
     }
     __m512 p0 = _mm512_set1_ps(e->param0), p1 = _mm512_set1_ps(e->param1), zero = _mm512_setzero_ps();
@@ -59,7 +59,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
         if (row >= w->rows) break;
         float *out = c + local * ldc;
         if (!final) {
-            for (int v = 0; v < 4; v++) {
+            for (int v = 0; v < V; v++) {
                 if (full) _mm512_storeu_ps(out + 16 * v, acc[r][v]);
                 else _mm512_mask_storeu_ps(out + 16 * v, masks[v], acc[r][v]);
             }
@@ -67,7 +67,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline void block_rows(
         }
         __m512 bias = _mm512_set1_ps(e->bias ? e->bias[row] : 0.0f);
         const float *residual = e->residual ? e->residual + local * e->ldr : NULL;
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < V; v++) {
             __m512 value = _mm512_add_ps(acc[r][v], bias);
             if (residual)
                 value = _mm512_add_ps(value, full ? _mm512_loadu_ps(residual + 16 * v)
@@ -93,17 +93,32 @@ ORTX_TARGET_AVX512 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int
         int64_t left = ncols - 16 * v;
         masks[v] = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1u);
     }
-    int full = ncols == ORTX_SPARSE_TILE, accumulate = panel > 0, final = panel == w->panels - 1;
+    int accumulate = panel > 0, final = panel == w->panels - 1;
     const int32_t *row_ptr = w->row_ptr + panel * ((w->rows + w->block_rows - 1) / w->block_rows);
+    /* Case full: 64 columns, unmasked; else (V, masked): only the ceil(ncols / 16) vectors that hold columns run, so
+     * a tail tile of a few pixels (14x14: 196 = 3 x 64 + 4) costs one FMA per nonzero, not four. */
+    int vectors = ncols == ORTX_SPARSE_TILE ? 0 : (int)((ncols + 15) / 16);
     for (int64_t block_row = block_begin; block_row < block_end; block_row++) {
-        if (w->block_rows == 4 && full)
-            block_rows(w, row_ptr, block_begin, block_row, b, ldb, masks, c, ldc, e, 4, 1, accumulate, final);
-        else if (w->block_rows == 4)
-            block_rows(w, row_ptr, block_begin, block_row, b, ldb, masks, c, ldc, e, 4, 0, accumulate, final);
-        else if (full)
-            block_rows(w, row_ptr, block_begin, block_row, b, ldb, masks, c, ldc, e, 1, 1, accumulate, final);
-        else
-            block_rows(w, row_ptr, block_begin, block_row, b, ldb, masks, c, ldc, e, 1, 0, accumulate, final);
+#define ORTX_SPARSE_BLOCK_ROWS(R, V, FULL) \
+    block_rows(w, row_ptr, block_begin, block_row, b, ldb, masks, c, ldc, e, R, V, FULL, accumulate, final)
+        if (w->block_rows == 4) {
+            switch (vectors) {
+                case 0: ORTX_SPARSE_BLOCK_ROWS(4, 4, 1); break;
+                case 1: ORTX_SPARSE_BLOCK_ROWS(4, 1, 0); break;
+                case 2: ORTX_SPARSE_BLOCK_ROWS(4, 2, 0); break;
+                case 3: ORTX_SPARSE_BLOCK_ROWS(4, 3, 0); break;
+                default: ORTX_SPARSE_BLOCK_ROWS(4, 4, 0); break;
+            }
+        } else {
+            switch (vectors) {
+                case 0: ORTX_SPARSE_BLOCK_ROWS(1, 4, 1); break;
+                case 1: ORTX_SPARSE_BLOCK_ROWS(1, 1, 0); break;
+                case 2: ORTX_SPARSE_BLOCK_ROWS(1, 2, 0); break;
+                case 3: ORTX_SPARSE_BLOCK_ROWS(1, 3, 0); break;
+                default: ORTX_SPARSE_BLOCK_ROWS(1, 4, 0); break;
+            }
+        }
+#undef ORTX_SPARSE_BLOCK_ROWS
     }
 }
 
