@@ -118,26 +118,32 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                         memset(out, 0, width * sizeof(uint32_t));
                         continue;
                     }
-                    for (int64_t j0 = 0; j0 < width; j0 += NR) {
-                        int64_t count = min64(NR, width - j0), ix0 = j0 * sw + qx - p->pad_left;
-                        const float *a = first + iy * W + ix0, *b = second ? second + iy * W + ix0 : NULL;
-                        if (!(sw == 1 && ix0 >= 0 && ix0 + count <= W)) {  /* padding or a strided phase */
+                    /* columns [lo, hi) read the input (ix = j*sw + qx - pad_left in [0, W)); the rest is zero */
+                    int64_t lo = (p->pad_left - qx + sw - 1) / sw, last = W - 1 - qx + p->pad_left;
+                    int64_t hi = last < 0 ? 0 : last / sw + 1;
+                    lo = lo < 0 ? 0 : min64(lo, width);
+                    hi = hi < lo ? lo : min64(hi, width);
+                    const float *row_first = first + iy * W, *row_second = second ? second + iy * W : NULL;
+                    for (int64_t j0 = lo; j0 < hi; j0 += NR) {
+                        int64_t count = min64(NR, hi - j0), ix0 = j0 * sw + qx - p->pad_left;
+                        const float *a = row_first + ix0, *b = second ? row_second + ix0 : NULL;
+                        if (sw != 1) {  /* a strided phase: its columns gathered first */
                             for (int64_t j = 0; j < count; j++) {
-                                int64_t ix = ix0 + j * sw;
-                                int inside = ix >= 0 && ix < W;
-                                gathered[0][j] = inside ? first[iy * W + ix] : 0.0f;
-                                gathered[1][j] = inside && second ? second[iy * W + ix] : 0.0f;
+                                gathered[0][j] = row_first[ix0 + j * sw];
+                                gathered[1][j] = second ? row_second[ix0 + j * sw] : 0.0f;
                             }
                             a = gathered[0];
                             b = second ? gathered[1] : NULL;
                         }
-                        if (count == NR) {
-                            job->isa->pair_rows(a, b, NR, (uint16_t *)(out + j0));
+                        if (j0 + NR <= width) {  /* words past hi are zeroed below */
+                            job->isa->pair_rows(a, b, count, (uint16_t *)(out + j0));
                         } else {  /* pair_rows writes NR words: the row's last words through a copy */
                             job->isa->pair_rows(a, b, count, words);
                             memcpy(out + j0, words, count * sizeof(uint32_t));
                         }
                     }
+                    memset(out, 0, lo * sizeof(uint32_t));
+                    memset(out + hi, 0, (width - hi) * sizeof(uint32_t));
                 }
             }
     }

@@ -25,12 +25,19 @@ class PartitionGraph:
     edges: tuple[tuple[str, str, int], ...]  # (producer, consumer, bytes of the tensor)
 
 
+def _label(node) -> str:
+    """The op type shown for a node; an elementwise chain shows the ops it fused (Mul+Add+Relu)."""
+    if node.domain == "ai.ortx" and node.op_type == "ElementwiseChain" and "op_types" in node.attributes:
+        return "+".join(node.attributes["op_types"].value)
+    return node.op_type
+
+
 def partition_graph(segments: list[Segment]) -> PartitionGraph:
     nodes, edges = [], []
     placed = {node.name for segment in segments for node in segment.nodes}
     for index, segment in enumerate(segments):
         for node in segment.nodes:
-            nodes.append((node.name, node.op_type, segment.device, index))
+            nodes.append((node.name, _label(node), segment.device, index))
             for value in node_inputs(node):
                 producer = value.producer()
                 if producer is None or producer.name not in placed:
