@@ -234,11 +234,73 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void plane_rows_
     }
 }
 
+/* Stride 2: the 16 outputs from ox read input columns 2(ox+j) - 1 + kx. Two masked loads hold columns 2ox ..
+ * 2ox+31; the even and odd ones (kx = 1, 2) are two two-source permutes, and kx = 0's columns are the odd ones
+ * shifted up one lane with column 2ox - 1 (zero at ox 0) in lane 0. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void load_taps_stride2(
+    const float *row, int64_t ox, int64_t W, __m512i even, __m512i odd, __m512 v[3]) {
+    int64_t first = W - 2 * ox, second = W - 2 * ox - 16;  /* valid lanes of the two loads */
+    __mmask16 m0 = (__mmask16)(first >= 16 ? 0xFFFF : (1u << first) - 1u);
+    __mmask16 m1 = (__mmask16)(second >= 16 ? 0xFFFF : second <= 0 ? 0 : (1u << second) - 1u);
+    __m512 a = _mm512_maskz_loadu_ps(m0, row + 2 * ox), b = _mm512_maskz_loadu_ps(m1, row + 2 * ox + 16);
+    __m512 before = _mm512_set1_ps(ox > 0 ? row[2 * ox - 1] : 0.0f);
+    v[1] = _mm512_permutex2var_ps(a, even, b);
+    v[2] = _mm512_permutex2var_ps(a, odd, b);
+    v[0] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v[2]), _mm512_castps_si512(before), 15));
+    __asm__("" : "+v"(v[0]), "+v"(v[1]), "+v"(v[2]));
+}
+
+/* plane_rows at stride 2: ROWS_C (4 or 1) output rows from 2 * ROWS_C + 1 input rows; input row oy*2 - pad_top + j
+ * feeds output row r = (j - ky) / 2 for ky = j - 2r in 0..2, FMAs in tap order as in plane_rows_kernel_avx512. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void plane_rows_stride2_avx512(
+    const ortx_conv_params *p, const float *x, const float *weights, __m512 start, const float *residual, float *y,
+    int64_t oy0, const int ROWS_C) {
+    const int64_t W = p->in_width, H = p->in_height, OW = p->out_width;
+    const int activation = (int)p->activation;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 w[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) w[t] = _mm512_set1_ps(weights[t]);
+    for (int64_t ox = 0; ox < OW; ox += 16) {
+        __mmask16 store = (__mmask16)(OW - ox >= 16 ? 0xFFFF : (1u << (OW - ox)) - 1u);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) acc[r] = start;
+#pragma GCC unroll 9
+        for (int j = 0; j < 2 * ROWS_C + 1; j++) {
+            int64_t iy = 2 * oy0 - p->pad_top + j;
+            if (iy < 0 || iy >= H) continue;
+            __m512 v[3];
+            load_taps_stride2(x + iy * W, ox, W, even, odd, v);
+#pragma GCC unroll 3
+            for (int ky = 2; ky >= 0; ky--) {  /* the earliest output row first */
+                int r = (j - ky) / 2;
+                if (j - ky < 0 || (j - ky) % 2 != 0 || r >= ROWS_C) continue;
+#pragma GCC unroll 3
+                for (int kx = 0; kx < 3; kx++) acc[r] = _mm512_fmadd_ps(w[ky * 3 + kx], v[kx], acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) {
+            float *out = y + (oy0 + r) * OW + ox;
+            __m512 value = acc[r];
+            if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(store, residual + (oy0 + r) * OW + ox));
+            _mm512_mask_storeu_ps(out, store, activate(value, activation, p->param0, p->param1));
+        }
+    }
+}
+
 ORTX_TARGET_AVX512 static void plane_rows_avx512(const ortx_conv_params *p, const float *x, const float *weights,
                                                 float bias, const float *residual, float *y, int64_t oy0,
                                                 int64_t rows) {
     const __m512 start = _mm512_set1_ps(bias);
     int64_t r = 0;
+    if (p->stride_width == 2) {
+        for (; r + 4 <= rows; r += 4) plane_rows_stride2_avx512(p, x, weights, start, residual, y, oy0 + r, 4);
+        for (; r < rows; r++) plane_rows_stride2_avx512(p, x, weights, start, residual, y, oy0 + r, 1);
+        return;
+    }
     for (; r + 4 <= rows; r += 4) plane_rows_kernel_avx512(p, x, weights, start, residual, y, oy0 + r, 4);
     for (; r < rows; r++) plane_rows_kernel_avx512(p, x, weights, start, residual, y, oy0 + r, 1);
 }
