@@ -1,12 +1,14 @@
 """GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
 
     python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned|layers] [--trials 48]
-    python benchmarks/kernels.py --only layers [--layer-threads 1,2] [--rounds 3] [--runs 20] [--write]
+    python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise] [--layer-threads 1,2]
+                                 [--rounds 3] [--runs 20] [--write]
 
 `layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
 model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, switch-over runs not
 counted), per thread count; --rounds repetitions give the median and range of the ratio; --write puts the table in
-BENCHMARKS.md's "Dense conv layers (issue #4)" section.
+BENCHMARKS.md's "Dense conv layers (issue #4)" section. `--layer-set mobilenetv2-depthwise`: the same for each
+distinct depthwise conv of MobileNetV2-style (section "Depthwise conv layers (issue #4)").
 
 `tuned`: generated GEMMs (ortx.codegen.gemm) tuned per shape (ortx.tune.gemm_space, records in --database), then
 numpy, the prebuilt ortx_sgemm, the generated default schedule and the tuned one timed side by side in one run.
@@ -31,6 +33,8 @@ def _parse():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--only", choices=("gemm", "conv", "tuned", "layers"), default=None)
     parser.add_argument("--layer-threads", default="1,2", help="layers: thread counts")
+    parser.add_argument("--layer-set", choices=("resnet18", "mobilenetv2-depthwise"), default="resnet18",
+                        help="layers: the model whose conv shapes are measured")
     parser.add_argument("--runs", type=int, default=20, help="layers: counted runs per engine per round")
     parser.add_argument("--write", action="store_true", help="layers: write the BENCHMARKS.md section")
     parser.add_argument("--trials", type=int, default=48, help="tuned: schedules measured per shape")
@@ -301,6 +305,26 @@ RESNET_LAYERS = [
 ]
 
 
+# MobileNetV2-style's depthwise convs (tests/_models.py, 224x224): (label, count in the model, x, w, attributes)
+MOBILENETV2_DEPTHWISE_LAYERS = [
+    (f"dw{'/2' if stride == 2 else ''} {channels} @{size}", count, (1, channels, size, size), (channels, 1, 3, 3),
+     dict(group=channels, strides=[stride, stride], pads=[1, 1, 1, 1]))
+    for channels, size, stride, count in [(32, 112, 1, 1), (96, 112, 2, 1), (144, 56, 1, 1), (144, 56, 2, 1),
+                                          (192, 28, 1, 2), (192, 28, 2, 1), (384, 14, 1, 4), (576, 14, 1, 2),
+                                          (576, 14, 2, 1), (960, 7, 1, 3)]
+]
+
+# --layer-set: (layers, BENCHMARKS.md section, what they are)
+LAYER_SETS = {
+    "resnet18": (RESNET_LAYERS, "Dense conv layers (issue #4)",
+                 "Each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu, "
+                 "random weights)"),
+    "mobilenetv2-depthwise": (MOBILENETV2_DEPTHWISE_LAYERS, "Depthwise conv layers (issue #4)",
+                              "Each distinct depthwise conv of MobileNetV2-style (224x224, Conv with bias and "
+                              "group = channels -> Relu, random weights)"),
+}
+
+
 def conv_relu_model(x_shape, w_shape, attributes, seed=0):
     """Conv (bias) -> Relu on random weights: a ResNet layer after BatchNorm folding."""
     rng = np.random.default_rng(seed)
@@ -317,8 +341,8 @@ def conv_relu_model(x_shape, w_shape, attributes, seed=0):
     return model
 
 
-def bench_layers(thread_counts, rounds, runs, write):
-    """Every ResNet-18-style conv shape through OrtxEP vs ORT (ortx.measure.compare), per thread count."""
+def bench_layers(thread_counts, rounds, runs, write, layer_set="resnet18"):
+    """Every conv shape of the layer set through OrtxEP vs ORT (ortx.measure.compare), per thread count."""
     import datetime
     import subprocess
 
@@ -330,7 +354,9 @@ def bench_layers(thread_counts, rounds, runs, write):
              "max rel err | load |", "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     totals = {threads: [0.0, 0.0] for threads in thread_counts}
-    for label, count, x_shape, w_shape, attributes in RESNET_LAYERS:
+    layers, section, description = LAYER_SETS[layer_set]
+    convs = sum(layer[1] for layer in layers)
+    for label, count, x_shape, w_shape, attributes in layers:
         model = conv_relu_model(x_shape, w_shape, attributes)
         for threads in thread_counts:
             results, loads = [], []
@@ -349,18 +375,18 @@ def bench_layers(thread_counts, rounds, runs, write):
             print(line, flush=True)
     summary = "; ".join(f"{threads} thread(s): OrtxEP {ortx:.2f} ms vs ORT {ort:.2f} ms ({ortx / ort:.2f})"
                         for threads, (ort, ortx) in totals.items())
-    print(f"Sum over the model's 20 convs (medians x count): {summary}")
+    print(f"Sum over the model's {convs} convs (medians x count): {summary}")
     if write:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         body = (f"Measured {when} on {head}, x86_64 {_kernels.selected_isa()}, onnxruntime {onnxruntime.__version__}: "
-                f"`python benchmarks/kernels.py --only layers --layer-threads {','.join(map(str, thread_counts))} "
-                f"--rounds {rounds} --runs {runs} --write`. Each distinct conv shape of ResNet-18-style (224x224, "
-                "BatchNorm folded: Conv with bias -> Relu, random weights) as its own model, OrtxEP (tuning off) "
+                f"`python benchmarks/kernels.py --only layers --layer-set {layer_set} --layer-threads "
+                f"{','.join(map(str, thread_counts))} --rounds {rounds} --runs {runs} --write`. {description} "
+                "as its own model, OrtxEP (tuning off) "
                 "against ORT CPU in ortx.measure.compare's interleaved blocks; milliseconds are medians over rounds, "
                 "the ratio's median (range) over rounds.\n\n" + "\n".join(lines) +
-                f"\n\nSum over the model's 20 convs (medians x count): {summary}.")
+                f"\n\nSum over the model's {convs} convs (medians x count): {summary}.")
         write_section(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md"),
-                      "Dense conv layers (issue #4)", body)
+                      section, body)
 
 
 def main():
@@ -371,7 +397,8 @@ def main():
     if ARGS.only in (None, "conv"):
         bench_conv(ARGS.threads, ARGS.repeats)
     if ARGS.only == "layers":
-        bench_layers([int(value) for value in ARGS.layer_threads.split(",")], ARGS.rounds, ARGS.runs, ARGS.write)
+        bench_layers([int(value) for value in ARGS.layer_threads.split(",")], ARGS.rounds, ARGS.runs, ARGS.write,
+                     ARGS.layer_set)
         return 0
     if ARGS.only in (None, "tuned"):
         bench_tuned_gemm(ARGS.threads, ARGS.repeats, ARGS.trials,

@@ -16,7 +16,9 @@
  *   dimension, weights prepacked as the GEMM's B panels.
  * Case 2, conv2d_depthwise_f32 (group == Cin == Cout, conv_depthwise.c): in blocks of 16 (AVX-512) or 8 (AVX2)
  *   channels, vectorised across the channels: input rows are transposed into a zero-padded pixel-major tile, each
- *   output pixel is KH*KW full-vector FMAs, and the output is transposed back with residual and activation.
+ *   output pixel is KH*KW full-vector FMAs, and the output is transposed back with residual and activation;
+ *   3x3 convs (stride 1 "same", or stride 2) at least 16 output columns wide run straight on the NCHW planes
+ *   (AVX-512).
  * Case 3, conv_transpose2d_f32: per image and group, ortx_sgemm computes col = W_g^T X_g (M = Cout/g*KH*KW,
  *   K = Cin/g, N = H*W) and col2im scatters it into Y (initialised with the bias), one output channel per
  *   thread so the sums keep a fixed order; residual and activation follow.

@@ -42,7 +42,21 @@ typedef struct ortx_depthwise_isa {
      * i]) for l < channels (no residual when NULL), plane = OH * OW. */
     void (*unpack)(const ortx_conv_params *p, const float *out, int64_t count, int64_t channels,
                    const float *residual, float *y);
+    /* Or, for 3x3 stride-1 "same" and stride-2 convs at least 16 columns wide (ortx_depthwise_in_plane; NULL
+     * where the ISA has none): output rows [oy0, oy0 + rows) of one channel plane straight from the NCHW plane x
+     * (no tiles), in the operation order of rows + unpack, so the results are bitwise those of the tiled path. */
+    void (*plane_rows)(const ortx_conv_params *p, const float *x, const float *weights, float bias,
+                       const float *residual, float *y, int64_t oy0, int64_t rows);
 } ortx_depthwise_isa;
+
+/* Whether plane_rows applies: 3x3, dilation 1, pad_left 1, at least 16 output columns, and stride 1 with
+ * OW == W (one column of padding each side) or stride 2 (any right padding). */
+static inline int ortx_depthwise_in_plane(const ortx_conv_params *p) {
+    int stride_1 = p->stride_height == 1 && p->stride_width == 1 && p->out_width == p->in_width;
+    int stride_2 = p->stride_height == 2 && p->stride_width == 2;
+    return p->kernel_height == 3 && p->kernel_width == 3 && p->dilation_height == 1 && p->dilation_width == 1 &&
+           p->pad_left == 1 && p->out_width >= 16 && (stride_1 || stride_2);
+}
 
 extern const ortx_depthwise_isa ortx_depthwise_portable, ortx_depthwise_avx2, ortx_depthwise_avx512;
 

@@ -61,20 +61,24 @@ int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *p) {
     return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_MR) * channel_pairs(p) * taps(p) * 2;
 }
 
-int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
-    int64_t pairs = channel_pairs(p) * taps(p), q = c / 2 * taps(p) + tap;
+static inline int64_t weight_index(int64_t pairs, int64_t area, int64_t m, int64_t c, int64_t tap) {
+    int64_t q = c / 2 * area + tap;
     return m / ORTX_BGEMM_MR * pairs * ORTX_BGEMM_MR * 2 + (q * ORTX_BGEMM_MR + m % ORTX_BGEMM_MR) * 2 + c % 2;
+}
+
+int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
+    return weight_index(channel_pairs(p) * taps(p), taps(p), m, c, tap);
 }
 
 void ortx_conv_direct_pack_bf16(const ortx_conv_params *p, const float *weights, uint16_t *dst) {
     int64_t cout_g = p->out_channels / p->group, cin_g = p->in_channels / p->group, area = taps(p);
-    int64_t each = ortx_conv_direct_bf16_elements(p);
+    int64_t each = ortx_conv_direct_bf16_elements(p), pairs = channel_pairs(p) * area;
     memset(dst, 0, p->group * each * sizeof(uint16_t));
     for (int64_t g = 0; g < p->group; g++)
         for (int64_t m = 0; m < cout_g; m++)
             for (int64_t c = 0; c < cin_g; c++)
                 for (int64_t tap = 0; tap < area; tap++)
-                    dst[g * each + ortx_conv_direct_weight_index(p, m, c, tap)] =
+                    dst[g * each + weight_index(pairs, area, m, c, tap)] =
                         ortx_bf16_from_float(weights[((g * cout_g + m) * cin_g + c) * area + tap]);
 }
 
@@ -103,7 +107,6 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group, NR = ORTX_GEMM_NR;
     const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width;
     float gathered[2][ORTX_GEMM_NR];
-    uint16_t words[2 * ORTX_GEMM_NR];
     for (int64_t cp = begin; cp < end; cp++) {
         const float *first = job->x + 2 * cp * H * W;
         const float *second = 2 * cp + 1 < cin_g ? first + H * W : NULL;
@@ -118,26 +121,28 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                         memset(out, 0, width * sizeof(uint32_t));
                         continue;
                     }
-                    for (int64_t j0 = 0; j0 < width; j0 += NR) {
-                        int64_t count = min64(NR, width - j0), ix0 = j0 * sw + qx - p->pad_left;
-                        const float *a = first + iy * W + ix0, *b = second ? second + iy * W + ix0 : NULL;
-                        if (!(sw == 1 && ix0 >= 0 && ix0 + count <= W)) {  /* padding or a strided phase */
-                            for (int64_t j = 0; j < count; j++) {
-                                int64_t ix = ix0 + j * sw;
-                                int inside = ix >= 0 && ix < W;
-                                gathered[0][j] = inside ? first[iy * W + ix] : 0.0f;
-                                gathered[1][j] = inside && second ? second[iy * W + ix] : 0.0f;
-                            }
-                            a = gathered[0];
-                            b = second ? gathered[1] : NULL;
-                        }
-                        if (count == NR) {
-                            job->isa->pair_rows(a, b, NR, (uint16_t *)(out + j0));
-                        } else {  /* pair_rows writes NR words: the row's last words through a copy */
-                            job->isa->pair_rows(a, b, count, words);
-                            memcpy(out + j0, words, count * sizeof(uint32_t));
-                        }
+                    /* columns [lo, hi) read the input (ix = j*sw + qx - pad_left in [0, W)); the rest is zero */
+                    int64_t lo = (p->pad_left - qx + sw - 1) / sw, last = W - 1 - qx + p->pad_left;
+                    int64_t hi = last < 0 ? 0 : last / sw + 1;
+                    lo = lo < 0 ? 0 : min64(lo, width);
+                    hi = hi < lo ? lo : min64(hi, width);
+                    const float *row_first = first + iy * W, *row_second = second ? second + iy * W : NULL;
+                    if (sw == 1 && hi > lo) {  /* the row's input columns in one run */
+                        int64_t ix0 = lo + qx - p->pad_left;
+                        job->isa->pair_run(row_first + ix0, second ? row_second + ix0 : NULL, hi - lo,
+                                           (uint16_t *)(out + lo), 2 * NR, 0);
                     }
+                    for (int64_t j0 = lo; sw != 1 && j0 < hi; j0 += NR) {
+                        int64_t count = min64(NR, hi - j0), ix0 = j0 * sw + qx - p->pad_left;
+                        for (int64_t j = 0; j < count; j++) {  /* a strided phase: its columns gathered */
+                            gathered[0][j] = row_first[ix0 + j * sw];
+                            gathered[1][j] = second ? row_second[ix0 + j * sw] : 0.0f;
+                        }
+                        job->isa->pair_run(gathered[0], second ? gathered[1] : NULL, count, (uint16_t *)(out + j0),
+                                           2 * NR, 0);
+                    }
+                    memset(out, 0, lo * sizeof(uint32_t));
+                    memset(out + hi, 0, (width - hi) * sizeof(uint32_t));
                 }
             }
     }

@@ -11,7 +11,13 @@
  *    lanes channels per tap) into a pixel-major output tile.
  * 4. unpack transposes the output tile back to the block's NCHW planes 16 (or 8) pixels at a time, flattened over
  *    the band's rows (consecutive in each plane), adding the residual and activating before the store.
- * Every output pixel is computed the same way whatever the band split, so results do not depend on the threads.
+ * Case in-plane (an ISA's plane_rows, AVX-512 only): 3x3 convs with pad_left 1 and >= 16 output columns, at
+ *    stride 1 with OW == W or at stride 2, skip both transposes: tasks are (image and channel, band of output
+ *    rows), 16 output columns x 4 output rows at a time from the 6 (stride 2: 9) input rows they read, each input
+ *    row's three column-shifted vectors built once (stride 1: masked unaligned loads; stride 2: two loads split
+ *    into even and odd columns by two permutes) and used by every output row that reads it.
+ * Every output pixel is computed the same way whatever the band split, so results do not depend on the threads;
+ * the in-plane form runs each output's operations in the tiled form's order, so the ISAs agree bit for bit.
  * Known limits: a band re-packs the (KH-1)*dh halo rows its neighbour packed; with < lanes channels the tail
  * block's missing lanes are computed and discarded (C = 3: 13 of 16 lanes wasted).
  */
@@ -69,7 +75,7 @@ static void unpack_portable(const ortx_conv_params *p, const float *out, int64_t
         }
 }
 
-const ortx_depthwise_isa ortx_depthwise_portable = {16, pack_portable, rows_portable, unpack_portable};
+const ortx_depthwise_isa ortx_depthwise_portable = {16, pack_portable, rows_portable, unpack_portable, NULL};
 
 static const ortx_depthwise_isa *const isa_table[] = {
     [ORTX_ISA_PORTABLE] = &ortx_depthwise_portable,
@@ -147,7 +153,8 @@ static void depthwise_task(void *context, int64_t task, int thread) {
     memset(tile, 0, lo * tile_row * sizeof(float));
     memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
     for (int64_t tap = 0; tap < taps; tap++)
-        for (int64_t l = 0; l < lanes; l++) weights[tap * lanes + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
+        for (int64_t l = 0; l < lanes; l++)
+            weights[tap * lanes + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
     for (int64_t l = 0; l < lanes; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
     int64_t x_offset = (n * C + c0) * in_plane, y_offset = (n * C + c0) * out_plane + oy0 * p->out_width;
     if (hi > lo)
@@ -158,6 +165,27 @@ static void depthwise_task(void *context, int64_t task, int thread) {
                      job->Y + y_offset);
 }
 
+/* The in-plane form: tasks are (image and channel, band of output rows). */
+typedef struct plane_job {
+    const ortx_conv_params *p;
+    const ortx_depthwise_isa *isa;
+    const float *X, *W, *bias, *residual;
+    float *Y;
+    int64_t band_rows, bands;
+} plane_job;
+
+static void plane_task(void *context, int64_t task, int thread) {
+    (void)thread;
+    const plane_job *job = context;
+    const ortx_conv_params *p = job->p;
+    int64_t band = task % job->bands, index = task / job->bands, c = index % p->in_channels;
+    int64_t oy0 = band * job->band_rows, rows = min64(job->band_rows, p->out_height - oy0);
+    int64_t in_plane = p->in_height * p->in_width, out_plane = p->out_height * p->out_width;
+    job->isa->plane_rows(p, job->X + index * in_plane, job->W + c * 9, p->has_bias ? job->bias[c] : 0.0f,
+                         p->has_residual ? job->residual + index * out_plane : NULL, job->Y + index * out_plane, oy0,
+                         rows);
+}
+
 void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
@@ -165,6 +193,17 @@ void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *c
     /* small convs (< 256K multiply-adds, ~10 us on one core) stay on one thread */
     double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
     if (macs < 256.0 * 1024) threads = 1;
+    if (isa->plane_rows && ortx_depthwise_in_plane(&p)) {
+        /* Case in-plane: bands of >= 4 rows only when there are fewer planes than tasks wanted */
+        int64_t planes = p.batch * p.in_channels, wanted = ORTX_TASKS_PER_THREAD * threads;
+        int64_t bands = threads > 1 && planes < wanted ? min64((wanted + planes - 1) / planes, p.out_height / 4) : 1;
+        bands = max64(1, bands);
+        int64_t band_rows = (p.out_height + bands - 1) / bands;
+        plane_job job = {&p, isa, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], band_rows,
+                         (p.out_height + band_rows - 1) / band_rows};
+        ortx_parallel_for(threads, planes * job.bands, plane_task, &job);
+        return;
+    }
     int64_t blocks = (p.in_channels + isa->lanes - 1) / isa->lanes;
     int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
     depthwise_layout layout = layout_of(&p, isa->lanes, threads > 1 ? (wanted + pieces - 1) / pieces : 1);

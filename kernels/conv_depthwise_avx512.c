@@ -45,7 +45,12 @@ ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_
         __mmask16 lanes = (__mmask16)((1u << count) - 1u);
         __m512 r[16];
         if (channels == 16 && count == 16) {
-            for (int c = 0; c < 16; c++) r[c] = _mm512_loadu_ps(x + c * plane + i0);
+            const float *source = x + i0;
+            for (int c = 0; c < 16; c++, source += plane) {
+                /* 16 planes are too many streams for the hardware prefetcher: fetch 4 chunks ahead */
+                _mm_prefetch((const char *)(source + 64), _MM_HINT_T0);
+                r[c] = _mm512_loadu_ps(source);
+            }
         } else {
             for (int c = 0; c < 16; c++)
                 r[c] = c < channels ? _mm512_maskz_loadu_ps(lanes, x + c * plane + i0) : _mm512_setzero_ps();
@@ -67,28 +72,31 @@ ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_
     }
 }
 
-/* 8 consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: KW_C and SW_C are the
- * compile-time kernel width and stride (dilation 1). */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels8_avx512(
+/* J (8, 4 or 1) consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: J, KW_C and
+ * SW_C are compile-time (dilation 1). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels_avx512(
     const float *in, int64_t ox, int64_t KH, int64_t row_step, const float *weights, __m512 start, float *out,
-    const int KW_C, const int SW_C) {
+    const int J, const int KW_C, const int SW_C) {
     __m512 acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = start;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) acc[j] = start;
     for (int64_t ky = 0; ky < KH; ky++) {
         const float *src = in + ky * row_step + ox * SW_C * 16;
         __m512 w[5];  /* KW_C <= 5 */
         for (int kx = 0; kx < KW_C; kx++) w[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 16);
 #pragma GCC unroll 32
-        for (int c = 0; c < 7 * SW_C + KW_C; c++) {
+        for (int c = 0; c < (J - 1) * SW_C + KW_C; c++) {
             __m512 v = _mm512_loadu_ps(src + c * 16);
+            __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
                 int j = c - kx;
-                if (j >= 0 && j % SW_C == 0 && j / SW_C < 8) acc[j / SW_C] = _mm512_fmadd_ps(w[kx], v, acc[j / SW_C]);
+                if (j >= 0 && j % SW_C == 0 && j / SW_C < J) acc[j / SW_C] = _mm512_fmadd_ps(w[kx], v, acc[j / SW_C]);
             }
         }
     }
-    for (int j = 0; j < 8; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
 }
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel_avx512(
@@ -101,10 +109,14 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel
         const float *in = tile + r * p->stride_height * tile_row;
         float *o = out + r * OW * 16;
         int64_t ox = 0;
-        if (KW_C > 0)
+        if (KW_C > 0) {  /* 8 pixels at a time, then 4, then 1, each with the compile-time kernel width */
+            const int kw = KW_C > 0 ? KW_C : 1, sw_c = SW_C > 0 ? SW_C : 1;
             for (; ox + 8 <= OW; ox += 8)
-                pixels8_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, KW_C > 0 ? KW_C : 1,
-                               SW_C > 0 ? SW_C : 1);
+                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 8, kw, sw_c);
+            for (; ox + 4 <= OW; ox += 4)
+                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 4, kw, sw_c);
+            for (; ox < OW; ox++) pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 1, kw, sw_c);
+        }
         for (; ox < OW; ox++) {
             __m512 acc = start;
             for (int64_t ky = 0; ky < KH; ky++) {
@@ -173,9 +185,135 @@ ORTX_TARGET_AVX512 static void unpack_avx512(const ortx_conv_params *p, const fl
     }
 }
 
-const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512};
+/* The 16 columns from ox of input row `row` shifted by -1, 0, +1 columns (zero outside [0, W)), each loaded once
+ * (masked loads: lanes outside the row are neither read nor faulted). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void load_taps(const float *row, int64_t ox, int64_t W,
+                                                                            __m512 v[3]) {
+    int64_t left = W - ox + 1, right = W - ox - 1;  /* valid lanes: l < left of v[0] (and l >= 1 at ox 0) ... */
+    __mmask16 m0 = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1u), m1, m2;
+    if (ox == 0) m0 &= (__mmask16)0xFFFE;
+    m1 = (__mmask16)(left - 1 >= 16 ? 0xFFFF : (1u << (left - 1)) - 1u);
+    m2 = (__mmask16)(right >= 16 ? 0xFFFF : right <= 0 ? 0 : (1u << right) - 1u);
+    v[0] = _mm512_maskz_loadu_ps(m0, row + ox - 1);
+    v[1] = _mm512_maskz_loadu_ps(m1, row + ox);
+    v[2] = _mm512_maskz_loadu_ps(m2, row + ox + 1);
+    __asm__("" : "+v"(v[0]), "+v"(v[1]), "+v"(v[2]));  /* each feeds up to 3 output rows: keep them in registers */
+}
+
+/* ortx_depthwise_isa.plane_rows: ROWS_C (4 or 1) output rows at a time, 16 columns per step; input row oy - pad_top
+ * + ky feeds output row oy with weights of kernel row ky. FMAs in tap order from the bias, like rows_avx512;
+ * out-of-image rows are skipped (the tiled path adds their zero products, which leave the sum unchanged). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void plane_rows_kernel_avx512(
+    const ortx_conv_params *p, const float *x, const float *weights, __m512 start, const float *residual, float *y,
+    int64_t oy0, const int ROWS_C) {
+    const int64_t W = p->in_width, H = p->in_height, OW = p->out_width;
+    const int activation = (int)p->activation;
+    __m512 w[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) w[t] = _mm512_set1_ps(weights[t]);
+    for (int64_t ox = 0; ox < OW; ox += 16) {
+        __mmask16 store = (__mmask16)(OW - ox >= 16 ? 0xFFFF : (1u << (OW - ox)) - 1u);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) acc[r] = start;
+#pragma GCC unroll 6
+        for (int j = 0; j < ROWS_C + 2; j++) {  /* input row j feeds output rows r = j - ky, ky = 0..2 */
+            int64_t iy = oy0 - p->pad_top + j;
+            if (iy < 0 || iy >= H) continue;
+            __m512 v[3];
+            load_taps(x + iy * W, ox, W, v);
+#pragma GCC unroll 3
+            for (int ky = 2; ky >= 0; ky--) {  /* the earliest output row first: its taps run ky = 0, 1, 2 */
+                int r = j - ky;
+                if (r < 0 || r >= ROWS_C) continue;
+#pragma GCC unroll 3
+                for (int kx = 0; kx < 3; kx++) acc[r] = _mm512_fmadd_ps(w[ky * 3 + kx], v[kx], acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) {
+            float *out = y + (oy0 + r) * OW + ox;
+            __m512 value = acc[r];
+            if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(store, residual + (oy0 + r) * OW + ox));
+            _mm512_mask_storeu_ps(out, store, activate(value, activation, p->param0, p->param1));
+        }
+    }
+}
+
+/* Stride 2: the 16 outputs from ox read input columns 2(ox+j) - 1 + kx. Two masked loads hold columns 2ox ..
+ * 2ox+31; the even and odd ones (kx = 1, 2) are two two-source permutes, and kx = 0's columns are the odd ones
+ * shifted up one lane with column 2ox - 1 (zero at ox 0) in lane 0. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void load_taps_stride2(
+    const float *row, int64_t ox, int64_t W, __m512i even, __m512i odd, __m512 v[3]) {
+    int64_t first = W - 2 * ox, second = W - 2 * ox - 16;  /* valid lanes of the two loads */
+    __mmask16 m0 = (__mmask16)(first >= 16 ? 0xFFFF : (1u << first) - 1u);
+    __mmask16 m1 = (__mmask16)(second >= 16 ? 0xFFFF : second <= 0 ? 0 : (1u << second) - 1u);
+    __m512 a = _mm512_maskz_loadu_ps(m0, row + 2 * ox), b = _mm512_maskz_loadu_ps(m1, row + 2 * ox + 16);
+    __m512 before = _mm512_set1_ps(ox > 0 ? row[2 * ox - 1] : 0.0f);
+    v[1] = _mm512_permutex2var_ps(a, even, b);
+    v[2] = _mm512_permutex2var_ps(a, odd, b);
+    v[0] = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(v[2]), _mm512_castps_si512(before), 15));
+    __asm__("" : "+v"(v[0]), "+v"(v[1]), "+v"(v[2]));
+}
+
+/* plane_rows at stride 2: ROWS_C (4 or 1) output rows from 2 * ROWS_C + 1 input rows; input row oy*2 - pad_top + j
+ * feeds output row r = (j - ky) / 2 for ky = j - 2r in 0..2, FMAs in tap order as in plane_rows_kernel_avx512. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void plane_rows_stride2_avx512(
+    const ortx_conv_params *p, const float *x, const float *weights, __m512 start, const float *residual, float *y,
+    int64_t oy0, const int ROWS_C) {
+    const int64_t W = p->in_width, H = p->in_height, OW = p->out_width;
+    const int activation = (int)p->activation;
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 w[9];
+#pragma GCC unroll 9
+    for (int t = 0; t < 9; t++) w[t] = _mm512_set1_ps(weights[t]);
+    for (int64_t ox = 0; ox < OW; ox += 16) {
+        __mmask16 store = (__mmask16)(OW - ox >= 16 ? 0xFFFF : (1u << (OW - ox)) - 1u);
+        __m512 acc[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) acc[r] = start;
+#pragma GCC unroll 9
+        for (int j = 0; j < 2 * ROWS_C + 1; j++) {
+            int64_t iy = 2 * oy0 - p->pad_top + j;
+            if (iy < 0 || iy >= H) continue;
+            __m512 v[3];
+            load_taps_stride2(x + iy * W, ox, W, even, odd, v);
+#pragma GCC unroll 3
+            for (int ky = 2; ky >= 0; ky--) {  /* the earliest output row first */
+                int r = (j - ky) / 2;
+                if (j - ky < 0 || (j - ky) % 2 != 0 || r >= ROWS_C) continue;
+#pragma GCC unroll 3
+                for (int kx = 0; kx < 3; kx++) acc[r] = _mm512_fmadd_ps(w[ky * 3 + kx], v[kx], acc[r]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < ROWS_C; r++) {
+            float *out = y + (oy0 + r) * OW + ox;
+            __m512 value = acc[r];
+            if (residual) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(store, residual + (oy0 + r) * OW + ox));
+            _mm512_mask_storeu_ps(out, store, activate(value, activation, p->param0, p->param1));
+        }
+    }
+}
+
+ORTX_TARGET_AVX512 static void plane_rows_avx512(const ortx_conv_params *p, const float *x, const float *weights,
+                                                float bias, const float *residual, float *y, int64_t oy0,
+                                                int64_t rows) {
+    const __m512 start = _mm512_set1_ps(bias);
+    int64_t r = 0;
+    if (p->stride_width == 2) {
+        for (; r + 4 <= rows; r += 4) plane_rows_stride2_avx512(p, x, weights, start, residual, y, oy0 + r, 4);
+        for (; r < rows; r++) plane_rows_stride2_avx512(p, x, weights, start, residual, y, oy0 + r, 1);
+        return;
+    }
+    for (; r + 4 <= rows; r += 4) plane_rows_kernel_avx512(p, x, weights, start, residual, y, oy0 + r, 4);
+    for (; r < rows; r++) plane_rows_kernel_avx512(p, x, weights, start, residual, y, oy0 + r, 1);
+}
+
+const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512, plane_rows_avx512};
 
 #else
 /* Never selected off x86 (dispatch.c only picks AVX-512 after CPUID says so). */
-const ortx_depthwise_isa ortx_depthwise_avx512 = {16, NULL, NULL, NULL};
+const ortx_depthwise_isa ortx_depthwise_avx512 = {16, NULL, NULL, NULL, NULL};
 #endif

@@ -92,13 +92,25 @@ static void gemm_block(void *context, int64_t task, int thread) {
     const int64_t row_begin = row_panels * row_part / job->row_parts * MR;
     const int64_t row_end = row_panels * (row_part + 1) / job->row_parts * MR;
     float *scratch = job->scratch;
+    const int64_t task_row_panels = (row_end - row_begin) / MR;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         int64_t kc = min64(KC, K - k0);
         const float *a_block = job->packed + k0 * m_padded, *b_block = job->weights + k0 * n_padded;
         for (int64_t panel = first; panel < last; panel += 2) {
             int wide = isa->micro_wide != NULL && panel + 1 < last;
             const float *b = b_block + panel * NR * kc;
-            for (int64_t row = row_begin; row < row_end; row += MR) {
+            /* The weights stream from memory once per call (512 @7x7 3x3: 9.4 MB, each float used by only a few
+             * row panels): the next panel pair's lines (in this depth block, else the next one's first pair) are
+             * prefetched a slice per tile, so its first tile does not wait on them. */
+            int64_t next_kc = panel + 2 < last ? kc : min64(KC, K - k0 - KC);
+            const char *next = (const char *)(panel + 2 < last ? b + 2 * NR * kc
+                                                               : job->weights + (k0 + KC) * n_padded +
+                                                                     first * NR * next_kc);
+            int64_t next_lines = next_kc > 0 ? (min64(2, last - first) * NR * next_kc * 4 + 63) / 64 : 0;
+            for (int64_t row = row_begin, tile = 0; row < row_end; row += MR, tile++) {
+                for (int64_t line = next_lines * tile / task_row_panels; line < next_lines * (tile + 1) / task_row_panels;
+                     line++)
+                    __builtin_prefetch(next + line * 64, 0, 2);
                 float *c = scratch + row * n_padded + panel * NR;
                 const float *a = a_block + row * kc;
                 if (wide) {

@@ -15,7 +15,9 @@
 #include <string.h>
 
 #include "conv.h"
+#include "conv_planes_pack.h"
 #include "gemm.h"
+#include "ortx_kernels.h"
 #include "threadpool.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -123,57 +125,36 @@ void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, f
                         &fill);
 }
 
-/* Packs `lanes` consecutive output pixels, the first at output column `column` and virtual pixel `first`, for the
- * kc taps at taps[0..kc): out[k * lanes + j] = planes[taps[k] + virtual pixel of pixel j], 0 for j >= valid.
- * Case 1: all lanes in one output row, one copy per tap. Case 2: one `lanes`-float copy per output row touched
- * (each run's next row starts `gap` discarded virtual columns later), in order, each overwriting the previous
- * one's surplus; the last run's surplus lands in the next tap's row, written after it, except for the last tap,
- * which goes through a staging row so nothing past the panel is written (other tasks may be packing there). */
-static inline __attribute__((always_inline)) void pack_pixels(const float *planes, const int32_t *taps, int64_t kc,
-                                                              int64_t column, int64_t first, int64_t valid,
-                                                              int64_t out_width, int64_t gap, const int lanes,
-                                                              float *out) {
-    if (valid == lanes && column + lanes <= out_width) {  /* Case 1 */
-        const float *in = planes + first;
-        for (int64_t k = 0; k < kc; k++) memcpy(out + k * lanes, in + taps[k], lanes * sizeof(float));
-        return;
-    }
-    int64_t start[ORTX_GEMM_NR], at[ORTX_GEMM_NR], runs = 0;  /* Case 2 */
-    for (int64_t filled = 0, position = first; filled < valid; runs++) {
-        int64_t length = min64(valid - filled, out_width - column);
-        start[runs] = position;
-        at[runs] = filled;
-        filled += length;
-        position += length + gap;
-        column = 0;
-    }
-    for (int64_t k = 0; k < kc; k++) {
-        float staging[2 * ORTX_GEMM_NR];  /* a run of `lanes` floats from at[r] < lanes */
-        float *row = k + 1 < kc ? out + k * lanes : staging;
-        const float *in = planes + taps[k];
-        for (int64_t r = 0; r < runs; r++) memcpy(row + at[r], in + start[r], lanes * sizeof(float));
-        for (int64_t j = valid; j < lanes; j++) row[j] = 0.0f;
-        if (k + 1 == kc) memcpy(out + k * lanes, staging, lanes * sizeof(float));
-    }
+void ortx_conv_planes_pack_b_portable(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
+    ortx_planes_pack_b(context, k0, kc, n0, nc, dst);
 }
+
+void ortx_conv_planes_pack_rows_portable(const ortx_conv_planes_context *context, int64_t k0, int64_t kc,
+                                         int64_t pixel, float *dst) {
+    ortx_planes_pack_rows(context, k0, kc, pixel, dst);
+}
+
+/* The AVX2 entries run the portable copies (16-byte moves): no AVX2 instance yet. */
+static const ortx_gemm_pack_b_fn pack_b_table[] = {
+    [ORTX_ISA_PORTABLE] = ortx_conv_planes_pack_b_portable,
+    [ORTX_ISA_AVX2] = ortx_conv_planes_pack_b_portable,
+    [ORTX_ISA_AVX512] = ortx_conv_planes_pack_b_avx512,
+};
+
+typedef void (*pack_rows_fn)(const ortx_conv_planes_context *, int64_t, int64_t, int64_t, float *);
+static const pack_rows_fn pack_rows_table[] = {
+    [ORTX_ISA_PORTABLE] = ortx_conv_planes_pack_rows_portable,
+    [ORTX_ISA_AVX2] = ortx_conv_planes_pack_rows_portable,
+    [ORTX_ISA_AVX512] = ortx_conv_planes_pack_rows_avx512,
+};
 
 void ortx_conv_planes_pack_b(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, float *dst) {
-    const ortx_conv_planes_context *ctx = context;
-    const ortx_conv_params *p = ctx->params;
-    const int64_t OW = p->out_width, N = p->out_height * OW, Wq = ctx->geometry.phase_width;
-    for (int64_t j0 = 0; j0 < nc; j0 += ORTX_GEMM_NR) {
-        int64_t n = n0 + j0, valid = min64(ORTX_GEMM_NR, min64(nc - j0, N - n)), oy = n / OW, ox = n % OW;
-        pack_pixels(ctx->planes, ctx->tap_offsets + k0, kc, ox, oy * Wq + ox, valid, OW, Wq - OW, ORTX_GEMM_NR,
-                    dst + j0 * kc);
-    }
+    pack_b_table[ortx_selected_isa()](context, k0, kc, n0, nc, dst);
 }
 
-void ortx_conv_planes_pack_rows(const ortx_conv_planes_context *ctx, int64_t k0, int64_t kc, int64_t pixel,
+void ortx_conv_planes_pack_rows(const ortx_conv_planes_context *context, int64_t k0, int64_t kc, int64_t pixel,
                                 float *dst) {
-    const ortx_conv_params *p = ctx->params;
-    const int64_t OW = p->out_width, N = p->out_height * OW, Wq = ctx->geometry.phase_width;
-    int64_t valid = min64(ORTX_GEMM_MR, N - pixel), oy = pixel / OW, ox = pixel % OW;
-    pack_pixels(ctx->planes, ctx->tap_offsets + k0, kc, ox, oy * Wq + ox, valid, OW, Wq - OW, ORTX_GEMM_MR, dst);
+    pack_rows_table[ortx_selected_isa()](context, k0, kc, pixel, dst);
 }
 
 /* The padded (unphased) planes geometry and pixel offsets of conv_bf16.c. */

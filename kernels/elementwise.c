@@ -19,6 +19,13 @@
  *   GreaterOrEqual); y is bool (one byte, 0 or 1).
  * where: ints = [element_bytes (1, 4 or 8), rank, dims[rank], condition_strides[rank], x_strides[rank],
  *   y_strides[rank]]; buffers = [condition (bool), x, y, out]; out = condition ? x : y, three-way broadcast.
+ * elementwise_chain_f32: several unary/binary ops fused into one pass over memory (ai.ortx ElementwiseChain).
+ *   ints = [inputs, ops, temps, rank, dims[rank], strides[inputs][rank], program[ops][5]]; floats = [p0, p1] per op;
+ *   buffers = [input 0 .. input inputs-1, y]. Each op is (kind, code, dst, a, b): kind 0 unary (ORTX_UNARY_* code,
+ *   b unused) or 1 binary (ORTX_BINARY_*); operands a, b index [inputs..., temps...]; dst is a temp index
+ *   (>= inputs) or -1 for y, which the last op writes. Strides are the binary layout's (0 along broadcast axes,
+ *   innermost 0 or 1). The dims are walked in chunks of ORTX_CHAIN_CHUNK elements whose temps stay in L1, and each
+ *   op runs the same ISA row function as its standalone step, so the result is bitwise the unfused steps'.
  * cast: ints = [from, to, count]; buffers = [x, y]; from/to are ONNX TensorProto codes 1 float32, 6 int32,
  *   7 int64, 9 bool. Float to integer truncates toward zero; to bool is x != 0.
  */
@@ -44,6 +51,7 @@ extern void ortx_compare_f32_ref(const int64_t *, const float *, void *const *, 
 extern void ortx_compare_i64_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_compare_i32_ref(const int64_t *, const float *, void *const *, int);
 extern void ortx_where_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_elementwise_chain_f32_ref(const int64_t *, const float *, void *const *, int);
 
 static int threads_for(int64_t count, int num_threads) {
     return count >= ORTX_ELEMENTWISE_PARALLEL_MIN && num_threads > 1 ? num_threads : 1;
@@ -247,6 +255,130 @@ ORTX_BINARY_INT_KERNEL(ortx_binary_i64, int64_t, ortx_binary_scalar_i64)
 ORTX_BINARY_INT_KERNEL(ortx_binary_i32, int32_t, ortx_binary_scalar_i32)
 #undef ORTX_BINARY_INT_KERNEL
 
+/* Elementwise chains ----------------------------------------------------------------------------------------- */
+typedef struct chain_job {
+    int inputs, count, rank, isa;
+    ortx_chain_op ops[ORTX_CHAIN_MAX_OPS];
+    const int64_t *dims, *strides;
+    void *const *buffers;
+    int64_t rows, row_length, blocks_per_row;
+} chain_job;
+
+/* The ISA whose chunk function runs every op of the chain (its unary ops all vectorised there), else portable. */
+static int chain_isa(const chain_job *job) {
+    int isa = ortx_selected_isa();
+#if ORTX_HAVE_X86
+    for (int op = 0; op < job->count; op++) {
+        if (job->ops[op].kind == 0 && isa >= ORTX_ISA_AVX512 && !ortx_unary_f32_avx512_supports(job->ops[op].code))
+            isa = ORTX_ISA_AVX2;
+        if (job->ops[op].kind == 0 && isa >= ORTX_ISA_AVX2 && !ortx_unary_f32_avx2_supports(job->ops[op].code))
+            isa = ORTX_ISA_PORTABLE;
+    }
+    for (int op = 0; op < job->count; op++)
+        if (job->ops[op].kind == 1 && job->ops[op].code == ORTX_BINARY_POW) isa = ORTX_ISA_PORTABLE;
+#endif
+    return isa;
+}
+
+/* 0, or -1 when the ints break the kernel's limits (the lowering never emits such a step). */
+static int chain_from(const int64_t *ints, const float *floats, void *const *buffers, chain_job *job) {
+    job->inputs = (int)ints[0];
+    job->count = (int)ints[1];
+    int temps = (int)ints[2];
+    job->rank = (int)ints[3];
+    if (job->inputs < 1 || job->inputs > ORTX_CHAIN_MAX_INPUTS || temps > ORTX_CHAIN_MAX_TEMPS ||
+        job->count < 1 || job->count > ORTX_CHAIN_MAX_OPS || job->rank < 1)
+        return -1;
+    job->dims = ints + 4;
+    job->strides = job->dims + job->rank;
+    const int64_t *program = job->strides + (int64_t)job->inputs * job->rank;
+    for (int op = 0; op < job->count; op++) {
+        const int64_t *code = program + 5 * (int64_t)op;
+        job->ops[op] = (ortx_chain_op){(int)code[0], (int)code[1], (int)code[2], (int)code[3], (int)code[4],
+                                       floats[2 * op], floats[2 * op + 1]};
+    }
+    job->buffers = buffers;
+    job->isa = chain_isa(job);
+    job->rows = 1;
+    for (int axis = 0; axis + 1 < job->rank; axis++) job->rows *= job->dims[axis];
+    job->row_length = job->dims[job->rank - 1];
+    job->blocks_per_row = (job->row_length + ORTX_ELEMENTWISE_BLOCK - 1) / ORTX_ELEMENTWISE_BLOCK;
+    if (job->blocks_per_row == 0) job->rows = 0;
+    return 0;
+}
+
+/* A chunk on the portable path: each op is one call of the row functions, temps in memory. */
+static void chain_chunk_portable(const chain_job *job, const float *const *starts, const int64_t *inner, float *y,
+                                 int64_t n) {
+    float temps[ORTX_CHAIN_MAX_TEMPS][ORTX_CHAIN_CHUNK];
+    for (int index = 0; index < job->count; index++) {
+        const ortx_chain_op *op = &job->ops[index];
+        const float *operand[2] = {NULL, NULL};
+        int64_t stride[2] = {0, 0};
+        for (int side = 0; side < 1 + op->kind; side++) {
+            int which = side ? op->b : op->a;
+            operand[side] = which < job->inputs ? starts[which] : temps[which - job->inputs];
+            stride[side] = which < job->inputs ? inner[which] : 1;
+        }
+        float *target = op->dst < 0 ? y : temps[op->dst - job->inputs];
+        if (op->kind == 1) {
+            binary_row_f32_portable(op->code, operand[0], stride[0], operand[1], stride[1], target, n);
+        } else if (stride[0] == 1) {
+            unary_range_portable(op->code, op->p0, op->p1, operand[0], target, n);
+        } else {  /* a broadcast operand: one value for the whole chunk */
+            float value = ortx_unary_scalar(op->code, operand[0][0], op->p0, op->p1);
+            for (int64_t i = 0; i < n; i++) target[i] = value;
+        }
+    }
+}
+
+static void chain_items(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const chain_job *job = context;
+    const float *starts[ORTX_CHAIN_MAX_INPUTS];
+    int64_t inner[ORTX_CHAIN_MAX_INPUTS];
+    float *y = job->buffers[job->inputs];
+    for (int k = 0; k < job->inputs; k++) inner[k] = job->strides[(int64_t)k * job->rank + job->rank - 1];
+    for (int64_t item = begin; item < end; item++) {
+        int64_t row = item / job->blocks_per_row, start = (item % job->blocks_per_row) * ORTX_ELEMENTWISE_BLOCK;
+        int64_t length = job->row_length - start < ORTX_ELEMENTWISE_BLOCK ? job->row_length - start
+                                                                          : ORTX_ELEMENTWISE_BLOCK;
+        const float *row_starts[ORTX_CHAIN_MAX_INPUTS];
+        for (int k = 0; k < job->inputs; k++) {
+            const int64_t *strides = job->strides + (int64_t)k * job->rank;
+            int64_t offset = 0, rest = row;
+            for (int axis = job->rank - 2; axis >= 0; axis--) {
+                offset += (rest % job->dims[axis]) * strides[axis];
+                rest /= job->dims[axis];
+            }
+            row_starts[k] = (const float *)job->buffers[k] + offset + start * inner[k];
+        }
+        float *y_row = y + row * job->row_length + start;
+        for (int64_t done = 0; done < length; done += ORTX_CHAIN_CHUNK) {
+            int64_t n = length - done < ORTX_CHAIN_CHUNK ? length - done : ORTX_CHAIN_CHUNK;
+            for (int k = 0; k < job->inputs; k++) starts[k] = row_starts[k] + done * inner[k];
+#if ORTX_HAVE_X86
+            if (job->isa >= ORTX_ISA_AVX512) {
+                ortx_chain_chunk_f32_avx512(job->ops, job->count, job->inputs, starts, inner, y_row + done, n);
+                continue;
+            }
+            if (job->isa >= ORTX_ISA_AVX2) {
+                ortx_chain_chunk_f32_avx2(job->ops, job->count, job->inputs, starts, inner, y_row + done, n);
+                continue;
+            }
+#endif
+            chain_chunk_portable(job, starts, inner, y_row + done, n);
+        }
+    }
+}
+
+static void ortx_elementwise_chain_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    chain_job job;
+    if (chain_from(ints, floats, buffers, &job) != 0) return;
+    split_items(job.rows * job.row_length, num_threads, job.rows * job.blocks_per_row, chain_items, &job);
+}
+
 /* Comparisons and Where ------------------------------------------------------------------------------------ */
 #define ORTX_COMPARE_KERNEL(name, type)                                                                       \
     static void name##_rows(void *context, int64_t begin, int64_t end, int thread) {                         \
@@ -408,5 +540,6 @@ const ortx_kernel_entry ortx_family_elementwise[] = {
     {"compare_i32", ortx_compare_i32, ortx_compare_i32_ref},
     {"where", ortx_where, ortx_where_ref},
     {"cast", ortx_cast, ortx_cast_ref},
+    {"elementwise_chain_f32", ortx_elementwise_chain_f32, ortx_elementwise_chain_f32_ref},
     {NULL, NULL, NULL},
 };

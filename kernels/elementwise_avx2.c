@@ -160,6 +160,72 @@ ORTX_TARGET_AVX2 void ortx_affine_f32_avx2(const float *x, float scale, float sh
     }
 }
 
+/* One op over a chunk: a, b are operand rows (or broadcast values), EXPR the op on vectors va, vb. */
+#define CHAIN_LOOP(EXPR)                                                                                          \
+    do {                                                                                                          \
+        for (int64_t v = 0; v < full; v++) {                                                                      \
+            __m256 va = a_broadcast ? a_value : _mm256_loadu_ps(a_ptr + 8 * v);                            \
+            __m256 vb = b_broadcast ? b_value : _mm256_loadu_ps(b_ptr + 8 * v);                            \
+            (void)vb;                                                                                             \
+            _mm256_storeu_ps(target + 8 * v, (EXPR));                                                       \
+        }                                                                                                         \
+        if (full * 8 < n) {                                                                                 \
+            __m256i mask = tail_mask(n - 8 * full);                                                                                   \
+            __m256 va = a_broadcast ? a_value : _mm256_maskload_ps(a_ptr + 8 * full, mask);                                       \
+            __m256 vb = b_broadcast ? b_value : _mm256_maskload_ps(b_ptr + 8 * full, mask);                                       \
+            (void)vb;                                                                                             \
+            _mm256_maskstore_ps(target + 8 * full, mask, (EXPR));                                                                     \
+        }                                                                                                         \
+    } while (0)
+
+ORTX_TARGET_AVX2 void ortx_chain_chunk_f32_avx2(const ortx_chain_op *ops, int count, int inputs,
+                                                     const float *const *starts, const int64_t *inner, float *y, int64_t n) {
+    float temps[ORTX_CHAIN_MAX_TEMPS][ORTX_CHAIN_CHUNK] __attribute__((aligned(64)));
+    int64_t full = n / 8;
+    for (int index = 0; index < count; index++) {
+        const ortx_chain_op *op = &ops[index];
+        __m256 p0 = _mm256_set1_ps(op->p0), p1 = _mm256_set1_ps(op->p1);
+        const float *a_ptr = op->a >= inputs ? temps[op->a - inputs] : starts[op->a];
+        int a_broadcast = op->a < inputs && !inner[op->a];
+        const float *b_ptr = a_ptr;
+        int b_broadcast = a_broadcast;
+        if (op->kind == 1) {
+            b_ptr = op->b >= inputs ? temps[op->b - inputs] : starts[op->b];
+            b_broadcast = op->b < inputs && !inner[op->b];
+        }
+        __m256 a_value = _mm256_set1_ps(a_ptr[0]), b_value = _mm256_set1_ps(b_ptr[0]);
+        float *target = op->dst < 0 ? y : temps[op->dst - inputs];
+        if (op->kind == 1) {
+            switch (op->code) {
+                case ORTX_BINARY_ADD: CHAIN_LOOP(binary_vector(ORTX_BINARY_ADD, va, vb)); break;
+                case ORTX_BINARY_SUB: CHAIN_LOOP(binary_vector(ORTX_BINARY_SUB, va, vb)); break;
+                case ORTX_BINARY_MUL: CHAIN_LOOP(binary_vector(ORTX_BINARY_MUL, va, vb)); break;
+                case ORTX_BINARY_DIV: CHAIN_LOOP(binary_vector(ORTX_BINARY_DIV, va, vb)); break;
+                case ORTX_BINARY_MAX: CHAIN_LOOP(binary_vector(ORTX_BINARY_MAX, va, vb)); break;
+                default: CHAIN_LOOP(binary_vector(ORTX_BINARY_MIN, va, vb)); break;
+            }
+        } else {
+            switch (op->code) {
+                case ORTX_ACT_RELU: CHAIN_LOOP(unary_vector(ORTX_ACT_RELU, va, p0, p1)); break;
+                case ORTX_ACT_LEAKY_RELU: CHAIN_LOOP(unary_vector(ORTX_ACT_LEAKY_RELU, va, p0, p1)); break;
+                case ORTX_ACT_CLIP: CHAIN_LOOP(unary_vector(ORTX_ACT_CLIP, va, p0, p1)); break;
+                case ORTX_ACT_SIGMOID: CHAIN_LOOP(unary_vector(ORTX_ACT_SIGMOID, va, p0, p1)); break;
+                case ORTX_ACT_HARD_SIGMOID: CHAIN_LOOP(unary_vector(ORTX_ACT_HARD_SIGMOID, va, p0, p1)); break;
+                case ORTX_ACT_HARD_SWISH: CHAIN_LOOP(unary_vector(ORTX_ACT_HARD_SWISH, va, p0, p1)); break;
+                case ORTX_ACT_TANH: CHAIN_LOOP(unary_vector(ORTX_ACT_TANH, va, p0, p1)); break;
+                case ORTX_UNARY_EXP: CHAIN_LOOP(unary_vector(ORTX_UNARY_EXP, va, p0, p1)); break;
+                case ORTX_UNARY_LOG: CHAIN_LOOP(unary_vector(ORTX_UNARY_LOG, va, p0, p1)); break;
+                case ORTX_UNARY_ERF: CHAIN_LOOP(unary_vector(ORTX_UNARY_ERF, va, p0, p1)); break;
+                case ORTX_UNARY_GELU: CHAIN_LOOP(unary_vector(ORTX_UNARY_GELU, va, p0, p1)); break;
+                case ORTX_UNARY_GELU_TANH: CHAIN_LOOP(unary_vector(ORTX_UNARY_GELU_TANH, va, p0, p1)); break;
+                case ORTX_UNARY_SILU: CHAIN_LOOP(unary_vector(ORTX_UNARY_SILU, va, p0, p1)); break;
+                case ORTX_UNARY_NEG: CHAIN_LOOP(unary_vector(ORTX_UNARY_NEG, va, p0, p1)); break;
+                default: CHAIN_LOOP(unary_vector(ORTX_UNARY_ABS, va, p0, p1)); break;
+            }
+        }
+    }
+}
+#undef CHAIN_LOOP
 #else
 int ortx_unary_f32_avx2_supports(int op) { (void)op; return 0; }
 void ortx_unary_f32_avx2(int op, float p0, float p1, const float *x, float *y, int64_t n) {
@@ -171,5 +237,9 @@ void ortx_binary_f32_avx2(int op, const float *a, int64_t a_stride, const float 
 }
 void ortx_affine_f32_avx2(const float *x, float scale, float shift, float *y, int64_t n) {
     (void)x; (void)scale; (void)shift; (void)y; (void)n;
+}
+void ortx_chain_chunk_f32_avx2(const ortx_chain_op *ops, int count, int inputs, const float *const *starts,
+                             const int64_t *inner, float *y, int64_t n) {
+    (void)ops; (void)count; (void)inputs; (void)starts; (void)inner; (void)y; (void)n;
 }
 #endif

@@ -44,6 +44,17 @@ static void pair_rows_portable(const float *first, const float *second, int64_t 
     }
 }
 
+static void pair_run_portable(const float *first, const float *second, int64_t count, uint16_t *dst,
+                              int64_t chunk_stride, int pad) {
+    for (int64_t j0 = 0; j0 < count; j0 += ORTX_GEMM_NR, dst += chunk_stride) {
+        int64_t width = count - j0 < ORTX_GEMM_NR && !pad ? count - j0 : ORTX_GEMM_NR;
+        for (int64_t j = 0; j < width; j++) {
+            dst[2 * j] = j0 + j < count ? ortx_bf16_from_float(first[j0 + j]) : 0;
+            dst[2 * j + 1] = j0 + j < count && second ? ortx_bf16_from_float(second[j0 + j]) : 0;
+        }
+    }
+}
+
 static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
@@ -96,6 +107,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
     .micro = micro_portable,
     .micro_wide = micro_wide_portable,
     .pair_rows = pair_rows_portable,
+    .pair_run = pair_run_portable,
     .convert = convert_portable,
     .interleave = interleave_portable,
     .direct_tile = ortx_bf16_direct_tile_portable,
@@ -137,16 +149,20 @@ static void pair_panels(const ortx_bgemm_isa *isa, const float *src, int64_t kc,
 static void pack_b_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *B, int64_t k0, int64_t kc, int64_t n0,
                        int64_t nc, uint16_t *dst) {
     const int64_t NR = ORTX_GEMM_NR, pairs = (kc + 1) / 2;
+    if (B->col_stride == 1) {  /* each pair of rows in one run over the panels */
+        for (int64_t q = 0; q < pairs; q++) {
+            const float *first = B->data + (k0 + 2 * q) * B->row_stride + n0;
+            isa->pair_run(first, 2 * q + 1 < kc ? first + B->row_stride : NULL, nc, dst + q * NR * 2,
+                          2 * pairs * NR, 1);
+        }
+        return;
+    }
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         int64_t width = min64(NR, nc - j0);
         uint16_t *out = dst + j0 * 2 * pairs;
         for (int64_t q = 0; q < pairs; q++) {
             const float *first = B->data + (k0 + 2 * q) * B->row_stride + (n0 + j0) * B->col_stride;
             const float *second = 2 * q + 1 < kc ? first + B->row_stride : NULL;
-            if (B->col_stride == 1) {
-                isa->pair_rows(first, second, width, out + q * NR * 2);
-                continue;
-            }
             for (int64_t j = 0; j < NR; j++) {
                 out[q * NR * 2 + 2 * j] = j < width ? ortx_bf16_from_float(first[j * B->col_stride]) : 0;
                 out[q * NR * 2 + 2 * j + 1] =

@@ -90,6 +90,11 @@ typedef void (*ortx_bgemm_micro_fn)(int64_t pairs, const uint16_t *a, const uint
                                     int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0);
 /* dst[2j] = bf16(first[j]), dst[2j+1] = bf16(second[j]) (0 when second is NULL) for j < count; count <= NR. */
 typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, int64_t count, uint16_t *dst);
+/* pair_rows over a run of any length: for each chunk c of NR columns, dst + c * chunk_stride receives chunk c's
+ * words (first[16c + j], second[16c + j]); pad: the last chunk is written whole (zero words past count), else only
+ * its count % NR words are written. */
+typedef void (*ortx_bf16_pair_run_fn)(const float *first, const float *second, int64_t count, uint16_t *dst,
+                                      int64_t chunk_stride, int pad);
 /* dst[j] = bf16(src[j]) for j < count. */
 typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
 /* One K pair of a 16-pixel panel of a conv's patch matrix from two rows of bf16 values: dst[2j] = first[at[j]],
@@ -116,6 +121,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bgemm_micro_fn micro;       /* MR x NR */
     ortx_bgemm_micro_fn micro_wide;  /* MR x 2NR */
     ortx_bf16_pair_rows_fn pair_rows;
+    ortx_bf16_pair_run_fn pair_run;
     ortx_bf16_convert_fn convert;
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;

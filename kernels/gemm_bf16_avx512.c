@@ -81,6 +81,24 @@ ORTX_TARGET_AVX512_BF16 static void pair_rows_avx512_bf16(const float *first, co
     _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), rounded));
 }
 
+ORTX_TARGET_AVX512_BF16 static void pair_run_avx512_bf16(const float *first, const float *second, int64_t count,
+                                                         uint16_t *dst, int64_t chunk_stride, int pad) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i order = _mm512_loadu_si512(interleave);
+    for (int64_t j = 0; j < count; j += 16, dst += chunk_stride) {
+        int64_t left = count - j;
+        __mmask16 mask = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1u);
+        __m512 lo = _mm512_maskz_loadu_ps(mask, first + j);
+        __m512 hi = second ? _mm512_maskz_loadu_ps(mask, second + j) : _mm512_setzero_ps();
+        __m512i words = _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        if (left >= 16 || pad)
+            _mm512_storeu_si512(dst, words);
+        else
+            _mm512_mask_storeu_epi32(dst, mask, words);
+    }
+}
+
 ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
     int64_t i = 0;
     for (; i + 32 <= count; i += 32) {
@@ -210,6 +228,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .micro = micro_avx512_bf16,
     .micro_wide = micro_wide_avx512_bf16,
     .pair_rows = pair_rows_avx512_bf16,
+    .pair_run = pair_run_avx512_bf16,
     .convert = convert_avx512_bf16,
     .interleave = interleave_avx512_bf16,
     .direct_tile = direct_tile_dispatch_avx512_bf16,

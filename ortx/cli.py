@@ -15,6 +15,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
   ortx optimize IN.onnx -o OUT.onnx   graph passes (-O1 cleanup, -O2 standard-ONNX fusions, -O3 ortx ops);
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
+  ortx profile IN.onnx                where a run's time goes: per op type and kernel, ORT and OrtxEP side by side
   ortx tune IN.onnx --budget 10m      tunes kernels within a budget; records, per claimed segment, whether
                                       OrtxEP or ORT is faster here
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     from ortx.compile_command import add_compile_command
+    from ortx.ep.profile_command import add_profile_command
     from ortx.memory.command import add_memory_command
     from ortx.pruning.command import add_prune_command
     from ortx.tune.command import add_tune_command
@@ -94,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ortx.parallel.command import add_split_command
 
     add_memory_command(commands)
+    add_profile_command(commands)
     add_tune_command(commands)
     add_quantize_command(commands)
     add_prune_command(commands)

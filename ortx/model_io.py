@@ -263,7 +263,15 @@ def save(model: onnx.ModelProto | ir.Model, path: str | os.PathLike, *,
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ModelSaveError(f"cannot save '{path}': directory '{directory}' does not exist")
-    handle, temp_path = tempfile.mkstemp(prefix=".ortx-", suffix=".onnx.tmp", dir=directory)
+    write_bytes_atomically(path, data, suffix=".onnx.tmp")
+    logger.debug("saved %d bytes to %s", len(data), path)
+
+
+def write_bytes_atomically(path: str | os.PathLike, data: bytes, *, suffix: str = ".tmp") -> None:
+    """A temp file in the same directory, fsync, os.replace: readers see the old file or the new one, never part."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temp_path = tempfile.mkstemp(prefix=".ortx-", suffix=suffix, dir=directory)
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
@@ -278,4 +286,3 @@ def save(model: onnx.ModelProto | ir.Model, path: str | os.PathLike, *,
         if os.path.exists(temp_path):
             os.unlink(temp_path)
         raise
-    logger.debug("saved %d bytes to %s", len(data), path)

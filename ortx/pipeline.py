@@ -38,6 +38,7 @@ from ortx.passes import DEFAULT_PASSES
 from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
+from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
 from ortx.passes.fuse_gelu import fuse_gelu_extended
 from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
@@ -338,7 +339,9 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     given_back = given_back or {}
     decisions = _decline_given_back(decisions, given_back)
     if claim:
-        model, decisions, reports = _fuse_for_ortxep(model, decisions, frozenset(given_back))
+        # Chains fuse only where every claimed node runs on the CPU: a chain would hide its nodes from placement.
+        cpu_only = devices is None or all(device is CPU_DEVICE for device in devices.devices)
+        model, decisions, reports = _fuse_for_ortxep(model, decisions, frozenset(given_back), chains=cpu_only)
         decisions = _decline_given_back(decisions, given_back)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
@@ -387,16 +390,20 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
 ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
 
 
-def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset()):
-    """Runs OrtxEP's fusions (int8 QDQ patterns, contrib Gelu/QuickGelu, ai.ortx attention, then Conv epilogues) on a
-    clone (weights are shared, not copied) and keeps the result only if OrtxEP claims every ai.ortx node they made: plain ORT
-    cannot run ai.ortx ops, so a declined one, or one made from `excluded` nodes (given back to ORT), must never
-    reach it. QDQ patterns and Conv epilogues skip `excluded` nodes themselves."""
+def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset(), *,
+                     chains: bool = True):
+    """Runs OrtxEP's fusions (int8 QDQ patterns, contrib Gelu/QuickGelu, ai.ortx attention, Conv epilogues, then
+    elementwise chains unless `chains` is False) on a clone (weights are shared, not copied) and keeps the result only if OrtxEP claims every
+    ai.ortx node they made: plain ORT cannot run ai.ortx ops, so a declined one, or one made from `excluded` nodes
+    (given back to ORT), must never reach it. QDQ patterns, Conv epilogues and chains skip `excluded` nodes
+    themselves."""
     before = {node.name for node in model.graph if node.domain == ORTX_DOMAIN}
     fused = model.clone()
     reports = [fuse_qdq(fused, excluded=excluded)]
     reports += [fusion(fused) for fusion in ORTXEP_FUSIONS]
     reports.append(fuse_conv_epilogue(fused, excluded=excluded))
+    if chains:
+        reports.append(fuse_elementwise_chains(fused, excluded=excluded))
     fused_decisions = assign(fused.graph)
     problems = []
     for node in fused.graph:

@@ -139,3 +139,35 @@ void ortx_where_ref(const int64_t *ints, const float *floats, void *const *buffe
         memcpy((char *)buffers[3] + i * bytes, source, (size_t)bytes);
     }
 }
+
+/* Each output element evaluates the chain's program on scalars, as written (see elementwise.c for the layout). */
+void ortx_elementwise_chain_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    (void)num_threads;
+    int inputs = (int)ints[0], ops = (int)ints[1], temps = (int)ints[2], rank = (int)ints[3];
+    const int64_t *dims = ints + 4, *strides = dims + rank, *program = strides + (int64_t)inputs * rank;
+    float *y = buffers[inputs];
+    float values[ORTX_CHAIN_MAX_INPUTS + ORTX_CHAIN_MAX_TEMPS];
+    if (inputs > ORTX_CHAIN_MAX_INPUTS || temps > ORTX_CHAIN_MAX_TEMPS) return;
+    int64_t count = 1;
+    for (int axis = 0; axis < rank; axis++) count *= dims[axis];
+    for (int64_t index = 0; index < count; index++) {
+        for (int k = 0; k < inputs; k++) {
+            int64_t offset = 0, rest = index;
+            for (int axis = rank - 1; axis >= 0; axis--) {
+                offset += (rest % dims[axis]) * strides[(int64_t)k * rank + axis];
+                rest /= dims[axis];
+            }
+            values[k] = ((const float *)buffers[k])[offset];
+        }
+        float result = 0.0f;
+        for (int op = 0; op < ops; op++) {
+            const int64_t *code = program + 5 * (int64_t)op;
+            float a = values[code[3]];
+            result = code[0] == 1 ? ortx_binary_scalar((int)code[1], a, values[code[4]])
+                                  : ortx_unary_scalar((int)code[1], a, floats[2 * op], floats[2 * op + 1]);
+            if (code[2] >= 0) values[code[2]] = result;
+        }
+        y[index] = result;
+    }
+}

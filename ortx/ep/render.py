@@ -13,6 +13,7 @@ from xml.sax.saxutils import escape
 
 from ortx.ep.lowering._values import NotStatic, size_bytes
 from ortx.ep.partition import ORT, Segment, node_inputs
+from ortx.passes._report import FUSED_FROM_KEY
 
 COLOURS = {"cpu": "#9ecae1", "npu": "#a1d99b", "dsp": "#fdae6b", ORT: "#d9d9d9"}
 OTHER_COLOURS = ("#bcbddc", "#fdd0a2", "#c7e9c0", "#fcbba1")
@@ -23,14 +24,24 @@ BOX_WIDTH, BOX_HEIGHT, COLUMN_GAP, ROW_GAP, MARGIN = 170, 34, 20, 44, 20
 class PartitionGraph:
     nodes: tuple[tuple[str, str, str, int], ...]  # (node, op_type, device label or ORT, segment index), graph order
     edges: tuple[tuple[str, str, int], ...]  # (producer, consumer, bytes of the tensor)
+    fused_from: tuple[tuple[str, str], ...] = ()  # (fused node, the user's nodes it replaced, comma-separated)
+
+
+def _label(node) -> str:
+    """The op type shown for a node; an elementwise chain shows the ops it fused (Mul+Add+Relu)."""
+    if node.domain == "ai.ortx" and node.op_type == "ElementwiseChain" and "op_types" in node.attributes:
+        return "+".join(node.attributes["op_types"].value)
+    return node.op_type
 
 
 def partition_graph(segments: list[Segment]) -> PartitionGraph:
-    nodes, edges = [], []
+    nodes, edges, fused_from = [], [], []
     placed = {node.name for segment in segments for node in segment.nodes}
     for index, segment in enumerate(segments):
         for node in segment.nodes:
-            nodes.append((node.name, node.op_type, segment.device, index))
+            nodes.append((node.name, _label(node), segment.device, index))
+            if node.metadata_props.get(FUSED_FROM_KEY):
+                fused_from.append((node.name, node.metadata_props[FUSED_FROM_KEY]))
             for value in node_inputs(node):
                 producer = value.producer()
                 if producer is None or producer.name not in placed:
@@ -40,7 +51,7 @@ def partition_graph(segments: list[Segment]) -> PartitionGraph:
                 except (NotStatic, TypeError):
                     nbytes = 0
                 edges.append((producer.name, node.name, nbytes))
-    return PartitionGraph(tuple(nodes), tuple(edges))
+    return PartitionGraph(tuple(nodes), tuple(edges), tuple(fused_from))
 
 
 def _layers(graph: PartitionGraph) -> dict[str, int]:

@@ -20,6 +20,7 @@ from ortx.compile_artifact import ORT_DEVICE as ORT_LABEL
 from ortx.ep.assignment import Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
+from ortx.ep.trace import RunTrace
 
 _ONNX_TYPE_NAMES = {
     onnx.TensorProto.FLOAT: "tensor(float)", onnx.TensorProto.DOUBLE: "tensor(double)",
@@ -122,6 +123,9 @@ class InferenceSession:
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),
                                          self._choice.ort_providers, self._choice.ort_provider_options,
                                          sub_session_options(self._sess_options, shares_cores_with_ortx=False))
+        # SessionOptions.enable_profiling: onnxruntime's profile file, OrtxEP's kernels included (ortx.ep.trace).
+        self._trace = RunTrace(self._sess_options.profile_file_prefix) \
+            if self._sess_options.enable_profiling else None
         fixed = self._static_input_shapes()
         if fixed is not None:
             self._compiled_for(fixed)
@@ -235,7 +239,9 @@ class InferenceSession:
         feeds = self._checked_feeds(input_feed)
         names = self._checked_output_names(output_names)
         compiled = self._compiled_for({name: array.shape for name, array in feeds.items()})
-        results = compiled.plan.run(feeds, run_options)
+        trace = self._trace
+        results = trace.run(compiled, feeds, run_options) if trace is not None else compiled.plan.run(feeds,
+                                                                                                      run_options)
         return [_as_numpy(results[name]) for name in names]
 
     def segment_times(self, input_feed, *, runs: int = 10):
@@ -262,7 +268,9 @@ class InferenceSession:
             if spec.static and name not in feeds:
                 ort_values[name] = onnxruntime.OrtValue.ortvalue_from_shape_and_type(list(spec.shape), spec.dtype)
                 views[name] = _view_of(ort_values[name], spec)
-        results = compiled.plan.run(feeds, run_options, outputs=views)
+        trace = self._trace
+        results = trace.run(compiled, feeds, run_options, outputs=views) if trace is not None else \
+            compiled.plan.run(feeds, run_options, outputs=views)
         return [ort_values[name] if name in ort_values else _as_ort_value(results[name]) for name in names]
 
     def io_binding(self):
@@ -277,7 +285,18 @@ class InferenceSession:
         raise NotImplementedError("ortx.InferenceSession.run_with_iobinding: see io_binding()")
 
     def end_profiling(self):
-        return ""
+        """Writes the profile (onnxruntime's format and file name) and stops profiling; "" when it was not on."""
+        if self._whole is not None:
+            return self._whole.end_profiling()
+        with self._lock:
+            trace, self._trace = self._trace, None
+        return trace.write() if trace is not None else ""
+
+    def get_profiling_start_time_ns(self):
+        if self._whole is not None:
+            return self._whole.get_profiling_start_time_ns()
+        trace = self._trace
+        return trace.start_ns if trace is not None else 0
 
     # Validation --------------------------------------------------------------------------------------------
     def _checked_feeds(self, input_feed) -> dict[str, np.ndarray]:

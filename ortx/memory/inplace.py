@@ -38,6 +38,16 @@ def _binary_pairs(ints) -> list[tuple[int, int]]:
     return pairs
 
 
+def _chain_pairs(ints) -> list[tuple[int, int]]:
+    """elementwise_chain_f32: ints = [inputs, ops, temps, rank, dims[rank], strides[inputs][rank], ...];
+    buffers = [inputs..., y]. Each chunk's ops read the inputs at the chunk's positions and only the last op
+    writes y there, so y may be any input that is not broadcast."""
+    inputs, rank = int(ints[0]), int(ints[3])
+    dims = ints[4:4 + rank]
+    return [(k, inputs) for k in range(inputs)
+            if _contiguous(dims, ints[4 + rank + k * rank:4 + rank + (k + 1) * rank])]
+
+
 # kernel name -> function(ints) -> [(input position, output position)] that may share bytes exactly.
 MAY_RUN_IN_PLACE = {
     "unary_f32": lambda ints: [(0, 1)],
@@ -45,6 +55,7 @@ MAY_RUN_IN_PLACE = {
     "binary_f32": _binary_pairs,
     "binary_i64": _binary_pairs,
     "binary_i32": _binary_pairs,
+    "elementwise_chain_f32": _chain_pairs,
 }
 
 

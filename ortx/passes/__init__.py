@@ -3,7 +3,8 @@
 The levels are literal tuples, like a compiler's -O flags:
   LEVEL_1_PASSES  standard cleanup that changes no arithmetic: shapes, folding, dead code
   LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
-  LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv, ScaledDotProductAttention)
+  LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv, ScaledDotProductAttention,
+                  ElementwiseChain)
                   and onnxruntime contrib ops (com.microsoft Gelu, FastGelu, QuickGelu) that both run
 DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
 (the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
@@ -17,6 +18,7 @@ from ortx.passes.fold_reshapes import fold_reshapes
 from ortx.passes.fold_slice_squeezes import fold_slice_squeezes
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
+from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
 from ortx.passes.fuse_gelu import fuse_gelu, fuse_gelu_extended
 from ortx.passes.fuse_gemm import fuse_gemm
 from ortx.passes.fuse_hardswish import fuse_hardswish
@@ -82,8 +84,10 @@ LEVEL_3_PASSES = LEVEL_2_PASSES + (
     fuse_silu_extended,
     # Where level 2 emitted no standard Attention: ai.ortx ScaledDotProductAttention.
     fuse_attention_extended,
-    # Last: the epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
+    # The epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
     fuse_conv_epilogue,
+    # Last: what the epilogues left of elementwise ops, chained into one pass over memory each.
+    fuse_elementwise_chains,
 )
 
 DEFAULT_PASSES = LEVEL_2_PASSES
@@ -93,6 +97,6 @@ LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
            "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
            "fold_slice_squeezes", "fuse_attention", "fuse_attention_extended", "fuse_conv_batchnorm",
-           "fuse_conv_epilogue", "fuse_gelu", "fuse_gelu_extended", "fuse_gemm", "fuse_hardswish",
+           "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended", "fuse_gemm", "fuse_hardswish",
            "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu", "fuse_silu_extended",
            "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]

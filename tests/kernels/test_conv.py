@@ -142,6 +142,13 @@ DEPTHWISE_CASES = [
     ((1, 24, 64, 70), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1])),
     ((1, 16, 40, 300), (16, 1, 3, 3), dict(group=16, pads=[0, 1, 1, 0])),
     ((1, 8, 15, 17), (16, 1, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),  # channel multiplier 2: grouped conv2d_f32
+    # the in-plane form (3x3/1, one pad column each side, >= 16 columns): top/bottom pads 0 and 2, 4-row groups
+    # with a remainder, widths 16 and 33 (a 1-column last vector)
+    ((2, 5, 11, 33), (5, 1, 3, 3), dict(group=5, pads=[0, 1, 2, 1])),
+    ((1, 3, 6, 16), (3, 1, 3, 3), dict(group=3, pads=[2, 1, 0, 1])),
+    # in-plane at stride 2: no right pad column (the last input column is read), 20 and 17 output columns
+    ((1, 20, 33, 40), (20, 1, 3, 3), dict(group=20, pads=[1, 1, 0, 0], strides=[2, 2])),
+    ((2, 3, 9, 33), (3, 1, 3, 3), dict(group=3, pads=[0, 1, 2, 1], strides=[2, 2])),
 ]
 
 
@@ -173,21 +180,21 @@ def test_depthwise_and_pointwise_use_their_fast_paths():
 
 
 def test_depthwise_bits_do_not_depend_on_threads_or_vector_isa():
-    """conv2d_depthwise_f32 computes every pixel in the same order whatever the band split, and AVX2 and AVX-512
-    run the same operations per lane (conv_depthwise_avx512.c)."""
-    x_shape, w_shape, attributes = DEPTHWISE_CASES[13]
-    model = conv_model("Conv", x_shape, w_shape, attributes)
-    feeds = {"x": random(x_shape, 7)}
-    results = {}
-    for isa in [name for name in RUNNABLE_ISAS if name != "portable"]:
-        _kernels.force_isa(isa)
-        try:
-            results[isa] = [run_graph(model, feeds, num_threads=threads)[0] for threads in (1, 2)]
-        finally:
-            _kernels.force_isa(_kernels.cpu_isa())
-        np.testing.assert_array_equal(results[isa][0], results[isa][1], err_msg=f"{isa}: 1 vs 2 threads")
-    if len(results) == 2:
-        np.testing.assert_array_equal(results["avx2"][0], results["avx512"][0], err_msg="avx2 vs avx512")
+    """conv2d_depthwise_f32 computes every pixel in the same order whatever the band split, and AVX2 (tiles) and
+    AVX-512 (these shapes: the in-plane form) run the same operations per output (conv_depthwise_avx512.c)."""
+    for x_shape, w_shape, attributes in (DEPTHWISE_CASES[13], DEPTHWISE_CASES[18]):  # stride 1 and 2
+        model = conv_model("Conv", x_shape, w_shape, attributes)
+        feeds = {"x": random(x_shape, 7)}
+        results = {}
+        for isa in [name for name in RUNNABLE_ISAS if name != "portable"]:
+            _kernels.force_isa(isa)
+            try:
+                results[isa] = [run_graph(model, feeds, num_threads=threads)[0] for threads in (1, 2)]
+            finally:
+                _kernels.force_isa(_kernels.cpu_isa())
+            np.testing.assert_array_equal(results[isa][0], results[isa][1], err_msg=f"{isa}: 1 vs 2 threads")
+        if len(results) == 2:
+            np.testing.assert_array_equal(results["avx2"][0], results["avx512"][0], err_msg="avx2 vs avx512")
 
 
 @pytest.mark.parametrize("case", PIXEL_ROWS_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")

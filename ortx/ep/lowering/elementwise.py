@@ -35,6 +35,7 @@ CONTRIB_UNARY_CODES = {"Gelu": 28, "FastGelu": GELU_TANH_CODE, "QuickGelu": 31}
 # The opset each standard unary op that is newer than opset 7 appeared in.
 UNARY_OPSETS = {"Gelu": 20, "Swish": 24}
 IDENTITY_CODE = 0
+UNARY_CODE_SET = frozenset(UNARY_CODES.values()) | {GELU_TANH_CODE}
 
 BINARY_CODES = {"Add": 0, "Sub": 1, "Mul": 2, "Div": 3, "Pow": 4, "Max": 5, "Min": 6}
 # dtypes each binary op is claimed for (kernels: binary_f32, binary_i64, binary_i32; Pow is float-only).
@@ -93,7 +94,7 @@ def _clip_bounds(node: ir.Node) -> tuple[float, float] | str:
     return low, high
 
 
-def _unary_parameters(node: ir.Node) -> tuple[int, float, float] | str:
+def unary_parameters(node: ir.Node) -> tuple[int, float, float] | str:
     """(kernel op code, p0, p1), or the reason the node's attributes are not supported."""
     op = node.op_type
     if node.domain == CONTRIB_DOMAIN:
@@ -133,12 +134,12 @@ def check_unary(node: ir.Node) -> str | None:
     reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
     if reason:
         return reason
-    parameters = _unary_parameters(node)
+    parameters = unary_parameters(node)
     return parameters if isinstance(parameters, str) else None
 
 
 def lower_unary(node: ir.Node, builder) -> None:
-    code, p0, p1 = _unary_parameters(node)
+    code, p0, p1 = unary_parameters(node)
     count = element_count(node.outputs[0])
     if count:
         builder.emit("unary_f32", [code, count], [p0, p1],
@@ -265,6 +266,110 @@ def lower_variadic(node: ir.Node, builder) -> None:
         _emit_binary(builder, "Div", out_ref, out_shape, count, (1,), out_ref, out_shape, "float32")
 
 
+# Elementwise chains (ai.ortx ElementwiseChain, ortx.passes.fuse_elementwise_chains) ------------------------------
+CHAIN_MAX_INPUTS = 8  # kernels/elementwise.h ORTX_CHAIN_MAX_INPUTS / ORTX_CHAIN_MAX_TEMPS
+CHAIN_MAX_TEMPS = 8
+CHAIN_ATTRIBUTES = ("kinds", "codes", "operands", "params")
+
+
+def _chain_program(node: ir.Node) -> list[tuple[int, int, int, int, float, float]] | str:
+    """Per op (kind, code, operand a, operand b, p0, p1), checked: operands name inputs or earlier results."""
+    values = {name: list(attribute(node, name, [])) for name in CHAIN_ATTRIBUTES}
+    count = len(values["kinds"])
+    if count == 0 or len(values["codes"]) != count or len(values["operands"]) != 2 * count \
+            or len(values["params"]) != 2 * count:
+        return f"ElementwiseChain: attributes {', '.join(CHAIN_ATTRIBUTES)} must describe the same ops"
+    program = []
+    for op in range(count):
+        kind, code = int(values["kinds"][op]), int(values["codes"][op])
+        a, b = (int(v) for v in values["operands"][2 * op:2 * op + 2])
+        known = len(node.inputs) + op  # inputs, then the results of the ops before this one
+        if kind not in (0, 1) or not 0 <= a < known or (kind == 1 and not 0 <= b < known):
+            return f"ElementwiseChain: op {op} reads an operand that is neither an input nor an earlier result"
+        if (kind == 1 and code not in BINARY_CODES.values()) or (kind == 0 and code not in UNARY_CODE_SET):
+            return f"ElementwiseChain: op {op} has unknown {'binary' if kind else 'unary'} code {code}"
+        program.append((kind, code, a, b if kind == 1 else -1, float(values["params"][2 * op]),
+                        float(values["params"][2 * op + 1])))
+    return program
+
+
+def _chain_temps(program, inputs: int) -> list[int]:
+    """Per op, the kernel index of its destination: -1 (the output) for the last op, else a temp slot reused once
+    every reader of its earlier value has run (elementwise row functions read and write the same position, so an
+    op may write over an operand it reads last)."""
+    last_use = {}
+    for op, (kind, _, a, b, _, _) in enumerate(program):
+        for operand in (a, b) if kind == 1 else (a,):
+            last_use[operand] = op
+    free: list[int] = []
+    slots: dict[int, int] = {}  # result index (inputs + op) -> temp slot
+    destinations = []
+    used = 0
+    for op, (kind, _, a, b, _, _) in enumerate(program):
+        for operand in {a, b} if kind == 1 else {a}:
+            if operand >= inputs and last_use[operand] == op:
+                free.append(slots[operand])
+        if op == len(program) - 1:
+            destinations.append(-1)
+            break
+        if free:
+            slot = min(free)
+            free.remove(slot)
+        else:
+            slot, used = used, used + 1
+        slots[inputs + op] = slot
+        destinations.append(inputs + slot)
+    return destinations
+
+
+def check_elementwise_chain(node: ir.Node) -> str | None:
+    if not 1 <= len(node.inputs) <= CHAIN_MAX_INPUTS:
+        return f"ElementwiseChain: {len(node.inputs)} inputs (1 to {CHAIN_MAX_INPUTS} supported)"
+    for index, value in enumerate(node.inputs):
+        reason = tensor_reason(node, value, ("float32",), f"input {index}")
+        if reason:
+            return reason
+    reason = tensor_reason(node, node.outputs[0], ("float32",), "output 0")
+    if reason:
+        return reason
+    out_shape = static_shape(node.outputs[0])
+    for index, value in enumerate(node.inputs):
+        try:
+            if np.broadcast_shapes(static_shape(value), out_shape) != tuple(out_shape):
+                raise ValueError
+        except ValueError:
+            return f"ElementwiseChain: input {index} shape {static_shape(value)} does not broadcast to {out_shape}"
+    program = _chain_program(node)
+    if isinstance(program, str):
+        return program
+    temps = max((d - len(node.inputs) + 1 for d in _chain_temps(program, len(node.inputs)) if d >= 0), default=0)
+    if temps > CHAIN_MAX_TEMPS:
+        return f"ElementwiseChain: needs {temps} temporaries (at most {CHAIN_MAX_TEMPS})"
+    return None
+
+
+def lower_elementwise_chain(node: ir.Node, builder) -> None:
+    out = node.outputs[0]
+    if element_count(out) == 0:
+        return
+    program = _chain_program(node)
+    inputs = len(node.inputs)
+    destinations = _chain_temps(program, inputs)
+    temps = max((d - inputs + 1 for d in destinations if d >= 0), default=0)
+    dims, strides = broadcast_layout_many([static_shape(value) for value in node.inputs], static_shape(out))
+    ints = [inputs, len(program), temps, len(dims), *dims]
+    for operand_strides in strides:
+        ints += operand_strides
+    # Result r (= inputs + op) of the attributes lives in its op's destination slot in the kernel's numbering.
+    where = {inputs + op: destination for op, destination in enumerate(destinations)}
+    floats = []
+    for op, (kind, code, a, b, p0, p1) in enumerate(program):
+        ints += [kind, code, destinations[op], where.get(a, a), where.get(b, b) if b >= 0 else -1]
+        floats += [p0, p1]
+    builder.emit("elementwise_chain_f32", ints, floats,
+                 [*(builder.buffer(value) for value in node.inputs), builder.buffer(out)])
+
+
 # Comparisons and Where ---------------------------------------------------------------------------------------------
 COMPARE_CODES = {"Equal": 0, "Less": 1, "Greater": 2, "LessOrEqual": 3, "GreaterOrEqual": 4}
 COMPARE_KERNELS = {"float32": "compare_f32", "int64": "compare_i64", "int32": "compare_i32"}
@@ -383,4 +488,5 @@ LOWERINGS = {
     ("", "Cast"): (check_cast, lower_cast),
     **{("", op): (check_compare, lower_compare) for op in COMPARE_CODES},
     ("", "Where"): (check_where, lower_where),
+    ("ai.ortx", "ElementwiseChain"): (check_elementwise_chain, lower_elementwise_chain),
 }

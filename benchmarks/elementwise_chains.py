@@ -1,0 +1,149 @@
+"""Elementwise chains (ai.ortx ElementwiseChain): OrtxEP with the chains against OrtxEP without them, and ORT.
+
+Usage: python benchmarks/elementwise_chains.py [--runs 20] [--threads 2] [--models det,rec,bert]
+                                               [--quiet-wait 120] [--no-write]
+1. Chains alone: small models of one chain each (PP-OCRv4 det's neck x + x * HardSigmoid(se) + up at 96x160x160, and
+   the same at 96x40x40, which fits the L2 cache), followed by a GlobalAveragePool so that the chain writes into the
+   arena and not into a fresh output array (whose page faults would dominate).
+2. Whole models (benchmarks/memory.py's models): the same ORT and OrtxEP sessions as benchmarks/run.py (tuning off).
+"Unfused" is OrtxEP compiled with ortx.pipeline.fuse_elementwise_chains replaced by a pass that changes nothing
+(`chains_disabled`), everything else equal. Runs interleaved in blocks after warm-up (benchmarks/int8.py's
+`interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's "Elementwise chains" section.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+import ortx  # noqa: E402
+import ortx.pipeline  # noqa: E402
+from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks.int8 import interleaved  # noqa: E402
+from benchmarks.memory import models  # noqa: E402
+from ortx.passes._report import PassReport  # noqa: E402
+
+HEADING = "## Elementwise chains (issue #4)"
+
+
+@contextlib.contextmanager
+def chains_disabled():
+    """OrtxEP sessions built inside compile without elementwise chains (the pass reports no change)."""
+    real = ortx.pipeline.fuse_elementwise_chains
+    ortx.pipeline.fuse_elementwise_chains = lambda model, excluded=frozenset(): PassReport(
+        model=model, name="fuse_elementwise_chains")
+    try:
+        yield
+    finally:
+        ortx.pipeline.fuse_elementwise_chains = real
+
+
+def neck_model(channels: int, size: int) -> onnx.ModelProto:
+    shape = [1, channels, size, size]
+    nodes = [
+        helper.make_node("HardSigmoid", ["se"], ["gate"], alpha=0.2, beta=0.5),
+        helper.make_node("Mul", ["x", "gate"], ["scaled"]),
+        helper.make_node("Add", ["x", "scaled"], ["sum"]),
+        helper.make_node("Add", ["sum", "up"], ["total"]),
+        helper.make_node("GlobalAveragePool", ["total"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "neck", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+        helper.make_tensor_value_info("se", TensorProto.FLOAT, [1, channels, 1, 1]),
+        helper.make_tensor_value_info("up", TensorProto.FLOAT, shape),
+    ], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def sessions(path_or_bytes, shapes: dict, threads: int) -> dict:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    provider_options = [{"input_shapes": shapes, "tuning": "off"}, {}]
+    result = {"ORT": onnxruntime.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"]),
+              "chains": ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                              provider_options=provider_options)}
+    with chains_disabled():
+        result["unfused"] = ortx.InferenceSession(path_or_bytes, options,
+                                                  providers=["OrtxEP", "CPUExecutionProvider"],
+                                                  provider_options=provider_options)
+    return result
+
+
+def chain_steps(session) -> int:
+    compiled = next(reversed(session._compiled.values()))
+    return sum(1 for step in compiled.plan.steps for listing in getattr(getattr(step, "program", None), "steps", ())
+               if listing.kernel == "elementwise_chain_f32")
+
+
+def measure(label: str, path_or_bytes, feeds: dict, threads: int, runs: int) -> str:
+    engines = sessions(path_or_bytes, {name: array.shape for name, array in feeds.items()}, threads)
+    outputs = {name: session.run(None, feeds)[0] for name, session in engines.items()}
+    error = float(np.max(np.abs(outputs["chains"] - outputs["ORT"])))
+    same = bool(np.array_equal(outputs["chains"], outputs["unfused"]))
+    load = load_average()
+    times = interleaved(engines, feeds, runs)
+    ratio = times["chains"] / times["unfused"]
+    print(f"  {label}: ORT {times['ORT']:.3f} ms, OrtxEP unfused {times['unfused']:.3f}, chains {times['chains']:.3f} "
+          f"({ratio:.2f}x), {chain_steps(engines['chains'])} chain steps", flush=True)
+    return (f"| {label} | {chain_steps(engines['chains'])} | {times['ORT']:.3f} | {times['unfused']:.3f} | "
+            f"{times['chains']:.3f} | {ratio:.2f} | {times['chains'] / times['ORT']:.2f} | {error:.1e} | "
+            f"{'yes' if same else 'no'} | {load:.1f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="det,rec,bert")
+    parser.add_argument("--quiet-wait", type=float, default=0.0, help="before each row, wait up to this many "
+                        "seconds for load average < 1.0")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    for channels, size in ((96, 160), (96, 40)):
+        wait_for_quiet(args.quiet_wait)
+        feeds = {"x": rng.standard_normal((1, channels, size, size), np.float32),
+                 "se": rng.standard_normal((1, channels, 1, 1), np.float32),
+                 "up": rng.standard_normal((1, channels, size, size), np.float32)}
+        rows.append(measure(f"det neck chain 1x{channels}x{size}x{size} (+GAP)",
+                            neck_model(channels, size).SerializeToString(), feeds, args.threads, args.runs))
+    with tempfile.TemporaryDirectory() as directory:
+        for name, path, shape in models([key for key in args.models.split(",") if key], directory):
+            wait_for_quiet(args.quiet_wait)
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            feeds = {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}
+            rows.append(measure(name, path, feeds, args.threads, args.runs))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
+            f"interleaved in blocks after warm-up, seeded random inputs. \"unfused\" is OrtxEP without "
+            f"fuse_elementwise_chains, everything else equal; ratio = chains / unfused; bitwise = the chained and "
+            f"unfused OrtxEP outputs are identical. Load = 1-minute load average (2 cores, shared). Written by "
+            f"`python benchmarks/elementwise_chains.py`.\n\n"
+            "| model | chain steps | ORT ms | OrtxEP unfused ms | OrtxEP chains ms | chains / unfused | chains / ORT | "
+            "max abs err vs ORT | bitwise vs unfused | load |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+    print(body)
+    if not args.no_write:
+        write_section(args.output, HEADING, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
