@@ -42,9 +42,9 @@ typedef struct ortx_depthwise_isa {
      * i]) for l < channels (no residual when NULL), plane = OH * OW. */
     void (*unpack)(const ortx_conv_params *p, const float *out, int64_t count, int64_t channels,
                    const float *residual, float *y);
-    /* Or, for 3x3 stride-1 "same" and stride-2 convs at least 16 columns wide (ortx_depthwise_in_plane), NULL where the ISA
-     * has none: output rows [oy0, oy0 + rows) of one channel plane straight from the NCHW plane x (no tiles), in
-     * the operation order of rows + unpack, so the results are bitwise those of the tiled path. */
+    /* Or, for 3x3 stride-1 "same" and stride-2 convs at least 16 columns wide (ortx_depthwise_in_plane; NULL
+     * where the ISA has none): output rows [oy0, oy0 + rows) of one channel plane straight from the NCHW plane x
+     * (no tiles), in the operation order of rows + unpack, so the results are bitwise those of the tiled path. */
     void (*plane_rows)(const ortx_conv_params *p, const float *x, const float *weights, float bias,
                        const float *residual, float *y, int64_t oy0, int64_t rows);
 } ortx_depthwise_isa;

@@ -153,7 +153,8 @@ static void depthwise_task(void *context, int64_t task, int thread) {
     memset(tile, 0, lo * tile_row * sizeof(float));
     memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
     for (int64_t tap = 0; tap < taps; tap++)
-        for (int64_t l = 0; l < lanes; l++) weights[tap * lanes + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
+        for (int64_t l = 0; l < lanes; l++)
+            weights[tap * lanes + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
     for (int64_t l = 0; l < lanes; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
     int64_t x_offset = (n * C + c0) * in_plane, y_offset = (n * C + c0) * out_plane + oy0 * p->out_width;
     if (hi > lo)

@@ -62,28 +62,30 @@ ORTX_TARGET_AVX2 static void pack_avx2(const float *x, int64_t plane, int64_t ch
     }
 }
 
-/* 8 consecutive output pixels from column ox (conv_depthwise_avx512.c's pixels8_avx512 on 8 lanes). */
-ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void pixels8_avx2(
+/* J (8, 4 or 1) consecutive output pixels from column ox (conv_depthwise_avx512.c's pixels_avx512 on 8 lanes). */
+ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void pixels_avx2(
     const float *in, int64_t ox, int64_t KH, int64_t row_step, const float *weights, __m256 start, float *out,
-    const int KW_C, const int SW_C) {
+    const int J, const int KW_C, const int SW_C) {
     __m256 acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = start;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) acc[j] = start;
     for (int64_t ky = 0; ky < KH; ky++) {
         const float *src = in + ky * row_step + ox * SW_C * 8;
         __m256 w[5];  /* KW_C <= 5 */
         for (int kx = 0; kx < KW_C; kx++) w[kx] = _mm256_loadu_ps(weights + (ky * KW_C + kx) * 8);
 #pragma GCC unroll 32
-        for (int c = 0; c < 7 * SW_C + KW_C; c++) {
+        for (int c = 0; c < (J - 1) * SW_C + KW_C; c++) {
             __m256 v = _mm256_loadu_ps(src + c * 8);
             __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
                 int j = c - kx;
-                if (j >= 0 && j % SW_C == 0 && j / SW_C < 8) acc[j / SW_C] = _mm256_fmadd_ps(w[kx], v, acc[j / SW_C]);
+                if (j >= 0 && j % SW_C == 0 && j / SW_C < J) acc[j / SW_C] = _mm256_fmadd_ps(w[kx], v, acc[j / SW_C]);
             }
         }
     }
-    for (int j = 0; j < 8; j++) _mm256_storeu_ps(out + j * 8, acc[j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) _mm256_storeu_ps(out + j * 8, acc[j]);
 }
 
 ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void rows_kernel_avx2(
@@ -96,10 +98,14 @@ ORTX_TARGET_AVX2 static inline __attribute__((always_inline)) void rows_kernel_a
         const float *in = tile + r * p->stride_height * tile_row;
         float *o = out + r * OW * 8;
         int64_t ox = 0;
-        if (KW_C > 0)
+        if (KW_C > 0) {  /* 8 pixels at a time, then 4, then 1, each with the compile-time kernel width */
+            const int kw = KW_C > 0 ? KW_C : 1, sw_c = SW_C > 0 ? SW_C : 1;
             for (; ox + 8 <= OW; ox += 8)
-                pixels8_avx2(in, ox, KH, dh * tile_row, weights, start, o + ox * 8, KW_C > 0 ? KW_C : 1,
-                             SW_C > 0 ? SW_C : 1);
+                pixels_avx2(in, ox, KH, dh * tile_row, weights, start, o + ox * 8, 8, kw, sw_c);
+            for (; ox + 4 <= OW; ox += 4)
+                pixels_avx2(in, ox, KH, dh * tile_row, weights, start, o + ox * 8, 4, kw, sw_c);
+            for (; ox < OW; ox++) pixels_avx2(in, ox, KH, dh * tile_row, weights, start, o + ox * 8, 1, kw, sw_c);
+        }
         for (; ox < OW; ox++) {
             __m256 acc = start;
             for (int64_t ky = 0; ky < KH; ky++) {
@@ -146,7 +152,8 @@ ORTX_TARGET_AVX2 static void unpack_avx2(const ortx_conv_params *p, const float 
                 _mm256_storeu_ps(y + c * plane + i0, ortx_activation_avx2(v, activation, p->param0, p->param1));
             } else {
                 if (residual) v = _mm256_add_ps(v, _mm256_maskload_ps(residual + c * plane + i0, mask));
-                _mm256_maskstore_ps(y + c * plane + i0, mask, ortx_activation_avx2(v, activation, p->param0, p->param1));
+                v = ortx_activation_avx2(v, activation, p->param0, p->param1);
+                _mm256_maskstore_ps(y + c * plane + i0, mask, v);
             }
         }
     }

@@ -72,29 +72,31 @@ ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_
     }
 }
 
-/* 8 consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: KW_C and SW_C are the
- * compile-time kernel width and stride (dilation 1). */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels8_avx512(
+/* J (8, 4 or 1) consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: J, KW_C and
+ * SW_C are compile-time (dilation 1). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels_avx512(
     const float *in, int64_t ox, int64_t KH, int64_t row_step, const float *weights, __m512 start, float *out,
-    const int KW_C, const int SW_C) {
+    const int J, const int KW_C, const int SW_C) {
     __m512 acc[8];
-    for (int j = 0; j < 8; j++) acc[j] = start;
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) acc[j] = start;
     for (int64_t ky = 0; ky < KH; ky++) {
         const float *src = in + ky * row_step + ox * SW_C * 16;
         __m512 w[5];  /* KW_C <= 5 */
         for (int kx = 0; kx < KW_C; kx++) w[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 16);
 #pragma GCC unroll 32
-        for (int c = 0; c < 7 * SW_C + KW_C; c++) {
+        for (int c = 0; c < (J - 1) * SW_C + KW_C; c++) {
             __m512 v = _mm512_loadu_ps(src + c * 16);
             __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
                 int j = c - kx;
-                if (j >= 0 && j % SW_C == 0 && j / SW_C < 8) acc[j / SW_C] = _mm512_fmadd_ps(w[kx], v, acc[j / SW_C]);
+                if (j >= 0 && j % SW_C == 0 && j / SW_C < J) acc[j / SW_C] = _mm512_fmadd_ps(w[kx], v, acc[j / SW_C]);
             }
         }
     }
-    for (int j = 0; j < 8; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) _mm512_storeu_ps(out + j * 16, acc[j]);
 }
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel_avx512(
@@ -107,10 +109,14 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel
         const float *in = tile + r * p->stride_height * tile_row;
         float *o = out + r * OW * 16;
         int64_t ox = 0;
-        if (KW_C > 0)
+        if (KW_C > 0) {  /* 8 pixels at a time, then 4, then 1, each with the compile-time kernel width */
+            const int kw = KW_C > 0 ? KW_C : 1, sw_c = SW_C > 0 ? SW_C : 1;
             for (; ox + 8 <= OW; ox += 8)
-                pixels8_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, KW_C > 0 ? KW_C : 1,
-                               SW_C > 0 ? SW_C : 1);
+                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 8, kw, sw_c);
+            for (; ox + 4 <= OW; ox += 4)
+                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 4, kw, sw_c);
+            for (; ox < OW; ox++) pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 1, kw, sw_c);
+        }
         for (; ox < OW; ox++) {
             __m512 acc = start;
             for (int64_t ky = 0; ky < KH; ky++) {
