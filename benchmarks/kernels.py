@@ -2,7 +2,7 @@
 
     python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned|layers] [--trials 48]
     python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise] [--layer-threads 1,2]
-                                 [--rounds 3] [--runs 20] [--write]
+                                 [--rounds 3] [--runs 20] [--quiet-wait 120] [--write]
 
 `layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
 model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, switch-over runs not
@@ -41,9 +41,9 @@ def _parse():
     parser.add_argument("--shapes", default=None, help="tuned: comma-separated labels (default: all)")
     parser.add_argument("--database", default=None, help="tuned: tuning records (default: the JIT cache's "
                         "tuning.sqlite, where sessions look)")
-    parser.add_argument("--rounds", type=int, default=3, help="tuned: timing rounds, each library once per round")
-    parser.add_argument("--quiet-wait", type=float, default=120.0, help="tuned: seconds to wait, before timing each "
-                        "shape, for the host to be idle (Linux /proc/stat; 0: do not wait)")
+    parser.add_argument("--rounds", type=int, default=3, help="tuned: timing rounds, each library once per round; layers: compare() calls per shape")
+    parser.add_argument("--quiet-wait", type=float, default=120.0, help="seconds to wait for the host to be idle: "
+                        "tuned, before each shape (Linux /proc/stat); layers, once for load < 1 (0: do not wait)")
     return parser.parse_args()
 
 
@@ -341,13 +341,15 @@ def conv_relu_model(x_shape, w_shape, attributes, seed=0):
     return model
 
 
-def bench_layers(thread_counts, rounds, runs, write, layer_set="resnet18"):
-    """Every conv shape of the layer set through OrtxEP vs ORT (ortx.measure.compare), per thread count."""
+def bench_layers(thread_counts, rounds, runs, write, quiet_wait, layer_set="resnet18"):
+    """Every conv shape of the layer set through OrtxEP vs ORT (ortx.measure.compare), per thread count; first
+    waits up to quiet_wait seconds for the 1-minute load to drop below 1."""
     import datetime
     import subprocess
 
-    from benchmarks._report import load_average, write_section
+    from benchmarks._report import load_average, wait_for_quiet, write_section
     from ortx.measure import compare
+    print(f"load before: {wait_for_quiet(quiet_wait) if quiet_wait else load_average():.2f}", flush=True)
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     lines = ["| layer | x in model | threads | ORT ms | OrtxEP ms | OrtxEP/ORT median (range) | OrtxEP GFLOP/s | "
@@ -398,7 +400,7 @@ def main():
         bench_conv(ARGS.threads, ARGS.repeats)
     if ARGS.only == "layers":
         bench_layers([int(value) for value in ARGS.layer_threads.split(",")], ARGS.rounds, ARGS.runs, ARGS.write,
-                     ARGS.layer_set)
+                     ARGS.quiet_wait, ARGS.layer_set)
         return 0
     if ARGS.only in (None, "tuned"):
         bench_tuned_gemm(ARGS.threads, ARGS.repeats, ARGS.trials,

@@ -14,8 +14,11 @@
  * Threads split (tile, row group) units, tile-major, after the planes are filled in parallel; every output is
  * summed by one tile over the whole K, so results do not depend on the split.
  * Applies (ortx_conv_direct_bf16_applies) to convs with at least 8 input channels per group, other than 1x1
- * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds. Known limits: the planes of a group are workspace (2 bytes per input value
- * and phase); a 1x1 conv at stride 2 fills one phase of four.
+ * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds.
+ * conv_transpose2d_bf16 (conv_transpose_bf16.c) runs it as a 1x1 conv whose step 3 scatters each tile (through a
+ * per-thread scratch tile) into the ConvTranspose's output instead. Known limits: the planes of a group are
+ * workspace (2 bytes per input value and phase); a 1x1 conv at stride 2 fills one phase of four; small images
+ * waste lanes on the dropped columns (7x7 outputs of a 3x3 conv: 64 lanes for 49 pixels).
  */
 #include <string.h>
 
