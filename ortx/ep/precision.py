@@ -2,10 +2,10 @@
 
 precision="fp32" (the default) runs every kernel in float32. precision="bf16" runs the GEMMs and convolutions
 whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Conv/FusedConv, and ConvTranspose
-whose kernel equals its stride without padding) with bf16 operands and fp32 accumulation; every other op, and
-everything around those GEMMs, stays fp32: softmax, normalisation statistics, depthwise convs, other transposed
-convs, attention's activation x activation products, and the epilogues (bias, residual, activation), which run
-on the fp32 accumulators.
+whose kernel equals its stride without padding, from 64 input channels per group) with bf16 operands and fp32
+accumulation; every other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics,
+depthwise convs, other transposed convs, attention's activation x activation products, and the epilogues (bias,
+residual, activation), which run on the fp32 accumulators.
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

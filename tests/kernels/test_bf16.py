@@ -340,9 +340,9 @@ def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path():
 
 # conv_transpose2d_bf16 (kernels/conv_transpose_bf16.c): ConvTransposes whose kernel equals their stride.
 TRANSPOSE_CASES = [  # (cin, cout, size, kernel (= stride), group, bias)
-    (24, 24, 20, 2, 1, True),    # PP-OCR det's upsampling: rows (kx 0, kx 1) interleaved
-    (9, 1, 13, 2, 1, True),      # odd Cin, one output channel: a partial panel (4 rows)
-    (16, 6, 11, 3, 2, False),    # 3x3 stride 3, two groups, no bias: the general scatter
+    (64, 24, 10, 2, 1, True),    # 2x2 stride 2: rows (kx 0, kx 1) interleaved
+    (65, 1, 7, 2, 1, True),      # odd Cin, one output channel: a partial panel (4 rows)
+    (128, 6, 5, 3, 2, False),    # 3x3 stride 3, two groups, no bias: the general scatter
 ]
 
 
@@ -385,4 +385,4 @@ def test_conv_transpose_matches_fp32_and_reference(isa, case):
 
 def test_conv_transpose_with_overlap_or_padding_stays_fp32():
     assert not transpose_applies(24, 24, 20, 2, 1, pad=1)
-    assert not transpose_applies(4, 24, 20, 2, 1)  # fewer than 8 input channels per group
+    assert not transpose_applies(24, 24, 20, 2, 1)  # PP-OCR det's: fewer than 64 input channels per group
