@@ -30,14 +30,14 @@ import onnx_ir as ir
 
 from ortx.ep.fallback import OrtSegment, segment_model
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
-from ortx.tune.fingerprint import HardwareFingerprint
+from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 
 logger = logging.getLogger(__name__)
 
 MODES = ("off", "cached", "quick", "full")
 ORTX_DOMAIN = "ai.ortx"
-ENGINE_TEMPLATE = "engine-choice-1"
+ENGINE_TEMPLATE = f"engine-choice-1|kernels={kernels_build()}"  # a rebuild measures again
 MARGIN = 0.02
 QUICK_RUNS = 8
 FULL_RUNS = 24

@@ -101,3 +101,16 @@ def current(options=None) -> HardwareFingerprint:
 
     compiler = find_compiler(options or Options.from_environment())
     return _detect(compiler.version if compiler else "")
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_build() -> str:
+    """A short hash of the prebuilt kernel library this process loaded. Records of the prebuilt kernels' times (the
+    engine choice, step thread counts, the prebuilt GEMM baseline, sparse crossovers) carry it in their template,
+    so a rebuilt or upgraded ortx measures again instead of deciding from another build's times."""
+    from ortx import _kernels
+
+    try:
+        return hashlib.sha256(Path(_kernels.__file__).read_bytes()).hexdigest()[:12]
+    except OSError:  # a library that cannot be read back: its records are never shared with another build
+        return f"unreadable-{os.getpid()}"

@@ -40,7 +40,7 @@ from ortx.codegen.jit import JitError
 from ortx.config import Options
 from ortx.tune import gemm_features
 from ortx.tune.conv_problems import PrebuiltConv, conv_operands
-from ortx.tune.fingerprint import HardwareFingerprint
+from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
 from ortx.tune.search import EvolutionarySearch, Exhaustive, RandomSearch, Task, TaskResult, tune
@@ -76,7 +76,7 @@ DEFAULTS = {
 # 1e-5 absolute), because a kernel with another KC or tile adds the same products in another order.
 RTOL, ATOL = 1e-4, 1e-5
 MARGIN = 0.02  # a generated kernel replaces the prebuilt one only when faster by more than this (as step_threads)
-PREBUILT_TEMPLATE = "gemm_f32:prebuilt"  # records of the prebuilt kernel's time, schedule PREBUILT
+PREBUILT_TEMPLATE = f"gemm_f32:prebuilt|kernels={kernels_build()}"  # the prebuilt kernel's time, schedule PREBUILT
 PREBUILT = Schedule.of({"kernel": "gemm_f32"})
 
 

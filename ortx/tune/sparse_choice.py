@@ -16,7 +16,7 @@
 OrtxEP's provider option "sparse" (SPARSE_OPTIONS): "auto" as above, "measure" runs step 3 whatever the tuning mode,
 "off" keeps every layer dense (ForcedPolicy; also what the measurement compiles each candidate with).
 Limits: the measurement runs the step interpreter (no JIT), single layers with random inputs (cache state of a
-whole network differs); bump SPARSE_TEMPLATE when the sparse kernels change, so old records stop deciding.
+whole network differs); SPARSE_TEMPLATE carries the kernel build (fingerprint.kernels_build), so a rebuild measures again.
 """
 from __future__ import annotations
 
@@ -29,13 +29,15 @@ import time
 import numpy as np
 import onnx_ir as ir
 
+from ortx.tune.fingerprint import kernels_build
+
 logger = logging.getLogger(__name__)
 
 MIN_ZEROS = 0.3
 # Measured on this box (2-core Zen 4, AVX-512, benchmarks/sparse.py): sparse won most layers from ~70% zeros; the
 # prior waits for 80%, so a layer without records is only made sparse where it very likely pays.
 PRIOR_MIN_ZEROS = 0.8
-SPARSE_TEMPLATE = "sparse_f32:3"
+SPARSE_TEMPLATE = f"sparse_f32:3|kernels={kernels_build()}"
 QUICK_RUNS, FULL_RUNS = 11, 31
 MARGIN = 0.9
 MODES = ("off", "cached", "quick", "full")

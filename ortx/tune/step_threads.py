@@ -36,7 +36,7 @@ from ortx.codegen.render import render
 from ortx.config import Options
 from ortx.ep.segment_builder import CompiledProgram
 from ortx.memory.plan import ALIGNMENT
-from ortx.tune.fingerprint import HardwareFingerprint
+from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 from ortx.tune.runner import (MIN_TIMED_RUNS, MeasureResult, TimingSettings, bitwise_mismatch, rotated_copies,
                               timed_samples)
@@ -47,7 +47,8 @@ THREAD_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MARGIN = 0.02  # a step leaves the session's count, and a segment its default, only when faster by more than this
 VALIDATION_RUNS_FACTOR = 3  # the end-to-end check decides for the whole segment: more runs than a candidate gets
 TEMPLATE = "step-threads:" + hashlib.sha256(
-    resources.files("ortx.codegen").joinpath("templates/segment.c").read_bytes()).hexdigest()[:16]
+    resources.files("ortx.codegen").joinpath("templates/segment.c").read_bytes()).hexdigest()[:16] \
+    + f"|kernels={kernels_build()}"  # the steps call the prebuilt kernels: a rebuild measures again
 
 
 def thread_space(num_threads: int) -> Space:

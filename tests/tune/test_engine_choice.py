@@ -154,3 +154,19 @@ def test_a_fused_node_holding_a_graph_pass_fusion_is_measured_on_the_nodes_it_st
         "HardSigmoid", "Mul"]
     assert len(choice.original_nodes) == 4  # two Convs, HardSigmoid, Mul
     check_numerics(sess, model)
+
+
+def test_records_of_another_kernel_build_do_not_decide(tmp_path):
+    """A record measured with other prebuilt kernels (an older ortx) says nothing about this build's speed."""
+    model = _models.mobilenetv2_style(size=32)
+    (choice,) = session(model, tmp_path, "cached").assignment.engine_choices
+    fingerprint = current()
+    older = ENGINE_TEMPLATE.split("|kernels=")[0] + "|kernels=000000000000"
+    assert older != ENGINE_TEMPLATE
+    with TuningDatabase(tmp_path / "tuning.sqlite") as database:
+        database.add_fingerprint(fingerprint)
+        for engine, median in (("ortx", 2.0), ("ort", 1.0)):
+            database.add(TuningRecord(choice.signature, fingerprint.key, older, {"engine": engine}, "ok", median,
+                                      source="test"))
+    (again,) = session(model, tmp_path, "cached").assignment.engine_choices
+    assert again.source == "no records" and again.engine == "ortx"
