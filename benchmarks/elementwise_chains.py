@@ -6,8 +6,8 @@ Usage: python benchmarks/elementwise_chains.py [--runs 20] [--threads 2] [--mode
    the same at 96x40x40, which fits the L2 cache), followed by a GlobalAveragePool so that the chain writes into the
    arena and not into a fresh output array (whose page faults would dominate).
 2. Whole models (benchmarks/memory.py's models): the same ORT and OrtxEP sessions as benchmarks/run.py (tuning off).
-"Unfused" is OrtxEP compiled with ortx.pipeline.fuse_elementwise_chains replaced by a pass that changes nothing
-(`chains_disabled`), everything else equal. Runs interleaved in blocks after warm-up (benchmarks/int8.py's
+"Chains" is OrtxEP compiled with ortx.pipeline.ELEMENTWISE_CHAINS on (`chains_enabled`; sessions leave it off),
+"unfused" as sessions compile today, everything else equal. Runs interleaved in blocks after warm-up (benchmarks/int8.py's
 `interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's "Elementwise chains" section.
 """
 from __future__ import annotations
@@ -33,21 +33,20 @@ import ortx.pipeline  # noqa: E402
 from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.int8 import interleaved  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
-from ortx.passes._report import PassReport  # noqa: E402
 
 HEADING = "## Elementwise chains (issue #4)"
 
 
 @contextlib.contextmanager
-def chains_disabled():
-    """OrtxEP sessions built inside compile without elementwise chains (the pass reports no change)."""
-    real = ortx.pipeline.fuse_elementwise_chains
-    ortx.pipeline.fuse_elementwise_chains = lambda model, excluded=frozenset(): PassReport(
-        model=model, name="fuse_elementwise_chains")
+def chains_enabled():
+    """OrtxEP sessions built inside compile with elementwise chains (ortx.pipeline.ELEMENTWISE_CHAINS, off by
+    default)."""
+    default = ortx.pipeline.ELEMENTWISE_CHAINS
+    ortx.pipeline.ELEMENTWISE_CHAINS = True
     try:
         yield
     finally:
-        ortx.pipeline.fuse_elementwise_chains = real
+        ortx.pipeline.ELEMENTWISE_CHAINS = default
 
 
 def neck_model(channels: int, size: int) -> onnx.ModelProto:
@@ -74,12 +73,11 @@ def sessions(path_or_bytes, shapes: dict, threads: int) -> dict:
     options.intra_op_num_threads = threads
     provider_options = [{"input_shapes": shapes, "tuning": "off"}, {}]
     result = {"ORT": onnxruntime.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"]),
-              "chains": ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                              provider_options=provider_options)}
-    with chains_disabled():
-        result["unfused"] = ortx.InferenceSession(path_or_bytes, options,
-                                                  providers=["OrtxEP", "CPUExecutionProvider"],
-                                                  provider_options=provider_options)
+              "unfused": ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                               provider_options=provider_options)}
+    with chains_enabled():
+        result["chains"] = ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                                 provider_options=provider_options)
     return result
 
 

@@ -339,9 +339,11 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     given_back = given_back or {}
     decisions = _decline_given_back(decisions, given_back)
     if claim:
-        # Chains fuse only where every claimed node runs on the CPU: a chain would hide its nodes from placement.
+        # Chains fuse only where every claimed node runs on the CPU (a chain would hide its nodes from placement),
+        # and only when ELEMENTWISE_CHAINS is on (see there).
         cpu_only = devices is None or all(device is CPU_DEVICE for device in devices.devices)
-        model, decisions, reports = _fuse_for_ortxep(model, decisions, frozenset(given_back), chains=cpu_only)
+        model, decisions, reports = _fuse_for_ortxep(model, decisions, frozenset(given_back),
+                                                     chains=ELEMENTWISE_CHAINS and cpu_only)
         decisions = _decline_given_back(decisions, given_back)
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
@@ -384,6 +386,12 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
                                        f"given back to ORT, faster here: {choice.describe}")
     return decisions
 
+
+# fuse_elementwise_chains in OrtxEP's compile: off. Its kernel step beats the unfused steps it replaces (PP-OCRv4
+# det's neck at 96x160x160, 1 thread, minimum of 30: 1.15 vs 0.47 + 0.43 + 0.61 ms), but whole models measured
+# 1.04-1.12x slower with it at 1 thread and 0.76-1.19x at 2 (benchmarks/elementwise_chains.py on 0f3f1d1, medians;
+# BENCHMARKS.md): no end-to-end gain shown, so sessions do not use it until one is.
+ELEMENTWISE_CHAINS = False
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

@@ -3,8 +3,7 @@
 The levels are literal tuples, like a compiler's -O flags:
   LEVEL_1_PASSES  standard cleanup that changes no arithmetic: shapes, folding, dead code
   LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
-  LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv, ScaledDotProductAttention,
-                  ElementwiseChain)
+  LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv, ScaledDotProductAttention)
                   and onnxruntime contrib ops (com.microsoft Gelu, FastGelu, QuickGelu) that both run
 DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
 (the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
@@ -84,10 +83,9 @@ LEVEL_3_PASSES = LEVEL_2_PASSES + (
     fuse_silu_extended,
     # Where level 2 emitted no standard Attention: ai.ortx ScaledDotProductAttention.
     fuse_attention_extended,
-    # The epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
+    # Last: the epilogue fusion needs BN already folded, or Conv -> BN -> Relu would not match Conv -> Relu.
+    # (fuse_elementwise_chains is not in the levels: see ortx.pipeline.ELEMENTWISE_CHAINS.)
     fuse_conv_epilogue,
-    # Last: what the epilogues left of elementwise ops, chained into one pass over memory each.
-    fuse_elementwise_chains,
 )
 
 DEFAULT_PASSES = LEVEL_2_PASSES

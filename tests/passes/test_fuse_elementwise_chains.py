@@ -177,3 +177,29 @@ def test_chain_writes_over_an_input_that_dies_there():
     feeds = feeds_for(model, seed=5)
     fused_proto = onnx.ModelProto.FromString(_serialize(fused_model))
     assert_close(run_graph(fused_proto, feeds, num_threads=2)[0], run_ort(model, feeds)[0])
+
+
+def test_sessions_chain_only_when_switched_on(monkeypatch):
+    """ortx.pipeline.ELEMENTWISE_CHAINS (off: no end-to-end gain measured yet) decides whether sessions chain."""
+    import onnxruntime
+
+    import ortx
+    import ortx.pipeline
+
+    model = _neck().SerializeToString()
+    feeds = feeds_for(_neck(), seed=2)
+
+    def kernels() -> list[str]:
+        session = ortx.InferenceSession(model, onnxruntime.SessionOptions(),
+                                        providers=["OrtxEP", "CPUExecutionProvider"])
+        result = session.run(None, feeds)[0]
+        compiled = next(reversed(session._compiled.values()))
+        return result, [listing.kernel for step in compiled.plan.steps
+                        for listing in getattr(getattr(step, "program", None), "steps", ())]
+
+    plain, plain_kernels = kernels()
+    assert "elementwise_chain_f32" not in plain_kernels
+    monkeypatch.setattr(ortx.pipeline, "ELEMENTWISE_CHAINS", True)
+    chained, chained_kernels = kernels()
+    assert chained_kernels.count("elementwise_chain_f32") == 1
+    np.testing.assert_array_equal(chained, plain)
