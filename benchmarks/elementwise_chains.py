@@ -130,8 +130,8 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
-            f"interleaved in blocks after warm-up, seeded random inputs. \"unfused\" is OrtxEP without "
-            f"fuse_elementwise_chains, everything else equal; ratio = chains / unfused; bitwise = the chained and "
+            f"interleaved in blocks after warm-up, seeded random inputs. \"chains\" is OrtxEP with "
+            f"ortx.pipeline.ELEMENTWISE_CHAINS on, \"unfused\" as sessions run (it is off), everything else equal; ratio = chains / unfused; bitwise = the chained and "
             f"unfused OrtxEP outputs are identical. Load = 1-minute load average (2 cores, shared). Written by "
             f"`python benchmarks/elementwise_chains.py`.\n\n"
             "| model | chain steps | ORT ms | OrtxEP unfused ms | OrtxEP chains ms | chains / unfused | chains / ORT | "
