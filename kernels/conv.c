@@ -279,17 +279,7 @@ static void conv2d_f32(const int64_t *ints, const float *floats, void *const *bu
             }
             ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(cout_g, K), 1, 0, 0, NULL, NULL};
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
-            ortx_gemm_epilogue epilogue = {
-                .alpha = 1.0f,
-                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
-                .residual = p.has_residual ? residual + y_offset : NULL,
-                .residual_row_stride = N,
-                .residual_col_stride = 1,
-                .residual_scale = 1.0f,
-                .activation = (int)p.activation,
-                .param0 = p.param0,
-                .param1 = p.param1,
-            };
+            ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, g, y_offset);
             if (direct) {
                 conv2d_direct(&p, &planes, A.data, Y + y_offset, &epilogue, threads);
             } else {

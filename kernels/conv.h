@@ -5,6 +5,8 @@
 
 #include <stdint.h>
 
+#include "gemm.h"
+
 /* The shared ints layout of conv2d_f32, conv2d_depthwise_f32 and conv_transpose2d_f32 (see conv.c). */
 typedef struct ortx_conv_params {
     int64_t batch, in_channels, in_height, in_width, out_channels, out_height, out_width;
@@ -146,6 +148,24 @@ void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx
 void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
                                  int64_t end);
 /* The same with the input channels split over threads. */
+/* The GEMM epilogue of one image and group's output: the conv's bias rows, its residual at y_offset (rows of
+ * out_height * out_width), its activation. conv2d_f32, conv2d_pixel_rows_f32 and conv2d_bf16 each run one. */
+static inline ortx_gemm_epilogue ortx_conv_group_epilogue(const ortx_conv_params *p, const float *bias,
+                                                          const float *residual, int64_t group, int64_t y_offset) {
+    ortx_gemm_epilogue epilogue = {
+        .alpha = 1.0f,
+        .bias_row = p->has_bias ? bias + group * (p->out_channels / p->group) : NULL,
+        .residual = p->has_residual ? residual + y_offset : NULL,
+        .residual_row_stride = p->out_height * p->out_width,
+        .residual_col_stride = 1,
+        .residual_scale = 1.0f,
+        .activation = (int)p->activation,
+        .param0 = p->param0,
+        .param1 = p->param1,
+    };
+    return epilogue;
+}
+
 void ortx_conv_fill_planes_parallel(const ortx_conv_params *p, const float *x, float *planes, int threads);
 
 /* ortx_gemm_pack_b_fn of the (Cin/g*KH*KW) x (OH*OW) patch matrix from the planes (n0 a multiple of 16). */

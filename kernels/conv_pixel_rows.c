@@ -172,17 +172,7 @@ void ortx_conv2d_pixel_rows_f32(const int64_t *ints, const float *floats, void *
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
-            ortx_gemm_epilogue epilogue = {
-                .alpha = 1.0f,
-                .bias_row = p.has_bias ? bias + g * cout_g : NULL,
-                .residual = p.has_residual ? residual + y_offset : NULL,
-                .residual_row_stride = N,
-                .residual_col_stride = 1,
-                .residual_scale = 1.0f,
-                .activation = (int)p.activation,
-                .param0 = p.param0,
-                .param1 = p.param1,
-            };
+            ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, g, y_offset);
             conv2d_pixel_rows(&p, X + (n * p.in_channels + g * cin_g) * plane,
                               packed + g * ortx_gemm_packed_b_floats(K, cout_g), Y + y_offset, &epilogue, workspace,
                               threads);
