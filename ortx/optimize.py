@@ -88,6 +88,18 @@ MAX_ABS_FRACTION = 1e-3
 MIN_COSINE = 0.9999
 
 
+def check_input_shape_names(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]], source: str) -> None:
+    """Raises CheckInputError when --input-shape names something that is not an input of `model` (read from
+    `source`), listing the inputs there are."""
+    inputs = [value.name for value in model.graph.input
+              if value.name not in {tensor.name for tensor in model.graph.initializer}]
+    unknown = sorted(set(shapes) - set(inputs))
+    if unknown:
+        raise CheckInputError(f"--input-shape names {', '.join(map(repr, unknown))}, which "
+                              f"{'is' if len(unknown) == 1 else 'are'} not an input of {source}; "
+                              f"its inputs: {', '.join(inputs)}")
+
+
 def random_feeds(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], *, seed: int = 0) -> dict:
     """Seeded non-zero inputs: floats ~ U[0.1, 1] with random signs, integers in [1, 10], booleans True."""
     rng = np.random.default_rng(seed)

@@ -86,7 +86,7 @@ def _profile(model: bytes, feeds: dict, shapes: dict, threads: int | None, runs:
 def run_profile_command(args, out=None) -> int:
     from ortx.ep.trace_summary import read_trace, summarize
     from ortx.model_io import ModelLoadError, load, to_ort_bytes
-    from ortx.optimize import CheckInputError, random_feeds
+    from ortx.optimize import CheckInputError, check_input_shape_names, random_feeds
 
     out = out or sys.stdout
     directory = args.trace_dir or tempfile.mkdtemp(prefix="ortx-profile-")
@@ -94,6 +94,7 @@ def run_profile_command(args, out=None) -> int:
         os.makedirs(directory, exist_ok=True)
         model = load(args.model)
         shapes = dict(args.input_shape)
+        check_input_shape_names(model, shapes, args.model)
         feeds = random_feeds(model, shapes)
         shapes = {name: array.shape for name, array in feeds.items()}
         model_bytes = to_ort_bytes(model)

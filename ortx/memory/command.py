@@ -39,19 +39,13 @@ def run_memory_command(args, out=None) -> int:
     from ortx.memory.summary import report
 
     from ortx.model_io import ModelLoadError, load
-    from ortx.optimize import CheckInputError, random_feeds
+    from ortx.optimize import CheckInputError, check_input_shape_names, random_feeds
 
     out = out or sys.stdout
     shapes = dict(args.input_shape)
     try:
         model = load(args.model)
-        inputs = [value.name for value in model.graph.input
-                  if value.name not in {tensor.name for tensor in model.graph.initializer}]
-        unknown = sorted(set(shapes) - set(inputs))
-        if unknown:
-            raise CheckInputError(f"--input-shape names {', '.join(map(repr, unknown))}, which "
-                                  f"{'is' if len(unknown) == 1 else 'are'} not an input of {args.model}; "
-                                  f"its inputs: {', '.join(inputs)}")
+        check_input_shape_names(model, shapes, args.model)
         random_feeds(model, shapes)  # a plan needs every dim: names the dynamic input and the flag that fixes it
         result = report(model, shapes, num_threads=args.threads)
     except (OSError, ValueError, ModelLoadError, CheckInputError) as error:

@@ -60,6 +60,8 @@ def test_profile_errors_name_the_problem(tmp_path, capsys):
     path = _model_file(tmp_path)
     assert main(["profile", str(path)]) == 2  # dynamic dim n without --input-shape
     assert "--input-shape" in capsys.readouterr().err
+    assert main(["profile", str(path), "--input-shape", "y:1x3x8x8"]) == 2
+    assert "'y', which is not an input of" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["profile", str(path), "--runs", "0"])
     with pytest.raises(ValueError, match="no model_run"):

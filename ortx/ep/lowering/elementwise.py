@@ -293,10 +293,10 @@ def _chain_program(node: ir.Node) -> list[tuple[int, int, int, int, float, float
     return program
 
 
-def _chain_temps(program, inputs: int) -> list[int]:
-    """Per op, the kernel index of its destination: -1 (the output) for the last op, else a temp slot reused once
-    every reader of its earlier value has run (elementwise row functions read and write the same position, so an
-    op may write over an operand it reads last)."""
+def _chain_temps(program, inputs: int) -> tuple[list[int], int]:
+    """(per op the kernel index of its destination, the number of temp slots): -1 (the output) for the last op,
+    else a temp slot reused once every reader of its earlier value has run (elementwise row functions read and
+    write the same position, so an op may write over an operand it reads last)."""
     last_use = {}
     for op, (kind, _, a, b, _, _) in enumerate(program):
         for operand in (a, b) if kind == 1 else (a,):
@@ -319,7 +319,7 @@ def _chain_temps(program, inputs: int) -> list[int]:
             slot, used = used, used + 1
         slots[inputs + op] = slot
         destinations.append(inputs + slot)
-    return destinations
+    return destinations, used
 
 
 def check_elementwise_chain(node: ir.Node) -> str | None:
@@ -342,7 +342,7 @@ def check_elementwise_chain(node: ir.Node) -> str | None:
     program = _chain_program(node)
     if isinstance(program, str):
         return program
-    temps = max((d - len(node.inputs) + 1 for d in _chain_temps(program, len(node.inputs)) if d >= 0), default=0)
+    _, temps = _chain_temps(program, len(node.inputs))
     if temps > CHAIN_MAX_TEMPS:
         return f"ElementwiseChain: needs {temps} temporaries (at most {CHAIN_MAX_TEMPS})"
     return None
@@ -354,8 +354,7 @@ def lower_elementwise_chain(node: ir.Node, builder) -> None:
         return
     program = _chain_program(node)
     inputs = len(node.inputs)
-    destinations = _chain_temps(program, inputs)
-    temps = max((d - inputs + 1 for d in destinations if d >= 0), default=0)
+    destinations, temps = _chain_temps(program, inputs)
     dims, strides = broadcast_layout_many([static_shape(value) for value in node.inputs], static_shape(out))
     ints = [inputs, len(program), temps, len(dims), *dims]
     for operand_strides in strides:
