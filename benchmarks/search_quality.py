@@ -9,7 +9,7 @@ conv layers' GEMM schedule spaces, and how many trials the guided search needs t
    (ortx.tune.gemm_space, the machine's widest ISA), measured by its runner (built, checked against a float64
    product, timed over rotating operand copies; the fastest of 20 runs, since a shared host only slows runs).
    DEVELOPMENT_LAYERS are the layers the method was developed on, EVALUATION_LAYERS (the default --shapes) were
-   not looked at while developing it.
+   not looked at while developing it (three of them were added, unsearched, before the method's last change).
 2. Measurements are replayed: every measured schedule is stored in --table (JSON: per layer, schedule -> status
    and ms, valid for one fingerprint key, thread count, template hash and timing setting) and a later run reads
    it instead of measuring again, so both searches of every seed see the same number for a schedule, and the
@@ -44,7 +44,8 @@ from ortx.tune.fingerprint import current  # noqa: E402
 from ortx.tune.records import TuningDatabase  # noqa: E402
 from ortx.tune.search import RandomSearch, TaskProgress, measure_round  # noqa: E402
 
-# Conv layers as (label, model and layer, Cout, Cin, kh, kw, output H, output W), from the models of issue #4.
+# Conv layers as (label, model and layer, Cout, Cin, kh, kw, output H, output W), from the models of issue #4; a
+# MatMul [M, K] x [K, N] is written as a 1x1 conv with Cout = M, Cin = K and a 1 x N output.
 # Development layers: the search method was tuned on these, and their measurements are the transfer records.
 DEVELOPMENT_LAYERS = (
     ("resnet18_128@28_3x3", "ResNet-18-style layer2 3x3 conv, 28x28", 128, 128, 3, 3, 28, 28),
@@ -52,12 +53,21 @@ DEVELOPMENT_LAYERS = (
     ("ppocr_det_384@20_1x1", "PP-OCRv4 det p2o.Conv.28 (backbone 1x1, 384->384) at 640x640 input", 384, 384, 1, 1,
      20, 20),
     ("mobilenetv2_144@56_1x1", "MobileNetV2-style block 2 expansion 1x1 (24->144), 56x56", 144, 24, 1, 1, 56, 56),
+    # Added in session 8 for shapes with few rows and many columns, which the four above lack:
+    ("mobilenetv2_16@112_1x1", "MobileNetV2-style block 1 projection 1x1 (32->16), 112x112", 16, 32, 1, 1, 112, 112),
+    ("ppocr_rec_ctc_40x6625", "PP-OCRv4 rec p2o.MatMul.24 (CTC head, 120->6625, 40 time steps) as M=40, N=6625, "
+     "K=120", 40, 120, 1, 1, 1, 6625),
 )
 # Evaluation layers: never used while developing the method; searched with transfer from the development layers.
 EVALUATION_LAYERS = (
     ("resnet18_64@56_3x3", "ResNet-18-style layer1 3x3 conv, 56x56", 64, 64, 3, 3, 56, 56),
     ("resnet18_256@14_3x3", "ResNet-18-style layer3 3x3 conv, 14x14", 256, 256, 3, 3, 14, 14),
     ("ppocr_det_24@160_3x3", "PP-OCRv4 det p2o.Conv.58 (neck, 96->24 3x3) at 640x640 input", 24, 96, 3, 3, 160, 160),
+    # Added in session 8 as evaluation layers before any search ran on them (fresh: no table rows then).
+    ("mobilenetv2_1280@7_1x1", "MobileNetV2-style last 1x1 conv (320->1280), 7x7", 1280, 320, 1, 1, 7, 7),
+    ("mobilenetv2_24@56_1x1", "MobileNetV2-style block 2 projection 1x1 (144->24), 56x56", 24, 144, 1, 1, 56, 56),
+    ("bert_ffn_down_128x256", "BERT-like encoder (seq 128, dim 256) FFN MatMul 1024->256 as M=128 tokens, N=256, "
+     "K=1024", 128, 1024, 1, 1, 1, 256),
 )
 CONV_LAYERS = DEVELOPMENT_LAYERS + EVALUATION_LAYERS
 DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "search_quality_table.json")
@@ -322,8 +332,12 @@ def plot(comparisons: list[Comparison], path: str) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    figure, axes = plt.subplots(1, len(comparisons), figsize=(4.2 * len(comparisons), 3.6), squeeze=False)
-    for axis, comparison in zip(axes[0], comparisons):
+    columns = min(len(comparisons), 3)
+    rows = -(-len(comparisons) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.6 * rows), squeeze=False)
+    for axis in axes.flat[len(comparisons):]:
+        axis.set_visible(False)
+    for axis, comparison in zip(axes.flat, comparisons):
         for name, color in (("random", "tab:gray"), ("guided", "tab:blue")):
             for index, curve in enumerate(comparison.curves[name]):
                 axis.plot(range(1, len(curve) + 1), curve, color=color, alpha=0.8 if index == 0 else 0.35,
