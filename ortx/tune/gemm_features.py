@@ -6,12 +6,10 @@
    micro-panel and KC x MR A micro-panel vs L1, the MC x KC A block vs L2, the KC x NC B block vs L2 and, one per
    thread, vs L3), the waste of partial tiles and blocks in M, N and K, the task grid against the thread count
    (tiles per task, load balance), packing (its copies per multiply-add; the strides read in place), loop order,
-   unroll and prefetch. The model predicts a relative log time (log ms minus the task's median; search.relative).
+   unroll and prefetch. The model predicts log(ms per GFLOP) (Space.work is the GFLOP), comparable across shapes.
 2. Transfer: `transfer_data` reads this machine's records (same fingerprint key and GEMM template, same thread
    count and ISA) of every other GEMM signature, recomputes their features for their own problems and hands them
-   to the guided search with each signature's times relative to its own median (how fast another shape runs says
-   nothing about this one's ranking), which learns from them before its first measurement, weighted by how well
-   they rank its own measurements (search.EvolutionarySearch's trust).
+   to the guided search, which learns from them before its first measurement (weighted below its own).
 Limits: cache sizes come from sysfs (defaults when missing); the features describe templates/gemm.c's loop nest
 (whole operands packed once up front, tasks of whole tiles) and must change with it.
 """
@@ -25,7 +23,7 @@ import numpy as np
 from ortx.codegen import gemm
 from ortx.tune.fingerprint import HardwareFingerprint, detected_caches
 from ortx.tune.records import TuningDatabase
-from ortx.tune.search import Task, TransferData, relative
+from ortx.tune.search import Task, TransferData, clipped
 from ortx.tune.space import Schedule
 
 FLOAT_BYTES = 4
@@ -128,7 +126,7 @@ def parse_signature(signature: str) -> tuple[gemm.GemmProblem, int, str] | None:
 
 def transfer_data(database: TuningDatabase, task: Task, fingerprint: HardwareFingerprint) -> TransferData | None:
     """This machine's ok records of other GEMM problems with the task's template, thread count and ISA, as
-    features and relative log times (per signature); None when there are fewer than MIN_TRANSFER_RECORDS."""
+    features and log(ms per GFLOP); None when there are fewer than MIN_TRANSFER_RECORDS."""
     own = parse_signature(task.signature)
     if own is None:
         return None
@@ -155,9 +153,9 @@ def transfer_data(database: TuningDatabase, task: Task, fingerprint: HardwareFin
                 rows.append(features(problem, threads, caches, schedule))
             except (KeyError, TypeError, ZeroDivisionError):
                 continue  # a record of an older space's schedule: nothing to learn from
-            kept.append(math.log(median_ms))  # relative() below: per-task, so no per-GFLOP scale
+            kept.append(math.log(median_ms / (problem.flops / 1e9)))
             schedules.append(schedule)
-        targets.extend(relative(np.array(kept)))
+        targets.extend(clipped(np.array(kept)))
     if len(rows) < MIN_TRANSFER_RECORDS:
         return None
     order = np.argsort(targets)

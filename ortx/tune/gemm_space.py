@@ -111,7 +111,7 @@ def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | 
     """CHOICES[isa] for `problem`: a prepacked B fixes kc and pack_b and keeps the tile widths its panels allow (a
     conv's B, packed through its source into the same panels, keeps those widths and pack_b);
     `max_workspace_floats` drops schedules needing more workspace (a segment step's buffer is already planned).
-    Its cost-model features are gemm_features' (problem, `num_threads` and this machine's caches)."""
+    Its cost-model features are gemm_features' (problem, `num_threads` and this machine's caches); work in GFLOP."""
     if isa not in CHOICES:
         raise gemm.GemmError(f"no GEMM schedule space for isa {isa!r} (have {sorted(CHOICES)})")
     choices = {"isa": (isa,), **CHOICES[isa]}
@@ -121,7 +121,7 @@ def gemm_space(problem: gemm.GemmProblem, isa: str, max_workspace_floats: int | 
     if problem.conv:
         choices.update(pack_b=(True,), nr=tuple(nr for nr in choices["nr"] if nr % gemm.PREPACKED_NR == 0))
     return Space(f"gemm_{isa}", choices, valid=lambda schedule: _fits(problem, schedule, max_workspace_floats),
-                 featurize=gemm_features.featurizer(problem, num_threads))
+                 featurize=gemm_features.featurizer(problem, num_threads), work=problem.flops / 1e9)
 
 
 def default_schedule(problem: gemm.GemmProblem, isa: str, num_threads: int,

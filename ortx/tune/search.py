@@ -13,28 +13,22 @@ Strategies (each deterministic given its seed):
 - Exhaustive: every valid schedule in Space.enumerate order.
 - RandomSearch: uniform valid samples, never one already measured.
 - EvolutionarySearch (as Ansor, MetaSchedule and TVM's XGBoost tuner do): a cost model (boosted trees,
-  ortx.tune.cost_model) predicts a schedule's relative log time (log ms minus the task's median, so records of
-  another shape teach the ranking within a shape, not that shape's speed) from Space.features; every round it is
-  refitted on the task's ok measurements plus, when given, TransferData (other tasks' records), then
+  ortx.tune.cost_model) predicts log(ms / Space.work) from Space.features; every round it is refitted on the
+  task's ok measurements plus, when given, TransferData (other tasks' records, weighted down), then
   1. candidates: `pool` random samples, the neighbours of the `population` fastest measured schedules and the
      transfer's fastest schedules that are in this space;
   2. evolution against the model: `generations` times, the `survivors` best predicted and their neighbours are
      scored, never measured;
   3. the best predicted unmeasured candidates fill the batch, each slot with probability `epsilon` a random
      sample instead (exploration).
-  Transfer trust: the transfer rows share a total weight of `transfer_mass` own measurements times a trust, the
-  rank correlation of a model fitted on the transfer alone with the task's own times (shrunk towards 1 while they
-  are few, TRUST_PRIOR_COUNT), so a shape the transfer mis-ranks learns mostly from its own measurements.
   Without transfer it measures random samples until `initial` are ok.
 The pieces are public so ortx.tune.scheduler can run rounds of chosen tasks: TaskProgress (one task's measured
 set, best and best-so-far, resumed from records) and measure_round (one measure call, every result a row).
-Limits: the model ranks by regression on relative log time (no pairwise ranking loss); a batch is the top of one
-ranking, so its schedules can be close neighbours of each other; the trust is a correlation over the schedules the
-search chose, which are alike, so it is noisy and it reacts only after several rounds.
+Limits: the model ranks by regression on log time (no ranking loss); a batch is the top of one ranking, so its
+schedules can be close neighbours of each other.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 import time
@@ -134,34 +128,12 @@ def clipped(log_ms: np.ndarray) -> np.ndarray:
 @dataclasses.dataclass(frozen=True)
 class TransferData:
     """Measurements of other tasks for a guided search to start from: their feature rows (computed for their own
-    problems), each one's relative log time (log ms clipped per task, minus that task's median: only the ranking
-    within a task carries over, not how fast another shape runs) and their schedules, fastest first (candidate seeds
-    where the space has them)."""
+    problems), log(ms / work) each (clipped per task), and their schedules, fastest first (candidate seeds where
+    the space has them)."""
 
     features: np.ndarray
     targets: np.ndarray
     schedules: tuple[Schedule, ...] = ()
-
-
-def relative(log_ms: np.ndarray) -> np.ndarray:
-    """A task's clipped log times minus their median: what TransferData and the cost model's fit hold."""
-    log_ms = clipped(np.asarray(log_ms, np.float64))
-    return log_ms - np.median(log_ms) if len(log_ms) else log_ms
-
-
-def rank_correlation(first: np.ndarray, second: np.ndarray) -> float:
-    """Spearman's rank correlation (ties broken by position); 0.0 when either side is constant."""
-    if len(first) < 2 or np.ptp(first) == 0 or np.ptp(second) == 0:
-        return 0.0
-    ranks = [np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(np.float64)
-             for values in (first, second)]
-    return float(np.corrcoef(ranks[0], ranks[1])[0, 1])
-
-
-# The transfer's trust: its prior model's rank correlation with this task's own times (clamped at 0), shrunk
-# towards 1 as if TRUST_PRIOR_COUNT own measurements had agreed with it, since a correlation over the few (and
-# prior-chosen, so similar) schedules of the first rounds says little.
-TRUST_PRIOR_COUNT = 8
 
 
 class EvolutionarySearch(RandomSearch):
@@ -169,7 +141,7 @@ class EvolutionarySearch(RandomSearch):
 
     def __init__(self, space: Space, seed: int = 0, *, initial: int = 8, population: int = 8, pool: int = 256,
                  survivors: int = 32, generations: int = 2, epsilon: float = 0.05, model=None,
-                 transfer: TransferData | None = None, transfer_mass: float = 128.0, transfer_seeds: int = 8):
+                 transfer: TransferData | None = None, transfer_weight: float = 0.25, transfer_seeds: int = 8):
         super().__init__(space, seed)
         self.initial = initial
         self.population = population
@@ -179,10 +151,8 @@ class EvolutionarySearch(RandomSearch):
         self.epsilon = epsilon
         self.model = model or BoostedTreesCostModel()
         self.transfer = transfer if transfer is not None and len(transfer.targets) else None
-        self.transfer_mass = transfer_mass
+        self.transfer_weight = transfer_weight
         self.transfer_seeds = transfer_seeds
-        self.trust = 1.0  # the transfer's weight factor at the last fit (rank correlation with own measurements)
-        self._prior = None  # a model fitted on the transfer alone, once (step 0 of _fit)
         self._ok: dict[Schedule, float] = {}
         self._features: dict[Schedule, np.ndarray] = {}
 
@@ -198,34 +168,20 @@ class EvolutionarySearch(RandomSearch):
         return np.stack([self._features[schedule] for schedule in schedules])
 
     def _fit(self) -> bool:
-        """Fits the model; False when there is too little to learn from (random samples instead).
-        Case 1, no transfer: this task's relative log times once `initial` are ok.
-        Case 2, transfer: a prior model is fitted on the transfer once. This task's clipped log times are put on
-        the transfer's scale by their median offset from the prior's predictions, and the transfer rows share a
-        total weight of transfer_mass x trust (TRUST_PRIOR_COUNT: the prior's rank correlation with this task's
-        own times, shrunk towards 1 while they are few)."""
+        """Fits the model on this task's ok measurements and the transfer rows (weighted down); False when there
+        is too little to learn from (random samples instead)."""
+        if self.transfer is None and len(self._ok) < self.initial:
+            return False
         own = list(self._ok)
-        log_ms = clipped(np.log(np.array([self._ok[s] for s in own]))) if own else np.zeros(0)
-        if self.transfer is None:  # Case 1
-            if len(own) < self.initial:
-                return False
-            self.model.fit(self._featurised(own), log_ms - np.median(log_ms), np.ones(len(own)))
-            return True
-        if self._prior is None:  # Case 2
-            self._prior = copy.deepcopy(self.model)
-            self._prior.fit(self.transfer.features, self.transfer.targets)
-        parts, targets, weights = [self.transfer.features], [self.transfer.targets], []
-        self.trust = 1.0
+        parts, targets, weights = [], [], []
         if own:
-            own_features = self._featurised(own)
-            expected = self._prior.predict(own_features)
-            agreement = max(0.0, rank_correlation(expected, log_ms)) if len(own) >= 3 else 1.0
-            self.trust = (len(own) * agreement + TRUST_PRIOR_COUNT) / (len(own) + TRUST_PRIOR_COUNT)
-            parts.append(own_features)
-            targets.append(log_ms - float(np.median(log_ms - expected)))
-        weights.append(np.full(len(self.transfer.targets), self.trust * self.transfer_mass / len(self.transfer.targets)))
-        if own:
+            parts.append(self._featurised(own))
+            targets.append(clipped(np.log(np.array([self._ok[s] for s in own]) / self.space.work)))
             weights.append(np.ones(len(own)))
+        if self.transfer is not None:
+            parts.append(self.transfer.features)
+            targets.append(self.transfer.targets)
+            weights.append(np.full(len(self.transfer.targets), self.transfer_weight))
         self.model.fit(np.concatenate(parts), np.concatenate(targets), np.concatenate(weights))
         return True
 
@@ -258,14 +214,12 @@ class EvolutionarySearch(RandomSearch):
         return sorted(scores, key=scores.__getitem__)
 
     def propose(self, count: int, measured: set[Schedule]) -> list[Schedule]:
-        """The best predicted unmeasured candidates, each slot with probability `epsilon` a random sample instead
-        (exploration)."""
         chosen: list[Schedule] = []
         ranked = self._ranked(measured) if self._fit() else []
         for schedule in ranked:
             if len(chosen) == count:
                 break
-            if self.rng.random() < self.epsilon:
+            if self.rng.random() < self.epsilon:  # exploration: a random sample in this slot
                 picked = super().propose(1, measured | set(chosen))
                 if picked:
                     chosen.append(picked[0])

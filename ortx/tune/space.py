@@ -52,8 +52,10 @@ class Space:
     choices: Mapping[str, tuple]
     valid: Callable[[Schedule], bool] | None = None
     # A family's own cost-model features (e.g. ortx.tune.gemm_space's, which carry the problem and the hardware)
-    # in place of the generic ones, so records of another problem of the same family can be learnt from.
+    # in place of the generic ones, and the work one schedule does (the model predicts log(ms / work), so
+    # records of another problem of the same family, with its own work, can be learnt from).
     featurize: Callable[[Schedule], np.ndarray] | None = None
+    work: float = 1.0
 
     def __post_init__(self):
         for choice, values in self.choices.items():

@@ -6,12 +6,10 @@ import time
 import numpy as np
 import pytest
 
-from ortx.tune import search as search_module
 from ortx.tune.fingerprint import current
 from ortx.tune.records import TuningDatabase
 from ortx.tune.runner import CompileError, FunctionRunner, MeasureResult, TimingSettings
-from ortx.tune.search import (EvolutionarySearch, Exhaustive, RandomSearch, Task, TransferData, rank_correlation,
-                              relative, search)
+from ortx.tune.search import EvolutionarySearch, Exhaustive, RandomSearch, Task, TransferData, search
 from ortx.tune.space import Space
 
 # A tile-like space (464 valid of 1024) and a cost with one optimum (tile_m 32, tile_n 8, unroll 4, order mn):
@@ -180,44 +178,3 @@ def test_records_of_another_fingerprint_are_not_resumed(database):
     runner = SyntheticRunner()
     result = run(RandomSearch(SPACE, seed=0), database, trials=8, runner=runner)
     assert result.recorded == 0 and len(runner.measured) == 8
-
-
-def test_rank_correlation():
-    values = np.array([3.0, 1.0, 2.0, 5.0])
-    assert rank_correlation(values, 2 * values + 1) == pytest.approx(1.0)
-    assert rank_correlation(values, -values) == pytest.approx(-1.0)
-    assert rank_correlation(values, np.ones(4)) == 0.0
-
-
-def _transfer(cost) -> TransferData:
-    """120 seeded random schedules of SPACE (the best left out) timed by `cost`, as another task's records."""
-    best = min(SPACE.enumerate(), key=synthetic_ms)
-    rng = np.random.default_rng(7)
-    others = [s for s in dict.fromkeys(SPACE.sample(rng) for _ in range(200)) if s != best][:120]
-    return TransferData(np.stack([SPACE.features(s) for s in others]), relative(np.log([cost(s) for s in others])),
-                        tuple(others))
-
-
-def test_transfer_that_agrees_keeps_its_trust_and_finds_the_best_early(tmp_path):
-    strategy = EvolutionarySearch(SPACE, seed=0, transfer=_transfer(synthetic_ms))
-    with TuningDatabase(tmp_path / "trust.sqlite") as database:
-        result = run(strategy, database, 32, batch=4)
-    assert strategy.trust > 0.8
-    assert trials_to(result, min(synthetic_ms(s) for s in SPACE.enumerate())) <= 8
-
-
-def test_transfer_that_ranks_the_other_way_loses_its_trust(tmp_path, monkeypatch):
-    """Another task whose costs are this one's inverted: once this task's measurements disagree with it, its
-    weight falls, and the searches end nearer the best than with the weight kept (trust off)."""
-    transfer = _transfer(lambda schedule: 1.0 / synthetic_ms(schedule))
-    finals = {}
-    for name, prior_count in (("trust", search_module.TRUST_PRIOR_COUNT), ("kept", 10 ** 9)):
-        monkeypatch.setattr(search_module, "TRUST_PRIOR_COUNT", prior_count)
-        finals[name] = []
-        for seed in range(2):
-            strategy = EvolutionarySearch(SPACE, seed=seed, transfer=transfer)
-            with TuningDatabase(tmp_path / f"{name}{seed}.sqlite") as database:
-                finals[name].append(run(strategy, database, 64, batch=4).best.median_ms)
-            if name == "trust":
-                assert strategy.trust < 0.3, (seed, strategy.trust)
-    assert sum(finals["trust"]) < sum(finals["kept"]), finals
