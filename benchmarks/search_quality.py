@@ -9,7 +9,7 @@ conv layers' GEMM schedule spaces, and how many trials the guided search needs t
    (ortx.tune.gemm_space, the machine's widest ISA), measured by its runner (built, checked against a float64
    product, timed over rotating operand copies; the fastest of 20 runs, since a shared host only slows runs).
    DEVELOPMENT_LAYERS are the layers the method was developed on, EVALUATION_LAYERS (the default --shapes) were
-   not looked at while developing it (three of them were added, unsearched, before the method's last change).
+   not looked at while developing it (three were added in session 8 before any search ran on them).
 2. Measurements are replayed: every measured schedule is stored in --table (JSON: per layer, schedule -> status
    and ms, valid for one fingerprint key, thread count, template hash and timing setting) and a later run reads
    it instead of measuring again, so both searches of every seed see the same number for a schedule, and the
