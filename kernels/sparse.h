@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "conv.h"
+
 #define ORTX_SPARSE_TILE 64
 /* The bytes of one panel's B rows per tile (256 rows of 64 floats). A C harness of the row kernel on the 2-core Zen 4
  * host (90% zeros, one thread, B 64-byte aligned; ns per nonzero) found the panel height's sweet spot at 192-256
@@ -89,6 +91,26 @@ void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows,
                                     int64_t ldd);
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                   int64_t ldd);
+
+/* Panels of a depth: enough for ORTX_SPARSE_PANEL_BYTES of 64-float rows each (sparse_sizes_f32 reports it). */
+static inline int64_t ortx_sparse_panel_count(int64_t depth) {
+    int64_t most = ORTX_SPARSE_PANEL_BYTES / (int64_t)(sizeof(float) * ORTX_SPARSE_TILE);
+    return depth <= most ? 1 : (depth + most - 1) / most;
+}
+
+/* Columns per panel, as packed: ceil(depth / panels) (the last panel may be narrower). */
+static inline int64_t ortx_sparse_panel_width(int64_t depth, int64_t panels) {
+    int64_t width = (depth + panels - 1) / (panels < 1 ? 1 : panels);
+    return width < 1 ? 1 : width;
+}
+
+/* The ISA's row and patch kernels (sparse.c). */
+ortx_sparse_rows_fn ortx_sparse_select_rows(void);
+ortx_sparse_patch_fn ortx_sparse_select_patch(void);
+
+/* sparse_conv2d_f32 (sparse_conv.c) and its workspace bytes for params' workspace threads. */
+void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+int64_t ortx_sparse_conv_workspace_bytes(const ortx_conv_params *p);
 
 /* The ints of sparse_conv2d_f32: the 20 conv ints of conv.h, then block rows R at ORTX_SPARSE_CONV_BLOCK and the
  * panel count after it. */
