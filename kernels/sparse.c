@@ -80,6 +80,18 @@ void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_
     }
 }
 
+ortx_sparse_fill_fn ortx_sparse_select_fill(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_fill_avx512 : ortx_sparse_fill_portable;
+}
+
+void ortx_sparse_fill_portable(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst, int64_t width) {
+    memset(dst, 0, sizeof(float) * lo);
+    if (stride == 1) memcpy(dst + lo, row + lo, sizeof(float) * (hi - lo));
+    else
+        for (int64_t j = lo; j < hi; j++) dst[j] = row[j * stride];
+    memset(dst + hi, 0, sizeof(float) * (width - hi));
+}
+
 static ortx_sparse_transpose_fn select_transpose(void) {
     return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_transpose_avx512 : ortx_sparse_transpose_portable;
 }

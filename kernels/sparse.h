@@ -83,6 +83,14 @@ void ortx_sparse_patch_portable(const float *source, const int32_t *taps, int64_
 void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
                               float *dst, int64_t ldd);
 
+/* One row of a phase plane (sparse_conv.c): dst[j] = row[j * stride] for lo <= j < hi, 0 elsewhere in [0, width)
+ * (row is only read at those j). */
+typedef void (*ortx_sparse_fill_fn)(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst,
+                                    int64_t width);
+
+void ortx_sparse_fill_portable(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst, int64_t width);
+void ortx_sparse_fill_avx512(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst, int64_t width);
+
 /* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (sparse_gemm_f32's A^T and its transposed stores). */
 typedef void (*ortx_sparse_transpose_fn)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                          int64_t ldd);
@@ -104,9 +112,10 @@ static inline int64_t ortx_sparse_panel_width(int64_t depth, int64_t panels) {
     return width < 1 ? 1 : width;
 }
 
-/* The ISA's row and patch kernels (sparse.c). */
+/* The ISA's row, patch and fill kernels (sparse.c). */
 ortx_sparse_rows_fn ortx_sparse_select_rows(void);
 ortx_sparse_patch_fn ortx_sparse_select_patch(void);
+ortx_sparse_fill_fn ortx_sparse_select_fill(void);
 
 /* sparse_conv2d_f32 (sparse_conv.c) and its workspace bytes for params' workspace threads. */
 void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

@@ -180,7 +180,38 @@ ORTX_TARGET_AVX512 void ortx_sparse_patch_avx512(const float *source, const int3
     }
 }
 
+/* 16 columns at a time, masked to [lo, hi): stride 1 one load, stride 2 two loads and an even-lane permute (the
+ * loads stop at row[2 * (hi - 1)], the last column read), other strides scalar. */
+ORTX_TARGET_AVX512 void ortx_sparse_fill_avx512(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst,
+                                                int64_t width) {
+    if (stride > 2) {
+        ortx_sparse_fill_portable(row, stride, lo, hi, dst, width);
+        return;
+    }
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t j = 0; j < width; j += 16) {
+        __mmask16 store = (__mmask16)(width - j >= 16 ? 0xFFFFu : (1u << (width - j)) - 1u);
+        int64_t first = lo > j ? lo - j : 0, last = hi < j + 16 ? hi - j : 16;  /* valid lanes [first, last) */
+        __mmask16 valid = last <= first ? 0 : (__mmask16)(((1u << last) - 1u) & ~((1u << first) - 1u));
+        __m512 value = _mm512_setzero_ps();
+        if (valid && stride == 1) {
+            value = _mm512_maskz_loadu_ps(valid, row + j);
+        } else if (valid) {  /* source s = 2j + i is read for 2 * (j + first) <= s <= 2 * (j + last - 1) */
+            int64_t s0 = 2 * first, s1 = 2 * (last - 1) + 1;  /* lanes [s0, s1) of the 32 */
+            uint32_t lanes = (s1 >= 32 ? 0xFFFFFFFFu : (1u << s1) - 1u) & ~((1u << s0) - 1u);
+            __m512 low = _mm512_maskz_loadu_ps((__mmask16)lanes, row + 2 * j);
+            __m512 high = _mm512_maskz_loadu_ps((__mmask16)(lanes >> 16), row + 2 * j + 16);
+            value = _mm512_maskz_permutex2var_ps(valid, low, even, high);
+        }
+        _mm512_mask_storeu_ps(dst + j, store, value);
+    }
+}
+
 #else
+void ortx_sparse_fill_avx512(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst, int64_t width) {
+    ortx_sparse_fill_portable(row, stride, lo, hi, dst, width);
+}
+
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                   int64_t ldd) {
     ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd);

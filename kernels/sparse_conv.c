@@ -55,6 +55,7 @@ typedef struct conv_job {
     int64_t pixels, tiles, block_count, panel_width, threads, pieces;
     ortx_sparse_rows_fn rows;
     ortx_sparse_patch_fn patch;
+    ortx_sparse_fill_fn fill;
     int64_t phase_rows, phase_width, phase_plane;
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
     float *regions;       /* per thread: region_floats floats (thread_region) */
@@ -187,19 +188,11 @@ static void phase_fill_row(const conv_job *job, float *planes, int64_t a) {
             int64_t lo = ceil_div_clamped(p->pad_left - px, sw, width);
             int64_t hi = ceil_div_clamped(p->in_width + p->pad_left - px, sw, width);
             if (hi < lo) hi = lo;
-            int empty = iy < 0 || iy >= p->in_height || hi == lo;
+            if (iy < 0 || iy >= p->in_height) lo = hi = 0;
             for (int64_t channel = 0; channel < p->in_channels; channel++) {
                 float *dst = planes + ((channel * sh + py) * sw + px) * job->phase_plane + a * width;
-                if (empty) {
-                    memset(dst, 0, sizeof(float) * width);
-                    continue;
-                }
                 const float *row = job->input + (channel * p->in_height + iy) * p->in_width + px - p->pad_left;
-                memset(dst, 0, sizeof(float) * lo);
-                if (sw == 1) memcpy(dst + lo, row + lo, sizeof(float) * (hi - lo));
-                else
-                    for (int64_t j = lo; j < hi; j++) dst[j] = row[j * sw];
-                memset(dst + hi, 0, sizeof(float) * (width - hi));
+                job->fill(lo < hi ? row : job->input, sw, lo, hi, dst, width);
             }
         }
     }
@@ -339,6 +332,7 @@ static void conv_lane(void *context, int64_t task, int thread_index) {
 void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     conv_job job = {.p = &p, .rows = ortx_sparse_select_rows(), .patch = ortx_sparse_select_patch(),
+                    .fill = ortx_sparse_select_fill(),
                     .in_place = conv_in_place(&p), .pointwise = conv_pointwise(&p)};
     job.threads = conv_threads(&p, num_threads);
     job.by_rows = conv_by_rows(&p, (int)job.threads);
