@@ -9,7 +9,9 @@
  *   stored transposed into Y.
  * sparse_sizes_f32: ints [0, the 20 conv ints] or [1, M, N, K, threads]; writes the workspace bytes to out[0] and
  *   the panel count to out[1] (the lowering packs W in that many panels of ceil(K / panels) columns; the conv's
- *   workspace holds panels of that width, so a conv must not be given fewer panels).
+ *   workspace holds panels of that width, so a conv must not be given fewer panels), and for a conv its column
+ *   layout (sparse.h: ORTX_SPARSE_CONV_LAYOUT) to out[2]. ints [2, the 20 conv ints]: int32 out[k] = the shifted
+ *   planes' row of patch column k (the columns the lowering packs for layout 1).
  * Limits: fp32 only; R is 1 or 4. A 64-column tile that is not full still runs whole vectors up to its last column.
  */
 #include <string.h>
@@ -84,12 +86,31 @@ ortx_sparse_fill_fn ortx_sparse_select_fill(void) {
     return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_fill_avx512 : ortx_sparse_fill_portable;
 }
 
-void ortx_sparse_fill_portable(const float *row, int64_t stride, int64_t lo, int64_t hi, float *dst, int64_t width) {
-    memset(dst, 0, sizeof(float) * lo);
-    if (stride == 1) memcpy(dst + lo, row + lo, sizeof(float) * (hi - lo));
-    else
-        for (int64_t j = lo; j < hi; j++) dst[j] = row[j * stride];
-    memset(dst + hi, 0, sizeof(float) * (width - hi));
+void ortx_sparse_fill_portable(const float *row, const ortx_sparse_fill *fill, float *dst) {
+    const int64_t lo = fill->lo, hi = fill->hi, stride = fill->stride;
+    for (int64_t c = 0; c < fill->count; c++, row += fill->row_step, dst += fill->dst_step) {
+        memset(dst, 0, sizeof(float) * lo);
+        if (stride == 1) memcpy(dst + lo, row + lo, sizeof(float) * (hi - lo));
+        else
+            for (int64_t j = lo; j < hi; j++) dst[j] = row[j * stride];
+        memset(dst + hi, 0, sizeof(float) * (fill->width - hi));
+    }
+}
+
+ortx_sparse_store_fn ortx_sparse_select_store(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_sparse_store_avx512 : ortx_sparse_store_portable;
+}
+
+void ortx_sparse_store_portable(const float *tile, const ortx_sparse_store *store, float *y) {
+    for (int64_t r = 0; r < store->rows; r++)
+        for (int64_t q = 0; q < store->sub_rows; q++) {
+            const float *from = tile + r * ORTX_SPARSE_TILE + q * store->width;
+            int64_t at = r * store->pixels + q * store->out_width;
+            for (int64_t x = 0; x < store->out_width; x++)
+                y[at + x] = store->residual ? ortx_activation_scalar(store->activation, from[x] + store->residual[at + x],
+                                                                     store->param0, store->param1)
+                                            : from[x];
+        }
 }
 
 static ortx_sparse_transpose_fn select_transpose(void) {
@@ -186,11 +207,17 @@ static void sparse_sizes_f32(const int64_t *ints, const float *floats, void *con
     (void)floats;
     (void)num_threads;
     int64_t *out = buffers[0];
+    static const float no_params[2] = {0.0f, 0.0f};
     if (ints[0] == 0) {
-        static const float no_params[2] = {0.0f, 0.0f};
         ortx_conv_params p = ortx_conv_params_read(ints + 1, no_params);
         out[0] = ortx_sparse_conv_workspace_bytes(&p);
         out[1] = ortx_sparse_panel_count(p.in_channels * p.kernel_height * p.kernel_width);
+        out[2] = ortx_sparse_conv_shifted(&p);
+    } else if (ints[0] == 2) {
+        ortx_conv_params p = ortx_conv_params_read(ints + 1, no_params);
+        int32_t *rows = buffers[0];
+        for (int64_t k = 0; k < p.in_channels * p.kernel_height * p.kernel_width; k++)
+            rows[k] = (int32_t)ortx_sparse_shifted_row(&p, k);
     } else {
         out[0] = gemm_workspace_bytes(ints[1], ints[2], ints[3], ints[4]);
         out[1] = ortx_sparse_panel_count(ints[3]);

@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "activation.h"
 #include "conv.h"
 #include "gemm.h"
 #include "ortx_kernels.h"
@@ -56,11 +57,12 @@ typedef struct conv_job {
     ortx_sparse_rows_fn rows;
     ortx_sparse_patch_fn patch;
     ortx_sparse_fill_fn fill;
-    int64_t phase_rows, phase_width, phase_plane;
+    ortx_sparse_store_fn store;
+    int64_t phase_rows, phase_width, phase_plane, plane_count;
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
     float *regions;       /* per thread: region_floats floats (thread_region) */
     int64_t region_floats;
-    int in_place, pointwise, by_rows;
+    int in_place, pointwise, shifted, by_rows;
     piece_queue queues[MAX_LANES];
 } conv_job;
 
@@ -69,14 +71,9 @@ typedef struct thread_region {
     float *planes;       /* its copy of the phase planes (Case built, not pointwise) */
     unsigned char *filled;  /* per phase row: filled in this call */
     float *b;            /* Case tiles: one panel's rows of one tile; Case rows: every tile's K rows, tile after tile */
+    float *sums;         /* Case shifted: per output row, its 64 columns of the tile */
     unsigned char *built;   /* Case rows: every tile's B rows built in this call (by the thread's first piece) */
 } thread_region;
-
-static void phase_geometry(const ortx_conv_params *p, conv_job *job) {
-    job->phase_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height / p->stride_height;
-    job->phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width;
-    job->phase_plane = job->phase_rows * job->phase_width;
-}
 
 static int conv_pointwise(const ortx_conv_params *p) {
     return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&
@@ -95,43 +92,68 @@ static int conv_threads(const ortx_conv_params *p, int num_threads) {
     return threads < MAX_LANES ? threads : MAX_LANES;
 }
 
-static int64_t tile_count(const ortx_conv_params *p) {
-    return (p->out_height * p->out_width + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
+/* The planes and tiles of a conv: Case shifted (ortx_sparse_conv_shifted and the lowering packed its layout) has
+ * kernel_width x channels planes of width ortx_sparse_shifted_width and tiles of 64 computed columns of whole output
+ * rows; the phase planes are channels x stride phases of the padded map, tiles of 64 output pixels. */
+static void conv_geometry(const ortx_conv_params *p, int shifted, conv_job *job) {
+    job->shifted = shifted;
+    job->pointwise = conv_pointwise(p);
+    job->in_place = conv_in_place(p);
+    job->pixels = p->out_height * p->out_width;
+    job->w.depth = p->in_channels * p->kernel_height * p->kernel_width;
+    if (shifted) {
+        job->phase_rows = ortx_sparse_shifted_rows(p);
+        job->phase_width = ortx_sparse_shifted_width(p);
+        job->plane_count = p->kernel_width * p->in_channels;
+    } else if (job->pointwise) {
+        job->phase_rows = p->out_height, job->phase_width = p->out_width, job->plane_count = 0;
+    } else {
+        job->phase_rows = p->out_height + (p->kernel_height - 1) * p->dilation_height / p->stride_height;
+        job->phase_width = p->out_width + (p->kernel_width - 1) * p->dilation_width / p->stride_width;
+        job->plane_count = p->in_channels * p->stride_height * p->stride_width;
+    }
+    job->phase_plane = job->phase_rows * job->phase_width;
+    int64_t columns = shifted ? p->out_height * job->phase_width : job->pixels;
+    job->tiles = (columns + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
 }
 
-static int conv_by_rows(const ortx_conv_params *p, int threads) {
-    return threads > 1 && tile_count(p) < (int64_t)TILES_PER_THREAD * threads;
+static int conv_by_rows(const conv_job *job, int threads) {
+    return threads > 1 && job->tiles < (int64_t)TILES_PER_THREAD * threads;
 }
 
 static int64_t bytes_as_floats(int64_t bytes) { return ortx_round_up((bytes + 3) / 4, 16); }
 
-/* Floats of one thread's region (each part a multiple of 16 floats: 64-byte aligned when the region is). */
-static int64_t region_floats(const ortx_conv_params *p, const conv_job *job, int by_rows) {
-    if (conv_in_place(p)) return 0;
-    int64_t planes = conv_pointwise(p) ? 0
-                     : ortx_round_up(p->in_channels * p->stride_height * p->stride_width * job->phase_plane, 16) +
-                           bytes_as_floats(job->phase_rows);
-    int64_t tiles = tile_count(p);
-    int64_t b = by_rows ? tiles * job->w.depth * ORTX_SPARSE_TILE : job->panel_width * ORTX_SPARSE_TILE;
-    return planes + ortx_round_up(b, 16) + (by_rows ? bytes_as_floats(1) : 0);
+/* The parts of one thread's region, in floats (each a multiple of 16: 64-byte aligned when the region is): its
+ * planes, their filled flags, B rows (Case tiles: one panel of one tile; Case rows: every tile), the sums of Case
+ * shifted (one tile of every output row), the built flag. */
+static void region_parts(const conv_job *job, int by_rows, int64_t parts[5]) {
+    int has_planes = !job->in_place && !job->pointwise;
+    parts[0] = has_planes ? ortx_round_up(job->plane_count * job->phase_plane, 16) : 0;
+    parts[1] = has_planes ? bytes_as_floats(job->phase_rows) : 0;
+    parts[2] = job->in_place || job->shifted ? 0
+               : by_rows ? job->tiles * job->w.depth * ORTX_SPARSE_TILE : job->panel_width * ORTX_SPARSE_TILE;
+    parts[3] = job->shifted ? ortx_round_up(job->p->out_channels, 4) * ORTX_SPARSE_TILE : 0;
+    parts[4] = by_rows && !job->in_place ? bytes_as_floats(1) : 0;
+}
+
+static int64_t region_floats(const conv_job *job, int by_rows) {
+    int64_t parts[5];
+    region_parts(job, by_rows, parts);
+    return parts[0] + parts[1] + parts[2] + parts[3] + parts[4];
 }
 
 static thread_region region_of(const conv_job *job, int thread_index) {
     thread_region region = {0};
-    if (job->in_place) return region;
+    int64_t parts[5];
+    region_parts(job, job->by_rows, parts);
     float *at = job->regions + (int64_t)thread_index * job->region_floats;
-    if (!job->pointwise) {
-        int64_t planes = ortx_round_up(job->p->in_channels * job->p->stride_height * job->p->stride_width *
-                                           job->phase_plane, 16);
-        region.planes = at;
-        region.filled = (unsigned char *)(at + planes);
-        at += planes + bytes_as_floats(job->phase_rows);
-    }
-    region.b = at;
-    if (job->by_rows) {
-        at += ortx_round_up(job->tiles * job->w.depth * ORTX_SPARSE_TILE, 16);
-        region.built = (unsigned char *)at;
-    }
+    if (parts[0]) region.planes = at, region.filled = (unsigned char *)(at + parts[0]);
+    at += parts[0] + parts[1];
+    if (parts[2]) region.b = at;
+    at += parts[2];
+    if (parts[3]) region.sums = at;
+    at += parts[3];
+    if (parts[4]) region.built = (unsigned char *)at;
     return region;
 }
 
@@ -142,14 +164,13 @@ static int64_t taps_floats(int64_t depth) { return ortx_round_up(depth, 16); }
 
 int64_t ortx_sparse_conv_workspace_bytes(const ortx_conv_params *p) {
     if (conv_in_place(p)) return 0;
-    conv_job job = {0};
-    job.w.depth = p->in_channels * p->kernel_height * p->kernel_width;
+    conv_job job = {.p = p};
+    conv_geometry(p, ortx_sparse_conv_shifted(p), &job);
     job.w.panels = ortx_sparse_panel_count(job.w.depth);
     job.panel_width = ortx_sparse_panel_width(job.w.depth, job.w.panels);
-    phase_geometry(p, &job);
     int64_t most = 0;
     for (int threads = 1; threads <= conv_threads(p, MAX_LANES); threads++) {
-        int64_t floats = threads * region_floats(p, &job, conv_by_rows(p, threads));
+        int64_t floats = threads * region_floats(&job, conv_by_rows(&job, threads));
         most = floats > most ? floats : most;
     }
     return (int64_t)sizeof(float) * (ALIGN_SLACK + taps_floats(job.w.depth) + most);
@@ -189,26 +210,49 @@ static void phase_fill_row(const conv_job *job, float *planes, int64_t a) {
             int64_t hi = ceil_div_clamped(p->in_width + p->pad_left - px, sw, width);
             if (hi < lo) hi = lo;
             if (iy < 0 || iy >= p->in_height) lo = hi = 0;
-            for (int64_t channel = 0; channel < p->in_channels; channel++) {
-                float *dst = planes + ((channel * sh + py) * sw + px) * job->phase_plane + a * width;
-                const float *row = job->input + (channel * p->in_height + iy) * p->in_width + px - p->pad_left;
-                job->fill(lo < hi ? row : job->input, sw, lo, hi, dst, width);
-            }
+            ortx_sparse_fill fill = {p->in_channels, p->in_height * p->in_width, sw, lo, hi,
+                                     sh * sw * job->phase_plane, width};
+            const float *row = job->input + iy * p->in_width + px - p->pad_left;
+            job->fill(lo < hi ? row : job->input, &fill, planes + (py * sw + px) * job->phase_plane + a * width);
         }
     }
 }
 
-/* The phase rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before. */
-static void fill_for_tile(const conv_job *job, const thread_region *region, int64_t tile) {
-    if (job->pointwise) return;
+/* Case shifted: row `a` of every shifted plane (sparse.h), into `planes`. */
+static void shifted_fill_row(const conv_job *job, float *planes, int64_t a) {
     const ortx_conv_params *p = job->p;
-    int64_t p0 = tile * ORTX_SPARSE_TILE;
-    int64_t p1 = p0 + ORTX_SPARSE_TILE < job->pixels ? p0 + ORTX_SPARSE_TILE : job->pixels;
-    int64_t first = p0 / p->out_width;
-    int64_t last = (p1 - 1) / p->out_width + (p->kernel_height - 1) * p->dilation_height / p->stride_height;
+    const int64_t width = job->phase_width, iy = a - p->pad_top;
+    for (int64_t kx = 0; kx < p->kernel_width; kx++) {
+        int64_t shift = kx * p->dilation_width - p->pad_left;  /* column j reads input column j + shift */
+        int64_t lo = shift < 0 ? -shift : 0, hi = p->in_width - shift < width ? p->in_width - shift : width;
+        if (iy < 0 || iy >= p->in_height || hi <= lo) lo = hi = 0;
+        ortx_sparse_fill fill = {p->in_channels, p->in_height * p->in_width, 1, lo, hi, job->phase_plane, width};
+        const float *row = job->input + iy * p->in_width + shift;
+        job->fill(lo < hi ? row : job->input, &fill, planes + (kx * p->in_channels * job->phase_rows + a) * width);
+    }
+}
+
+/* Output rows [first, last] of tile `tile`. */
+static void tile_output_rows(const conv_job *job, int64_t tile, int64_t *first, int64_t *last) {
+    const int64_t columns = job->shifted ? job->phase_width : job->p->out_width;
+    const int64_t total = job->shifted ? job->p->out_height * columns : job->pixels;
+    int64_t p0 = tile * ORTX_SPARSE_TILE, p1 = p0 + ORTX_SPARSE_TILE < total ? p0 + ORTX_SPARSE_TILE : total;
+    *first = p0 / columns;
+    *last = (p1 - 1) / columns;
+}
+
+/* The plane rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before. */
+static void fill_for_tile(const conv_job *job, const thread_region *region, int64_t tile) {
+    if (!region->planes) return;
+    const ortx_conv_params *p = job->p;
+    int64_t first, last;
+    tile_output_rows(job, tile, &first, &last);
+    last += job->shifted ? (p->kernel_height - 1) * p->dilation_height
+                         : (p->kernel_height - 1) * p->dilation_height / p->stride_height;
     for (int64_t a = first; a <= last && a < job->phase_rows; a++) {
         if (region->filled[a]) continue;
-        phase_fill_row(job, region->planes, a);
+        if (job->shifted) shifted_fill_row(job, region->planes, a);
+        else phase_fill_row(job, region->planes, a);
         region->filled[a] = 1;
     }
 }
@@ -261,9 +305,37 @@ static void run_rows(const conv_job *job, int64_t tile, int64_t panel, int64_t b
               &epilogue);
 }
 
-/* Case tiles: one tile, every row; per panel its B rows (X in place, or built now into the thread's rows). */
+/* Case shifted: block rows [begin, end) of tile `tile` over one panel, B read from the thread's planes, into its
+ * sums; after the last panel the sums go to Y (ortx_sparse_store). The row kernel applies bias and, without a
+ * residual, the activation; with one the store adds it and then activates. */
+static void shifted_rows(const conv_job *job, const thread_region *region, int64_t tile, int64_t panel,
+                         int64_t begin, int64_t end) {
+    const ortx_conv_params *p = job->p;
+    const int64_t R = job->w.block_rows, first_row = begin * R, width = job->phase_width;
+    int64_t p0 = tile * ORTX_SPARSE_TILE, columns = p->out_height * width;
+    int64_t ncols = columns - p0 < ORTX_SPARSE_TILE ? columns - p0 : ORTX_SPARSE_TILE;
+    ortx_sparse_epilogue epilogue = job->epilogue;
+    if (job->residual) epilogue.activation = ORTX_ACT_NONE;
+    float *sums = region->sums + first_row * ORTX_SPARSE_TILE;
+    job->rows(&job->w, panel, begin, end, region->planes + p0, width, ncols, sums, ORTX_SPARSE_TILE, &epilogue);
+    if (panel + 1 < job->w.panels) return;
+    int64_t rows = (end * R < p->out_channels ? end * R : p->out_channels) - first_row;
+    int64_t offset = first_row * job->pixels + p0 / width * p->out_width;
+    ortx_sparse_store store = {rows, ncols / width, width, p->out_width, job->pixels,
+                               job->residual ? job->residual + offset : NULL, (int)p->activation, p->param0,
+                               p->param1};
+    job->store(sums, &store, job->output + offset);
+}
+
+/* Case tiles: one tile, every row; per panel its B rows (X in place, the shifted planes, or built now into the
+ * thread's rows). */
 static void tile_piece(const conv_job *job, const thread_region *region, int64_t tile) {
     fill_for_tile(job, region, tile);
+    if (job->shifted) {
+        for (int64_t panel = 0; panel < job->w.panels; panel++)
+            shifted_rows(job, region, tile, panel, 0, job->block_count);
+        return;
+    }
     for (int64_t panel = 0; panel < job->w.panels; panel++) {
         int64_t k0, k1;
         panel_rows(job, panel, &k0, &k1);
@@ -284,6 +356,14 @@ static void tile_piece(const conv_job *job, const thread_region *region, int64_t
 static void rows_piece(const conv_job *job, const thread_region *region, int64_t chunk) {
     int64_t begin = job->block_count * chunk / job->pieces, end = job->block_count * (chunk + 1) / job->pieces;
     if (begin == end) return;
+    if (job->shifted) {
+        for (int64_t tile = 0; tile < job->tiles; tile++) {
+            fill_for_tile(job, region, tile);
+            for (int64_t panel = 0; panel < job->w.panels; panel++)
+                shifted_rows(job, region, tile, panel, begin, end);
+        }
+        return;
+    }
     int build = !job->in_place && !*region->built;
     for (int64_t tile = 0; tile < job->tiles; tile++) {
         const float *b = job->input + tile * ORTX_SPARSE_TILE;
@@ -332,33 +412,27 @@ static void conv_lane(void *context, int64_t task, int thread_index) {
 void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     conv_job job = {.p = &p, .rows = ortx_sparse_select_rows(), .patch = ortx_sparse_select_patch(),
-                    .fill = ortx_sparse_select_fill(),
-                    .in_place = conv_in_place(&p), .pointwise = conv_pointwise(&p)};
+                    .fill = ortx_sparse_select_fill(), .store = ortx_sparse_select_store()};
+    conv_geometry(&p, ints[ORTX_SPARSE_CONV_LAYOUT] == 1, &job);
     job.threads = conv_threads(&p, num_threads);
-    job.by_rows = conv_by_rows(&p, (int)job.threads);
-    job.w = (ortx_sparse_matrix){p.out_channels, p.in_channels * p.kernel_height * p.kernel_width,
-                                 ints[ORTX_SPARSE_CONV_BLOCK], ints[ORTX_SPARSE_CONV_BLOCK + 1], buffers[1],
-                                 buffers[2], buffers[3]};
-    job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, 0, (int)p.activation, p.param0,
-                                          p.param1};
-    job.pixels = p.out_height * p.out_width;
-    job.epilogue.ldr = job.pixels;
+    job.by_rows = conv_by_rows(&job, (int)job.threads);
+    job.w = (ortx_sparse_matrix){p.out_channels, job.w.depth, ints[ORTX_SPARSE_CONV_BLOCK],
+                                 ints[ORTX_SPARSE_CONV_BLOCK + 1], buffers[1], buffers[2], buffers[3]};
+    job.epilogue = (ortx_sparse_epilogue){p.has_bias ? buffers[6] : NULL, NULL, job.pixels, (int)p.activation,
+                                          p.param0, p.param1};
     job.panel_width = ortx_sparse_panel_width(job.w.depth, job.w.panels);
-    job.tiles = tile_count(&p);
     job.block_count = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
     job.pieces = job.tiles;
     if (job.by_rows) {
         int64_t chunks = (int64_t)ORTX_TASKS_PER_THREAD * job.threads;
         job.pieces = chunks < job.block_count ? chunks : job.block_count;
     }
-    phase_geometry(&p, &job);
-    if (job.pointwise) job.phase_width = p.out_width, job.phase_plane = job.pixels;
     if (!job.in_place) {
         float *workspace = (float *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63);
         job.taps = (const int32_t *)workspace;
-        tap_offsets(&p, &job, (int32_t *)workspace);
+        if (!job.shifted) tap_offsets(&p, &job, (int32_t *)workspace);
         job.regions = workspace + taps_floats(job.w.depth);
-        job.region_floats = region_floats(&p, &job, job.by_rows);
+        job.region_floats = region_floats(&job, job.by_rows);
     }
     for (int64_t image = 0; image < p.batch; image++) {
         job.input = (const float *)buffers[0] + image * p.in_channels * p.in_height * p.in_width;
@@ -369,7 +443,7 @@ void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *cons
             uint64_t back = (uint64_t)(job.pieces * (lane + 1) / job.threads);
             atomic_store(&job.queues[lane].range, front | back << 32);
             if (job.in_place) continue;
-            thread_region region = region_of(&job, (int)lane);
+            thread_region region = region_of(&job, (int)lane);  /* the caller writes a few flags of each thread */
             if (region.filled) memset(region.filled, 0, (size_t)job.phase_rows);
             if (region.built) *region.built = 0;
         }

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from ortx import _kernels
 from ortx.ep.compile_nodes import compile_segment, infer_shapes
-from ortx.ep.lowering.sparse import panel_count, pack_blocked_csr, unpack_blocked_csr, workspace_bytes
+from ortx.ep.lowering.sparse import conv_columns, panel_count, pack_blocked_csr, unpack_blocked_csr, workspace_bytes
 from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice
 from tests.tolerances import assert_close
 
@@ -200,6 +200,29 @@ def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, ker
         fast, _ = run_forced(model, feeds, choice, threads=threads)
         assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs onnxruntime")
         np.testing.assert_array_equal(fast, run_forced(model, feeds, choice, threads=threads)[0])
+
+
+@pytest.mark.parametrize("cin, size, kernel, stride, pad, layout", [
+    (256, 14, 3, 1, 1, 1),   # ResNet-18-style 3x3 256@14: shifted planes (0.77 MiB)
+    (128, 28, 3, 1, 1, 1),   # 3x3 128@28 (1.47 MiB)
+    (64, 56, 3, 1, 1, 0),    # 3x3 64@56: its shifted planes (2.85 MiB) would not fit the budget
+    (512, 7, 3, 1, 1, 0),    # 7-wide rows: tiles of 64 pixels
+    (64, 56, 3, 2, 1, 0),    # stride 2: phase planes
+    (64, 14, 1, 1, 0, 0),    # 1x1 unpadded: X itself
+])
+def test_conv_column_layout(cin, size, kernel, stride, pad, layout):
+    """Which convs read B from shifted planes (kernels/sparse.h), and that their packed columns map back."""
+    out = (size + 2 * pad - kernel) // stride + 1
+    conv_ints = [1, cin, size, size, 8, out, out, kernel, kernel, stride, stride, pad, pad, 1, 1, 1, 0, 0, 0, 2]
+    csr = pack_blocked_csr(sparse_matrix(8, cin * kernel * kernel, 0.9, seed=cin), 1)
+    chosen, packed = conv_columns(conv_ints, csr)
+    assert chosen == layout
+    if layout == 0:
+        assert packed is csr
+    else:  # shifted row of (c, ky, kx) = (kx * cin + c) * (out + kernel - 1) + ky
+        k = csr.cols.astype(np.int64)
+        c, ky, kx = k // (kernel * kernel), k % (kernel * kernel) // kernel, k % kernel
+        np.testing.assert_array_equal(packed.cols, (kx * cin + c) * (out + kernel - 1) + ky)
 
 
 @pytest.mark.parametrize("conv_ints, panels", [
