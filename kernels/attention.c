@@ -15,13 +15,19 @@
  *
  * multi_head_attention_f32: ints = [batch, heads, S, L, D, Dv, q_offset, k_offset, v_offset, q_row_stride,
  *   k_row_stride, v_row_stride, y_row_stride, q_batch_stride, k_batch_stride, v_batch_stride, y_batch_stride,
- *   workspace_threads]; floats = [scale]; buffers = [q, k, v, y, workspace].
+ *   workspace_threads, quantize_probabilities, low, high]; floats = [scale, probability_scale];
+ *   buffers = [q, k, v, y, workspace].
  *   Q_h[s, d] = q[q_offset + b*q_batch_stride + s*q_row_stride + h*D + d], K_h[l, d] likewise from k (h*D),
  *   V_h[l, e] from v (h*Dv), Y[b, s, h*Dv + e] = y[b*y_batch_stride + s*y_row_stride + h*Dv + e];
- *   Y_h = softmax(scale * Q_h @ K_h^T, over L) @ V_h. q, k and v may be the same buffer (different offsets).
+ *   Y_h = P_h @ V_h, P_h = softmax(scale * Q_h @ K_h^T, over L), or with quantize_probabilities P_h on an int8
+ *   grid, as QuantizeLinear then DequantizeLinear (an int8 QDQ model's attention): P = rint(clamp(P / s, low,
+ *   high)) * s with s = probability_scale, low/high = qmin/qmax - zero point (OrtxEP's quantize_linear_f32 and
+ *   dequantize_linear_f32 give the same values). q, k and v may be the same buffer (different offsets).
  * multi_head_attention_sizes_f32: ints = [batch, heads, S, L, D, Dv, threads]; buffers = [out int64[1]]:
  *   out[0] = workspace bytes for `threads` threads.
  */
+#include <math.h>
+
 #include "elementwise.h"
 #include "gemm.h"
 #include "ortx_kernels.h"
@@ -53,9 +59,20 @@ static int64_t slice_floats(int64_t rows, int64_t L, int64_t D, int64_t Dv) {
     return scores + ortx_round_up(packing, 16);
 }
 
+/* QuantizeLinear then DequantizeLinear in place, as quantize_linear_f32 (divide, clamp with NaN to low, round half
+ * to even) and dequantize_linear_f32: the zero point cancels out. */
+static void fake_quantize(float *x, int64_t count, float scale, float low, float high) {
+    for (int64_t i = 0; i < count; i++) {
+        float value = x[i] / scale;
+        value = value >= low ? value : low;
+        value = value <= high ? value : high;
+        x[i] = (float)lrintf(value) * scale;
+    }
+}
+
 typedef struct attention_job {
     const int64_t *ints;
-    float scale;
+    float scale, probability_scale;
     const float *q, *k, *v;
     float *y, *workspace;
     int64_t blocks, block_rows, slice;
@@ -81,6 +98,7 @@ static void attention_task(void *context, int64_t task, int thread) {
     ortx_gemm_epilogue scaled = {.alpha = job->scale, .residual_scale = 1.0f};
     ortx_sgemm(rows, L, D, &a, &kt, scores, L, &scaled, packing, 1);
     for (int64_t r = 0; r < rows; r++) ortx_softmax_row_f32(scores + r * L, scores + r * L, L, 0);
+    if (ints[18]) fake_quantize(scores, rows * L, job->probability_scale, (float)ints[19], (float)ints[20]);
     ortx_gemm_operand p = {scores, 0, L, 1, NULL, NULL};
     ortx_gemm_operand vh = {v, 0, ints[11], 1, NULL, NULL};
     ortx_gemm_epilogue plain = {.alpha = 1.0f, .residual_scale = 1.0f};
@@ -93,7 +111,7 @@ static void multi_head_attention_f32(const int64_t *ints, const float *floats, v
     int64_t sized = ints[17] < 1 ? 1 : ints[17];
     int64_t blocks = row_blocks(batch * heads, S, sized);
     int64_t block_rows = (S + blocks - 1) / blocks;
-    attention_job job = {ints, floats[0], buffers[0], buffers[1], buffers[2], buffers[3], buffers[4], blocks,
+    attention_job job = {ints, floats[0], floats[1], buffers[0], buffers[1], buffers[2], buffers[3], buffers[4], blocks,
                          block_rows, slice_floats(block_rows, L, D, Dv)};
     int threads = num_threads < 1 ? 1 : num_threads;
     if (threads > sized) threads = (int)sized;

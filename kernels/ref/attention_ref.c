@@ -29,11 +29,18 @@ void ortx_multi_head_attention_f32_ref(const int64_t *ints, const float *floats,
                     scores[l] = expf(scores[l] - max);
                     sum += scores[l];
                 }
+                for (int64_t l = 0; l < L; l++) {
+                    scores[l] /= sum;
+                    if (ints[18]) {  /* QuantizeLinear, DequantizeLinear */
+                        float value = fminf(fmaxf(scores[l] / floats[1], (float)ints[19]), (float)ints[20]);
+                        scores[l] = (float)lrintf(value) * floats[1];
+                    }
+                }
                 float *ys = y + b * ints[16] + s * ints[12] + h * Dv;
                 for (int64_t e = 0; e < Dv; e++) {
                     float acc = 0.0f;
                     for (int64_t l = 0; l < L; l++) acc += scores[l] * v[b * ints[15] + l * ints[11] + h * Dv + e];
-                    ys[e] = acc / sum;
+                    ys[e] = acc;
                 }
             }
 }

@@ -10,7 +10,9 @@ Case 2: ai.ortx::MultiHeadAttention(Split(x, last axis)[0], [1], [2]) -> ai.ortx
         merged projection), read in place.
 ai.ortx::MultiHeadAttention: inputs (Q [B, S, H*D], K [B, L, H*D], V [B, L, H*Dv]) or (QKV [B, S, 2*H*D + H*Dv]);
 attributes num_heads, scale; output Y [B, S, H*Dv], Y[:, :, h*Dv:(h+1)*Dv] = softmax(scale * Q_h @ K_h^T) @ V_h with
-X_h = X[:, :, h*D:(h+1)*D]. OrtxEP runs it (kernels/attention.c); not in DEFAULT_PASSES (plain ORT cannot).
+X_h = X[:, :, h*D:(h+1)*D]; optional probability_scale / probability_zero_point / probability_dtype as
+ScaledDotProductAttention's (an int8 QDQ model's probabilities rounded to that grid), copied from it.
+OrtxEP runs it (kernels/attention.c); not in DEFAULT_PASSES (plain ORT cannot).
 Does not apply when: the attention has a mask; a shape is not static or not the layout above; an intermediate
 has another reader or is a graph output; for Case 2, the Split is not along the last axis or has other outputs.
 """
@@ -42,6 +44,16 @@ def _static(value: ir.Value | None) -> tuple[int, ...] | None:
 def _perm(node: ir.Node) -> list[int] | None:
     perm = node.attributes.get_ints("perm", None)
     return list(perm) if perm is not None else None
+
+
+def _attention_attributes(node: ir.Node, heads: int) -> dict:
+    """num_heads, scale and the probabilities' int8 grid when there is one (fuse_attention's Case 3)."""
+    attributes = {"num_heads": heads, "scale": node.attributes.get_float("scale", 1.0)}
+    if "probability_scale" in node.attributes:
+        attributes.update(probability_scale=node.attributes.get_float("probability_scale"),
+                          probability_zero_point=node.attributes.get_int("probability_zero_point", 0),
+                          probability_dtype=node.attributes.get_string("probability_dtype", "uint8"))
+    return attributes
 
 
 class MultiHeadAttentionFusion(RewriteRuleClassBase):
@@ -89,12 +101,11 @@ class MultiHeadAttentionFusion(RewriteRuleClassBase):
         if any(value.dtype != ir.DataType.FLOAT for value in (q, k, v)):
             return self._fail(result, node, "Q, K, V are not float32")
         self.matched = list(context.nodes)
-        self.scale = node.attributes.get_float("scale", 1.0)
-        self.heads = H
+        self.attributes = _attention_attributes(node, H)
         return result
 
     def rewrite(self, op, q, k, v, **_):
-        output = op.op(MULTI_HEAD_ATTENTION, q, k, v, _domain=ORTX_DOMAIN, num_heads=self.heads, scale=self.scale)
+        output = op.op(MULTI_HEAD_ATTENTION, q, k, v, _domain=ORTX_DOMAIN, **self.attributes)
         record_fused_from(output.producer(), self.matched)
         return output
 
@@ -129,9 +140,8 @@ class PackedQKVFusion(RewriteRuleClassBase):
         return result.fail(reason)
 
     def rewrite(self, op, x, **_):
-        attributes = self.attention.attributes
-        output = op.op(MULTI_HEAD_ATTENTION, x, _domain=ORTX_DOMAIN, num_heads=attributes.get_int("num_heads"),
-                       scale=attributes.get_float("scale"))
+        output = op.op(MULTI_HEAD_ATTENTION, x, _domain=ORTX_DOMAIN,
+                       **_attention_attributes(self.attention, self.attention.attributes.get_int("num_heads")))
         record_fused_from(output.producer(), self.matched)
         return output
 

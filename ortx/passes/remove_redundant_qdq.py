@@ -1,14 +1,21 @@
 """Requantization after a data-movement op removed: values already on an int8 grid stay on it when only moved.
 
+Case 1:
 Before: DequantizeLinear(xq, s, z) -> T -> QuantizeLinear(., s, z) -> DequantizeLinear(., s, z) -> readers
 After:  DequantizeLinear(xq, s, z) -> T -> readers        (T: Reshape, Transpose, Squeeze, Unsqueeze, Flatten,
         Identity, or a chain of them; the QuantizeLinear stays while an int8 reader, e.g. a QConv, still reads it)
+Case 2: Q(x, s, z) -> DQ -> T -> Q(., s, z)  ->  x -> T -> Q -> DQ -> Q: the pair sinks past T (elementwise on one
+        grid, it commutes with moving values), only where a requantization on its grid follows, which Case 3 removes.
+Case 3: DequantizeLinear(xq, s, z) -> QuantizeLinear(., s, z) -> readers  ->  xq -> readers.
+Together they leave an attention's head merge (Transpose, Reshape) next to the attention, for
+fuse_multi_head_attention.
 Exact: T only moves values (x - z) * s, and Q then DQ with the same per-tensor s and z maps each back to itself
 (|x - z| <= 255, so x * s / s rounds back to x). Quantizers put such pairs after every Reshape/Transpose of a
-BERT-style attention (about 20 steps of OrtxEP's int8 BERT-like block).
+BERT-style attention (16 Q/DQ steps of OrtxEP's int8 BERT-like block).
 Does not apply when: a scale or zero point is not a constant scalar (per-axis) or the two pairs' differ (in
-value, dtype or the Quantize's output type); T's output has another reader or is a graph output; the last
-DequantizeLinear's output is a graph output. Run after fuse_qdq (which reads the DequantizeLinear feeding a QConv).
+value, dtype or the Quantize's output type); T's output (Case 1), a moved pair's output (Case 2) or a removed
+Quantize's output (Case 3) is a graph output. Run after fuse_qdq (which reads the
+DequantizeLinear feeding a QConv).
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ from ortx.passes._report import PassReport
 logger = logging.getLogger(__name__)
 
 DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+# Sweeps over the graph; one that changes nothing ends the pass (a pair sinks one data-movement op per sweep).
+MAX_ROUNDS = 8
 
 
 def _parameters(node: ir.Node) -> tuple | None:
@@ -80,21 +89,95 @@ def _removable_dequantizers(move: ir.Node) -> tuple[ir.Node, list[ir.Node]] | No
     return (quantize, dequantizers) if dequantizers else None
 
 
+def _sinkable_pair(move: ir.Node) -> tuple[ir.Node, ir.Node] | None:
+    """Case 2: (QuantizeLinear, DequantizeLinear) whose pair feeds `move` alone, else None."""
+    dequantize = move.inputs[0].producer() if move.inputs and move.inputs[0] is not None else None
+    if dequantize is None or dequantize.op_type != "DequantizeLinear" or dequantize.outputs[0].is_graph_output() \
+            or len(dequantize.outputs[0].uses()) != 1:
+        return None
+    quantize = dequantize.inputs[0].producer()
+    if quantize is None or quantize.op_type != "QuantizeLinear" or quantize.outputs[0].is_graph_output() \
+            or len(quantize.outputs[0].uses()) != 1 or quantize.attributes.get_int("saturate", 1) != 1 \
+            or not _same_grid(quantize, dequantize) or not _requantized_after(move, quantize):
+        return None
+    return quantize, dequantize
+
+
+def _requantized_after(move: ir.Node, quantize: ir.Node) -> bool:
+    """Whether `move`'s values reach, through single-reader data-movement ops only, a QuantizeLinear on
+    `quantize`'s grid (where Case 3 then removes the sunk pair whole)."""
+    node = move
+    while True:
+        output = node.outputs[0]
+        readers = [use.node for use in output.uses()]
+        if output.is_graph_output() or len(readers) != 1:
+            return False
+        node = readers[0]
+        if node.op_type == "QuantizeLinear" and node.domain == "":
+            return node.inputs[0] is output and _same_grid(quantize, node) and not node.outputs[0].is_graph_output()
+        if node.op_type not in DATA_MOVEMENT or node.domain != "" or node.inputs[0] is not output:
+            return False
+
+
+def _sink(graph: ir.Graph, move: ir.Node, quantize: ir.Node, dequantize: ir.Node) -> None:
+    """x -> Q -> DQ -> move -> readers  becomes  x -> move -> Q -> DQ -> readers."""
+    moved = move.outputs[0]
+    moved.replace_all_uses_with(dequantize.outputs[0])
+    move.replace_input_with(0, quantize.inputs[0])
+    quantize.replace_input_with(0, moved)
+    for value in (quantize.outputs[0], dequantize.outputs[0]):
+        value.shape = moved.shape
+    graph.remove([quantize, dequantize])  # unsafe: they keep their inputs and readers while they move
+    graph.insert_after(move, [quantize, dequantize])
+
+
+def _requantized_source(quantize: ir.Node) -> ir.Value | None:
+    """Case 3: the integer tensor a QuantizeLinear re-creates from its DequantizeLinear on the same grid."""
+    dequantize = quantize.inputs[0].producer() if quantize.inputs[0] is not None else None
+    if dequantize is None or dequantize.op_type != "DequantizeLinear" or quantize.outputs[0].is_graph_output() \
+            or quantize.attributes.get_int("saturate", 1) != 1 or not _same_grid(dequantize, quantize):
+        return None
+    source = dequantize.inputs[0]
+    known = None not in (quantize.outputs[0].dtype, source.dtype)
+    return source if not known or quantize.outputs[0].dtype == source.dtype else None
+
+
 def remove_redundant_qdq(model: ir.Model) -> PassReport:
     start = time.perf_counter()
     graph = model.graph
-    removed = 0
-    for move in [node for node in graph if node.op_type in DATA_MOVEMENT and node.domain == ""]:
-        found = _removable_dequantizers(move)
-        if found is None:
-            continue
-        quantize, dequantizers = found
-        for dequantize in dequantizers:
-            dequantize.outputs[0].replace_all_uses_with(move.outputs[0])
-            graph.remove(dequantize, safe=True)
-            removed += 1
-        if not quantize.outputs[0].uses() and not quantize.outputs[0].is_graph_output():
-            graph.remove(quantize, safe=True)
-            removed += 1
-    return PassReport(model, name="remove_redundant_qdq", counts={"nodes_removed": removed},
+    removed = moved = 0
+    for _ in range(MAX_ROUNDS):
+        changed = 0
+        for move in [node for node in graph if node.op_type in DATA_MOVEMENT and node.domain == ""]:
+            pair = _sinkable_pair(move)  # Case 2 first: it keeps the data-movement chain together
+            if pair is not None:
+                _sink(graph, move, *pair)
+                moved += 1
+                changed += 1
+                continue
+            found = _removable_dequantizers(move)  # Case 1
+            if found is not None:
+                quantize, dequantizers = found
+                for dequantize in dequantizers:
+                    dequantize.outputs[0].replace_all_uses_with(move.outputs[0])
+                    graph.remove(dequantize, safe=True)
+                    changed += 1
+                if not quantize.outputs[0].uses() and not quantize.outputs[0].is_graph_output():
+                    graph.remove(quantize, safe=True)
+                    changed += 1
+        for quantize in [node for node in graph if node.op_type == "QuantizeLinear" and node.domain == ""]:
+            source = _requantized_source(quantize)  # Case 3
+            if source is not None:
+                dequantize = quantize.inputs[0].producer()
+                quantize.outputs[0].replace_all_uses_with(source)
+                graph.remove(quantize, safe=True)
+                changed += 1
+                if not dequantize.outputs[0].uses() and not dequantize.outputs[0].is_graph_output():
+                    graph.remove(dequantize, safe=True)
+                    changed += 1
+        removed += changed
+        if not changed:
+            break
+    return PassReport(model, name="remove_redundant_qdq", counts={"nodes_removed": removed - moved,
+                                                                  "pairs_moved": moved},
                       seconds=time.perf_counter() - start)

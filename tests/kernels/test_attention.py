@@ -15,7 +15,7 @@ SHAPES = [(1, 4, 128, 128, 64, 64), (2, 3, 37, 53, 19, 23), (1, 2, 1, 7, 3, 5), 
           (1, 12, 25, 25, 16, 16), (1, 2, 200, 31, 33, 17)]
 
 
-def _reference(q, k, v, heads, scale):
+def _reference(q, k, v, heads, scale, grid=None):
     batch, seq, key_width = q.shape
     length, value_width = k.shape[1], v.shape[2]
     depth, value_depth = key_width // heads, value_width // heads
@@ -25,10 +25,14 @@ def _reference(q, k, v, heads, scale):
     scores = scale * (qh @ kh)
     probabilities = np.exp(scores - scores.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
+    if grid is not None:  # QuantizeLinear then DequantizeLinear, in float32 as ONNX defines them
+        step, low, high = grid
+        quotient = probabilities.astype(np.float32) / np.float32(step)
+        probabilities = np.rint(np.clip(quotient, low, high)).astype(np.float64) * np.float32(step)
     return (probabilities @ vh).transpose(0, 2, 1, 3).reshape(batch, seq, value_width).astype(np.float32)
 
 
-def _run(buffers, offsets, shape, scale, threads, use_ref=False):
+def _run(buffers, offsets, shape, scale, threads, use_ref=False, grid=None):
     """buffers: (q, k, v), each [batch, rows, width]; offsets: where Q, K, V's columns start in them."""
     batch, heads, seq, length, depth, value_depth = shape
     sizes = np.zeros(3, np.int64)
@@ -37,8 +41,11 @@ def _run(buffers, offsets, shape, scale, threads, use_ref=False):
     y = np.full((batch, seq, heads * value_depth), np.nan, np.float32)
     row_strides = [b.shape[2] for b in buffers]
     batch_strides = [b.shape[1] * b.shape[2] for b in buffers]
-    ints = [*shape, *offsets, *row_strides, heads * value_depth, *batch_strides, seq * heads * value_depth, threads]
-    _kernels.call("multi_head_attention_f32", ints, [scale], [*buffers, y, workspace], threads, use_ref)
+    quantize = [0, 0, 0] if grid is None else [1, grid[1], grid[2]]
+    ints = [*shape, *offsets, *row_strides, heads * value_depth, *batch_strides, seq * heads * value_depth, threads,
+            *quantize]
+    _kernels.call("multi_head_attention_f32", ints, [scale, 1.0 if grid is None else grid[0]],
+                  [*buffers, y, workspace], threads, use_ref)
     return y
 
 
@@ -70,3 +77,23 @@ def test_packed_qkv_columns_read_in_place(isa, shape):
     for threads in (1, 2):
         got = _run((packed, packed, packed), [0, key_width, 2 * key_width], shape, 0.5, threads)
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3])
+def test_probabilities_on_an_int8_grid(isa, shape):
+    """An int8 QDQ model's attention: the Softmax output quantized (uint8, scale 1/255, zero point 0) and back."""
+    batch, heads, seq, length, depth, value_depth = shape
+    rng = np.random.default_rng(11 + sum(shape))
+    q, k, v = (random_normal(rng, (batch, rows, heads * width))
+               for rows, width in ((seq, depth), (length, depth), (length, value_depth)))
+    grid = (1.0 / 255, 0, 255)
+    one = _run((q, k, v), [0, 0, 0], shape, 0.25, 1, grid=grid)
+    expected = _reference(q, k, v, heads, 0.25, grid=grid)
+    # a probability within float rounding of a grid step's midpoint may round either way: one step, 1/255, of
+    # weight on one value row moves an output by at most max|V| / 255
+    assert np.max(np.abs(one - expected)) <= np.max(np.abs(v)) / 255 + 1e-5
+    assert np.mean(np.abs(one - expected) > 1e-4) < 0.01
+    assert np.max(np.abs(one - _run((q, k, v), [0, 0, 0], shape, 0.25, 1, use_ref=True, grid=grid))) <= \
+        np.max(np.abs(v)) / 255 + 1e-5
+    np.testing.assert_array_equal(_run((q, k, v), [0, 0, 0], shape, 0.25, 2, grid=grid), one)
+    assert not np.allclose(one, _reference(q, k, v, heads, 0.25), atol=1e-4)  # the grid does change the output

@@ -5,13 +5,14 @@ from ortx.ep.compile_nodes import run_graph
 from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_multi_head_attention import fuse_multi_head_attention
+from ortx.passes.remove_redundant_qdq import remove_redundant_qdq
 from ortx.pipeline import ir_to_proto
 from tests import _models
 from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
 from tests.tolerances import assert_close, assert_model_close
 
 
-def _model(*, packed: bool = False, mask: bool = False, merge_perm: str = "0, 2, 1, 3") -> str:
+def _model(*, packed: bool = False, mask: bool = False, merge_perm: str = "0, 2, 1, 3", quantized: bool = False) -> str:
     """Heads split the way exporters do: Reshape [B, S, H, D] + Transpose (K to [B, H, D, L]), merged back after."""
     source = """sizes = Constant <value = int64[3] {8, 8, 8}> ()
         q, k, v = Split <axis = 2> (X, sizes)""" if packed else """two = Constant <value = float {2.0}> ()
@@ -35,15 +36,33 @@ def _model(*, packed: bool = False, mask: bool = False, merge_perm: str = "0, 2,
         Sc = Mul (S, scale)
         {"M = Add (Sc, mask)" if mask else ""}
         P = Softmax <axis = -1> ({"M" if mask else "Sc"})
-        O = MatMul (P, V)
-        OT = Transpose <perm = [{merge_perm}]> (O)
-        Y = Reshape (OT, merge)
+        {QUANTIZED_PROBABILITIES if quantized else ""}
+        O = MatMul ({"Pd" if quantized else "P"}, V)
+        {QUANTIZED_MERGE if quantized else ""}
+        OT = Transpose <perm = [{merge_perm}]> ({"Od" if quantized else "O"})
+        {"Ym" if quantized else "Y"} = Reshape (OT, merge)
+        {"Yq = QuantizeLinear (Ym, so, zo)" if quantized else ""}
+        {"Y = DequantizeLinear (Yq, so, zo)" if quantized else ""}
     }}"""
 
 
+# An int8 QDQ model's attention (ortx.quantize, onnxruntime's quantize_static): probabilities on a uint8 grid, the
+# output quantized before the head merge and again after it on the same grid.
+QUANTIZED_PROBABILITIES = """sp = Constant <value = float {0.003921569}> ()
+        zp = Constant <value = uint8 {0}> ()
+        Pq = QuantizeLinear (P, sp, zp)
+        Pd = DequantizeLinear (Pq, sp, zp)"""
+QUANTIZED_MERGE = """so = Constant <value = float {0.05}> ()
+        zo = Constant <value = uint8 {128}> ()
+        Oq = QuantizeLinear (O, so, zo)
+        Od = DequantizeLinear (Oq, so, zo)"""
+
+
 def _fused(text: str):
+    """The session's order (ortx.pipeline.ORTXEP_FUSIONS): redundant Q/DQ, attention, then its heads."""
     proto = from_text(text)
     model = to_ir(proto)
+    remove_redundant_qdq(model)
     fuse_attention_extended(model)
     return proto, model, fuse_multi_head_attention(model)
 
@@ -67,6 +86,31 @@ def test_heads_fold_into_one_multi_head_attention_that_ortx_ep_runs_like_ort(pac
     for threads in (1, 2):
         assert_close(_on_ortx_ep(model, feeds, num_threads=threads), expected)
     assert_close(_on_ortx_ep(model, feeds, use_reference_kernels=True), expected)
+
+
+@pytest.mark.parametrize("mask", [False, True])
+def test_int8_attention_keeps_its_probability_grid(mask):
+    """Unmasked: one MultiHeadAttention (the output's pair sank into its requantization); masked: the 3-step
+    ScaledDotProductAttention lowering, which quantizes and dequantizes the probabilities between its products."""
+    proto, model, report = _fused(_model(quantized=True, mask=mask))
+    fused = "ScaledDotProductAttention" if mask else "MultiHeadAttention"
+    node = next(node for node in model.graph if node.op_type == fused)
+    assert node.attributes.get_float("probability_scale") == pytest.approx(1 / 255)
+    assert node.attributes.get_int("probability_zero_point") == 0
+    assert node.attributes.get_string("probability_dtype") == "uint8"
+    if not mask:
+        assert [op for op in op_types(model) if op != "Constant"] == [
+            "Identity", "Mul", "Add", fused, "QuantizeLinear", "DequantizeLinear"]
+    feeds = feeds_for(proto)
+    if mask:
+        feeds["mask"] = np.where(np.arange(6) < 4, 0.0, -1e4).astype(np.float32).reshape(1, 1, 1, 6).repeat(2, 0)
+    expected = run_ort(proto, feeds)[0]
+    for threads in (1, 2):
+        got = _on_ortx_ep(model, feeds, num_threads=threads)
+        # float rounding (another softmax, another summation order) may move a value across a grid midpoint: one
+        # output step (0.05) at most, and rarely
+        assert np.max(np.abs(got - expected)) <= 0.05 + 1e-6
+        assert np.mean(got != expected) < 0.02
 
 
 @pytest.mark.parametrize("change", [{"mask": True}, {"merge_perm": "0, 2, 3, 1"}])

@@ -4,7 +4,8 @@
    binary_f32 expands it into a [batch, S, L] workspace.
 1. gemm_f32: scores[b] = scale * Q[b] @ KT[b] + mask[b] into an arena workspace [batch, S, L] (the scale is the
    GEMM's alpha, the mask its broadcast residual, so scores are written once).
-2. softmax_f32 over the last axis, in place on the workspace (each row is read before it is written).
+2. softmax_f32 over the last axis, in place on the workspace (each row is read before it is written); with
+   probability_scale (fuse_attention's Case 3) quantize_linear_f32 / dequantize_linear_f32 through a byte workspace.
 3. gemm_f32: Y[b] = scores[b] @ V[b].
 Batch dims of Q, KT, V broadcast as MatMul's (per-batch offsets); a mask that maps batch b to b * stride (all
 broadcast, or laid out like the output's) is read in place by the GEMM. float32 only.
@@ -21,6 +22,7 @@ import onnx_ir as ir
 from ortx.ep.lowering._values import attribute, numpy_dtype, present, static_shape
 from ortx.ep.lowering.conv import Declined, _batch_offsets, _checked, _emit_gemm, _sizes
 from ortx.ep.lowering.elementwise import _emit_binary
+from ortx.quantization.integer import INT_RANGES
 
 
 def _plan(node: ir.Node) -> dict:
@@ -58,6 +60,7 @@ def _plan(node: ir.Node) -> dict:
         if offsets == [index * stride for index in range(len(offsets))]:
             mask_strides = (mask_shape[-1] if mask_shape[-2] == S and S > 1 else 0,
                             1 if mask_shape[-1] == L and L > 1 else 0, stride)
+    _probability_grid(node)
     return dict(S=S, D=D, L=L, Dv=Dv, batch=batch, q_shape=q_shape, kt_shape=kt_shape, v_shape=v_shape,
                 mask_strides=mask_strides, scale=float(attribute(node, "scale", 1.0)))
 
@@ -82,14 +85,38 @@ def lower_attention(node: ir.Node, builder) -> None:
                alpha=plan["scale"], residual=mask_ref, residual_strides=mask_strides or (0, 0, 0),
                a_offsets=_batch_offsets(plan["q_shape"][:-2], batch, S * D),
                b_offsets=_batch_offsets(plan["kt_shape"][:-2], batch, D * L))
-    # 2. softmax over each row of L scores, in place.
+    # 2. softmax over each row of L scores, in place (Case 3 of fuse_attention: then onto the int8 grid and back).
     builder.emit("softmax_f32", [count * S, L, 1, 0], [], [scores, scores])
+    quantized, probability_scale, low, high = _probability_grid(node)
+    if quantized:
+        zero = int(attribute(node, "probability_zero_point", 0))
+        grid = builder.workspace(max(count * S * L, 4), label="probabilities")
+        signed = int(low + zero < 0)
+        builder.emit("quantize_linear_f32", [count * S * L, zero, low + zero, high + zero, signed],
+                     [probability_scale], [scores, grid])
+        builder.emit("dequantize_linear_f32", [count * S * L, zero, signed], [probability_scale], [grid, scores])
     # 3. probabilities @ V.
     _emit_gemm(builder, M=S, N=Dv, K=L, a=scores, a_packed=False, a_strides=(L, 1), b=builder.buffer(node.inputs[2]),
                b_packed=False, b_strides=(Dv, 1), output=builder.buffer(node.outputs[0]),
                a_offsets=[index * S * L for index in range(count)],
                b_offsets=_batch_offsets(plan["v_shape"][:-2], batch, L * Dv))
 
+
+
+def _probability_grid(node: ir.Node) -> tuple[bool, float, int, int]:
+    """(quantized, scale, qmin - zero point, qmax - zero point) of the attention's probabilities: the attributes
+    probability_scale / probability_zero_point / probability_dtype ("uint8" or "int8") that fuse_attention copies
+    from a QuantizeLinear/DequantizeLinear pair after the Softmax (an int8 QDQ model)."""
+    scale = attribute(node, "probability_scale", None)
+    if scale is None:
+        return False, 1.0, 0, 0
+    dtype = attribute(node, "probability_dtype", "uint8")
+    dtype = dtype.decode() if isinstance(dtype, bytes) else dtype
+    if dtype not in INT_RANGES:
+        raise Declined(f"probability_dtype {dtype!r} (uint8 or int8 only)")
+    zero = int(attribute(node, "probability_zero_point", 0))
+    low, high = INT_RANGES[dtype]
+    return True, float(scale), low - zero, high - zero
 
 
 def _multi_head_plan(node: ir.Node) -> dict:
@@ -126,6 +153,7 @@ def _multi_head_plan(node: ir.Node) -> dict:
         raise Declined(f"Q {q_shape}, K {k_shape}, V {v_shape} and output {y_shape} do not chain")
     if q_shape[2] % heads or value_width % heads:
         raise Declined(f"widths {q_shape[2]} and {value_width} do not split into {heads} heads")
+    _probability_grid(node)
     return dict(B=B, H=heads, S=S, L=L, D=q_shape[2] // heads, Dv=value_width // heads, offsets=offsets,
                 row_strides=row_strides, batch_strides=batch_strides, scale=float(attribute(node, "scale", 1.0)))
 
@@ -139,10 +167,11 @@ def lower_multi_head_attention(node: ir.Node, builder) -> None:
     workspace = builder.workspace(max(int(sizes[0]), 4 * max(L, 1)), label="attention")
     inputs = [builder.buffer(value) for value in node.inputs]
     q, k, v = inputs if len(inputs) == 3 else inputs * 3
+    quantized, probability_scale, low, high = _probability_grid(node)
     ints = [B, H, S, L, D, Dv, *plan["offsets"], *plan["row_strides"], H * Dv, *plan["batch_strides"], S * H * Dv,
-            builder.num_threads]
-    builder.emit("multi_head_attention_f32", ints, [plan["scale"]], [q, k, v, builder.buffer(node.outputs[0]),
-                                                                     workspace])
+            builder.num_threads, int(quantized), low, high]
+    builder.emit("multi_head_attention_f32", ints, [plan["scale"], probability_scale],
+                 [q, k, v, builder.buffer(node.outputs[0]), workspace])
 
 
 LOWERINGS = {
