@@ -40,8 +40,10 @@ from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
 from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_multi_head_attention import fuse_multi_head_attention
 from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
+from ortx.passes.remove_redundant_qdq import remove_redundant_qdq
 
 logger = logging.getLogger(__name__)
 
@@ -395,7 +397,10 @@ ELEMENTWISE_CHAINS = False
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).
-ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# remove_redundant_qdq first: an attention whose heads were requantized after each Reshape/Transpose (int8 QDQ
+# models) then has the data-movement chains the attention fusions match.
+ORTXEP_FUSIONS = (remove_redundant_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended,
+                  fuse_multi_head_attention)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset(), *,
