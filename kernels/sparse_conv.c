@@ -1,5 +1,6 @@
 /* sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR in column panels (sparse.h).
- *   ints: the 20 conv ints of conv.h ([19] workspace threads), [20] block rows R (1 or 4), [21] panels.
+ *   ints: the 20 conv ints of conv.h ([19] workspace threads), [20] block rows R (1 or 4), [21] panels, [22] column
+ *   layout (sparse.h: 1 = Case shifted, the cols packed as shifted-plane rows).
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
  * Per piece of work and panel, the row kernel runs output rows over the panel's rows of the patch matrix B
  * (Cin*KH*KW x OH*OW, one 64-pixel tile of columns at a time), storing into Y (partial sums, then the epilogue:
@@ -7,7 +8,10 @@
  *   Case in place (1x1, stride 1, unpadded, OH*OW a multiple of 16): X as stored, every row 64-byte aligned;
  *   Case built (every other conv): copied per tile and panel into the thread's 64-byte aligned B rows, from the
  *   input split into zero-padded phase planes (phase_fill_row), in which every patch row is, per output row, one
- *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself).
+ *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself);
+ *   Case shifted (layout 1: stride 1, rows 9-64 wide, planes within ORTX_SPARSE_SHIFTED_BYTES): no B rows; the row
+ *   kernel reads the thread's shifted planes (sparse.h) directly, 64 computed columns of whole output rows per tile,
+ *   into the thread's sums, which ortx_sparse_store writes to Y without the columns past OW.
  * Threads (one parallel call of `threads` lanes per image):
  *   1. the work is cut into pieces: Case tiles (at least TILES_PER_THREAD tiles per thread): a piece is one tile x
  *      every output row; Case rows (small maps, 7x7 and 14x14 at 2 threads): a piece is a chunk of output rows x
@@ -22,8 +26,9 @@
  *   B built once and shared), every call moved those cache lines between the two cores, and the kernel scaled
  *   1.3-1.45x from 1 to 2 threads on the ResNet-18-style model at 90% zeros (BENCHMARKS.md, issue #9).
  * Limits: groups > 1 are not covered (the lowering keeps them dense); Case rows repeats the plane fill and B build
- * on every thread (they are small next to the products on 7x7 and 14x14 maps); a 64-pixel tile that is not full
- * still runs whole vectors up to its last pixel.
+ * on every thread (at 1 thread perf puts them at ~7-12% of the 3x3 256@14 and 512@7 convs); a 64-pixel tile that is
+ * not full still runs whole vectors up to its last pixel; Case shifted computes width - OW wasted columns per output
+ * row (12.5% at 14, 28 and 56).
  */
 #include <stdatomic.h>
 #include <string.h>
