@@ -64,6 +64,7 @@ typedef struct conv_job {
     ortx_sparse_fill_fn fill;
     ortx_sparse_store_fn store;
     int64_t phase_rows, phase_width, phase_plane, plane_count;
+    int64_t band, bands, per_tile;  /* Case shifted: output rows per band, bands, output rows per tile */
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
     float *regions;       /* per thread: region_floats floats (thread_region) */
     int64_t region_floats;
@@ -74,7 +75,8 @@ typedef struct conv_job {
 /* A thread's own part of the workspace. */
 typedef struct thread_region {
     float *planes;       /* its copy of the phase planes (Case built, not pointwise) */
-    unsigned char *filled;  /* per phase row: filled in this call */
+    unsigned char *filled;  /* per phase row: filled in this call (Case shifted: of band *band) */
+    int64_t *band;       /* Case shifted: the band its planes hold, -1 for none */
     float *b;            /* Case tiles: one panel's rows of one tile; Case rows: every tile's K rows, tile after tile */
     float *sums;         /* Case shifted: per output row, its 64 columns of the tile */
     unsigned char *built;   /* Case rows: every tile's B rows built in this call (by the thread's first piece) */
@@ -110,6 +112,9 @@ static void conv_geometry(const ortx_conv_params *p, int shifted, conv_job *job)
         job->phase_rows = ortx_sparse_shifted_rows(p);
         job->phase_width = ortx_sparse_shifted_width(p);
         job->plane_count = p->kernel_width * p->in_channels;
+        job->band = ortx_sparse_shifted_band(p);
+        job->bands = (p->out_height + job->band - 1) / job->band;
+        job->per_tile = ORTX_SPARSE_TILE / job->phase_width;
     } else if (job->pointwise) {
         job->phase_rows = p->out_height, job->phase_width = p->out_width, job->plane_count = 0;
     } else {
@@ -134,10 +139,10 @@ static int64_t bytes_as_floats(int64_t bytes) { return ortx_round_up((bytes + 3)
 static void region_parts(const conv_job *job, int by_rows, int64_t parts[5]) {
     int has_planes = !job->in_place && !job->pointwise;
     parts[0] = has_planes ? ortx_round_up(job->plane_count * job->phase_plane, 16) : 0;
-    parts[1] = has_planes ? bytes_as_floats(job->phase_rows) : 0;
+    parts[1] = has_planes ? bytes_as_floats(job->phase_rows) + 16 : 0;  /* + the band slot */
     parts[2] = job->in_place || job->shifted ? 0
                : by_rows ? job->tiles * job->w.depth * ORTX_SPARSE_TILE : job->panel_width * ORTX_SPARSE_TILE;
-    parts[3] = job->shifted ? ortx_round_up(job->p->out_channels, 4) * ORTX_SPARSE_TILE : 0;
+    parts[3] = job->shifted && job->per_tile > 1 ? ortx_round_up(job->p->out_channels, 4) * ORTX_SPARSE_TILE : 0;
     parts[4] = by_rows && !job->in_place ? bytes_as_floats(1) : 0;
 }
 
@@ -152,7 +157,10 @@ static thread_region region_of(const conv_job *job, int thread_index) {
     int64_t parts[5];
     region_parts(job, job->by_rows, parts);
     float *at = job->regions + (int64_t)thread_index * job->region_floats;
-    if (parts[0]) region.planes = at, region.filled = (unsigned char *)(at + parts[0]);
+    if (parts[0]) {
+        region.planes = at, region.filled = (unsigned char *)(at + parts[0]);
+        region.band = (int64_t *)(at + parts[0] + parts[1] - 16);
+    }
     at += parts[0] + parts[1];
     if (parts[2]) region.b = at;
     at += parts[2];
@@ -223,10 +231,10 @@ static void phase_fill_row(const conv_job *job, float *planes, int64_t a) {
     }
 }
 
-/* Case shifted: row `a` of every shifted plane (sparse.h), into `planes`. */
-static void shifted_fill_row(const conv_job *job, float *planes, int64_t a) {
+/* Case shifted: row `a` of every shifted plane of band `band` (sparse.h), into `planes`. */
+static void shifted_fill_row(const conv_job *job, float *planes, int64_t band, int64_t a) {
     const ortx_conv_params *p = job->p;
-    const int64_t width = job->phase_width, iy = a - p->pad_top;
+    const int64_t width = job->phase_width, iy = band * job->band + a - p->pad_top;
     for (int64_t kx = 0; kx < p->kernel_width; kx++) {
         int64_t shift = kx * p->dilation_width - p->pad_left;  /* column j reads input column j + shift */
         int64_t lo = shift < 0 ? -shift : 0, hi = p->in_width - shift < width ? p->in_width - shift : width;
@@ -246,17 +254,27 @@ static void tile_output_rows(const conv_job *job, int64_t tile, int64_t *first, 
     *last = (p1 - 1) / columns;
 }
 
-/* The plane rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before. */
+/* The plane rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before
+ * (Case shifted: rows of the tile's band; a tile of another band first empties the planes). */
 static void fill_for_tile(const conv_job *job, const thread_region *region, int64_t tile) {
     if (!region->planes) return;
     const ortx_conv_params *p = job->p;
     int64_t first, last;
     tile_output_rows(job, tile, &first, &last);
+    int64_t band = 0;
+    if (job->shifted) {
+        band = first / job->band;
+        if (*region->band != band) {
+            memset(region->filled, 0, (size_t)job->phase_rows);
+            *region->band = band;
+        }
+        first -= band * job->band, last -= band * job->band;
+    }
     last += job->shifted ? (p->kernel_height - 1) * p->dilation_height
                          : (p->kernel_height - 1) * p->dilation_height / p->stride_height;
     for (int64_t a = first; a <= last && a < job->phase_rows; a++) {
         if (region->filled[a]) continue;
-        if (job->shifted) shifted_fill_row(job, region->planes, a);
+        if (job->shifted) shifted_fill_row(job, region->planes, band, a);
         else phase_fill_row(job, region->planes, a);
         region->filled[a] = 1;
     }
@@ -325,9 +343,16 @@ static void shifted_rows(const conv_job *job, const thread_region *region, int64
     int64_t p0 = tile * ORTX_SPARSE_TILE, columns = p->out_height * width;
     int64_t ncols = columns - p0 < ORTX_SPARSE_TILE ? columns - p0 : ORTX_SPARSE_TILE;
     ortx_sparse_epilogue epilogue = job->epilogue;
+    const float *b = region->planes + (tile * job->per_tile) % job->band * width;  /* its rows in its band's planes */
+    if (job->per_tile == 1) {  /* one output row per tile: its first OW columns straight into Y, epilogue and all */
+        int64_t offset = first_row * job->pixels + tile * p->out_width;
+        epilogue.residual = job->residual ? job->residual + offset : NULL;
+        job->rows(&job->w, panel, begin, end, b, width, p->out_width, job->output + offset, job->pixels, &epilogue);
+        return;
+    }
     if (job->residual) epilogue.activation = ORTX_ACT_NONE;
     float *sums = region->sums + first_row * ORTX_SPARSE_TILE;
-    job->rows(&job->w, panel, begin, end, region->planes + p0, width, ncols, sums, ORTX_SPARSE_TILE, &epilogue);
+    job->rows(&job->w, panel, begin, end, b, width, ncols, sums, ORTX_SPARSE_TILE, &epilogue);
     if (panel + 1 < job->w.panels) return;
     int64_t rows = (end * R < p->out_channels ? end * R : p->out_channels) - first_row;
     int64_t offset = first_row * job->pixels + p0 / width * p->out_width;
@@ -338,8 +363,17 @@ static void shifted_rows(const conv_job *job, const thread_region *region, int64
 }
 
 /* Case tiles: one tile, every row; per panel its B rows (X in place, the shifted planes, or built now into the
- * thread's rows). */
+ * thread's rows). Case shifted in several bands: the piece is a band, its tiles one after another. */
 static void tile_piece(const conv_job *job, const thread_region *region, int64_t tile) {
+    if (job->shifted && job->bands > 1) {
+        int64_t band_tiles = job->band / job->per_tile, last = (tile + 1) * band_tiles;
+        for (int64_t band_tile = tile * band_tiles; band_tile < last && band_tile < job->tiles; band_tile++) {
+            fill_for_tile(job, region, band_tile);
+            for (int64_t panel = 0; panel < job->w.panels; panel++)
+                shifted_rows(job, region, band_tile, panel, 0, job->block_count);
+        }
+        return;
+    }
     fill_for_tile(job, region, tile);
     if (job->shifted) {
         for (int64_t panel = 0; panel < job->w.panels; panel++)
@@ -432,7 +466,7 @@ void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *cons
                                           p.param0, p.param1};
     job.panel_width = ortx_sparse_panel_width(job.w.depth, job.w.panels);
     job.block_count = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
-    job.pieces = job.tiles;
+    job.pieces = job.shifted && job.bands > 1 ? job.bands : job.tiles;
     if (job.by_rows) {
         int64_t chunks = (int64_t)ORTX_TASKS_PER_THREAD * job.threads;
         job.pieces = chunks < job.block_count ? chunks : job.block_count;
@@ -455,6 +489,7 @@ void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *cons
             if (job.in_place) continue;
             thread_region region = region_of(&job, (int)lane);  /* the caller writes a few flags of each thread */
             if (region.filled) memset(region.filled, 0, (size_t)job.phase_rows);
+            if (region.band) *region.band = -1;
             if (region.built) *region.built = 0;
         }
         ortx_parallel_for((int)job.threads, job.threads, conv_lane, &job);
