@@ -40,6 +40,7 @@ from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
 from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_matmul_epilogue import fuse_matmul_epilogue
 from ortx.passes.fuse_multi_head_attention import fuse_multi_head_attention
 from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
@@ -399,8 +400,9 @@ ELEMENTWISE_CHAINS = False
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).
 # remove_redundant_qdq first: an attention whose heads were requantized after each Reshape/Transpose (int8 QDQ
 # models) then has the data-movement chains the attention fusions match.
+# fuse_matmul_epilogue after fuse_attention_extended, whose MatMul patterns it would otherwise take.
 ORTXEP_FUSIONS = (remove_redundant_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended,
-                  fuse_multi_head_attention)
+                  fuse_multi_head_attention, fuse_matmul_epilogue)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset(), *,
