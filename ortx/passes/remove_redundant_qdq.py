@@ -4,8 +4,9 @@ Case 1:
 Before: DequantizeLinear(xq, s, z) -> T -> QuantizeLinear(., s, z) -> DequantizeLinear(., s, z) -> readers
 After:  DequantizeLinear(xq, s, z) -> T -> readers        (T: Reshape, Transpose, Squeeze, Unsqueeze, Flatten,
         Identity, or a chain of them; the QuantizeLinear stays while an int8 reader, e.g. a QConv, still reads it)
-Case 2: Q(x, s, z) -> DQ -> T -> Q(., s, z)  ->  x -> T -> Q -> DQ -> Q: the pair sinks past T (elementwise on one
-        grid, it commutes with moving values), only where a requantization on its grid follows, which Case 3 removes.
+Case 2: Q(x, s, z) -> DQ -> T -> Q(., s, z)  ->  x -> T -> Q -> DQ -> Q: the pair sinks past T, or past a whole
+        chain of them at once (elementwise on one grid, it commutes with moving values), only where a requantization
+        on its grid follows, which Case 3 removes.
 Case 3: DequantizeLinear(xq, s, z) -> QuantizeLinear(., s, z) -> readers  ->  xq -> readers.
 Together they leave an attention's head merge (Transpose, Reshape) next to the attention, for
 fuse_multi_head_attention.
@@ -98,37 +99,41 @@ def _sinkable_pair(move: ir.Node) -> tuple[ir.Node, ir.Node] | None:
     quantize = dequantize.inputs[0].producer()
     if quantize is None or quantize.op_type != "QuantizeLinear" or quantize.outputs[0].is_graph_output() \
             or len(quantize.outputs[0].uses()) != 1 or quantize.attributes.get_int("saturate", 1) != 1 \
-            or not _same_grid(quantize, dequantize) or not _requantized_after(move, quantize):
+            or not _same_grid(quantize, dequantize):
         return None
-    return quantize, dequantize
+    last = _requantized_after(move, quantize)
+    return (quantize, dequantize, last) if last is not None else None
 
 
-def _requantized_after(move: ir.Node, quantize: ir.Node) -> bool:
-    """Whether `move`'s values reach, through single-reader data-movement ops only, a QuantizeLinear on
-    `quantize`'s grid (where Case 3 then removes the sunk pair whole)."""
+def _requantized_after(move: ir.Node, quantize: ir.Node) -> ir.Node | None:
+    """The last op of the chain of single-reader data-movement ops from `move` when the chain ends in a
+    QuantizeLinear on `quantize`'s grid (where Case 3 then removes the sunk pair whole), else None."""
     node = move
     while True:
         output = node.outputs[0]
         readers = [use.node for use in output.uses()]
         if output.is_graph_output() or len(readers) != 1:
-            return False
-        node = readers[0]
-        if node.op_type == "QuantizeLinear" and node.domain == "":
-            return node.inputs[0] is output and _same_grid(quantize, node) and not node.outputs[0].is_graph_output()
-        if node.op_type not in DATA_MOVEMENT or node.domain != "" or node.inputs[0] is not output:
-            return False
+            return None
+        reader = readers[0]
+        if reader.op_type == "QuantizeLinear" and reader.domain == "":
+            requantizes = reader.inputs[0] is output and _same_grid(quantize, reader) \
+                and not reader.outputs[0].is_graph_output()
+            return node if requantizes else None
+        if reader.op_type not in DATA_MOVEMENT or reader.domain != "" or reader.inputs[0] is not output:
+            return None
+        node = reader
 
 
-def _sink(graph: ir.Graph, move: ir.Node, quantize: ir.Node, dequantize: ir.Node) -> None:
-    """x -> Q -> DQ -> move -> readers  becomes  x -> move -> Q -> DQ -> readers."""
-    moved = move.outputs[0]
+def _sink(graph: ir.Graph, move: ir.Node, quantize: ir.Node, dequantize: ir.Node, last: ir.Node) -> None:
+    """x -> Q -> DQ -> move -> ... -> last -> readers  becomes  x -> move -> ... -> last -> Q -> DQ -> readers."""
+    moved = last.outputs[0]
     moved.replace_all_uses_with(dequantize.outputs[0])
     move.replace_input_with(0, quantize.inputs[0])
     quantize.replace_input_with(0, moved)
     for value in (quantize.outputs[0], dequantize.outputs[0]):
         value.shape = moved.shape
     graph.remove([quantize, dequantize])  # unsafe: they keep their inputs and readers while they move
-    graph.insert_after(move, [quantize, dequantize])
+    graph.insert_after(last, [quantize, dequantize])
 
 
 def _requantized_source(quantize: ir.Node) -> ir.Value | None:
@@ -149,12 +154,6 @@ def remove_redundant_qdq(model: ir.Model) -> PassReport:
     for _ in range(MAX_ROUNDS):
         changed = 0
         for move in [node for node in graph if node.op_type in DATA_MOVEMENT and node.domain == ""]:
-            pair = _sinkable_pair(move)  # Case 2 first: it keeps the data-movement chain together
-            if pair is not None:
-                _sink(graph, move, *pair)
-                moved += 1
-                changed += 1
-                continue
             found = _removable_dequantizers(move)  # Case 1
             if found is not None:
                 quantize, dequantizers = found
@@ -165,6 +164,12 @@ def remove_redundant_qdq(model: ir.Model) -> PassReport:
                 if not quantize.outputs[0].uses() and not quantize.outputs[0].is_graph_output():
                     graph.remove(quantize, safe=True)
                     changed += 1
+                continue
+            pair = _sinkable_pair(move)  # Case 2: past the whole chain at once, which stays together
+            if pair is not None:
+                _sink(graph, move, *pair)
+                moved += 1
+                changed += 1
         for quantize in [node for node in graph if node.op_type == "QuantizeLinear" and node.domain == ""]:
             source = _requantized_source(quantize)  # Case 3
             if source is not None:

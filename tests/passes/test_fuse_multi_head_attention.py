@@ -26,12 +26,14 @@ def _model(*, packed: bool = False, mask: bool = False, merge_perm: str = "0, 2,
         merge = Constant <value = int64[3] {{2, 6, 8}}> ()
         scale = Constant <value = float {{0.5}}> ()
         {source}
-        q4 = Reshape (q, shape)
-        k4 = Reshape (k, shape)
-        v4 = Reshape (v, shape)
-        Q = Transpose <perm = [0, 2, 1, 3]> (q4)
-        KT = Transpose <perm = [0, 2, 3, 1]> (k4)
-        V = Transpose <perm = [0, 2, 1, 3]> (v4)
+        {QUANTIZED_HEADS if quantized else ""}
+        q4 = Reshape ({"qd" if quantized else "q"}, shape)
+        k4 = Reshape ({"kd" if quantized else "k"}, shape)
+        v4 = Reshape ({"vd" if quantized else "v"}, shape)
+        {QUANTIZED_RESHAPES if quantized else ""}
+        Q = Transpose <perm = [0, 2, 1, 3]> ({"q4d" if quantized else "q4"})
+        KT = Transpose <perm = [0, 2, 3, 1]> ({"k4d" if quantized else "k4"})
+        V = Transpose <perm = [0, 2, 1, 3]> ({"v4d" if quantized else "v4"})
         S = MatMul (Q, KT)
         Sc = Mul (S, scale)
         {"M = Add (Sc, mask)" if mask else ""}
@@ -48,13 +50,19 @@ def _model(*, packed: bool = False, mask: bool = False, merge_perm: str = "0, 2,
 
 # An int8 QDQ model's attention (ortx.quantize, onnxruntime's quantize_static): probabilities on a uint8 grid, the
 # output quantized before the head merge and again after it on the same grid.
+# Q, K, V quantized, then requantized after their Reshape on the same grid (remove_redundant_qdq's Case 1)
+QUANTIZED_HEADS = """so = Constant <value = float {0.05}> ()
+        zo = Constant <value = uint8 {128}> ()
+        """ + "\n        ".join(f"""s{name} = Constant <value = float {{{0.02 * (index + 1)}}}> ()
+        {name}q = QuantizeLinear ({name}, s{name}, zo)
+        {name}d = DequantizeLinear ({name}q, s{name}, zo)""" for index, name in enumerate("qkv"))
+QUANTIZED_RESHAPES = "\n        ".join(f"""{name}4q = QuantizeLinear ({name}4, s{name}, zo)
+        {name}4d = DequantizeLinear ({name}4q, s{name}, zo)""" for name in "qkv")
 QUANTIZED_PROBABILITIES = """sp = Constant <value = float {0.003921569}> ()
         zp = Constant <value = uint8 {0}> ()
         Pq = QuantizeLinear (P, sp, zp)
         Pd = DequantizeLinear (Pq, sp, zp)"""
-QUANTIZED_MERGE = """so = Constant <value = float {0.05}> ()
-        zo = Constant <value = uint8 {128}> ()
-        Oq = QuantizeLinear (O, so, zo)
+QUANTIZED_MERGE = """Oq = QuantizeLinear (O, so, zo)
         Od = DequantizeLinear (Oq, so, zo)"""
 
 
@@ -90,8 +98,9 @@ def test_heads_fold_into_one_multi_head_attention_that_ortx_ep_runs_like_ort(pac
 
 @pytest.mark.parametrize("mask", [False, True])
 def test_int8_attention_keeps_its_probability_grid(mask):
-    """Unmasked: one MultiHeadAttention (the output's pair sank into its requantization); masked: the 3-step
-    ScaledDotProductAttention lowering, which quantizes and dequantizes the probabilities between its products."""
+    """Unmasked: one MultiHeadAttention (the heads' requantizations removed, the output's pair sunk into its
+    requantization); masked: the 3-step ScaledDotProductAttention lowering, which quantizes and dequantizes the
+    probabilities between its products."""
     proto, model, report = _fused(_model(quantized=True, mask=mask))
     fused = "ScaledDotProductAttention" if mask else "MultiHeadAttention"
     node = next(node for node in model.graph if node.op_type == fused)
@@ -100,7 +109,8 @@ def test_int8_attention_keeps_its_probability_grid(mask):
     assert node.attributes.get_string("probability_dtype") == "uint8"
     if not mask:
         assert [op for op in op_types(model) if op != "Constant"] == [
-            "Identity", "Mul", "Add", fused, "QuantizeLinear", "DequantizeLinear"]
+            "Identity", "Mul", "Add", *["QuantizeLinear", "DequantizeLinear"] * 3, fused, "QuantizeLinear",
+            "DequantizeLinear"]
     feeds = feeds_for(proto)
     if mask:
         feeds["mask"] = np.where(np.arange(6) < 4, 0.0, -1e4).astype(np.float32).reshape(1, 1, 1, 6).repeat(2, 0)
