@@ -203,6 +203,20 @@ def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, ker
         np.testing.assert_array_equal(fast, run_forced(model, feeds, choice, threads=threads)[0])
 
 
+def test_sparse_conv_banded_rows_at_many_threads():
+    """16 lanes on a 56-tile banded map: pieces are row chunks, each thread runs every tile and refills its planes
+    band after band (the path no 2-core thread count reaches)."""
+    model, plain = _conv_model(64, 9, (56, 55), 3, 1, 1, 2, 1, 0.9, seed=5, fused=True)
+    rng = np.random.default_rng(2)
+    feeds = {"X": rng.standard_normal((2, 64, 56, 55)).astype(np.float32),
+             "R": rng.standard_normal((2, 9, 56, 55)).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(plain.SerializeToString(),
+                                            providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    fast, kernels = run_forced(model, feeds, SparseChoice("sparse", 1, "forced"), threads=16)
+    assert kernels == ("sparse_conv2d_f32",)
+    assert_close(fast, expected, what="16 threads vs onnxruntime")
+
+
 @pytest.mark.parametrize("cin, size, kernel, stride, pad, layout", [
     (256, 14, 3, 1, 1, 1),   # ResNet-18-style 3x3 256@14: shifted planes (0.77 MiB)
     (128, 28, 3, 1, 1, 1),   # 3x3 128@28 (1.47 MiB)
