@@ -149,31 +149,45 @@ int64_t ortx_sparse_conv_workspace_bytes(const ortx_conv_params *p);
 #define ORTX_SPARSE_CONV_LAYOUT 22
 
 /* Shifted planes (sparse_conv.c, Case shifted): a stride-1 conv (not 1x1 unpadded) whose output rows are 9..64
- * wide and whose planes fit ORTX_SPARSE_SHIFTED_BYTES keeps, per kernel column kx and channel c, the zero-padded input rows shifted by kx * dilation and cut to
- * `width` = 16, 32 or 64 floats (the power of two >= OW): plane (kx, c) row a, column j = P[c][a][j + kx * dw]. Patch
- * row k = (c, ky, kx) of output pixel (oy, ox) is then shifted row ortx_sparse_shifted_row(k) + oy, column ox: a
+ * wide keeps, per band of output rows (ortx_sparse_shifted_band), per kernel column kx and channel c, the zero-padded
+ * input rows shifted by kx * dilation and cut to `width` = 16, 32 or 64 floats (the power of two >= OW): plane
+ * (kx, c) row a, column j = P[c][band start + a][j + kx * dw]. Patch row k = (c, ky, kx) of output pixel (oy, ox) is
+ * then shifted row ortx_sparse_shifted_row(k) + oy - band start, column ox: a
  * 64-float tile of `64 / width` whole output rows is one 64-byte aligned run of every patch row, so the row kernel
  * reads B from the planes with no B rows built (the columns ox >= OW of each output row are computed and dropped). */
 static inline int64_t ortx_sparse_shifted_width(const ortx_conv_params *p) {
     return p->out_width <= 16 ? 16 : p->out_width <= 32 ? 32 : 64;
 }
 
-static inline int64_t ortx_sparse_shifted_rows(const ortx_conv_params *p) {
-    return p->out_height + (p->kernel_height - 1) * p->dilation_height;
+/* The whole map's shifted planes per thread at most: at 1 thread (CPU time, 90% zeros, ResNet-18-style layers) they
+ * beat the built B rows at 128@28 (1.47 MiB, 0.97x) and 256@14 (0.77 MiB, 0.95x) but not at 64@56 (2.85 MiB, 1.10x):
+ * planes past L2 are written to and read back from L3 on every call. Larger maps are cut into bands of output rows
+ * whose planes (with the KH - 1 rows below them) fit ORTX_SPARSE_BAND_BYTES; each band is filled when a thread runs
+ * it (sparse_conv.c). */
+#define ORTX_SPARSE_SHIFTED_BYTES (1536 * 1024)
+#define ORTX_SPARSE_BAND_BYTES (384 * 1024)
+
+/* Output rows per band (a multiple of 64 / width), the whole map when it fits; 0 when not even one tile's fits. */
+static inline int64_t ortx_sparse_shifted_band(const ortx_conv_params *p) {
+    int64_t width = ortx_sparse_shifted_width(p), per_tile = 64 / width;
+    int64_t halo = (p->kernel_height - 1) * p->dilation_height;
+    int64_t row_bytes = (int64_t)sizeof(float) * p->kernel_width * p->in_channels * width;
+    if (row_bytes * (p->out_height + halo) <= ORTX_SPARSE_SHIFTED_BYTES) return p->out_height;
+    int64_t band = (ORTX_SPARSE_BAND_BYTES / row_bytes - halo) / per_tile * per_tile;
+    return band < per_tile ? 0 : band;
 }
 
-/* The shifted planes' bytes per thread at most: at 1 thread (CPU time, 90% zeros, ResNet-18-style layers) they beat
- * the built B rows at 128@28 (1.47 MiB, 0.97x) and 256@14 (0.77 MiB, 0.95x) but not at 64@56 (2.85 MiB, 1.10x):
- * planes past L2 are written to and read back from L3 on every call. */
-#define ORTX_SPARSE_SHIFTED_BYTES (1536 * 1024)
+/* Rows of one band's shifted planes: its output rows and the KH - 1 (dilated) below them, made odd: planes whose
+ * stride was a power of two (64@56's bands of 8 rows of 256 bytes, 256@14's 16 rows of 64) put a panel's B rows of
+ * consecutive channels in the same few L1 sets, and the row kernel ran 1.5x slower than on built B rows. */
+static inline int64_t ortx_sparse_shifted_rows(const ortx_conv_params *p) {
+    return (ortx_sparse_shifted_band(p) + (p->kernel_height - 1) * p->dilation_height) | 1;
+}
 
 static inline int ortx_sparse_conv_shifted(const ortx_conv_params *p) {
     int pointwise = p->kernel_height == 1 && p->kernel_width == 1 && p->pad_top == 0 && p->pad_left == 0;
-    if (p->stride_height != 1 || p->stride_width != 1 || pointwise || p->out_width < 9 || p->out_width > 64)
-        return 0;
-    int64_t width = p->out_width <= 16 ? 16 : p->out_width <= 32 ? 32 : 64;
-    int64_t rows = p->out_height + (p->kernel_height - 1) * p->dilation_height;
-    return (int64_t)sizeof(float) * p->kernel_width * p->in_channels * rows * width <= ORTX_SPARSE_SHIFTED_BYTES;
+    return p->stride_height == 1 && p->stride_width == 1 && !pointwise && p->out_width >= 9 && p->out_width <= 64 &&
+           ortx_sparse_shifted_band(p) > 0;
 }
 
 static inline int64_t ortx_sparse_shifted_row(const ortx_conv_params *p, int64_t k) {

@@ -1,5 +1,6 @@
 /* sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR in column panels (sparse.h).
- *   ints: the 20 conv ints of conv.h ([19] workspace threads), [20] block rows R (1 or 4), [21] panels.
+ *   ints: the 20 conv ints of conv.h ([19] workspace threads), [20] block rows R (1 or 4), [21] panels, [22] column
+ *   layout (sparse.h: 1 = Case shifted, the cols packed as shifted-plane rows).
  *   floats: activation param0, param1. buffers: X, values, cols, row_ptr, Y, workspace, bias, residual.
  * Per piece of work and panel, the row kernel runs output rows over the panel's rows of the patch matrix B
  * (Cin*KH*KW x OH*OW, one 64-pixel tile of columns at a time), storing into Y (partial sums, then the epilogue:
@@ -7,7 +8,10 @@
  *   Case in place (1x1, stride 1, unpadded, OH*OW a multiple of 16): X as stored, every row 64-byte aligned;
  *   Case built (every other conv): copied per tile and panel into the thread's 64-byte aligned B rows, from the
  *   input split into zero-padded phase planes (phase_fill_row), in which every patch row is, per output row, one
- *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself).
+ *   contiguous run, whatever the stride, dilation and padding (1x1 stride 1: X itself);
+ *   Case shifted (layout 1: stride 1, rows 9-64 wide, planes within ORTX_SPARSE_SHIFTED_BYTES): no B rows; the row
+ *   kernel reads the thread's shifted planes (sparse.h) directly, 64 computed columns of whole output rows per tile,
+ *   into the thread's sums, which ortx_sparse_store writes to Y without the columns past OW.
  * Threads (one parallel call of `threads` lanes per image):
  *   1. the work is cut into pieces: Case tiles (at least TILES_PER_THREAD tiles per thread): a piece is one tile x
  *      every output row; Case rows (small maps, 7x7 and 14x14 at 2 threads): a piece is a chunk of output rows x
@@ -22,8 +26,9 @@
  *   B built once and shared), every call moved those cache lines between the two cores, and the kernel scaled
  *   1.3-1.45x from 1 to 2 threads on the ResNet-18-style model at 90% zeros (BENCHMARKS.md, issue #9).
  * Limits: groups > 1 are not covered (the lowering keeps them dense); Case rows repeats the plane fill and B build
- * on every thread (they are small next to the products on 7x7 and 14x14 maps); a 64-pixel tile that is not full
- * still runs whole vectors up to its last pixel.
+ * on every thread (at 1 thread perf puts them at ~7-12% of the 3x3 256@14 and 512@7 convs); a 64-pixel tile that is
+ * not full still runs whole vectors up to its last pixel; Case shifted computes width - OW wasted columns per output
+ * row (12.5% at 14, 28 and 56).
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -59,6 +64,7 @@ typedef struct conv_job {
     ortx_sparse_fill_fn fill;
     ortx_sparse_store_fn store;
     int64_t phase_rows, phase_width, phase_plane, plane_count;
+    int64_t band, bands, per_tile;  /* Case shifted: output rows per band, bands, output rows per tile */
     const int32_t *taps;  /* per patch row k = (c, ky, kx): where its phase plane's (oy, ox) = (0, 0) sits */
     float *regions;       /* per thread: region_floats floats (thread_region) */
     int64_t region_floats;
@@ -69,7 +75,8 @@ typedef struct conv_job {
 /* A thread's own part of the workspace. */
 typedef struct thread_region {
     float *planes;       /* its copy of the phase planes (Case built, not pointwise) */
-    unsigned char *filled;  /* per phase row: filled in this call */
+    unsigned char *filled;  /* per phase row: filled in this call (Case shifted: of band *band) */
+    int64_t *band;       /* Case shifted: the band its planes hold, -1 for none */
     float *b;            /* Case tiles: one panel's rows of one tile; Case rows: every tile's K rows, tile after tile */
     float *sums;         /* Case shifted: per output row, its 64 columns of the tile */
     unsigned char *built;   /* Case rows: every tile's B rows built in this call (by the thread's first piece) */
@@ -105,6 +112,9 @@ static void conv_geometry(const ortx_conv_params *p, int shifted, conv_job *job)
         job->phase_rows = ortx_sparse_shifted_rows(p);
         job->phase_width = ortx_sparse_shifted_width(p);
         job->plane_count = p->kernel_width * p->in_channels;
+        job->band = ortx_sparse_shifted_band(p);
+        job->bands = (p->out_height + job->band - 1) / job->band;
+        job->per_tile = ORTX_SPARSE_TILE / job->phase_width;
     } else if (job->pointwise) {
         job->phase_rows = p->out_height, job->phase_width = p->out_width, job->plane_count = 0;
     } else {
@@ -129,10 +139,10 @@ static int64_t bytes_as_floats(int64_t bytes) { return ortx_round_up((bytes + 3)
 static void region_parts(const conv_job *job, int by_rows, int64_t parts[5]) {
     int has_planes = !job->in_place && !job->pointwise;
     parts[0] = has_planes ? ortx_round_up(job->plane_count * job->phase_plane, 16) : 0;
-    parts[1] = has_planes ? bytes_as_floats(job->phase_rows) : 0;
+    parts[1] = has_planes ? bytes_as_floats(job->phase_rows) + 16 : 0;  /* + the band slot */
     parts[2] = job->in_place || job->shifted ? 0
                : by_rows ? job->tiles * job->w.depth * ORTX_SPARSE_TILE : job->panel_width * ORTX_SPARSE_TILE;
-    parts[3] = job->shifted ? ortx_round_up(job->p->out_channels, 4) * ORTX_SPARSE_TILE : 0;
+    parts[3] = job->shifted && job->per_tile > 1 ? ortx_round_up(job->p->out_channels, 4) * ORTX_SPARSE_TILE : 0;
     parts[4] = by_rows && !job->in_place ? bytes_as_floats(1) : 0;
 }
 
@@ -147,7 +157,10 @@ static thread_region region_of(const conv_job *job, int thread_index) {
     int64_t parts[5];
     region_parts(job, job->by_rows, parts);
     float *at = job->regions + (int64_t)thread_index * job->region_floats;
-    if (parts[0]) region.planes = at, region.filled = (unsigned char *)(at + parts[0]);
+    if (parts[0]) {
+        region.planes = at, region.filled = (unsigned char *)(at + parts[0]);
+        region.band = (int64_t *)(at + parts[0] + parts[1] - 16);
+    }
     at += parts[0] + parts[1];
     if (parts[2]) region.b = at;
     at += parts[2];
@@ -218,10 +231,10 @@ static void phase_fill_row(const conv_job *job, float *planes, int64_t a) {
     }
 }
 
-/* Case shifted: row `a` of every shifted plane (sparse.h), into `planes`. */
-static void shifted_fill_row(const conv_job *job, float *planes, int64_t a) {
+/* Case shifted: row `a` of every shifted plane of band `band` (sparse.h), into `planes`. */
+static void shifted_fill_row(const conv_job *job, float *planes, int64_t band, int64_t a) {
     const ortx_conv_params *p = job->p;
-    const int64_t width = job->phase_width, iy = a - p->pad_top;
+    const int64_t width = job->phase_width, iy = band * job->band + a - p->pad_top;
     for (int64_t kx = 0; kx < p->kernel_width; kx++) {
         int64_t shift = kx * p->dilation_width - p->pad_left;  /* column j reads input column j + shift */
         int64_t lo = shift < 0 ? -shift : 0, hi = p->in_width - shift < width ? p->in_width - shift : width;
@@ -241,29 +254,44 @@ static void tile_output_rows(const conv_job *job, int64_t tile, int64_t *first, 
     *last = (p1 - 1) / columns;
 }
 
-/* The plane rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before. */
+/* The plane rows tile `tile`'s patch rows read, filled into the thread's planes unless it filled them before
+ * (Case shifted: rows of the tile's band; a tile of another band first empties the planes). */
 static void fill_for_tile(const conv_job *job, const thread_region *region, int64_t tile) {
     if (!region->planes) return;
     const ortx_conv_params *p = job->p;
     int64_t first, last;
     tile_output_rows(job, tile, &first, &last);
+    int64_t band = 0;
+    if (job->shifted) {
+        band = first / job->band;
+        if (*region->band != band) {
+            memset(region->filled, 0, (size_t)job->phase_rows);
+            *region->band = band;
+        }
+        first -= band * job->band, last -= band * job->band;
+    }
     last += job->shifted ? (p->kernel_height - 1) * p->dilation_height
                          : (p->kernel_height - 1) * p->dilation_height / p->stride_height;
     for (int64_t a = first; a <= last && a < job->phase_rows; a++) {
         if (region->filled[a]) continue;
-        if (job->shifted) shifted_fill_row(job, region->planes, a);
+        if (job->shifted) shifted_fill_row(job, region->planes, band, a);
         else phase_fill_row(job, region->planes, a);
         region->filled[a] = 1;
     }
 }
 
+/* The taps of channel 0 once (KH x KW), then every channel's as channel 0's + its planes' offset: the caller runs
+ * this before the parallel call, so it must stay cheap (a division per k was 2% of a 3x3 512@7 conv at 1 thread). */
 static void tap_offsets(const ortx_conv_params *p, const conv_job *job, int32_t *taps) {
-    const int64_t sh = p->stride_height, sw = p->stride_width, kh = p->kernel_height, kw = p->kernel_width;
-    for (int64_t k = 0; k < job->w.depth; k++) {
-        int64_t channel = k / (kh * kw), dy = k % (kh * kw) / kw * p->dilation_height, dx = k % kw * p->dilation_width;
-        taps[k] = (int32_t)(((channel * sh + dy % sh) * sw + dx % sw) * job->phase_plane + dy / sh * job->phase_width +
-                            dx / sw);
+    const int64_t sh = p->stride_height, sw = p->stride_width, taps_per_channel = p->kernel_height * p->kernel_width;
+    for (int64_t k = 0; k < taps_per_channel; k++) {
+        int64_t dy = k / p->kernel_width * p->dilation_height, dx = k % p->kernel_width * p->dilation_width;
+        taps[k] = (int32_t)(((dy % sh) * sw + dx % sw) * job->phase_plane + dy / sh * job->phase_width + dx / sw);
     }
+    const int64_t channel_step = sh * sw * job->phase_plane;
+    for (int64_t channel = 1; channel < p->in_channels; channel++)
+        for (int64_t k = 0; k < taps_per_channel; k++)
+            taps[channel * taps_per_channel + k] = (int32_t)(taps[k] + channel * channel_step);
 }
 
 /* Patch-matrix rows [k_begin, k_end) of tile `tile` from `planes` into dst with row stride ldd: per row, one copy
@@ -315,9 +343,16 @@ static void shifted_rows(const conv_job *job, const thread_region *region, int64
     int64_t p0 = tile * ORTX_SPARSE_TILE, columns = p->out_height * width;
     int64_t ncols = columns - p0 < ORTX_SPARSE_TILE ? columns - p0 : ORTX_SPARSE_TILE;
     ortx_sparse_epilogue epilogue = job->epilogue;
+    const float *b = region->planes + (tile * job->per_tile) % job->band * width;  /* its rows in its band's planes */
+    if (job->per_tile == 1) {  /* one output row per tile: its first OW columns straight into Y, epilogue and all */
+        int64_t offset = first_row * job->pixels + tile * p->out_width;
+        epilogue.residual = job->residual ? job->residual + offset : NULL;
+        job->rows(&job->w, panel, begin, end, b, width, p->out_width, job->output + offset, job->pixels, &epilogue);
+        return;
+    }
     if (job->residual) epilogue.activation = ORTX_ACT_NONE;
     float *sums = region->sums + first_row * ORTX_SPARSE_TILE;
-    job->rows(&job->w, panel, begin, end, region->planes + p0, width, ncols, sums, ORTX_SPARSE_TILE, &epilogue);
+    job->rows(&job->w, panel, begin, end, b, width, ncols, sums, ORTX_SPARSE_TILE, &epilogue);
     if (panel + 1 < job->w.panels) return;
     int64_t rows = (end * R < p->out_channels ? end * R : p->out_channels) - first_row;
     int64_t offset = first_row * job->pixels + p0 / width * p->out_width;
@@ -328,8 +363,17 @@ static void shifted_rows(const conv_job *job, const thread_region *region, int64
 }
 
 /* Case tiles: one tile, every row; per panel its B rows (X in place, the shifted planes, or built now into the
- * thread's rows). */
+ * thread's rows). Case shifted in several bands: the piece is a band, its tiles one after another. */
 static void tile_piece(const conv_job *job, const thread_region *region, int64_t tile) {
+    if (job->shifted && job->bands > 1) {
+        int64_t band_tiles = job->band / job->per_tile, last = (tile + 1) * band_tiles;
+        for (int64_t band_tile = tile * band_tiles; band_tile < last && band_tile < job->tiles; band_tile++) {
+            fill_for_tile(job, region, band_tile);
+            for (int64_t panel = 0; panel < job->w.panels; panel++)
+                shifted_rows(job, region, band_tile, panel, 0, job->block_count);
+        }
+        return;
+    }
     fill_for_tile(job, region, tile);
     if (job->shifted) {
         for (int64_t panel = 0; panel < job->w.panels; panel++)
@@ -422,7 +466,7 @@ void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *cons
                                           p.param0, p.param1};
     job.panel_width = ortx_sparse_panel_width(job.w.depth, job.w.panels);
     job.block_count = ortx_round_up(p.out_channels, job.w.block_rows) / job.w.block_rows;
-    job.pieces = job.tiles;
+    job.pieces = job.shifted && job.bands > 1 ? job.bands : job.tiles;
     if (job.by_rows) {
         int64_t chunks = (int64_t)ORTX_TASKS_PER_THREAD * job.threads;
         job.pieces = chunks < job.block_count ? chunks : job.block_count;
@@ -445,6 +489,7 @@ void ortx_sparse_conv2d_f32(const int64_t *ints, const float *floats, void *cons
             if (job.in_place) continue;
             thread_region region = region_of(&job, (int)lane);  /* the caller writes a few flags of each thread */
             if (region.filled) memset(region.filled, 0, (size_t)job.phase_rows);
+            if (region.band) *region.band = -1;
             if (region.built) *region.built = 0;
         }
         ortx_parallel_for((int)job.threads, job.threads, conv_lane, &job);

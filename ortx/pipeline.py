@@ -353,6 +353,20 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
     segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
                                                                    precision, devices if claim else None)
+    declined = _ortx_nodes_left_to_ort(segments)
+    if declined and model is not standard:
+        # a compile error declined a node OrtxEP's fusions made: plain ORT cannot run it, so compile the graph as it
+        # was before those fusions (the error is in the log)
+        logger.warning("OrtxEP: fused node %s (%s) could not be compiled; compiling without OrtxEP's fusions",
+                       declined[0].name, declined[0].op_type)
+        model, reports = standard, []
+        decisions = _decline_given_back(assign(model.graph), given_back)
+        segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
+                                                                       precision, devices if claim else None)
+        declined = _ortx_nodes_left_to_ort(segments)
+    if declined:
+        raise RuntimeError(f"OrtxEP could not compile node {declined[0].name!r} ({ORTX_DOMAIN}::"
+                           f"{declined[0].op_type}), which no other provider runs; see the log for the error")
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
     sess_options = ort.options_for(any(segment.claimed for segment in segments))
@@ -379,6 +393,12 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
                              _bf16_nodes(programs), _sparse_nodes(programs), placed)
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
+
+
+def _ortx_nodes_left_to_ort(segments) -> list:
+    """ai.ortx nodes in segments that would be handed to plain ORT (only a compile error declines one)."""
+    return [node for segment in segments if segment.device == ORT for node in segment.nodes
+            if node.domain == ORTX_DOMAIN]
 
 
 def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dict[str, Decision]:

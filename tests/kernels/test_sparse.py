@@ -180,6 +180,7 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     (16, 20, (24, 30), 3, 1, 1, 1, 1, 0.9, True),    # 720 pixels, 12 tiles: pieces are tiles at 2 and 3 threads
     (10, 9, (60, 50), 3, 2, 1, 1, 1, 0.85, False),   # 3x3/2 to 30x25, 12 tiles: pieces are tiles, planes per thread
     (40, 11, (30, 30), 3, 1, 1, 1, 1, 0.9, False),   # K = 360: two panels, pieces are tiles (15, the last of 4 px)
+    (64, 9, (56, 55), 3, 1, 1, 1, 1, 0.9, True),     # shifted planes too large for one: bands of 6 output rows
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
                                                        zeros, fused, block_rows):
@@ -205,7 +206,8 @@ def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, ker
 @pytest.mark.parametrize("cin, size, kernel, stride, pad, layout", [
     (256, 14, 3, 1, 1, 1),   # ResNet-18-style 3x3 256@14: shifted planes (0.77 MiB)
     (128, 28, 3, 1, 1, 1),   # 3x3 128@28 (1.47 MiB)
-    (64, 56, 3, 1, 1, 0),    # 3x3 64@56: its shifted planes (2.85 MiB) would not fit the budget
+    (64, 56, 3, 1, 1, 1),    # 3x3 64@56: shifted planes (2.85 MiB) in bands of 6 output rows (8 plane rows)
+    (64, 56, 7, 1, 3, 0),    # 7x7 64@56: not even one tile's planes fit a band
     (512, 7, 3, 1, 1, 0),    # 7-wide rows: tiles of 64 pixels
     (64, 56, 3, 2, 1, 0),    # stride 2: phase planes
     (64, 14, 1, 1, 0, 0),    # 1x1 unpadded: X itself
@@ -219,10 +221,12 @@ def test_conv_column_layout(cin, size, kernel, stride, pad, layout):
     assert chosen == layout
     if layout == 0:
         assert packed is csr
-    else:  # shifted row of (c, ky, kx) = (kx * cin + c) * (out + kernel - 1) + ky
+    else:  # shifted row of (c, ky, kx) = (kx * cin + c) * rows + ky, rows = band + kernel - 1 made odd
+        band = out if size <= 28 else 6
+        rows = (band + kernel - 1) | 1
         k = csr.cols.astype(np.int64)
         c, ky, kx = k // (kernel * kernel), k % (kernel * kernel) // kernel, k % kernel
-        np.testing.assert_array_equal(packed.cols, (kx * cin + c) * (out + kernel - 1) + ky)
+        np.testing.assert_array_equal(packed.cols, (kx * cin + c) * rows + ky)
 
 
 @pytest.mark.parametrize("conv_ints, panels", [
