@@ -15,14 +15,14 @@
  *
  * multi_head_attention_f32: ints = [batch, heads, S, L, D, Dv, q_offset, k_offset, v_offset, q_row_stride,
  *   k_row_stride, v_row_stride, y_row_stride, q_batch_stride, k_batch_stride, v_batch_stride, y_batch_stride,
- *   workspace_threads, quantize_probabilities, low, high]; floats = [scale, probability_scale];
+ *   workspace_threads, probability_kind, probability_zero_point]; floats = [scale, probability_scale];
  *   buffers = [q, k, v, y, workspace].
  *   Q_h[s, d] = q[q_offset + b*q_batch_stride + s*q_row_stride + h*D + d], K_h[l, d] likewise from k (h*D),
  *   V_h[l, e] from v (h*Dv), Y[b, s, h*Dv + e] = y[b*y_batch_stride + s*y_row_stride + h*Dv + e];
- *   Y_h = P_h @ V_h, P_h = softmax(scale * Q_h @ K_h^T, over L), or with quantize_probabilities P_h on an int8
- *   grid, as QuantizeLinear then DequantizeLinear (an int8 QDQ model's attention): P = rint(clamp(P / s, low,
- *   high)) * s with s = probability_scale, low/high = qmin/qmax - zero point (OrtxEP's quantize_linear_f32 and
- *   dequantize_linear_f32 give the same values). q, k and v may be the same buffer (different offsets).
+ *   Y_h = P_h @ V_h, P_h = softmax(scale * Q_h @ K_h^T, over L), with probability_kind 1 (uint8) or 2 (int8) P_h
+ *   put through QuantizeLinear then DequantizeLinear (an int8 QDQ model's attention) with probability_scale and
+ *   probability_zero_point, as OrtxEP's quantize_linear_f32 and dequantize_linear_f32 steps would (kind 0: not).
+ *   q, k and v may be the same buffer (different offsets).
  * multi_head_attention_sizes_f32: ints = [batch, heads, S, L, D, Dv, threads]; buffers = [out int64[1]]:
  *   out[0] = workspace bytes for `threads` threads.
  */
@@ -30,6 +30,8 @@
 
 #include "elementwise.h"
 #include "gemm.h"
+#include "isa.h"
+#include "qgemm.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
@@ -59,14 +61,28 @@ static int64_t slice_floats(int64_t rows, int64_t L, int64_t D, int64_t Dv) {
     return scores + ortx_round_up(packing, 16);
 }
 
-/* QuantizeLinear then DequantizeLinear in place, as quantize_linear_f32 (divide, clamp with NaN to low, round half
- * to even) and dequantize_linear_f32: the zero point cancels out. */
-static void fake_quantize(float *x, int64_t count, float scale, float low, float high) {
-    for (int64_t i = 0; i < count; i++) {
-        float value = x[i] / scale;
-        value = value >= low ? value : low;
-        value = value <= high ? value : high;
-        x[i] = (float)lrintf(value) * scale;
+/* QuantizeLinear then DequantizeLinear in place, in chunks through a byte buffer: the vector bodies of
+ * quantize_linear_f32 / dequantize_linear_f32 (qgemm_avx512.c) and their scalar tails, so the values are those two
+ * steps' bit for bit. kind: 1 uint8, 2 int8. */
+#define ORTX_ATTENTION_QUANT_CHUNK 256
+static void fake_quantize(float *x, int64_t count, float scale, int kind, int32_t zero) {
+    int is_signed = kind == 2;
+    float low = (float)((is_signed ? -128 : 0) - zero), high = (float)((is_signed ? 127 : 255) - zero);
+    int vector = ortx_selected_isa() >= ORTX_ISA_AVX512;
+    uint8_t bytes[ORTX_ATTENTION_QUANT_CHUNK];
+    for (int64_t start = 0; start < count; start += ORTX_ATTENTION_QUANT_CHUNK) {
+        int64_t n = count - start < ORTX_ATTENTION_QUANT_CHUNK ? count - start : ORTX_ATTENTION_QUANT_CHUNK;
+        float *chunk = x + start;
+        int64_t i = vector ? ortx_quantize_avx512(chunk, n, scale, low, high, zero, bytes) : 0;
+        for (; i < n; i++) {
+            float value = chunk[i] / scale;
+            value = value >= low ? value : low;
+            value = value <= high ? value : high;
+            bytes[i] = (uint8_t)((int32_t)lrintf(value) + zero);
+        }
+        i = vector ? ortx_dequantize_avx512(bytes, n, is_signed, zero, scale, chunk) : 0;
+        for (; i < n; i++)
+            chunk[i] = (float)((is_signed ? (int32_t)(int8_t)bytes[i] : (int32_t)bytes[i]) - zero) * scale;
     }
 }
 
@@ -98,7 +114,7 @@ static void attention_task(void *context, int64_t task, int thread) {
     ortx_gemm_epilogue scaled = {.alpha = job->scale, .residual_scale = 1.0f};
     ortx_sgemm(rows, L, D, &a, &kt, scores, L, &scaled, packing, 1);
     for (int64_t r = 0; r < rows; r++) ortx_softmax_row_f32(scores + r * L, scores + r * L, L, 0);
-    if (ints[18]) fake_quantize(scores, rows * L, job->probability_scale, (float)ints[19], (float)ints[20]);
+    if (ints[18]) fake_quantize(scores, rows * L, job->probability_scale, (int)ints[18], (int32_t)ints[19]);
     ortx_gemm_operand p = {scores, 0, L, 1, NULL, NULL};
     ortx_gemm_operand vh = {v, 0, ints[11], 1, NULL, NULL};
     ortx_gemm_epilogue plain = {.alpha = 1.0f, .residual_scale = 1.0f};

@@ -31,8 +31,10 @@ void ortx_multi_head_attention_f32_ref(const int64_t *ints, const float *floats,
                 }
                 for (int64_t l = 0; l < L; l++) {
                     scores[l] /= sum;
-                    if (ints[18]) {  /* QuantizeLinear, DequantizeLinear */
-                        float value = fminf(fmaxf(scores[l] / floats[1], (float)ints[19]), (float)ints[20]);
+                    if (ints[18]) {  /* QuantizeLinear, DequantizeLinear (kind 1 uint8, 2 int8) */
+                        float low = (float)((ints[18] == 2 ? -128 : 0) - ints[19]);
+                        float high = (float)((ints[18] == 2 ? 127 : 255) - ints[19]);
+                        float value = fminf(fmaxf(scores[l] / floats[1], low), high);
                         scores[l] = (float)lrintf(value) * floats[1];
                     }
                 }

@@ -26,7 +26,7 @@ def _reference(q, k, v, heads, scale, grid=None):
     probabilities = np.exp(scores - scores.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
     if grid is not None:  # QuantizeLinear then DequantizeLinear, in float32 as ONNX defines them
-        step, low, high = grid
+        step, low, high = grid[:3]
         quotient = probabilities.astype(np.float32) / np.float32(step)
         probabilities = np.rint(np.clip(quotient, low, high)).astype(np.float64) * np.float32(step)
     return (probabilities @ vh).transpose(0, 2, 1, 3).reshape(batch, seq, value_width).astype(np.float32)
@@ -41,7 +41,7 @@ def _run(buffers, offsets, shape, scale, threads, use_ref=False, grid=None):
     y = np.full((batch, seq, heads * value_depth), np.nan, np.float32)
     row_strides = [b.shape[2] for b in buffers]
     batch_strides = [b.shape[1] * b.shape[2] for b in buffers]
-    quantize = [0, 0, 0] if grid is None else [1, grid[1], grid[2]]
+    quantize = [0, 0] if grid is None else [1 if grid[3] == "uint8" else 2, grid[4]]
     ints = [*shape, *offsets, *row_strides, heads * value_depth, *batch_strides, seq * heads * value_depth, threads,
             *quantize]
     _kernels.call("multi_head_attention_f32", ints, [scale, 1.0 if grid is None else grid[0]],
@@ -79,14 +79,16 @@ def test_packed_qkv_columns_read_in_place(isa, shape):
         np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("shape", SHAPES[:3])
-def test_probabilities_on_an_int8_grid(isa, shape):
-    """An int8 QDQ model's attention: the Softmax output quantized (uint8, scale 1/255, zero point 0) and back."""
+@pytest.mark.parametrize("shape, dtype, zero", [(SHAPES[0], "uint8", 0), (SHAPES[1], "int8", -128),
+                                                (SHAPES[2], "uint8", 0), (SHAPES[1], "uint8", 7)])
+def test_probabilities_on_an_int8_grid(isa, shape, dtype, zero):
+    """An int8 QDQ model's attention: the Softmax output quantized (scale 1/255) and back."""
     batch, heads, seq, length, depth, value_depth = shape
     rng = np.random.default_rng(11 + sum(shape))
     q, k, v = (random_normal(rng, (batch, rows, heads * width))
                for rows, width in ((seq, depth), (length, depth), (length, value_depth)))
-    grid = (1.0 / 255, 0, 255)
+    low, high = (-128, 127) if dtype == "int8" else (0, 255)
+    grid = (1.0 / 255, low - zero, high - zero, dtype, zero)
     one = _run((q, k, v), [0, 0, 0], shape, 0.25, 1, grid=grid)
     expected = _reference(q, k, v, heads, 0.25, grid=grid)
     # a probability within float rounding of a grid step's midpoint may round either way: one step, 1/255, of

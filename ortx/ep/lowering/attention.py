@@ -87,13 +87,12 @@ def lower_attention(node: ir.Node, builder) -> None:
                b_offsets=_batch_offsets(plan["kt_shape"][:-2], batch, D * L))
     # 2. softmax over each row of L scores, in place (Case 3 of fuse_attention: then onto the int8 grid and back).
     builder.emit("softmax_f32", [count * S, L, 1, 0], [], [scores, scores])
-    quantized, probability_scale, low, high = _probability_grid(node)
-    if quantized:
-        zero = int(attribute(node, "probability_zero_point", 0))
+    dtype, probability_scale, zero = _probability_grid(node)
+    if dtype is not None:
         grid = builder.workspace(max(count * S * L, 4), label="probabilities")
-        signed = int(low + zero < 0)
-        builder.emit("quantize_linear_f32", [count * S * L, zero, low + zero, high + zero, signed],
-                     [probability_scale], [scores, grid])
+        signed = int(dtype == "int8")
+        builder.emit("quantize_linear_f32", [count * S * L, zero, *INT_RANGES[dtype], signed], [probability_scale],
+                     [scores, grid])
         builder.emit("dequantize_linear_f32", [count * S * L, zero, signed], [probability_scale], [grid, scores])
     # 3. probabilities @ V.
     _emit_gemm(builder, M=S, N=Dv, K=L, a=scores, a_packed=False, a_strides=(L, 1), b=builder.buffer(node.inputs[2]),
@@ -103,20 +102,19 @@ def lower_attention(node: ir.Node, builder) -> None:
 
 
 
-def _probability_grid(node: ir.Node) -> tuple[bool, float, int, int]:
-    """(quantized, scale, qmin - zero point, qmax - zero point) of the attention's probabilities: the attributes
-    probability_scale / probability_zero_point / probability_dtype ("uint8" or "int8") that fuse_attention copies
-    from a QuantizeLinear/DequantizeLinear pair after the Softmax (an int8 QDQ model)."""
+def _probability_grid(node: ir.Node) -> tuple[str | None, float, int]:
+    """(dtype or None, scale, zero point) of the attention's probabilities: the attributes probability_dtype ("uint8"
+    or "int8"), probability_scale and probability_zero_point that fuse_attention copies from a
+    QuantizeLinear/DequantizeLinear pair after the Softmax (an int8 QDQ model)."""
     scale = attribute(node, "probability_scale", None)
     if scale is None:
-        return False, 1.0, 0, 0
+        return None, 1.0, 0
     dtype = attribute(node, "probability_dtype", "uint8")
     dtype = dtype.decode() if isinstance(dtype, bytes) else dtype
-    if dtype not in INT_RANGES:
-        raise Declined(f"probability_dtype {dtype!r} (uint8 or int8 only)")
     zero = int(attribute(node, "probability_zero_point", 0))
-    low, high = INT_RANGES[dtype]
-    return True, float(scale), low - zero, high - zero
+    if dtype not in INT_RANGES or not INT_RANGES[dtype][0] <= zero <= INT_RANGES[dtype][1]:
+        raise Declined(f"probability_dtype {dtype!r} / zero point {zero} (uint8 or int8 only)")
+    return dtype, float(scale), zero
 
 
 def _multi_head_plan(node: ir.Node) -> dict:
@@ -167,9 +165,9 @@ def lower_multi_head_attention(node: ir.Node, builder) -> None:
     workspace = builder.workspace(max(int(sizes[0]), 4 * max(L, 1)), label="attention")
     inputs = [builder.buffer(value) for value in node.inputs]
     q, k, v = inputs if len(inputs) == 3 else inputs * 3
-    quantized, probability_scale, low, high = _probability_grid(node)
+    dtype, probability_scale, zero = _probability_grid(node)
     ints = [B, H, S, L, D, Dv, *plan["offsets"], *plan["row_strides"], H * Dv, *plan["batch_strides"], S * H * Dv,
-            builder.num_threads, int(quantized), low, high]
+            builder.num_threads, {None: 0, "uint8": 1, "int8": 2}[dtype], zero]
     builder.emit("multi_head_attention_f32", ints, [plan["scale"], probability_scale],
                  [q, k, v, builder.buffer(node.outputs[0]), workspace])
 
