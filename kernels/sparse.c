@@ -106,10 +106,14 @@ void ortx_sparse_store_portable(const float *tile, const ortx_sparse_store *stor
         for (int64_t q = 0; q < store->sub_rows; q++) {
             const float *from = tile + r * ORTX_SPARSE_TILE + q * store->width;
             int64_t at = r * store->pixels + q * store->out_width;
-            for (int64_t x = 0; x < store->out_width; x++)
-                y[at + x] = store->residual ? ortx_activation_scalar(store->activation, from[x] + store->residual[at + x],
-                                                                     store->param0, store->param1)
-                                            : from[x];
+            for (int64_t x = 0; x < store->out_width; x++) {
+                if (!store->residual) {
+                    y[at + x] = from[x];
+                    continue;
+                }
+                float value = from[x] + store->residual[at + x];
+                y[at + x] = ortx_activation_scalar(store->activation, value, store->param0, store->param1);
+            }
         }
 }
 

@@ -13,7 +13,8 @@ static double row_dot_conv(const ortx_conv_params *p, const float *values, const
     for (int64_t panel = 0; panel < panels; panel++) {
         const int32_t *panel_rows = row_ptr + panel * block_count;
         for (int32_t block = panel_rows[row / R]; block < panel_rows[row / R + 1]; block++) {
-            int64_t k = shifted ? ortx_sparse_shifted_column(p, cols[block]) : cols[block], channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
+            int64_t k = shifted ? ortx_sparse_shifted_column(p, cols[block]) : cols[block];
+            int64_t channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
             int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
             int64_t ix = ox * p->stride_width - p->pad_left + kx * p->dilation_width;
             if (iy < 0 || iy >= p->in_height || ix < 0 || ix >= p->in_width) continue;
