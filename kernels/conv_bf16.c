@@ -66,7 +66,8 @@ typedef struct planes_context {
     const float *x;  /* the group's first input channel, while filling */
 } planes_context;
 
-/* conv_planes.c's ortx_conv_fill_planes with every value rounded to bf16, channels [begin, end). */
+/* Channels [begin, end) of the input copied into zero-padded planes (one phase: padded_rows x padded_width per
+ * channel) with every value rounded to bf16. */
 static void fill_channels(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const planes_context *ctx = context;

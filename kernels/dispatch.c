@@ -13,6 +13,7 @@ static const ortx_kernel_entry *const families[] = {
     ortx_family_qgemm, ortx_family_qpool, ortx_family_sparse,
     ortx_family_fft, /* DSP device (issue #7) */
     ortx_family_band, /* MatMul by a banded constant, e.g. a mel filterbank (issue #7) */
+    ortx_family_attention, /* multi-head attention on head-interleaved rows (issue #4) */
 };
 
 /* Flattened once; _kernels.pyx calls ortx_kernel_count() at import, before any thread can run a program. */

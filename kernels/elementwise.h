@@ -162,6 +162,9 @@ void ortx_affine_f32_avx512(const float *x, float scale, float shift, float *y, 
 void ortx_chain_chunk_f32_avx512(const ortx_chain_op *ops, int count, int inputs, const float *const *starts,
                                  const int64_t *inner, float *y, int64_t n);
 
+/* One softmax row (log != 0: LogSoftmax) with the selected ISA's row function (reduce.c); x may equal y. */
+void ortx_softmax_row_f32(const float *x, float *y, int64_t n, int log);
+
 /* Reduce-family rows (reduce_avx2.c / reduce_avx512.c).
  * fold: the op over n contiguous floats (sum, sum of squares, max, min).
  * accumulate: into[j] = op(into[j], x[j]) for j < n (fold_first: into[j] = first-op(x[j]), e.g. x^2).

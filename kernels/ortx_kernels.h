@@ -49,6 +49,8 @@ extern const ortx_kernel_entry ortx_family_sparse[];
 extern const ortx_kernel_entry ortx_family_fft[];
 /* MatMul by a constant with a narrow row band per 16-column panel (band_gemm.c), e.g. a mel filterbank */
 extern const ortx_kernel_entry ortx_family_band[];
+/* Multi-head attention over head-interleaved [batch, seq, heads * head_dim] rows (attention.c) */
+extern const ortx_kernel_entry ortx_family_attention[];
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };

@@ -137,6 +137,10 @@ static void softmax_row(int isa, const float *x, float *y, int64_t n, int log) {
     softmax_row_portable(x, y, n, log);
 }
 
+void ortx_softmax_row_f32(const float *x, float *y, int64_t n, int log) {
+    softmax_row(ortx_selected_isa(), x, y, n, log);
+}
+
 static void layer_norm_row(int isa, const float *x, const float *scale, const float *bias, float epsilon, float *y,
                            int64_t n) {
 #if ORTX_HAVE_X86

@@ -180,7 +180,79 @@ ORTX_TARGET_AVX512 void ortx_sparse_patch_avx512(const float *source, const int3
     }
 }
 
+/* 16 columns at a time, masked to [lo, hi) (the masks computed once for every plane): stride 1 one load, stride 2
+ * two loads and an even-lane permute (the loads stop at row[2 * (hi - 1)], the last column read), other strides
+ * scalar. Rows up to 256 columns wide; wider ones go scalar too. */
+#define FILL_VECTORS 16
+ORTX_TARGET_AVX512 void ortx_sparse_fill_avx512(const float *row, const ortx_sparse_fill *fill, float *dst) {
+    const int64_t width = fill->width, stride = fill->stride, vectors = (width + 15) / 16;
+    if (stride > 2 || vectors > FILL_VECTORS) {
+        ortx_sparse_fill_portable(row, fill, dst);
+        return;
+    }
+    __mmask16 store[FILL_VECTORS], valid[FILL_VECTORS], low[FILL_VECTORS], high[FILL_VECTORS];
+    for (int64_t v = 0; v < vectors; v++) {
+        int64_t j = 16 * v;
+        store[v] = (__mmask16)(width - j >= 16 ? 0xFFFFu : (1u << (width - j)) - 1u);
+        int64_t first = fill->lo > j ? fill->lo - j : 0, last = fill->hi < j + 16 ? fill->hi - j : 16;
+        valid[v] = last <= first ? 0 : (__mmask16)(((1u << last) - 1u) & ~((1u << first) - 1u));
+        low[v] = high[v] = 0;
+        if (valid[v]) {  /* stride 2: source s = 2j + i is read for 2 * (j + first) <= s <= 2 * (j + last - 1) */
+            int64_t s0 = 2 * first, s1 = 2 * (last - 1) + 1;
+            uint32_t lanes = (s1 >= 32 ? 0xFFFFFFFFu : (1u << s1) - 1u) & ~((1u << s0) - 1u);
+            low[v] = (__mmask16)lanes, high[v] = (__mmask16)(lanes >> 16);
+        }
+    }
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t c = 0; c < fill->count; c++, row += fill->row_step, dst += fill->dst_step) {
+        if (stride == 1) {
+            for (int64_t v = 0; v < vectors; v++)
+                _mm512_mask_storeu_ps(dst + 16 * v, store[v], _mm512_maskz_loadu_ps(valid[v], row + 16 * v));
+            continue;
+        }
+        for (int64_t v = 0; v < vectors; v++) {
+            __m512 even_lanes = _mm512_maskz_loadu_ps(low[v], row + 32 * v);
+            __m512 odd_lanes = _mm512_maskz_loadu_ps(high[v], row + 32 * v + 16);
+            _mm512_mask_storeu_ps(dst + 16 * v, store[v],
+                                  _mm512_maskz_permutex2var_ps(valid[v], even_lanes, even, odd_lanes));
+        }
+    }
+}
+
+/* Per row and output row, ceil(out_width / 16) masked vectors. */
+ORTX_TARGET_AVX512 void ortx_sparse_store_avx512(const float *tile, const ortx_sparse_store *store, float *y) {
+    const int64_t out_width = store->out_width;
+    const int activation = store->activation;
+    const __m512 zero = _mm512_setzero_ps(), p0 = _mm512_set1_ps(store->param0), p1 = _mm512_set1_ps(store->param1);
+    for (int64_t r = 0; r < store->rows; r++)
+        for (int64_t q = 0; q < store->sub_rows; q++) {
+            const float *from = tile + r * ORTX_SPARSE_TILE + q * store->width;
+            int64_t at = r * store->pixels + q * out_width;
+            for (int64_t x = 0; x < out_width; x += 16) {
+                __mmask16 mask = (__mmask16)(out_width - x >= 16 ? 0xFFFFu : (1u << (out_width - x)) - 1u);
+                __m512 value = _mm512_maskz_loadu_ps(mask, from + x);
+                if (store->residual) {
+                    value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(mask, store->residual + at + x));
+                    if (activation == ORTX_ACT_RELU) value = _mm512_max_ps(value, zero);
+                    else if (activation == ORTX_ACT_CLIP) value = _mm512_min_ps(_mm512_max_ps(value, p0), p1);
+                }
+                _mm512_mask_storeu_ps(y + at + x, mask, value);
+            }
+            if (store->residual && activation != ORTX_ACT_NONE && activation != ORTX_ACT_RELU &&
+                activation != ORTX_ACT_CLIP)
+                ortx_activation_array_avx2(y + at, out_width, activation, store->param0, store->param1);
+        }
+}
+
 #else
+void ortx_sparse_store_avx512(const float *tile, const ortx_sparse_store *store, float *y) {
+    ortx_sparse_store_portable(tile, store, y);
+}
+
+void ortx_sparse_fill_avx512(const float *row, const ortx_sparse_fill *fill, float *dst) {
+    ortx_sparse_fill_portable(row, fill, dst);
+}
+
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
                                   int64_t ldd) {
     ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd);

@@ -2,11 +2,13 @@
 
 Both sessions use the same thread count and ORT's default graph optimisations; runs are interleaved in short
 blocks (BLOCK runs of ORT, then BLOCK of OrtxEP, repeated) after warm-up so machine noise hits both alike, and
-medians are reported. Each block's first run is a switch-over run and is not counted: ORT's pool threads keep
-spinning on the cores after a run ends, so the other engine's next run shares its cores with them (measured on
-ResNet-18-style at 2 threads: OrtxEP's first run after an ORT run 44-52 ms, its next runs 32-36 ms; ORT's first
-run after OrtxEP's is not slower, as OrtxEP's pool stops spinning after 100 us). One-run alternation measured
-that spin, not either engine. Errors are measured on the same fresh random inputs (seeded, never zeros).
+medians are reported. Before each block the process idles SETTLE_S and the block's first run is a switch-over run
+that is not counted: ORT's pool threads keep spinning on the cores 20-50 ms after a run ends, and OrtxEP's pool
+worker up to 2 ms, so an engine started right after the other shares its cores with the other's threads. The
+switch-over run alone did not absorb that (ResNet-18-style, 2 threads, one process, helpers paused, blocks of 4
+after one switch-over run: ORT 28.9 / OrtxEP 33.8 ms with no idle, 22.8 / 27.5 after 5 ms, 20.2 / 24.6 after 50 ms),
+so without the idle both engines were charged for the other's threads (ORT more), and one-run alternation measured
+only that spin. Errors are measured on the same fresh random inputs (seeded, never zeros).
 Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP.
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ortx.ep.session import InferenceSession
 from ortx.model_io import load, to_ort_bytes
 
 BLOCK = 4  # counted runs per block; each block also makes one uncounted switch-over run first
+SETTLE_S = 0.1  # idle before each block, so the previous engine's pool threads have stopped spinning
 
 _NUMPY_OF_TYPE = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(int64)": np.int64,
                   "tensor(int32)": np.int32, "tensor(float16)": np.float16, "tensor(uint8)": np.uint8,
@@ -92,11 +95,12 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, warmup: int = 3,
             seed: int = 0, progress=None, tuning: str = "off", precision: str = "fp32",
-            others: dict | None = None) -> Comparison:
+            others: dict | None = None, settle: float = SETTLE_S) -> Comparison:
     """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved. `tuning` and
     `precision` are OrtxEP's options: tuning "off" (default) measures OrtxEP's own kernels on every segment it can
     claim, whatever tuning records this machine holds. `others`: name -> run(feeds) returning the outputs as
-    ORT orders them; each is timed in the same blocks and its first output's cosine against ORT's reported."""
+    ORT orders them; each is timed in the same blocks and its first output's cosine against ORT's reported.
+    `settle`: seconds of idle before each block (module docstring)."""
     proto = load(model)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -138,6 +142,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         for run, times in zip(engines, all_times):
+            time.sleep(settle)
             run()  # switch-over run, not counted (see the module docstring)
             for _ in range(count):
                 start = time.perf_counter()

@@ -40,8 +40,11 @@ from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
 from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
 from ortx.passes.fuse_gelu import fuse_gelu_extended
+from ortx.passes.fuse_matmul_epilogue import fuse_matmul_epilogue
+from ortx.passes.fuse_multi_head_attention import fuse_multi_head_attention
 from ortx.passes.fuse_qdq import INT8_DECLINED_KEY, fuse_qdq
 from ortx.passes.fuse_silu import fuse_silu_extended
+from ortx.passes.remove_redundant_qdq import remove_redundant_qdq
 
 logger = logging.getLogger(__name__)
 
@@ -350,6 +353,20 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
     segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
                                                                    precision, devices if claim else None)
+    declined = _ortx_nodes_left_to_ort(segments)
+    if declined and model is not standard:
+        # a compile error declined a node OrtxEP's fusions made: plain ORT cannot run it, so compile the graph as it
+        # was before those fusions (the error is in the log)
+        logger.warning("OrtxEP: fused node %s (%s) could not be compiled; compiling without OrtxEP's fusions",
+                       declined[0].name, declined[0].op_type)
+        model, reports = standard, []
+        decisions = _decline_given_back(assign(model.graph), given_back)
+        segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
+                                                                       precision, devices if claim else None)
+        declined = _ortx_nodes_left_to_ort(segments)
+    if declined:
+        raise RuntimeError(f"OrtxEP could not compile node {declined[0].name!r} ({ORTX_DOMAIN}::"
+                           f"{declined[0].op_type}), which no other provider runs; see the log for the error")
     proto = None  # serialized only when a segment goes to ORT: it copies every weight
     steps = []
     sess_options = ort.options_for(any(segment.claimed for segment in segments))
@@ -378,6 +395,12 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     return compiled, model, standard
 
 
+def _ortx_nodes_left_to_ort(segments) -> list:
+    """ai.ortx nodes in segments that would be handed to plain ORT (only a compile error declines one)."""
+    return [node for segment in segments if segment.device == ORT for node in segment.nodes
+            if node.domain == ORTX_DOMAIN]
+
+
 def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dict[str, Decision]:
     for name, choice in given_back.items():
         decision = decisions.get(name)
@@ -395,7 +418,11 @@ ELEMENTWISE_CHAINS = False
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).
-ORTXEP_FUSIONS = (fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended)
+# remove_redundant_qdq first: an attention whose heads were requantized after each Reshape/Transpose (int8 QDQ
+# models) then has the data-movement chains the attention fusions match.
+# fuse_matmul_epilogue after fuse_attention_extended, whose MatMul patterns it would otherwise take.
+ORTXEP_FUSIONS = (remove_redundant_qdq, fuse_gelu_extended, fuse_silu_extended, fuse_attention_extended,
+                  fuse_multi_head_attention, fuse_matmul_epilogue)
 
 
 def _fuse_for_ortxep(model: ir.Model, decisions: dict[str, Decision], excluded: frozenset[str] = frozenset(), *,

@@ -6,14 +6,15 @@
 
 /* The blocks of `row` in every panel: panel p's block row i is row_ptr[p * block_count + i] .. (sparse.h). */
 static double row_dot_conv(const ortx_conv_params *p, const float *values, const int32_t *cols,
-                           const int32_t *row_ptr, int64_t R, int64_t panels, int64_t row, const float *input,
-                           int64_t oy, int64_t ox) {
+                           const int32_t *row_ptr, int64_t R, int64_t panels, int shifted, int64_t row,
+                           const float *input, int64_t oy, int64_t ox) {
     int64_t taps = p->kernel_height * p->kernel_width, block_count = (p->out_channels + R - 1) / R;
     double sum = 0.0;
     for (int64_t panel = 0; panel < panels; panel++) {
         const int32_t *panel_rows = row_ptr + panel * block_count;
         for (int32_t block = panel_rows[row / R]; block < panel_rows[row / R + 1]; block++) {
-            int64_t k = cols[block], channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
+            int64_t k = shifted ? ortx_sparse_shifted_column(p, cols[block]) : cols[block];
+            int64_t channel = k / taps, ky = k % taps / p->kernel_width, kx = k % p->kernel_width;
             int64_t iy = oy * p->stride_height - p->pad_top + ky * p->dilation_height;
             int64_t ix = ox * p->stride_width - p->pad_left + kx * p->dilation_width;
             if (iy < 0 || iy >= p->in_height || ix < 0 || ix >= p->in_width) continue;
@@ -28,6 +29,7 @@ void ortx_sparse_conv2d_f32_ref(const int64_t *ints, const float *floats, void *
     (void)num_threads;
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     int64_t R = ints[ORTX_SPARSE_CONV_BLOCK], panels = ints[ORTX_SPARSE_CONV_BLOCK + 1];
+    int shifted = ints[ORTX_SPARSE_CONV_LAYOUT] == 1;
     int64_t pixels = p.out_height * p.out_width;
     const float *bias = p.has_bias ? buffers[6] : NULL;
     for (int64_t image = 0; image < p.batch; image++) {
@@ -36,8 +38,8 @@ void ortx_sparse_conv2d_f32_ref(const int64_t *ints, const float *floats, void *
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     int64_t index = (image * p.out_channels + row) * pixels + oy * p.out_width + ox;
-                    double sum = row_dot_conv(&p, buffers[1], buffers[2], buffers[3], R, panels, row, input, oy,
-                                                ox);
+                    double sum = row_dot_conv(&p, buffers[1], buffers[2], buffers[3], R, panels, shifted, row, input,
+                                              oy, ox);
                     sum += bias ? bias[row] : 0.0;
                     sum += p.has_residual ? ((const float *)buffers[7])[index] : 0.0;
                     ((float *)buffers[4])[index] = ortx_activation_scalar((int)p.activation, (float)sum, p.param0,

@@ -7,10 +7,14 @@ Case 2 (extended, level 3): -> ai.ortx::ScaledDotProductAttention(Q, KT, V[, mas
         Q [..., S, D], KT [..., D, L] (K already transposed: the first MatMul's right operand as it is),
         V [..., L, Dv], mask (optional, additive) broadcastable to [..., S, L]; batch dims broadcast as MatMul's;
         Y = softmax(s * (Q @ KT) + mask, last axis) @ V, shape [..., S, Dv]. float32 only.
+Case 3 (extended, an int8 QDQ model): Softmax -> QuantizeLinear(., sp, zp) -> DequantizeLinear(., sp, zp) -> MatMul
+        -> the same op with attributes probability_scale=sp, probability_zero_point=zp, probability_dtype ("uint8"
+        or "int8"): the probabilities are rounded to that grid before the second product.
 Does not apply when: the scale is not a constant scalar; Softmax is not over the last axis (or its rank is
 unknown); an intermediate has another reader; the tensors are not float32; for Case 1 also when the opset is below
 23, a rank is not 4, Q, K, V's batch and head dims differ (the standard op does not broadcast them) or the
-mask's last two dims are not (S, L) (onnxruntime 1.32 does not broadcast those).
+mask's last two dims are not (S, L) (onnxruntime 1.32 does not broadcast those); for Case 3 also when the pair's
+scales or zero points are not one per-tensor constant (uint8/int8 zero point).
 """
 from __future__ import annotations
 
@@ -36,17 +40,38 @@ FUSED_ATTENTION = "ScaledDotProductAttention"
 class AttentionFusion(RewriteRuleClassBase):
     """scale_op: "Mul", "Div" or "" (no scaling, s = 1); masked: an Add between the scaling and the Softmax."""
 
-    def __init__(self, scale_op: str, masked: bool, opset: int, extended: bool, notes: list[str]) -> None:
-        super().__init__(name=f"AttentionFusion_{scale_op or 'unscaled'}{'_masked' if masked else ''}")
+    def __init__(self, scale_op: str, masked: bool, opset: int, extended: bool, notes: list[str], *,
+                 quantized: bool = False) -> None:
+        super().__init__(name=f"AttentionFusion_{scale_op or 'unscaled'}{'_masked' if masked else ''}"
+                              f"{'_quantized' if quantized else ''}")
         self.scale_op, self.masked, self.opset, self.extended, self.notes = scale_op, masked, opset, extended, notes
+        self.quantized = quantized
 
-    def pattern(self, op, q, kt, v, scale, mask):
+    def pattern(self, op, q, kt, v, scale, mask, grid_scale, grid_zero, back_scale, back_zero):
         scores = op.MatMul(q, kt)
         if self.scale_op:
             scores = getattr(op, self.scale_op)(scores, scale)
         if self.masked:
             scores = op.Add(scores, mask)
-        return op.MatMul(op.Softmax(scores, _outputs=["probabilities"]), v)
+        probabilities = op.Softmax(scores, _outputs=["probabilities"])
+        if self.quantized:  # Case 3
+            probabilities = op.DequantizeLinear(op.QuantizeLinear(probabilities, grid_scale, grid_zero),
+                                                back_scale, back_zero)
+        return op.MatMul(probabilities, v)
+
+    def _grid(self, grid_scale, grid_zero, back_scale, back_zero) -> dict | str:
+        """Case 3's attributes, or why the pair does not qualify."""
+        scales = [get_singleton_value(value) for value in (grid_scale, back_scale)]
+        zeros = [value.const_value.numpy() if value is not None and value.const_value is not None else None
+                 for value in (grid_zero, back_zero)]
+        if any(scale is None for scale in scales) or float(scales[0]) != float(scales[1]) or float(scales[0]) <= 0:
+            return "the probabilities' QuantizeLinear/DequantizeLinear scales are not one positive constant"
+        if any(zero is None or zero.size != 1 for zero in zeros) or zeros[0].dtype != zeros[1].dtype \
+                or int(zeros[0].reshape(())) != int(zeros[1].reshape(())) \
+                or zeros[0].dtype.name not in ("uint8", "int8"):
+            return "the probabilities' zero points are not one constant uint8/int8 scalar"
+        return {"probability_scale": float(scales[0]), "probability_zero_point": int(zeros[0].reshape(())),
+                "probability_dtype": zeros[0].dtype.name}
 
     def _scale(self, scale) -> float | None:
         if not self.scale_op:
@@ -61,12 +86,21 @@ class AttentionFusion(RewriteRuleClassBase):
         self.notes.append((root.outputs[0].name, f"{node_label(root)}: attention not fused: {reason}"))
         return result.fail(reason)
 
-    def check(self, context, q, kt, v, probabilities, scale=None, mask=None, **_) -> MatchResult:
+    def check(self, context, q, kt, v, probabilities, scale=None, mask=None, grid_scale=None, grid_zero=None,
+              back_scale=None, back_zero=None, **_) -> MatchResult:
         result = MatchResult()
         self.matched = list(context.nodes)  # rewrite follows a successful check on the same match
         self.first_matmul = next(node for node in self.matched if node.op_type == "MatMul" and node.inputs[0] is q)
         if self._scale(scale) is None:
             return self._fail(result, "the scale is not a non-zero constant scalar")
+        self.grid = {}
+        if self.quantized:
+            grid = self._grid(grid_scale, grid_zero, back_scale, back_zero)
+            if isinstance(grid, str):
+                return self._fail(result, grid)
+            if not self.extended:
+                return self._fail(result, "the standard Attention has no quantized probabilities")
+            self.grid = grid
         softmax = probabilities.producer()
         rank = len(q.shape) if q.shape is not None else None
         if rank is None or rank < 2 or kt.shape is None or len(kt.shape) < 2 or v.shape is None or len(v.shape) < 2:
@@ -78,7 +112,7 @@ class AttentionFusion(RewriteRuleClassBase):
         values = [q, kt, v] + ([mask] if self.masked else [])
         if any(value.dtype != ir.DataType.FLOAT for value in values):
             return self._fail(result, "not every input is float32")
-        if self.opset >= ATTENTION_OPSET and self._standard_reason(q, kt, v, mask) is None:
+        if self.opset >= ATTENTION_OPSET and self._standard_reason(q, kt, v, mask) is None and not self.quantized:
             return result
         if self.extended:
             return result
@@ -103,11 +137,11 @@ class AttentionFusion(RewriteRuleClassBase):
     def rewrite(self, op, q, kt, v, scale=None, mask=None, **_):
         scale_value = self._scale(scale)
         inputs = [q, kt, v] + ([mask] if self.masked else [])
-        if self.opset >= ATTENTION_OPSET and self._standard_reason(q, kt, v, mask) is None:
+        if self.opset >= ATTENTION_OPSET and self._standard_reason(q, kt, v, mask) is None and not self.quantized:
             inputs[1] = self._untransposed(op, kt)
             output = op.Attention(*inputs, scale=scale_value)
         else:
-            output = op.op(FUSED_ATTENTION, *inputs, _domain=ORTX_DOMAIN, scale=scale_value)
+            output = op.op(FUSED_ATTENTION, *inputs, _domain=ORTX_DOMAIN, scale=scale_value, **self.grid)
         record_fused_from(output.producer(), self.matched)
         return output
 
@@ -139,7 +173,8 @@ def fuse_attention(model: ir.Model, *, extended: bool = False) -> PassReport:
     _ensure_shapes(model)
     opset = default_opset(model)
     notes: list[tuple[str, str]] = []
-    fusions = [AttentionFusion(scale_op, masked, opset, extended, notes)
+    fusions = [AttentionFusion(scale_op, masked, opset, extended, notes, quantized=quantized)
+               for quantized in ((False, True) if extended else (False,))
                for masked in (True, False) for scale_op in ("Mul", "Div", "")]
     orphaned: list[ir.Node] = []
     for fusion in fusions:

@@ -42,6 +42,7 @@ MARGIN = 0.02
 QUICK_RUNS = 8
 FULL_RUNS = 24
 _BLOCK = 4
+_SETTLE_S = 0.1  # idle before each block, as ortx.measure: the other engine's pool threads stop spinning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,7 +174,8 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: l
     while len(ortx_times) < runs:
         count = min(_BLOCK, runs - len(ortx_times))
         for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
-            run()  # switch-over run, not counted (see ortx.measure)
+            time.sleep(_SETTLE_S)
+            run()  # switch-over run, not counted
             medians.append(_median_ms(run, count))
     return statistics.median(ortx_times), statistics.median(ort_times)
 

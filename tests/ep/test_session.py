@@ -96,6 +96,28 @@ def test_transformer_block_matches_ort():
         assert_model_close(got, want)
 
 
+@pytest.mark.parametrize("fused_op", ["FusedConv", "MultiHeadAttention"])
+def test_a_fused_node_that_fails_to_compile_runs_unfused(monkeypatch, caplog, fused_op):
+    """Plain ORT cannot run an ai.ortx node, so when the lowering of one that OrtxEP's fusions made raises, the
+    session compiles the graph without those fusions instead of handing the fused node to ORT."""
+    from ortx.ep import lowering
+
+    check, _ = lowering.LOWERINGS[("ai.ortx", fused_op)]
+
+    def broken(node, builder):
+        raise RuntimeError("lowering bug")
+
+    monkeypatch.setitem(lowering.LOWERINGS, ("ai.ortx", fused_op), (check, broken))
+    model = _models.tiny_conv_relu() if fused_op == "FusedConv" else _models.transformer_block()
+    session = ortx.InferenceSession(model, _options(), providers=PROVIDERS)
+    feeds = _random_feeds(session, seed=5)
+    for got, want in zip(session.run(None, feeds), _ort_outputs(model, feeds)):
+        assert_model_close(got, want)
+    assert "fused node" in caplog.text and "compiling without OrtxEP's fusions" in caplog.text
+    assert not any(row.op_type == fused_op for row in session.assignment)
+    assert any(row.provider == "OrtxEP" for row in session.assignment)
+
+
 def test_plain_ort_when_ortx_not_requested():
     model = _models.tiny_conv_relu()
     session = ortx.InferenceSession(model, providers=["CPUExecutionProvider"])

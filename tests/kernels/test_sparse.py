@@ -4,7 +4,8 @@ vs reference vs numpy/onnxruntime on random sparse weights, for every ISA this C
 Shapes include pixel/token tails that are not multiples of 8, 16, 32 or the 64-column tile, rows that are not a
 multiple of the 4x1 block, empty rows, fully dense rows, an all-zero matrix, weights in several column panels (empty
 panels too), and both conv paths: B built per tile and panel from padded phase planes (or from X for a 1x1 whose
-pixels are not a multiple of 16), and the 1x1 path that reads X in place.
+pixels are not a multiple of 16), and the 1x1 path that reads X in place; convs at 1, 2 and 3 threads, with work cut
+into tiles (maps of >= 4 tiles per thread) and into row chunks (smaller maps).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from onnx import helper, numpy_helper
 
 from ortx import _kernels
 from ortx.ep.compile_nodes import compile_segment, infer_shapes
-from ortx.ep.lowering.sparse import panel_count, pack_blocked_csr, unpack_blocked_csr, workspace_bytes
+from ortx.ep.lowering.sparse import conv_columns, panel_count, pack_blocked_csr, unpack_blocked_csr, workspace_bytes
 from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice
 from tests.tolerances import assert_close
 
@@ -176,6 +177,10 @@ def run_forced(model, feeds, choice, *, threads=2, use_ref=False):
     (600, 9, (4, 4), 1, 1, 0, 1, 1, 0.9, False),     # 1x1, 16 pixels: in place, three panels
     (300, 6, (5, 7), 1, 1, 0, 2, 1, 0.9, True),      # 1x1, 35 pixels: built from X, two panels, batch 2
     (12, 7, (5, 7), 1, 1, 0, 1, 1, 0.5, False),      # 1x1, 35 pixels, one panel
+    (16, 20, (24, 30), 3, 1, 1, 1, 1, 0.9, True),    # 720 pixels, 12 tiles: pieces are tiles at 2 and 3 threads
+    (10, 9, (60, 50), 3, 2, 1, 1, 1, 0.85, False),   # 3x3/2 to 30x25, 12 tiles: pieces are tiles, planes per thread
+    (40, 11, (30, 30), 3, 1, 1, 1, 1, 0.9, False),   # K = 360: two panels, pieces are tiles (15, the last of 4 px)
+    (64, 9, (56, 55), 3, 1, 1, 1, 1, 0.9, True),     # shifted planes too large for one: bands of 6 output rows
 ])
 def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, kernel, stride, pad, batch, dilation,
                                                        zeros, fused, block_rows):
@@ -192,10 +197,50 @@ def test_sparse_conv_matches_onnxruntime_and_reference(isa, cin, cout, size, ker
     reference, kernels = run_forced(model, feeds, choice, use_ref=True)
     assert kernels == ("sparse_conv2d_f32",)
     assert_close(reference, expected, what="reference vs onnxruntime")
-    for threads in (1, 2):
+    for threads in (1, 2, 3):  # 3 on 2 cores: three lanes, one of them late
         fast, _ = run_forced(model, feeds, choice, threads=threads)
         assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs onnxruntime")
         np.testing.assert_array_equal(fast, run_forced(model, feeds, choice, threads=threads)[0])
+
+
+def test_sparse_conv_banded_rows_at_many_threads():
+    """16 lanes on a 56-tile banded map: pieces are row chunks, each thread runs every tile and refills its planes
+    band after band (the path no 2-core thread count reaches)."""
+    model, plain = _conv_model(64, 9, (56, 55), 3, 1, 1, 2, 1, 0.9, seed=5, fused=True)
+    rng = np.random.default_rng(2)
+    feeds = {"X": rng.standard_normal((2, 64, 56, 55)).astype(np.float32),
+             "R": rng.standard_normal((2, 9, 56, 55)).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(plain.SerializeToString(),
+                                            providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    fast, kernels = run_forced(model, feeds, SparseChoice("sparse", 1, "forced"), threads=16)
+    assert kernels == ("sparse_conv2d_f32",)
+    assert_close(fast, expected, what="16 threads vs onnxruntime")
+
+
+@pytest.mark.parametrize("cin, size, kernel, stride, pad, layout", [
+    (256, 14, 3, 1, 1, 1),   # ResNet-18-style 3x3 256@14: shifted planes (0.77 MiB)
+    (128, 28, 3, 1, 1, 1),   # 3x3 128@28 (1.47 MiB)
+    (64, 56, 3, 1, 1, 1),    # 3x3 64@56: shifted planes (2.85 MiB) in bands of 6 output rows (8 plane rows)
+    (64, 56, 7, 1, 3, 0),    # 7x7 64@56: not even one tile's planes fit a band
+    (512, 7, 3, 1, 1, 0),    # 7-wide rows: tiles of 64 pixels
+    (64, 56, 3, 2, 1, 0),    # stride 2: phase planes
+    (64, 14, 1, 1, 0, 0),    # 1x1 unpadded: X itself
+])
+def test_conv_column_layout(cin, size, kernel, stride, pad, layout):
+    """Which convs read B from shifted planes (kernels/sparse.h), and that their packed columns map back."""
+    out = (size + 2 * pad - kernel) // stride + 1
+    conv_ints = [1, cin, size, size, 8, out, out, kernel, kernel, stride, stride, pad, pad, 1, 1, 1, 0, 0, 0, 2]
+    csr = pack_blocked_csr(sparse_matrix(8, cin * kernel * kernel, 0.9, seed=cin), 1)
+    chosen, packed = conv_columns(conv_ints, csr)
+    assert chosen == layout
+    if layout == 0:
+        assert packed is csr
+    else:  # shifted row of (c, ky, kx) = (kx * cin + c) * rows + ky, rows = band + kernel - 1 made odd
+        band = out if size <= 28 else 6
+        rows = (band + kernel - 1) | 1
+        k = csr.cols.astype(np.int64)
+        c, ky, kx = k // (kernel * kernel), k % (kernel * kernel) // kernel, k % kernel
+        np.testing.assert_array_equal(packed.cols, (kx * cin + c) * rows + ky)
 
 
 @pytest.mark.parametrize("conv_ints, panels", [

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering import band, sparse
+from ortx.ep.lowering.elementwise import _emit_binary
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
@@ -521,8 +522,44 @@ def lower_matmul(node: ir.Node, builder) -> None:
                b_strides=(N, 1), output=output, a_offsets=a_offsets, b_offsets=b_offsets, precision=precision)
 
 
+def _fused_matmul_plan(node: ir.Node) -> dict:
+    """ai.ortx::FusedMatMul (ortx/passes/fuse_matmul_epilogue.py): MatMul by constant 2-D weights, + bias row
+    (+ residual of the output's shape)."""
+    plan = _matmul_plan(node)
+    weights, bias = constant_value(node.inputs[1]), constant_value(node.inputs[2])
+    if weights is None or weights.ndim != 2:
+        raise Declined("the weights are not a constant 2-D tensor")
+    if bias is None or bias.size != plan["N"]:
+        raise Declined(f"the bias is not a constant of {plan['N']} values")
+    residual = present(node, 3)
+    if residual is not None and static_shape(residual) != static_shape(node.outputs[0]):
+        raise Declined(f"residual shape {static_shape(residual)} is not the output's {static_shape(node.outputs[0])}")
+    return plan
+
+
+def lower_fused_matmul(node: ir.Node, builder) -> None:
+    plan = _fused_matmul_plan(node)
+    N, K = plan["N"], plan["K"]
+    M = plan["M"] * int(np.prod(plan["batch"], dtype=np.int64))  # every batch's rows in one tall GEMM
+    weights = np.asarray(constant_value(node.inputs[1]), dtype=np.float32)
+    bias = np.asarray(constant_value(node.inputs[2]), dtype=np.float32).reshape(N)
+    a, output, residual = builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]), present(node, 3)
+    if builder.precision == "fp32" and sparse.try_sparse_gemm(node, builder, M, weights.T, a, output, bias):
+        if residual is not None:  # Case sparse: the CSR kernel adds the bias; the residual is a step of its own
+            shape = static_shape(node.outputs[0])
+            _emit_binary(builder, "Add", output, shape, builder.buffer(residual), shape, output, shape, "float32")
+        return
+    packed = _pack(weights[None], N, K, 1, N, 1, precision=builder.precision)
+    _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1),
+               b=builder.add_constant(packed, label=f"{node.name}:B"), b_packed=True, b_strides=(N, 1), output=output,
+               bias_mode=2, bias=builder.add_constant(bias, label=f"{node.name}:bias"),
+               residual=builder.buffer(residual) if residual is not None else None,
+               residual_strides=(N, 1, 0), precision=builder.precision)
+
+
 LOWERINGS = {
     ("", "Conv"): (_checked(_conv_plan), lower_conv),
+    ("ai.ortx", "FusedMatMul"): (_checked(_fused_matmul_plan), lower_fused_matmul),
     ("ai.ortx", "FusedConv"): (_checked(_conv_plan), lower_conv),
     ("", "ConvTranspose"): (_checked(_transpose_plan), lower_conv_transpose),
     ("", "Gemm"): (_checked(_gemm_plan), lower_gemm),

@@ -91,9 +91,22 @@ def add_csr(builder, csr: BlockedCsr, label: str):
 
 def kernel_sizes(kind: int, ints) -> tuple[int, int]:
     """(workspace bytes, panel count) from sparse_sizes_f32: kind 0 with the 20 conv ints, 1 with M, N, K, threads."""
-    out = np.zeros(2, np.int64)
+    out = np.zeros(3, np.int64)
     _kernels.call("sparse_sizes_f32", [kind, *ints], [], [out])
     return int(out[0]), int(out[1])
+
+
+def conv_columns(conv_ints, csr: BlockedCsr) -> tuple[int, BlockedCsr]:
+    """The column layout sparse_conv2d_f32 reads for these 20 conv ints (kernels/sparse.h ORTX_SPARSE_CONV_LAYOUT)
+    and csr with its columns in it: 0 keeps the patch columns; 1 (stride-1 convs of 9-64 wide rows) maps each to its
+    row of the kernel's shifted planes."""
+    out = np.zeros(3, np.int64)
+    _kernels.call("sparse_sizes_f32", [0, *conv_ints], [], [out])
+    if out[2] == 0:
+        return 0, csr
+    rows = np.zeros(max(csr.depth, 1), np.int32)
+    _kernels.call("sparse_sizes_f32", [2, *conv_ints], [], [rows])
+    return 1, dataclasses.replace(csr, cols=rows[csr.cols])
 
 
 def workspace_bytes(kind: int, ints) -> int:
@@ -108,7 +121,8 @@ def panel_count(kind: int, ints) -> int:
 def emit_sparse_conv(builder, node_name: str, conv_ints, params, csr: BlockedCsr, buffers) -> None:
     """buffers: X, Y, bias (or None), residual (or None); csr packed in panel_count(0, conv ints) panels or more."""
     x, y, bias, residual = buffers
-    ints = list(conv_ints) + [builder.num_threads, csr.block_rows, csr.panels]
+    layout, csr = conv_columns(list(conv_ints) + [builder.num_threads], csr)
+    ints = list(conv_ints) + [builder.num_threads, csr.block_rows, csr.panels, layout]
     workspace = builder.workspace(max(workspace_bytes(0, ints[:20]), 4), label="sparse_patches")
     values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
     builder.emit("sparse_conv2d_f32", ints, list(params),
