@@ -7,7 +7,7 @@ min_elements) to each sparsity; the same pruned weights then run on three sessio
 sparse="off" (every layer dense) and OrtxEP with sparse="measure" (each candidate layer timed dense vs CSR vs 4x1 CSR
 at session creation and recorded; the faster runs). All OrtxEP sessions use tuning "off" otherwise, so only the
 sparse choice differs. Runs are interleaved in blocks of 4 after warm-up (ortx.measure's scheme, one uncounted
-switch-over run per block); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
+switch-over run per block, after ortx.measure.SETTLE_S idle); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
 for it and prints the load before and after each model).
 """
 from __future__ import annotations
@@ -31,12 +31,11 @@ import ortx  # noqa: E402
 from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
-from ortx.measure import random_feeds  # noqa: E402
+from ortx.measure import BLOCK, SETTLE_S, random_feeds  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.passes.prune_weights import prune_weights  # noqa: E402
 from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
 
-BLOCK = 4
 HEADING = "Sparse kernels on pruned models (issue #9)"
 
 
@@ -53,6 +52,7 @@ def _median_blocks(sessions: dict, feeds: dict, runs: int) -> dict[str, float]:
             session.run(None, feeds)
     for _ in range(max(1, runs // BLOCK)):
         for name, session in sessions.items():
+            time.sleep(SETTLE_S)  # the previous engine's pool threads stop spinning (ortx.measure)
             session.run(None, feeds)  # switch-over run, not counted
             for _ in range(BLOCK):
                 start = time.perf_counter()
