@@ -98,9 +98,14 @@ class Comparison:
         return reached
 
 
+TABLE_DECIMALS = 5  # ms digits a MeasurementTable keeps
+
+
 class MemoisedMeasure:
     """measure(pairs) that measures each distinct schedule once and answers repeats from memory; `known` preloads
-    results (a MeasurementTable's replayed rows)."""
+    results (a MeasurementTable's replayed rows). A fresh result is rounded as the table stores it, so a run and its
+    replay feed the searches the same numbers (the cost model's fit, and so the guided search's picks, change with
+    the last digits)."""
 
     def __init__(self, measure, known=None):
         self.measure = measure
@@ -111,6 +116,8 @@ class MemoisedMeasure:
         fresh = [(task, schedule) for task, schedule in dict.fromkeys(pairs) if schedule not in self.results]
         if fresh:
             for (_, schedule), result in zip(fresh, self.measure(fresh), strict=True):
+                if result.median_ms is not None:
+                    result = dataclasses.replace(result, median_ms=round(result.median_ms, TABLE_DECIMALS))
                 self.results[schedule] = result
             self.fresh += len(fresh)
         return [self.results[schedule] for _, schedule in pairs]
@@ -151,7 +158,7 @@ class MeasurementTable:
         names = sorted(next(iter(results)).as_dict()) if results else []
         self.layers[label] = {"choices": names, "rows": [[*(schedule[name] for name in names), result.status,
                                                           None if result.median_ms is None
-                                                          else round(result.median_ms, 5)]
+                                                          else round(result.median_ms, TABLE_DECIMALS)]
                                                          for schedule, result in results.items()]}
         if self.path:
             if os.path.exists(self.path):  # keep what another run stored for other layers meanwhile
