@@ -43,3 +43,14 @@ def from_text(text: str) -> onnx.ModelProto:
 
 def to_ir(model: onnx.ModelProto) -> ir.Model:
     return ir.serde.deserialize_model(model)
+
+
+def ortx_session(model: onnx.ModelProto, threads: int):
+    """An ortx.InferenceSession on `model`: OrtxEP (tuning off, so only the session's own fusions and kernels
+    decide) then ORT's CPU EP, at `threads` intra-op threads."""
+    import ortx
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ortx.InferenceSession(model.SerializeToString(), options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                 provider_options=[{"tuning": "off"}, {}])

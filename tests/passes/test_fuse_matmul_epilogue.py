@@ -1,13 +1,11 @@
 import numpy as np
-import onnxruntime
 import pytest
 
-import ortx
 from ortx.ep.compile_nodes import run_graph
 from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fuse_matmul_epilogue import fuse_matmul_epilogue
 from ortx.pipeline import ir_to_proto, name_nodes
-from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
+from tests.passes._helpers import feeds_for, from_text, op_types, ortx_session, run_ort, to_ir
 from tests.tolerances import assert_close
 
 _WEIGHTS = ", ".join(f"{((index * 37) % 23 - 11) / 16:.4f}" for index in range(8 * 12))
@@ -97,11 +95,7 @@ def test_sparse_weights_keep_bias_and_residual():
     feeds = feeds_for(proto)
     expected = run_ort(proto, feeds)[0]
     for threads in (1, 2):
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = ortx.InferenceSession(proto.SerializeToString(), options,
-                                        providers=["OrtxEP", "CPUExecutionProvider"],
-                                        provider_options=[{"tuning": "off"}, {}])
+        session = ortx_session(proto, threads)
         assert [(row.name, row.sparse, row.reason) for row in session.assignment] == [
             (name, name == "MatMul_0", "fused into node_FusedMatMul_0") for name in ("MatMul_0", "Add_1", "Add_2")]
         kernels = [step.kernel for item in session._compiled.values() for segment in item.plan.steps

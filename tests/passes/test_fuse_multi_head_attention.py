@@ -8,7 +8,7 @@ from ortx.passes.fuse_multi_head_attention import fuse_multi_head_attention
 from ortx.passes.remove_redundant_qdq import remove_redundant_qdq
 from ortx.pipeline import ir_to_proto
 from tests import _models
-from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
+from tests.passes._helpers import feeds_for, from_text, op_types, ortx_session, run_ort, to_ir
 from tests.tolerances import assert_close, assert_model_close
 
 
@@ -142,18 +142,11 @@ def test_idempotent():
 
 def test_transformer_block_session_runs_it_like_ort():
     """The session's fusions (ortx.pipeline.ORTXEP_FUSIONS) fold fuse_sibling_matmuls' merged Q/K/V projection."""
-    import onnxruntime
-
-    import ortx
     proto = _models.transformer_block(seq=24, dim=96, heads=3)
     feeds = feeds_for(proto)
     expected = run_ort(proto, feeds)[0]
     for threads in (1, 2):
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        session = ortx.InferenceSession(proto.SerializeToString(), options,
-                                        providers=["OrtxEP", "CPUExecutionProvider"],
-                                        provider_options=[{"tuning": "off"}, {}])
+        session = ortx_session(proto, threads)
         reasons = {row.name: row.reason for row in session.assignment}
         assert reasons["transpose_16"].startswith("fused into node_MultiHeadAttention")
         assert_model_close(session.run(None, feeds)[0], expected)
