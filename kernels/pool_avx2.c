@@ -2,7 +2,7 @@
  *
  * Row function: output positions whose whole window lies inside the row ("interior") are computed 8 at a time
  * when dilation is 1 and the stride is 1 (plain unaligned loads) or 2 (two loads deinterleaved to the even
- * lanes); edges and other strides fall back to the portable row code. Taps are reduced in the reference's
+ * lanes), the last group overlapping the one before; edges and other strides fall back to the portable row code. Taps are reduced in the reference's
  * order, so results are bitwise those of the portable and reference kernels.
  */
 #include <float.h>
@@ -33,15 +33,17 @@ ORTX_TARGET_AVX2 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t n
     }
     int64_t lo, hi;
     ortx_pool_interior(p, &lo, &hi);
-    const int64_t vec_end = lo + (hi - lo) / 8 * 8;
-    if (vec_end == lo) {
+    if (hi - lo < 8) {
         ortx_pool_row_f32_portable(rows, num_rows, padded_rows, out, p, is_max);
         return;
     }
     ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, 0, lo);
-    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, vec_end, out_w);
+    ortx_pool_row_f32_range(rows, num_rows, padded_rows, out, p, is_max, hi, out_w);
     const __m256 divisor = _mm256_set1_ps((float)((p->count_include_pad ? padded_rows : num_rows) * k));
-    for (int64_t ow = lo; ow < vec_end; ow += 8) {
+    /* 8 interior outputs at a time; a last partial group runs as the 8 ending at hi, recomputing a few outputs
+     * (the same values) instead of leaving up to 7 per row to the scalar range code (ResNet's stem pool: 7 of 56) */
+    for (int64_t next = lo; next < hi; next += 8) {
+        const int64_t ow = next + 8 <= hi ? next : hi - 8;
         const int64_t start = ow * stride - pad;
         __m256 acc = is_max ? _mm256_set1_ps(-FLT_MAX) : _mm256_setzero_ps();
         for (int64_t r = 0; r < num_rows; r++) {
