@@ -26,11 +26,9 @@
  * multi_head_attention_sizes_f32: ints = [batch, heads, S, L, D, Dv, threads]; buffers = [out int64[1]]:
  *   out[0] = workspace bytes for `threads` threads.
  */
-#include <math.h>
 
 #include "elementwise.h"
 #include "gemm.h"
-#include "isa.h"
 #include "qgemm.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
@@ -61,28 +59,18 @@ static int64_t slice_floats(int64_t rows, int64_t L, int64_t D, int64_t Dv) {
     return scores + ortx_round_up(packing, 16);
 }
 
-/* QuantizeLinear then DequantizeLinear in place, in chunks through a byte buffer: the vector bodies of
- * quantize_linear_f32 / dequantize_linear_f32 (qgemm_avx512.c) and their scalar tails, so the values are those two
- * steps' bit for bit. kind: 1 uint8, 2 int8. */
+/* QuantizeLinear then DequantizeLinear in place, in chunks through a byte buffer, with quantize_linear_f32's and
+ * dequantize_linear_f32's own bodies (qgemm.c), so the values are those two steps' bit for bit. kind: 1 uint8,
+ * 2 int8. */
 #define ORTX_ATTENTION_QUANT_CHUNK 256
 static void fake_quantize(float *x, int64_t count, float scale, int kind, int32_t zero) {
     int is_signed = kind == 2;
     float low = (float)((is_signed ? -128 : 0) - zero), high = (float)((is_signed ? 127 : 255) - zero);
-    int vector = ortx_selected_isa() >= ORTX_ISA_AVX512;
     uint8_t bytes[ORTX_ATTENTION_QUANT_CHUNK];
     for (int64_t start = 0; start < count; start += ORTX_ATTENTION_QUANT_CHUNK) {
         int64_t n = count - start < ORTX_ATTENTION_QUANT_CHUNK ? count - start : ORTX_ATTENTION_QUANT_CHUNK;
-        float *chunk = x + start;
-        int64_t i = vector ? ortx_quantize_avx512(chunk, n, scale, low, high, zero, bytes) : 0;
-        for (; i < n; i++) {
-            float value = chunk[i] / scale;
-            value = value >= low ? value : low;
-            value = value <= high ? value : high;
-            bytes[i] = (uint8_t)((int32_t)lrintf(value) + zero);
-        }
-        i = vector ? ortx_dequantize_avx512(bytes, n, is_signed, zero, scale, chunk) : 0;
-        for (; i < n; i++)
-            chunk[i] = (float)((is_signed ? (int32_t)(int8_t)bytes[i] : (int32_t)bytes[i]) - zero) * scale;
+        ortx_quantize_linear(x + start, n, scale, low, high, zero, is_signed, bytes);
+        ortx_dequantize_linear(bytes, n, is_signed, zero, scale, x + start);
     }
 }
 

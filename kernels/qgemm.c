@@ -555,46 +555,47 @@ static void qconv_pack_weights_i8(const int64_t *ints, const float *floats, void
             }
 }
 
-/* quantize_linear_f32: ints [count, zero_point, qmin, qmax, signed output]; floats [scale]; buffers: x f32, y.
- * y = clamp(round_half_even(x / scale), qmin - zp, qmax - zp) + zp, as ORT's MLAS (divide, clamp, round). */
-static void quantize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)num_threads;
-    int64_t count = ints[0];
-    int32_t zero = (int32_t)ints[1];
-    float low = (float)(ints[2] - ints[1]), high = (float)(ints[3] - ints[1]), scale = floats[0];
-    const float *x = buffers[0];
-    int64_t i = ortx_selected_isa() >= ORTX_ISA_AVX512 ? ortx_quantize_avx512(x, count, scale, low, high, zero,
-                                                                             buffers[1]) : 0;
+void ortx_quantize_linear(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                          int is_signed, void *y) {
+    int64_t i = ortx_selected_isa() >= ORTX_ISA_AVX512 ? ortx_quantize_avx512(x, count, scale, low, high, zero, y) : 0;
     for (; i < count; i++) {
         float value = x[i] / scale;
         value = value >= low ? value : low;  /* NaN -> low, as MLAS's max */
         value = value <= high ? value : high;
         int32_t q = (int32_t)lrintf(value) + zero;
-        if (ints[4]) ((int8_t *)buffers[1])[i] = (int8_t)q;
-        else ((uint8_t *)buffers[1])[i] = (uint8_t)q;
+        if (is_signed) ((int8_t *)y)[i] = (int8_t)q;
+        else ((uint8_t *)y)[i] = (uint8_t)q;
     }
+}
+
+void ortx_dequantize_linear(const void *q, int64_t count, int kind, int32_t zero, float scale, float *y) {
+    int64_t i = kind < 2 && ortx_selected_isa() >= ORTX_ISA_AVX512 ?
+                ortx_dequantize_avx512(q, count, kind, zero, scale, y) : 0;
+    if (kind == 0) {
+        const uint8_t *u = q;
+        for (; i < count; i++) y[i] = (float)((int32_t)u[i] - zero) * scale;
+    } else if (kind == 1) {
+        const int8_t *s = q;
+        for (; i < count; i++) y[i] = (float)((int32_t)s[i] - zero) * scale;
+    } else {
+        const int32_t *w = q;
+        for (; i < count; i++) y[i] = (float)(w[i] - zero) * scale;
+    }
+}
+
+/* quantize_linear_f32: ints [count, zero_point, qmin, qmax, signed output]; floats [scale]; buffers: x f32, y.
+ * y = clamp(round_half_even(x / scale), qmin - zp, qmax - zp) + zp, as ORT's MLAS (divide, clamp, round). */
+static void quantize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_quantize_linear(buffers[0], ints[0], floats[0], (float)(ints[2] - ints[1]), (float)(ints[3] - ints[1]),
+                         (int32_t)ints[1], (int)ints[4], buffers[1]);
 }
 
 /* dequantize_linear_f32: ints [count, zero_point, input kind 0 uint8 / 1 int8 / 2 int32]; floats [scale];
  * buffers: q, y f32. y = float(q - zp) * scale. */
 static void dequantize_linear_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
-    int64_t count = ints[0];
-    int32_t zero = (int32_t)ints[1];
-    float scale = floats[0];
-    float *y = buffers[1];
-    int64_t i = ints[2] < 2 && ortx_selected_isa() >= ORTX_ISA_AVX512 ?
-                ortx_dequantize_avx512(buffers[0], count, (int)ints[2], zero, scale, y) : 0;
-    if (ints[2] == 0) {
-        const uint8_t *q = buffers[0];
-        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
-    } else if (ints[2] == 1) {
-        const int8_t *q = buffers[0];
-        for (; i < count; i++) y[i] = (float)((int32_t)q[i] - zero) * scale;
-    } else {
-        const int32_t *q = buffers[0];
-        for (; i < count; i++) y[i] = (float)(q[i] - zero) * scale;
-    }
+    ortx_dequantize_linear(buffers[0], ints[0], (int)ints[2], (int32_t)ints[1], floats[0], buffers[1]);
 }
 
 /* qgemm_isa (tests): ints [VBMI packing off (0/1)]; buffers 0 int64[1] out: what qconv2d_i8 runs now: 0 portable,

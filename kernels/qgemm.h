@@ -113,6 +113,13 @@ static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_
 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
                              void *y);
 int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int32_t zero, float scale, float *y);
+/* quantize_linear_f32's and dequantize_linear_f32's bodies (the AVX-512 vector part where the CPU has it, then the
+ * scalar tail), for kernels that quantize in place of those steps and must match them bit for bit.
+ * ortx_quantize_linear: y = clamp(round_half_even(x / scale), low, high) + zero as int8 (is_signed) or uint8;
+ * ortx_dequantize_linear: y = float(q - zero) * scale, q uint8 (kind 0), int8 (1) or int32 (2). */
+void ortx_quantize_linear(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
+                          int is_signed, void *y);
+void ortx_dequantize_linear(const void *q, int64_t count, int kind, int32_t zero, float scale, float *y);
 
 /* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
 void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

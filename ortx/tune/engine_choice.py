@@ -30,6 +30,7 @@ import onnx_ir as ir
 
 from ortx.ep.fallback import OrtSegment, segment_model
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
+from ortx.measure import BLOCK, SETTLE_S
 from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 
@@ -41,8 +42,6 @@ ENGINE_TEMPLATE = f"engine-choice-1|kernels={kernels_build()}"  # a rebuild meas
 MARGIN = 0.02
 QUICK_RUNS = 8
 FULL_RUNS = 24
-_BLOCK = 4
-_SETTLE_S = 0.1  # idle before each block, as ortx.measure: the other engine's pool threads stop spinning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,9 +171,9 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: l
         run_ortx()
     ortx_times, ort_times = [], []
     while len(ortx_times) < runs:
-        count = min(_BLOCK, runs - len(ortx_times))
+        count = min(BLOCK, runs - len(ortx_times))
         for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
-            time.sleep(_SETTLE_S)
+            time.sleep(SETTLE_S)  # the other engine's pool threads stop spinning (ortx.measure)
             run()  # switch-over run, not counted
             medians.append(_median_ms(run, count))
     return statistics.median(ortx_times), statistics.median(ort_times)
