@@ -60,6 +60,10 @@ int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now 
 /* AVX512_BF16 (vdpbf16ps): an extension beside the ISA levels; the bf16 family uses it while the selected ISA is
  * AVX-512 (forcing a lower ISA runs its portable path). */
 int ortx_cpu_has_avx512_bf16(void);
+/* Whether this AVX-512 CPU issues two 512-bit FMAs per cycle per core, inferred from AMX (amx_tile): every AMX
+ * core so far (Sapphire Rapids and later Xeons) has both FMA ports, while AMD's Zen 4/5 and the single-port Xeon
+ * SKUs have no AMX. Kernels whose wider register tiles only pay off at that FMA rate choose them by it. */
+int ortx_cpu_has_two_fma_ports(void);
 const char *ortx_bf16_isa_name(void);  /* the bf16 family's path in use: "avx512_bf16" or "portable" */
 
 /* Kernel table (flattened families). */
