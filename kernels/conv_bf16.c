@@ -16,7 +16,7 @@
  * direct and pixel-rows forms have no bf16 counterpart.
  *
  * ints, floats, buffers: conv2d_f32's (kernels/conv.c); weights: per group, conv_pack_bf16's panels, groups
- * consecutive: Case 0's (ortx_conv_direct_weight_index), else gemm_pack_bf16's A operand of W_g as a
+ * consecutive: Case 0's (ortx_conv_direct_bf16_packed_index), else gemm_pack_bf16's A operand of W_g as a
  * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_a_elements(Cout/g, K) values, in the format of the bf16 path
  * selected when packing: tiles on AMX, else MR-row K-pair panels).
  * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, the
@@ -153,7 +153,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, g, y_offset);
             if (direct) {  /* Case 0 */
-                ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_elements(&p), Y + y_offset,
+                ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_packed_elements(&p), Y + y_offset,
                                       &epilogue, workspace, threads, NULL);
                 continue;
             }
@@ -184,7 +184,7 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
     if (ortx_conv_direct_bf16_applies(&p)) {
         out[0] = ortx_conv_direct_bf16_floats(&p) * (int64_t)sizeof(float);
-        out[1] = p.group * ortx_conv_direct_bf16_elements(&p);
+        out[1] = p.group * ortx_conv_direct_bf16_packed_elements(&p);
         out[2] = 1;
         return;
     }

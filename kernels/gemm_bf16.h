@@ -152,6 +152,18 @@ typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint
                                     float *c, int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
                                     int64_t row0, int64_t col0, uint16_t *tail);
 
+/* The AMX direct conv's step (conv_bf16_direct.c, tiles path): for rows i < rows (<= 32) and the 16 * vectors
+ * virtual pixels of x (channel-pair words; pair p of tap t at x + tap_offsets[t] + p * plane_words), acc[i][j] =
+ * sum over taps t and 16-pair chunks h of the weights' tile a + (t * chunks + h) * 512 (rows 16..31: + a_panel)
+ * times the words of pairs 16h .. 16h+15, in tdpbf16ps's order; then per vector v the lanes set in masks[v] are
+ * packed together in lane order and written to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] +
+ * lane), as ortx_bf16_direct_tile_fn stores. */
+typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const uint16_t *a, int64_t a_panel,
+                                          const uint32_t *x, const int32_t *tap_offsets, int64_t plane_words,
+                                          int vectors, const uint32_t *masks, const int64_t *at, float *c,
+                                          int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
+                                          int64_t row0);
+
 typedef struct ortx_bgemm_isa {
     const char *name;
     int a_tiles;                     /* A in the tiles format, products by `block` (else MR-row K-pair panels) */
@@ -163,6 +175,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_convert_fn convert;
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;
+    ortx_bf16_direct_tiles_fn direct_tiles;  /* a_tiles paths: the direct conv's AMX step */
 } ortx_bgemm_isa;
 
 void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
@@ -224,6 +237,10 @@ int64_t ortx_conv_direct_bf16_floats(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_bf16_elements(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_weight_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_pack_bf16(const struct ortx_conv_params *p, const float *weights, uint16_t *dst);
+/* The packed weights of conv2d_bf16's direct form in the format of the selected path (the AMX form's tiles, else
+ * ortx_conv_direct_weight_index's panels): elements per group, element (m, c, tap). */
+int64_t ortx_conv_direct_bf16_packed_elements(const struct ortx_conv_params *p);
+int64_t ortx_conv_direct_bf16_packed_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const struct ortx_conv_params *transposed);
