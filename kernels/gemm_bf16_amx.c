@@ -144,10 +144,11 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
     if (nt == 2) _tile_zero(1);
     if (mt == 2) _tile_zero(2);
     if (mt == 2 && nt == 2) _tile_zero(3);
-    for (int64_t t = 0; t < taps; t++) {
-        const uint32_t *words = x + tap_offsets[t];
-        const uint16_t *at = a + t * chunks * CHUNK;
-        for (int64_t h = 0; h < chunks; h++, words += ORTX_BGEMM_TILE_PAIRS * plane_words, at += CHUNK) {
+    const uint16_t *at = a;
+    for (int64_t h = 0; h < chunks; h++) {
+        const uint32_t *chunk = x + h * ORTX_BGEMM_TILE_PAIRS * plane_words;
+        for (int64_t t = 0; t < taps; t++, at += CHUNK) {
+            const uint32_t *words = chunk + tap_offsets[t];
             _tile_loadd(4, at, 64);
             _tile_loadd(6, words, b_bytes);
             if (nt == 2) _tile_loadd(7, words + NR, b_bytes);
@@ -239,10 +240,11 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
     if (nt == 2) _tile_zero(1);
     if (mt == 2) _tile_zero(2);
     if (mt == 2 && nt == 2) _tile_zero(3);
-    for (int64_t t = 0; t < taps; t++) {
-        const uint32_t *words = x + tap_offsets[t];
-        const uint16_t *at = a + t * chunks * CHUNK;
-        for (int64_t h = 0; h < chunks; h++, words += ORTX_BGEMM_TILE_PAIRS * plane_words, at += CHUNK) {
+    const uint16_t *at = a;
+    for (int64_t h = 0; h < chunks; h++) {
+        const uint32_t *chunk = x + h * ORTX_BGEMM_TILE_PAIRS * plane_words;
+        for (int64_t t = 0; t < taps; t++, at += CHUNK) {
+            const uint32_t *words = chunk + tap_offsets[t];
             _tile_loadd(4, at, 64);
             _tile_loadd(6, words, b_bytes);
             if (nt == 2) _tile_loadd(7, words + NR, b_bytes);
