@@ -2,6 +2,8 @@
 on a session: which layers run sparse (sess.assignment) and outputs equal to onnxruntime's."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnxruntime
 import pytest
@@ -11,8 +13,8 @@ from ortx.ep.compile_nodes import infer_shapes
 from ortx.ep.options import parse_providers
 from ortx.tune.fingerprint import current
 from ortx.tune.records import TuningDatabase, TuningRecord
-from ortx.tune.sparse_choice import (MARGIN, PRIOR_MIN_ZEROS, SPARSE_TEMPLATE, SparseChoice, SparsePolicy, signature,
-                                     zero_fraction)
+from ortx.tune.sparse_choice import (MARGIN, PRIOR_MIN_ZEROS, QUICK, SPARSE_TEMPLATE, SparseChoice, SparsePolicy,
+                                     measure, signature, zero_fraction)
 from tests import _models
 from tests.kernels.test_sparse import _conv_model
 from tests.tolerances import assert_close
@@ -26,11 +28,13 @@ def _node(zeros=0.9):
 
 
 def _record(database, zeros, engine_ms: dict, created=1.0):
+    """engine_ms: (engine, block_rows) -> one ms, or a list of per-round ms (one measurement: one `created`)."""
     key = database.add_fingerprint(current())
-    for (engine, block_rows), ms in engine_ms.items():
+    for (engine, block_rows), rounds in engine_ms.items():
         schedule = {"engine": "dense"} if engine == "dense" else {"engine": "sparse", "block_rows": block_rows}
-        database.add(TuningRecord(signature("conv", SHAPE, zeros, 2), key, SPARSE_TEMPLATE, schedule, "ok", ms,
-                                  source="test", created=created))
+        for index, ms in enumerate(rounds if isinstance(rounds, list) else [rounds]):
+            database.add(TuningRecord(signature("conv", SHAPE, zeros, 2), key, SPARSE_TEMPLATE,
+                                      {**schedule, "round": index}, "ok", ms, source="test", created=created))
 
 
 def test_prior_without_records(tmp_path):
@@ -40,6 +44,7 @@ def test_prior_without_records(tmp_path):
         assert policy.choose(node, "conv", SHAPE, PRIOR_MIN_ZEROS, 2) == SparseChoice("sparse", 1, "prior")
         assert policy.choose(node, "conv", SHAPE, 0.6, 2).engine == "dense"
         assert policy.choose(node, "conv", SHAPE, 0.1, 2).engine == "dense"
+        assert policy.decisions[node.name].times == () and policy.decisions[node.name].worst_ratio is None
     assert not (tmp_path / "missing.sqlite").exists()  # "cached" reads, never creates
     with pytest.raises(ValueError, match="tuning mode 'fast'"):
         SparsePolicy("fast")
@@ -65,20 +70,78 @@ def test_records_override_the_prior_and_give_the_crossover(tmp_path):
     assert policy.choose(node, "conv", SHAPE, 0.9, 2) == SparseChoice("dense", 1, "record")
 
 
-def test_quick_measures_and_records_every_engine(tmp_path):
+def test_sparse_must_win_every_round_and_the_decision_shows_why(tmp_path):
+    """Issue #9's 50% defect: one median per engine let a lucky run pick sparse for layers the session then ran
+    slower. Sparse must beat MARGIN x dense in every round of one measurement, paired round by round."""
+    path = str(tmp_path / "tuning.sqlite")
+    node = _node()
+    with TuningDatabase(path) as database:  # faster by median (0.5 vs 1.0), but one round 1.2x dense: noise
+        _record(database, 0.5, {("dense", 1): [1.0, 1.0, 1.0], ("sparse", 1): [0.5, 1.2, 0.5],
+                                ("sparse", 4): [0.95, 0.96, 0.94]})
+    policy = SparsePolicy("cached", path)
+    assert policy.choose(node, "conv", SHAPE, 0.5, 2) == SparseChoice("dense", 1, "record")
+    decision = policy.decisions[node.name]
+    assert decision.worst_ratio == pytest.approx(1.2)
+    assert dict(decision.times) == {"dense": (1.0, 1.0, 1.0), "CSR": (0.5, 1.2, 0.5), "4x1 CSR": (0.95, 0.96, 0.94)}
+    assert "dense (record)" in decision.describe() and "worst round sparse/dense 1.20" in decision.describe()
+    with TuningDatabase(path) as database:  # a slow round hits both engines alike: paired, sparse still wins
+        _record(database, 0.5, {("dense", 1): [1.0, 2.0, 1.0], ("sparse", 1): [0.5, 1.0, 0.5]}, created=2.0)
+    assert policy.choose(node, "conv", SHAPE, 0.5, 2) == SparseChoice("sparse", 1, "record")
+    assert policy.decisions[node.name].worst_ratio == pytest.approx(0.5)
+
+
+def test_quick_measures_and_records_every_engine_and_round(tmp_path):
     path = str(tmp_path / "tuning.sqlite")
     node = _node()
     zeros = zero_fraction(np.asarray(node.inputs[1].const_value.numpy()))
-    choice = SparsePolicy("quick", path).choose(node, "conv", SHAPE, zeros, 2)
+    policy = SparsePolicy("quick", path)
+    choice = policy.choose(node, "conv", SHAPE, zeros, 2)
     with TuningDatabase(path) as database:
         rows = database.records(signature("conv", SHAPE, zeros, 2))
-    assert sorted((row.schedule["engine"], row.schedule.get("block_rows", 1)) for row in rows) == [
-        ("dense", 1), ("sparse", 1), ("sparse", 4)]
-    assert all(row.status == "ok" and row.median_ms > 0 for row in rows)
-    times = {(row.schedule["engine"], row.schedule.get("block_rows", 1)): row.median_ms for row in rows}
-    sparse_ms, block_rows = min((times[("sparse", r)], r) for r in (1, 4))
-    expected = ("sparse", block_rows) if sparse_ms < MARGIN * times[("dense", 1)] else ("dense", 1)
+    rounds = QUICK[0]
+    assert sorted((row.schedule["engine"], row.schedule.get("block_rows", 1), row.schedule["round"]) for row in rows) \
+        == sorted((engine, block_rows, index) for engine, block_rows in (("dense", 1), ("sparse", 1), ("sparse", 4))
+                  for index in range(rounds))
+    assert all(row.status == "ok" and row.median_ms > 0 for row in rows) and len({row.created for row in rows}) == 1
+    times = {}
+    for row in rows:
+        times.setdefault((row.schedule["engine"], row.schedule.get("block_rows", 1)), {})[row.schedule["round"]] = \
+            row.median_ms
+    best = min((1, 4), key=lambda r: float(np.median(list(times[("sparse", r)].values()))))
+    worst = max(times[("sparse", best)][i] / times[("dense", 1)][i] for i in range(rounds))
+    expected = ("sparse", best) if worst < MARGIN else ("dense", 1)
     assert (choice.engine, choice.block_rows) == expected and choice.source == "record"
+    assert policy.decisions[node.name].worst_ratio == pytest.approx(worst)
+
+
+def test_measurement_runs_on_aligned_memory_like_a_session(monkeypatch):
+    """The candidates run on an arena and tensors that start on 64-byte lines, as a session's do: on numpy's 16-byte
+    alignment the sparse kernels ran 2x slower than in the session (issue #9), and dense won layers it loses there."""
+    import ortx.ep.compile_nodes
+
+    seen = []
+
+    class Recording:
+        def __init__(self, program):
+            self.program = program
+
+        def run(self, arena, externals, num_threads, *args):
+            seen.append((arena.__array_interface__["data"][0], [int(address) for address in externals]))
+            return self.program.run(arena, externals, num_threads, *args)
+
+    real = ortx.ep.compile_nodes.compile_segment
+
+    def recording_compile(*args, **kwargs):
+        compiled = real(*args, **kwargs)
+        return dataclasses.replace(compiled, program=Recording(compiled.program))
+
+    monkeypatch.setattr(ortx.ep.compile_nodes, "compile_segment", recording_compile)
+    measured = measure(_node(), 2, 2, 3)
+    assert set(measured) == {SparseChoice("dense", 1, "measured"), SparseChoice("sparse", 1, "measured"),
+                             SparseChoice("sparse", 4, "measured")}
+    assert all(len(rounds) == 2 and min(rounds) > 0 for rounds in measured.values())
+    assert len(seen) == 3 * (1 + 2 * 3)  # a warm-up and 2 rounds of 3 runs per candidate
+    assert all(arena % 64 == 0 and all(address % 64 == 0 for address in externals) for arena, externals in seen)
 
 
 def _pruned(model, zeros):
@@ -108,6 +171,16 @@ def test_session_reports_sparse_layers_and_matches_onnxruntime(tmp_path):
     convs = [row.name for row in session.assignment if row.op_type == "Conv"]
     assert sparse and set(sparse) <= set(convs) | {row.name for row in session.assignment if row.op_type == "Gemm"}
     assert "run sparse (CSR) kernels" in str(session.assignment)
+    decisions = {decision.node: decision for decision in session.assignment.sparse_choices}
+    assert decisions and all(decision.choice.source == "prior" and decision.times == () for decision in decisions.values())
+    measured = ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                     provider_options=[{"tuning": "off", "jit": "off", "sparse": "measure",
+                                                        "jit_cache_dir": str(tmp_path)}, {}])
+    assert_close(measured.run(None, {"input": x})[0], expected)
+    for decision in measured.assignment.sparse_choices:  # the choice and the times it rests on, in the table
+        assert decision.choice.source == "record" and {label for label, _ in decision.times} == {
+            "dense", "CSR", "4x1 CSR"} and decision.worst_ratio > 0
+        assert f"sparse choice {decision.describe()}" in str(measured.assignment)
     dense = ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                   provider_options=[{"tuning": "off", "jit": "off", "sparse": "off"}, {}])
     assert_close(dense.run(None, {"input": x})[0], expected)
