@@ -156,6 +156,8 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
     device fails to compile is kept off that device, and we try again. With `jit` (and jit.jit set), each CPU
     segment is then also compiled to C (ortx.codegen.jit), with the per-step thread counts `tuning` tunes or finds
     recorded (ortx.tune.step_threads). Returns (segments, CPU programs, device programs, placement)."""
+    from ortx.tune.sparse_choice import check_segment
+
     devices = devices or DeviceSettings()
     by_name = {device.name: device for device in devices.devices}
     excluded: dict[str, set[str]] = {}
@@ -170,9 +172,11 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
                 continue
             try:
                 if segment.device == CPU:
-                    programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                         num_threads=num_threads, precision=precision,
-                                                         sparse_policy=sparse_policy)
+                    programs[position] = check_segment(
+                        lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
+                                                       num_threads=num_threads, precision=precision,
+                                                       sparse_policy=policy),
+                        sparse_policy, segment.inputs, segment.outputs, num_threads)
                 else:
                     device_programs[position] = by_name[segment.device].backend_module().compile(
                         segment.nodes, segment.inputs, segment.outputs, num_threads=num_threads)
@@ -393,7 +397,8 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT",
                              _bf16_nodes(programs), _sparse_nodes(programs), placed)
-    assignment.sparse_choices = tuple(getattr(sparse_policy, "decisions", {}).values())
+    assignment.sparse_choices = tuple(getattr(sparse_policy, "decisions", {}).values()) + tuple(
+        getattr(sparse_policy, "segment_checks", ()))
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 

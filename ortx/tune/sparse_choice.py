@@ -16,12 +16,15 @@
    the same shape at other zero fractions give the crossover: sparse when sparse won at a fraction <= this one,
    dense when dense won at a fraction >= this one.
 5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more.
-Every layer considered is kept in SparsePolicy.decisions (the choice, its source and the rounds' times), which the
-session shows as sess.assignment.sparse_choices.
+6. Segment check (measuring modes only, check_segment): a segment with sparse layers is timed in rounds against the
+   same segment all dense, and runs all dense unless faster in every round.
+Every layer considered is kept in SparsePolicy.decisions (the choice, its source and the rounds' times), each check
+in SparsePolicy.segment_checks; the session shows both as sess.assignment.sparse_choices.
 OrtxEP's provider option "sparse" (SPARSE_OPTIONS): "auto" as above, "measure" runs step 3 whatever the tuning mode,
 "off" keeps every layer dense (ForcedPolicy; also what the measurement compiles each candidate with).
-Limits: the measurement runs the step interpreter (no JIT), single layers with random inputs (cache state of a
-whole network differs); SPARSE_TEMPLATE carries the kernel build (fingerprint.kernels_build), so a rebuild measures again.
+Limits: the measurements run the step interpreter (no JIT) on random inputs; a layer timed alone misses the cache
+state of the whole network (step 6 checks the segment, not each layer in it); segments with non-float inputs are
+not checked; SPARSE_TEMPLATE carries the kernel build (fingerprint.kernels_build), so a rebuild measures again.
 """
 from __future__ import annotations
 
@@ -107,6 +110,7 @@ class SparsePolicy:
     decisions: dict = dataclasses.field(default_factory=dict)  # node name -> SparseDecision, in choice order
     _fingerprint: object = dataclasses.field(default=None, repr=False)
     _measured: set = dataclasses.field(default_factory=set, repr=False)  # signatures measured by this policy
+    segment_checks: list = dataclasses.field(default_factory=list)  # SegmentCheck per segment checked (step 6)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -225,26 +229,53 @@ def _record(database, fingerprint: str, key: str, measured: dict[SparseChoice, l
                                       source, created))
 
 
+def _aligned_tensors(values, rng) -> tuple[list[np.ndarray], np.ndarray]:
+    """Arrays for `values` on 64-byte lines (inputs first, filled from rng; then outputs) and their addresses."""
+    from ortx.ep.lowering._values import numpy_dtype, static_shape
+    from ortx.memory.lifetimes import aligned_empty
+
+    arrays = []
+    for value in values:
+        shape, dtype = static_shape(value), numpy_dtype(value)
+        arrays.append(aligned_empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype).reshape(shape))
+    return arrays, np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
+
+
+def _time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds: int, runs: int) -> dict:
+    """Per key of `programs` (key -> compiled program), the median ms of each round; programs alternate run by run,
+    each on its own 64-byte aligned arena, after one warm-up run."""
+    from ortx.memory.lifetimes import aligned_empty
+
+    arenas = {key: aligned_empty(compiled.arena_bytes) for key, compiled in programs.items()}
+    for key, compiled in programs.items():
+        compiled.program.run(arenas[key], externals, num_threads)
+    medians: dict = {key: [] for key in programs}
+    for _ in range(rounds):
+        times: dict = {key: [] for key in programs}
+        for _ in range(runs):
+            for key, compiled in programs.items():
+                start = time.perf_counter()
+                compiled.program.run(arenas[key], externals, num_threads)
+                times[key].append((time.perf_counter() - start) * 1e3)
+        for key, values in times.items():
+            medians[key].append(statistics.median(values))
+    return medians
+
+
 def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[SparseChoice, list[float] | str]:
     """Per candidate (dense, CSR, 4x1-blocked CSR programs of the node alone), the median ms of each of `rounds`
     rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run gets its
     error message instead. Arena and tensors start on 64-byte lines, as in a session (ortx.ep.runtime.RunContext;
     ORT's tensors): on numpy's 16-byte alignment the sparse kernels ran up to 2x slower than in the session."""
     from ortx.ep.compile_nodes import compile_segment
-    from ortx.ep.lowering._values import constant_value, numpy_dtype, static_shape
-    from ortx.memory.lifetimes import aligned_empty
-
-    def tensor(value):
-        shape, dtype = static_shape(value), numpy_dtype(value)
-        return aligned_empty(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize).view(dtype).reshape(shape)
+    from ortx.ep.lowering._values import constant_value
 
     inputs = [value for value in node.inputs if value is not None and constant_value(value) is None]
     outputs = [node.outputs[0]]
     rng = np.random.default_rng(0)
-    arrays = [tensor(value) for value in inputs + outputs]
+    arrays, externals = _aligned_tensors(inputs + outputs, rng)
     for array in arrays[:len(inputs)]:
         array[...] = rng.standard_normal(array.shape)
-    externals = np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
     candidates = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
                   SparseChoice("sparse", 4, "forced"))
     programs, results = {}, {}
@@ -252,21 +283,65 @@ def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[Spa
         try:
             compiled = compile_segment([node], inputs, outputs, num_threads=num_threads,
                                        sparse_policy=ForcedPolicy(choice))
-            arena = aligned_empty(compiled.arena_bytes)
-            compiled.program.run(arena, externals, num_threads)  # warm-up
-            programs[choice] = (compiled, arena)
+            _time_rounds({choice: compiled}, externals, num_threads, 0, 0)  # runs once: a failure is data
+            programs[choice] = compiled
         except Exception as error:  # noqa: BLE001  (recorded as the candidate's failure)
             results[dataclasses.replace(choice, source="measured")] = f"{type(error).__name__}: {error}"
-    medians: dict[SparseChoice, list[float]] = {choice: [] for choice in programs}
-    for _ in range(rounds):
-        times: dict[SparseChoice, list[float]] = {choice: [] for choice in programs}
-        for _ in range(runs):
-            for choice, (compiled, arena) in programs.items():
-                start = time.perf_counter()
-                compiled.program.run(arena, externals, num_threads)
-                times[choice].append((time.perf_counter() - start) * 1e3)
-        for choice, values in times.items():
-            medians[choice].append(statistics.median(values))
-    for choice, values in medians.items():
+    for choice, values in _time_rounds(programs, externals, num_threads, rounds, runs).items():
         results[dataclasses.replace(choice, source="measured")] = values
     return results
+
+
+# Step 6: the segment check ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SegmentCheck:
+    """The whole segment with the layers' sparse choices against the same segment all dense, timed in rounds."""
+    first_node: str
+    sparse_nodes: tuple[str, ...]
+    sparse_ms: tuple[float, ...]
+    dense_ms: tuple[float, ...]
+    kept: bool  # the sparse choices stand (else every layer of the segment runs dense)
+
+    @property
+    def worst_ratio(self) -> float:
+        return max(sparse / dense for sparse, dense in zip(self.sparse_ms, self.dense_ms))
+
+    def describe(self) -> str:
+        rounds = lambda values: "/".join(f"{ms:.3f}" for ms in values)  # noqa: E731
+        return (f"segment from {self.first_node} with {len(self.sparse_nodes)} sparse layers: "
+                f"{rounds(self.sparse_ms)} ms vs all dense {rounds(self.dense_ms)} ms, worst round "
+                f"{self.worst_ratio:.2f} -> {'sparse layers kept' if self.kept else 'all dense'}")
+
+
+def check_segment(compile_with, policy, inputs: list[ir.Value], outputs: list[ir.Value], num_threads: int):
+    """Step 6: `compile_with(policy)` -> CompiledProgram. When `policy` measures (tuning "quick"/"full" or option
+    "measure") and its choices put a sparse kernel in the segment, the segment is also compiled all dense and both are
+    timed in rounds on random inputs; the sparse program is kept only when it is faster in every round (layers
+    timed alone miss the cache state and the other steps of the whole segment). Returns the program to run."""
+    program = compile_with(policy)
+    sparse_nodes = tuple(dict.fromkeys(step.node for step in program.steps if step.kernel.startswith("sparse_")))
+    if not isinstance(policy, SparsePolicy) or policy.mode not in ("quick", "full") or not sparse_nodes:
+        return program
+    if not all(value.dtype is not None and np.dtype(value.dtype.numpy()).kind == "f" for value in inputs):
+        logger.debug("ortx sparse choice: segment from %s not checked (non-float inputs)", sparse_nodes[0])
+        return program  # random integers could be out-of-range indices
+    dense = compile_with(ForcedPolicy(SparseChoice("dense", source="segment check")))
+    rng = np.random.default_rng(0)
+    arrays, externals = _aligned_tensors(list(inputs) + list(outputs), rng)
+    for array in arrays[:len(inputs)]:
+        array[...] = rng.standard_normal(array.shape)
+    rounds, runs = QUICK if policy.mode == "quick" else FULL
+    times = _time_rounds({"sparse": program, "dense": dense}, externals, num_threads, rounds, runs)
+    check = SegmentCheck(program.step_nodes[0] if program.step_nodes else "", sparse_nodes, tuple(times["sparse"]),
+                         tuple(times["dense"]), kept=False)
+    check = dataclasses.replace(check, kept=check.worst_ratio < 1.0)
+    policy.segment_checks.append(check)
+    logger.debug("ortx sparse choice: %s", check.describe())
+    if check.kept:
+        return program
+    for name in sparse_nodes:
+        if name in policy.decisions:
+            policy.decisions[name] = dataclasses.replace(policy.decisions[name],
+                                                         choice=SparseChoice("dense", source="segment check"))
+    return dense

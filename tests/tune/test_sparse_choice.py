@@ -13,8 +13,8 @@ from ortx.ep.compile_nodes import infer_shapes
 from ortx.ep.options import parse_providers
 from ortx.tune.fingerprint import current
 from ortx.tune.records import TuningDatabase, TuningRecord
-from ortx.tune.sparse_choice import (MARGIN, PRIOR_MIN_ZEROS, QUICK, SPARSE_TEMPLATE, SparseChoice, SparsePolicy,
-                                     measure, signature, zero_fraction)
+from ortx.tune.sparse_choice import (MARGIN, PRIOR_MIN_ZEROS, QUICK, SPARSE_TEMPLATE, SegmentCheck, SparseChoice,
+                                     SparseDecision, SparsePolicy, measure, signature, zero_fraction)
 from tests import _models
 from tests.kernels.test_sparse import _conv_model
 from tests.tolerances import assert_close
@@ -140,8 +140,44 @@ def test_measurement_runs_on_aligned_memory_like_a_session(monkeypatch):
     assert set(measured) == {SparseChoice("dense", 1, "measured"), SparseChoice("sparse", 1, "measured"),
                              SparseChoice("sparse", 4, "measured")}
     assert all(len(rounds) == 2 and min(rounds) > 0 for rounds in measured.values())
-    assert len(seen) == 3 * (1 + 2 * 3)  # a warm-up and 2 rounds of 3 runs per candidate
+    assert len(seen) == 3 * (2 + 2 * 3)  # per candidate: a first run (its failure is data), a warm-up, 2 rounds of 3
     assert all(arena % 64 == 0 and all(address % 64 == 0 for address in externals) for arena, externals in seen)
+
+
+@pytest.mark.parametrize("sparse_ms, kept", [([0.5, 0.6, 0.5], True), ([0.5, 1.1, 0.5], False)])
+def test_segment_check_keeps_sparse_only_when_the_whole_segment_is_faster(tmp_path, monkeypatch, sparse_ms, kept):
+    """Step 6: layers timed alone can each win while the segment they sit in runs slower (issue #9's BERT-like block
+    at 50%); the segment with its sparse layers must beat the same segment all dense in every round."""
+    import ortx.tune.sparse_choice as sparse_choice
+    from ortx.ep.compile_nodes import compile_segment
+
+    model = infer_shapes(_pruned(_models.resnet18_style(size=32), 0.9))
+    nodes = list(model.graph)[:4]
+    inputs, outputs = [model.graph.inputs[0]], [nodes[-1].outputs[0]]
+    timed = []
+
+    def fake_rounds(programs, externals, num_threads, rounds, runs):
+        timed.append(sorted(programs))
+        return {"sparse": sparse_ms, "dense": [1.0, 1.0, 1.0]}
+
+    monkeypatch.setattr(sparse_choice, "_time_rounds", fake_rounds)
+    policy = SparsePolicy("cached", str(tmp_path / "tuning.sqlite"))  # not measuring: no check, no dense compile
+    compile_with = lambda chosen: compile_segment(nodes, inputs, outputs, num_threads=2, sparse_policy=chosen)  # noqa
+    program = sparse_choice.check_segment(compile_with, policy, inputs, outputs, 2)
+    assert any(step.kernel.startswith("sparse_") for step in program.steps) and not timed
+    policy = SparsePolicy("quick", None)  # measuring: every candidate layer sparse here, then the check
+    monkeypatch.setattr(SparsePolicy, "choose", lambda self, node, kind, shape_text, zeros, threads: (
+        self.decisions.setdefault(node.name, sparse_choice.SparseDecision(node.name, zeros, SparseChoice(
+            "sparse", 1, "record"))).choice))
+    program = sparse_choice.check_segment(compile_with, policy, inputs, outputs, 2)
+    assert timed == [["dense", "sparse"]]
+    check = policy.segment_checks[0]
+    assert check.kept is kept and check.worst_ratio == pytest.approx(max(sparse_ms))
+    assert check.sparse_nodes and set(check.sparse_nodes) <= {node.name for node in nodes}
+    runs_sparse = any(step.kernel.startswith("sparse_") for step in program.steps)
+    assert runs_sparse is kept
+    assert all(policy.decisions[name].choice.engine == ("sparse" if kept else "dense") for name in check.sparse_nodes)
+    assert ("sparse layers kept" if kept else "all dense") in check.describe()
 
 
 def _pruned(model, zeros):
@@ -172,15 +208,21 @@ def test_session_reports_sparse_layers_and_matches_onnxruntime(tmp_path):
     assert sparse and set(sparse) <= set(convs) | {row.name for row in session.assignment if row.op_type == "Gemm"}
     assert "run sparse (CSR) kernels" in str(session.assignment)
     decisions = {decision.node: decision for decision in session.assignment.sparse_choices}
-    assert decisions and all(decision.choice.source == "prior" and decision.times == () for decision in decisions.values())
+    assert decisions and all(decision.choice.source == "prior" and decision.times == ()
+                             for decision in decisions.values())
     measured = ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                      provider_options=[{"tuning": "off", "jit": "off", "sparse": "measure",
                                                         "jit_cache_dir": str(tmp_path)}, {}])
     assert_close(measured.run(None, {"input": x})[0], expected)
-    for decision in measured.assignment.sparse_choices:  # the choice and the times it rests on, in the table
-        assert decision.choice.source == "record" and {label for label, _ in decision.times} == {
+    layers = [item for item in measured.assignment.sparse_choices if isinstance(item, SparseDecision)]
+    checks = [item for item in measured.assignment.sparse_choices if isinstance(item, SegmentCheck)]
+    assert layers and len(checks) == measured.assignment.segments == 1
+    for decision in layers:  # the choice and the times it rests on, in the table
+        assert decision.choice.source in ("record", "segment check") and {label for label, _ in decision.times} == {
             "dense", "CSR", "4x1 CSR"} and decision.worst_ratio > 0
-        assert f"sparse choice {decision.describe()}" in str(measured.assignment)
+    for item in layers + checks:
+        assert f"sparse choice {item.describe()}" in str(measured.assignment)
+    assert bool(measured.assignment.sparse_nodes()) is checks[0].kept
     dense = ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                   provider_options=[{"tuning": "off", "jit": "off", "sparse": "off"}, {}])
     assert_close(dense.run(None, {"input": x})[0], expected)
