@@ -22,6 +22,18 @@ def write_section(path: str, heading: str, body: str) -> None:
     os.replace(handle.name, path)
 
 
+def host() -> str:
+    """The CPU a table was measured on, for its header: sessions have run on different hosts (an AMD EPYC with one
+    512-bit FMA per core, an Intel Xeon with two and AMX), and a ratio from one says little about the other."""
+    import platform
+
+    from ortx.tune.fingerprint import _cpuinfo
+    model, flags = _cpuinfo()
+    extras = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16", "amx_int8") if flag in flags]
+    return (f"{model or platform.machine()} ({len(os.sched_getaffinity(0))} cores"
+            f"{', ' + ' '.join(extras) if extras else ''})")
+
+
 def load_average() -> float:
     """The 1-minute load average (what the benchmarks print beside every measurement)."""
     return os.getloadavg()[0]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ sys.path.insert(0, ROOT)
 
 import onnx  # noqa: E402
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import compare  # noqa: E402
@@ -101,7 +100,7 @@ def main() -> int:
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     lines = [
-        f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
+        f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, bf16 path {_kernels.bf16_isa()}, {threads} for every "
         f"engine, median of {args.runs} runs interleaved in blocks of 4 (ortx.measure.compare) after warm-up, seeded "
         "random inputs. OrtxEP runs precision='bf16' (constant-weight GEMMs and dense convs in bf16 with fp32 "

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from benchmarks.quantize import ort_quantize_static  # noqa: E402
@@ -136,7 +135,7 @@ def main() -> int:
                   f"{100 * assignment.claimed_mac_share:.1f}%, {assignment.segments} segment(s)", flush=True)
     ratios = [times["OrtxEP int8"] / times[best] for _, _, times, _, best, _, _ in rows]
     lines = [
-        f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, kernel "
+        f"Measured {datetime.date.today()} on commit {commit}, {host()}, kernel "
         f"ISA {_kernels.selected_isa()}, {args.threads} threads for every engine, median of {args.runs} runs "
         f"interleaved in blocks of {BLOCK} after warm-up and {args.settle_ms:g} ms idle before each block (ORT's pool "
         f"threads spin 20-50 ms after a run); {args.samples} calibration inputs (seed 0; text images for "

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import host, write_section  # noqa: E402
 from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
 from ortx.model_io import load, to_ort_bytes  # noqa: E402
 from ortx.optimize import optimize  # noqa: E402
@@ -159,7 +158,7 @@ def main() -> int:
             versions[module] = __import__(module).__version__
         except ImportError:
             versions[module] = "not installed"
-    lines = [f"Measured {datetime.date.today()} on {platform.processor() or platform.machine()}, {os.cpu_count()} "
+    lines = [f"Measured {datetime.date.today()} on {host()}, {os.cpu_count()} "
              f"cores, ORT CPU with {args.threads} threads, {args.runs} interleaved runs per variant (median); "
              + ", ".join(f"{k} {v}" for k, v in versions.items()) + ". Command: `python benchmarks/passes.py`.",
              "", "Node count after each tool (fewer is better; every tool gets the input with its shape fixed):", "",

@@ -13,7 +13,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 import onnx  # noqa: E402
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import host, write_section  # noqa: E402
 from benchmarks.memory import models, peak_rss_mib  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import compare  # noqa: E402
@@ -62,7 +61,7 @@ def main() -> int:
     cnn_median = statistics.median(cnn_ratios) if len(cnn_ratios) == len(CNN_KEYS) else None
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [
-        f"Measured {datetime.date.today()} on commit {commit}, {platform.processor() or platform.machine()}, "
+        f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, {args.threads} thread{'s' if args.threads != 1 else ''} for both engines, OrtxEP tuning "
         f"{args.tuning!r}, median of {args.runs} runs "
         "interleaved in blocks of 4 (each block after 100 ms idle and one uncounted switch-over run, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "

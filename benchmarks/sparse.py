@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import host, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import BLOCK, SETTLE_S, random_feeds  # noqa: E402
@@ -118,7 +118,7 @@ def main() -> int:
                             text=True).stdout.strip()
     loads = [value for row in rows for value in row["load"]]
     lines = [
-        f"Measured {datetime.date.today()} on commit {commit}, kernel ISA {_kernels.selected_isa()}, {args.threads} "
+        f"Measured {datetime.date.today()} on commit {commit}, {host()}, kernel ISA {_kernels.selected_isa()}, {args.threads} "
         f"threads for every engine, host load {min(loads):.2f}-{max(loads):.2f} (1-min average, before/after each "
         f"model); `python benchmarks/sparse.py --runs {args.runs}`. Weights pruned per layer by magnitude "
         "(ortx.passes.prune_weights, layers of >= 1024 weights); OrtxEP sparse = provider option sparse='measure' "
