@@ -30,6 +30,8 @@ cdef extern from "ortx_kernels.h":
     int ortx_selected_isa() nogil
     int ortx_force_isa(int isa) nogil
     int ortx_cpu_has_avx512_bf16() nogil
+    int ortx_cpu_has_amx_bf16() nogil
+    int ortx_allow_amx(int allow) nogil
     const char *ortx_bf16_isa_name() nogil
     int ortx_kernel_count() nogil
     const ortx_kernel_entry *ortx_kernel_at(int index) nogil
@@ -84,8 +86,20 @@ def cpu_has_avx512_bf16():
     return bool(ortx_cpu_has_avx512_bf16())
 
 
+def cpu_has_amx_bf16():
+    """Whether this CPU has AMX-BF16 and the OS lets this process use tiles; the bf16 kernels then use tdpbf16ps."""
+    return bool(ortx_cpu_has_amx_bf16())
+
+
+def allow_amx(allow):
+    """Tests: False runs the vdpbf16ps path on an AMX CPU; returns whether AMX is now in use. Packed bf16 A operands
+    are in the format of the path selected when packed (gemm_bf16.h): pack again after switching."""
+    return bool(ortx_allow_amx(1 if allow else 0))
+
+
 def bf16_isa():
-    """The bf16 kernels' path in use: "avx512_bf16", or "portable" (no AVX512_BF16, or a lower ISA forced)."""
+    """The bf16 kernels' path in use: "amx_bf16", "avx512_bf16", or "portable" (no AVX512_BF16, or a lower ISA
+    forced)."""
     return ortx_bf16_isa_name().decode()
 
 

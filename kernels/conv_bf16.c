@@ -16,8 +16,9 @@
  * direct and pixel-rows forms have no bf16 counterpart.
  *
  * ints, floats, buffers: conv2d_f32's (kernels/conv.c); weights: per group, conv_pack_bf16's panels, groups
- * consecutive: Case 0's (ortx_conv_direct_weight_index), else gemm_pack_bf16's A panels of W_g as a
- * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_packed_elements(Cout/g, K, MR) values).
+ * consecutive: Case 0's (ortx_conv_direct_bf16_packed_index), else gemm_pack_bf16's A operand of W_g as a
+ * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_a_elements(Cout/g, K) values, in the format of the bf16 path
+ * selected when packing: tiles on AMX, else MR-row K-pair panels).
  * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, the
  * form (1: Case 0, 0: the others).
  * conv_pack_bf16: ints the 20 conv ints; buffers [0] the fp32 weights (Cout, Cin/g, KH, KW) [1] the packed
@@ -152,7 +153,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, g, y_offset);
             if (direct) {  /* Case 0 */
-                ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_elements(&p), Y + y_offset,
+                ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_packed_elements(&p), Y + y_offset,
                                       &epilogue, workspace, threads, NULL);
                 continue;
             }
@@ -167,8 +168,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
                 B.pack_b = ortx_conv_im2col_pack_b;
                 B.pack_context = &im2col;
             }
-            ortx_bgemm_operand A = {weights + g * ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR), NULL, 0, 0,
-                                    NULL, NULL, NULL};
+            ortx_bgemm_operand A = {weights + g * ortx_bgemm_a_elements(cout_g, K), NULL, 0, 0, NULL, NULL, NULL};
             ortx_bgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
         }
     }
@@ -184,13 +184,13 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
     if (ortx_conv_direct_bf16_applies(&p)) {
         out[0] = ortx_conv_direct_bf16_floats(&p) * (int64_t)sizeof(float);
-        out[1] = p.group * ortx_conv_direct_bf16_elements(&p);
+        out[1] = p.group * ortx_conv_direct_bf16_packed_elements(&p);
         out[2] = 1;
         return;
     }
     int64_t floats_needed = gemm_floats(&p, threads) + (use_planes(&p) ? planes_floats(&p) : 0);
     out[0] = floats_needed * (int64_t)sizeof(float);
-    out[1] = p.group * ortx_bgemm_packed_elements(p.out_channels / p.group, K, ORTX_BGEMM_MR);
+    out[1] = p.group * ortx_bgemm_a_elements(p.out_channels / p.group, K);
     out[2] = 0;
 }
 
@@ -206,7 +206,6 @@ void ortx_conv_pack_bf16(const int64_t *ints, const float *floats, void *const *
         ortx_conv_direct_pack_bf16(&p, weights, dst);
         return;
     }
-    int64_t each = ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
-    for (int64_t g = 0; g < p.group; g++)
-        ortx_bgemm_pack(weights + g * cout_g * K, cout_g, K, K, 1, ORTX_BGEMM_MR, 1.0f, dst + g * each);
+    int64_t each = ortx_bgemm_a_elements(cout_g, K);
+    for (int64_t g = 0; g < p.group; g++) ortx_bgemm_pack_a(weights + g * cout_g * K, cout_g, K, K, 1, 1.0f, dst + g * each);
 }

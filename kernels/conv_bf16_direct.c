@@ -16,7 +16,12 @@
  * Applies (ortx_conv_direct_bf16_applies) to convs with at least 8 input channels per group, other than 1x1
  * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds.
  * conv_transpose2d_bf16 (conv_transpose_bf16.c) runs it as a 1x1 conv whose step 3 scatters each tile (through a
- * per-thread scratch tile) into the ConvTranspose's output instead. Known limits: the planes of a group are
+ * per-thread scratch tile) into the ConvTranspose's output instead.
+ * The AMX form (bf16 paths with a_tiles; not the transposed one): the same planes with the channel pairs padded to a
+ * multiple of 16 with zero planes and K ordered (tap, 16-pair chunk), so the B tile of a chunk is 16 planes at one
+ * tap's offset (tileloadd's row stride: one plane); the weights per group are 16-row panels of [tap][chunk] 1 KB A
+ * tiles ([16 rows][16 pairs][2]); steps of 32 rows x 32 virtual pixels (isa->direct_tiles). Known limits: the
+ * padding costs up to 15 zero pairs per tap (Cin = 8: 3/4 of the work); the planes of a group are
  * workspace (2 bytes per input value and phase); a 1x1 conv at stride 2 fills one phase of four; small images
  * waste lanes on the dropped columns (7x7 outputs of a 3x3 conv: 64 lanes for 49 pixels).
  */
@@ -37,6 +42,18 @@ static int64_t channel_pairs(const ortx_conv_params *p) { return (p->in_channels
 
 static int64_t taps(const ortx_conv_params *p) { return p->kernel_height * p->kernel_width; }
 
+/* The AMX form's 16-pair chunks per tap, and whether the selected bf16 path is that form's. */
+static int64_t tile_chunks(const ortx_conv_params *p) {
+    return (channel_pairs(p) + ORTX_BGEMM_TILE_PAIRS - 1) / ORTX_BGEMM_TILE_PAIRS;
+}
+
+static int use_tiles(void) { return ortx_bgemm_select_isa()->a_tiles; }
+
+/* Channel pairs with planes: padded to whole chunks on the AMX form. */
+static int64_t plane_pairs(const ortx_conv_params *p) {
+    return use_tiles() ? tile_chunks(p) * ORTX_BGEMM_TILE_PAIRS : channel_pairs(p);
+}
+
 /* Virtual pixels up to the last output pixel (the last row's dropped columns are not computed). */
 static int64_t virtual_pixels(const ortx_conv_params *p, const ortx_conv_direct_geometry *g) {
     return (p->out_height - 1) * g->phase_width + p->out_width;
@@ -56,7 +73,7 @@ int ortx_conv_direct_bf16_applies(const ortx_conv_params *p) {
 
 int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *p) {
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
-    return ortx_round_up(channel_pairs(p) * g.channel_floats + SLACK_WORDS, 16) +
+    return ortx_round_up(plane_pairs(p) * g.channel_floats + SLACK_WORDS, 16) +
            ortx_round_up(channel_pairs(p) * taps(p), 16);
 }
 
@@ -73,15 +90,33 @@ int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int6
     return weight_index(channel_pairs(p) * taps(p), taps(p), m, c, tap);
 }
 
+/* The AMX form's weights: per 16-row panel, tile (tap, chunk) of 16 rows x 16 pairs. */
+static int64_t tiles_panel_elements(const ortx_conv_params *p) {
+    return taps(p) * tile_chunks(p) * ORTX_BGEMM_TILE_ROWS * ORTX_BGEMM_TILE_PAIRS * 2;
+}
+
+int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *p) {
+    if (!use_tiles()) return ortx_conv_direct_bf16_elements(p);
+    return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_TILE_ROWS) / ORTX_BGEMM_TILE_ROWS *
+           tiles_panel_elements(p);
+}
+
+int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
+    if (!use_tiles()) return ortx_conv_direct_weight_index(p, m, c, tap);
+    const int64_t rows = ORTX_BGEMM_TILE_ROWS, pairs = ORTX_BGEMM_TILE_PAIRS, pair = c / 2;
+    return m / rows * tiles_panel_elements(p) + ((pair / pairs * taps(p) + tap) * rows + m % rows) * pairs * 2 +
+           pair % pairs * 2 + c % 2;
+}
+
 void ortx_conv_direct_pack_bf16(const ortx_conv_params *p, const float *weights, uint16_t *dst) {
     int64_t cout_g = p->out_channels / p->group, cin_g = p->in_channels / p->group, area = taps(p);
-    int64_t each = ortx_conv_direct_bf16_elements(p), pairs = channel_pairs(p) * area;
+    int64_t each = ortx_conv_direct_bf16_packed_elements(p);
     memset(dst, 0, p->group * each * sizeof(uint16_t));
     for (int64_t g = 0; g < p->group; g++)
         for (int64_t m = 0; m < cout_g; m++)
             for (int64_t c = 0; c < cin_g; c++)
                 for (int64_t tap = 0; tap < area; tap++)
-                    dst[g * each + weight_index(pairs, area, m, c, tap)] =
+                    dst[g * each + ortx_conv_direct_bf16_packed_index(p, m, c, tap)] =
                         ortx_bf16_from_float(weights[((g * cout_g + m) * cin_g + c) * area + tap]);
 }
 
@@ -97,6 +132,7 @@ typedef struct direct_job {
     const ortx_gemm_epilogue *epilogue;
     int used_phase[64];  /* [qy * sw + qx], strides up to 8 */
     int64_t pixels, tiles, row_groups, panels_per_group;
+    int group_major;  /* the AMX form: unit u is row group u / tiles, tile u % tiles */
     const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
     float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
 } direct_job;
@@ -190,30 +226,39 @@ static void scatter_tile(const direct_job *job, const float *c, int64_t rows, in
     }
 }
 
+/* The vectors (1 or 2) of the tile at virtual pixel n0, each one's kept lanes and its first kept output. */
+static int tile_lanes(const direct_job *job, int64_t n0, uint32_t masks[2], int64_t at[2]) {
+    const int64_t width = job->geometry.phase_width, OW = job->params->out_width;
+    int vectors = job->pixels - n0 > ORTX_GEMM_NR ? 2 : 1;
+    int64_t row = n0 / width, column = n0 % width;
+    masks[0] = masks[1] = 0;
+    at[0] = at[1] = 0;
+    for (int v = 0; v < vectors; v++) {
+        int first = 1;
+        for (int64_t lane = 0; lane < ORTX_GEMM_NR; lane++, column++) {
+            if (column == width) row++, column = 0;
+            if (column >= OW || row * width + column >= job->pixels) continue;
+            masks[v] |= 1u << lane;
+            if (first) at[v] = row * OW + column;
+            first = 0;
+        }
+    }
+    return vectors;
+}
+
 /* Steps 2-3 for units [begin, end): unit u is tile u / row_groups, row group u % row_groups. */
 static void run_units(void *context, int64_t begin, int64_t end, int thread) {
     const direct_job *job = context;
     const ortx_conv_params *p = job->params;
-    const int64_t width = job->geometry.phase_width, OW = p->out_width, N = p->out_height * OW;
+    const int64_t N = p->out_height * p->out_width;
     const int64_t cout_g = p->out_channels / p->group, pairs = channel_pairs(p) * taps(p);
     const ortx_gemm_epilogue identity = {.alpha = 1.0f};
     float *scratch = job->scratch + thread * ORTX_BGEMM_MR * TILE_PIXELS;
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
-        int vectors = job->pixels - n0 > ORTX_GEMM_NR ? 2 : 1;
-        uint32_t masks[2] = {0, 0};
-        int64_t at[2] = {0, 0};
-        int64_t row = n0 / width, column = n0 % width;
-        for (int v = 0; v < vectors; v++) {
-            int first = 1;
-            for (int64_t lane = 0; lane < ORTX_GEMM_NR; lane++, column++) {
-                if (column == width) row++, column = 0;
-                if (column >= OW || row * width + column >= job->pixels) continue;
-                masks[v] |= 1u << lane;
-                if (first) at[v] = row * OW + column;
-                first = 0;
-            }
-        }
+        uint32_t masks[2];
+        int64_t at[2];
+        int vectors = tile_lanes(job, n0, masks, at);
         int64_t panel_end = min64((group + 1) * job->panels_per_group * ORTX_BGEMM_MR, cout_g);
         for (int64_t row0 = group * job->panels_per_group * ORTX_BGEMM_MR; row0 < panel_end; row0 += ORTX_BGEMM_MR) {
             /* the last panel of a tile fetches the next tile's words: the planes' rows are too many streams for the
@@ -234,6 +279,31 @@ static void run_units(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* The AMX form's steps 2-3 for units [begin, end): 32 rows (two 16-row panels) at a time. Group-major units (the
+ * weights outweigh the planes) read each group's weights from memory once and from L2 for the group's other tiles,
+ * and give each thread its own rows: tile-major units on few tiles streamed all the weights per tile and thread
+ * (ResNet's 512 @7x7: 4.7 MB of weights for 2 tiles). */
+static void run_tile_units(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->params;
+    const int64_t N = p->out_height * p->out_width, cout_g = p->out_channels / p->group;
+    const int64_t rows_per_group = job->panels_per_group * ORTX_BGEMM_TILE_ROWS, panel = tiles_panel_elements(p);
+    for (int64_t unit = begin; unit < end; unit++) {
+        int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
+        if (job->group_major) n0 = unit % job->tiles * TILE_PIXELS, group = unit / job->tiles;
+        uint32_t masks[2];
+        int64_t at[2];
+        int vectors = tile_lanes(job, n0, masks, at);
+        int64_t row_end = min64((group + 1) * rows_per_group, cout_g);
+        for (int64_t row0 = group * rows_per_group; row0 < row_end; row0 += 2 * ORTX_BGEMM_TILE_ROWS)
+            job->isa->direct_tiles(taps(p), tile_chunks(p), job->weights + row0 / ORTX_BGEMM_TILE_ROWS * panel, panel,
+                                   job->planes + n0, job->offsets, job->geometry.channel_floats, vectors, masks, at,
+                                   job->y + row0 * N, N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
+                                   job->epilogue, row0);
+    }
+}
+
 void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const ortx_conv_params *transposed) {
@@ -242,9 +312,10 @@ void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint
                       .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);
-    int32_t *offsets = (int32_t *)(workspace + ortx_round_up(cps * g->channel_floats + SLACK_WORDS, 16));
+    const int tiles = !transposed && job.isa->a_tiles;
+    int32_t *offsets = (int32_t *)(workspace + ortx_round_up(plane_pairs(p) * g->channel_floats + SLACK_WORDS, 16));
     memset(job.used_phase, 0, sizeof(job.used_phase));
-    for (int64_t q = 0; q < cps * area; q++) {
+    for (int64_t q = 0; q < (tiles ? area : cps * area); q++) {  /* the AMX form: one offset per tap */
         int64_t tap = q % area, dy = tap / p->kernel_width * p->dilation_height;
         int64_t dx = tap % p->kernel_width * p->dilation_width;
         int64_t phase = dy % sh * sw + dx % sw;
@@ -253,21 +324,26 @@ void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint
                                dx / sw);
     }
     job.offsets = offsets;
-    memset(job.planes + cps * g->channel_floats, 0, SLACK_WORDS * sizeof(uint32_t));
+    memset(job.planes + cps * g->channel_floats, 0,
+           ((tiles ? plane_pairs(p) - cps : 0) * g->channel_floats + SLACK_WORDS) * sizeof(uint32_t));
     /* as in ortx_sgemm: below ~2M multiply-adds one thread */
     int64_t cout_g = p->out_channels / p->group;
     if ((double)cout_g * p->out_height * p->out_width * cps * 2 * area < 128.0 * 128 * 128) threads = 1;
     ortx_parallel_range(threads, cps, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_pairs, &job);
     job.pixels = virtual_pixels(p, g);
     job.tiles = (job.pixels + TILE_PIXELS - 1) / TILE_PIXELS;
-    int64_t panels = ortx_round_up(cout_g, ORTX_BGEMM_MR) / ORTX_BGEMM_MR;
+    int64_t panel_rows = tiles ? ORTX_BGEMM_TILE_ROWS : ORTX_BGEMM_MR;
+    int64_t panels = ortx_round_up(cout_g, panel_rows) / panel_rows;
     /* row groups so that every thread has a few units when the tiles are few (small images, many channels) */
     int64_t groups = (2 * (int64_t)ORTX_TASKS_PER_THREAD * threads + job.tiles - 1) / job.tiles;
     groups = groups < 1 ? 1 : (groups > panels ? panels : groups);
+    job.group_major = tiles && cout_g * channel_pairs(p) * area > plane_pairs(p) * g->channel_floats;
+    if (job.group_major) groups = (panels + 1) / 2;  /* one 32-row step each: its weights stay in L2 */
     job.panels_per_group = (panels + groups - 1) / groups;
     job.row_groups = (panels + job.panels_per_group - 1) / job.panels_per_group;
     int64_t units = job.tiles * job.row_groups;
-    ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, run_units, &job);
+    ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, tiles ? run_tile_units : run_units,
+                        &job);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

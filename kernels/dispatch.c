@@ -61,6 +61,44 @@ int ortx_cpu_has_avx512_bf16(void) {
     return cpu_bf16;
 }
 
+static int cpu_amx = -1;
+static int amx_allowed = 1;
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ARCH_REQ_XCOMP_PERM 0x1023 /* linux/arch/x86/include/uapi/asm/prctl.h */
+#define XFEATURE_XTILEDATA 18
+
+static int detect_amx_bf16(void) {
+    unsigned eax, ebx, ecx, edx;
+    if (!ortx_cpu_has_avx512_bf16() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
+    if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return 0;  /* AMX-TILE, AMX-BF16 */
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return 0;  /* OSXSAVE */
+    unsigned xcr0_low, xcr0_high;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    if ((xcr0_low & (3u << 17)) != (3u << 17)) return 0;  /* XTILECFG and XTILEDATA enabled by the OS */
+    /* Linux >= 5.16 grants tile data per process on request; every thread may then load a tile config */
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+#else
+static int detect_amx_bf16(void) { return 0; }
+#endif
+
+int ortx_cpu_has_amx_bf16(void) {
+    if (cpu_amx < 0) cpu_amx = detect_amx_bf16();
+    return cpu_amx;
+}
+
+int ortx_amx_allowed(void) { return amx_allowed; }
+
+int ortx_allow_amx(int allow) {
+    amx_allowed = allow != 0;
+    return amx_allowed && ortx_cpu_has_amx_bf16();
+}
+
 static int cpu_isa = -1;
 static int selected_isa = -1;
 

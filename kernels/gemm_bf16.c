@@ -25,9 +25,15 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 const ortx_bgemm_isa *ortx_bgemm_select_isa(void) {
-    if (ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16()) return &ortx_bgemm_isa_avx512_bf16;
+    if (ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16()) {
+        if (ortx_amx_allowed() && ortx_cpu_has_amx_bf16()) return &ortx_bgemm_isa_amx_bf16;
+        return &ortx_bgemm_isa_avx512_bf16;
+    }
     return &ortx_bgemm_isa_portable;
 }
+
+/* Rows of the units that split M between tasks: a 2x2 step of C tiles on AMX, else an A panel. */
+static int64_t row_unit(const ortx_bgemm_isa *isa) { return isa->a_tiles ? 2 * ORTX_BGEMM_TILE_ROWS : ORTX_BGEMM_MR; }
 
 const char *ortx_bf16_isa_name(void) { return ortx_bgemm_select_isa()->name; }
 
@@ -49,6 +55,43 @@ void ortx_bgemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_
             }
         }
     }
+}
+
+/* A in the tiles format (gemm_bf16.h): rows [0, rows) of src, rounded, row-major per K block, zero-padded. */
+static void pack_a_tiles(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                         float scale, uint16_t *dst) {
+    const int64_t block = ortx_bgemm_block_depth(depth), rows_padded = ortx_round_up(rows, ORTX_BGEMM_TILE_ROWS);
+    for (int64_t k0 = 0; k0 < depth; k0 += block) {
+        int64_t kc = min64(block, depth - k0), width = 2 * ortx_bgemm_tile_pairs(kc);
+        uint16_t *out = dst + ortx_bgemm_tiles_block_offset(k0, rows, depth);
+        for (int64_t r = 0; r < rows_padded; r++)
+            for (int64_t k = 0; k < width; k++)
+                out[r * width + k] =
+                    r < rows && k < kc ? ortx_bf16_from_float(scale * src[r * row_stride + (k0 + k) * col_stride]) : 0;
+    }
+}
+
+int64_t ortx_bgemm_a_elements(int64_t rows, int64_t depth) {
+    if (ortx_bgemm_select_isa()->a_tiles) return ortx_bgemm_tiles_elements(rows, depth);
+    return ortx_bgemm_packed_elements(rows, depth, ORTX_BGEMM_MR);
+}
+
+int64_t ortx_bgemm_a_index(int64_t row, int64_t k, int64_t rows, int64_t depth) {
+    if (ortx_bgemm_select_isa()->a_tiles) return ortx_bgemm_tiles_index(row, k, rows, depth);
+    return ortx_bgemm_packed_index(row, k, rows, depth, ORTX_BGEMM_MR);
+}
+
+int64_t ortx_bgemm_a_block_offset(int64_t k0, int64_t rows, int64_t depth) {
+    if (ortx_bgemm_select_isa()->a_tiles) return ortx_bgemm_tiles_block_offset(k0, rows, depth);
+    return k0 * ortx_round_up(rows, ORTX_BGEMM_MR);
+}
+
+void ortx_bgemm_pack_a(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                       float scale, uint16_t *dst) {
+    if (ortx_bgemm_select_isa()->a_tiles)
+        pack_a_tiles(src, rows, depth, row_stride, col_stride, scale, dst);
+    else
+        ortx_bgemm_pack(src, rows, depth, row_stride, col_stride, ORTX_BGEMM_MR, scale, dst);
 }
 
 /* gemm.h's fp32 B panels ([panels][kc][NR], as pack_b writes them) -> bf16 K-pair panels. */
@@ -96,6 +139,24 @@ static void pack_a_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *A, i
                        int64_t kc, uint16_t *dst) {
     const int64_t MR = ORTX_BGEMM_MR, pairs = (kc + 1) / 2;
     uint16_t row_bf16[ORTX_BGEMM_KC_MAX + 2] __attribute__((aligned(64)));
+    if (isa->a_tiles) {  /* rows of the tiles format, rounded in place */
+        int64_t width = 2 * ortx_bgemm_tile_pairs(kc);
+        for (int64_t i = 0; i < ortx_round_up(mc, ORTX_BGEMM_TILE_ROWS); i++) {
+            uint16_t *out = dst + i * width;
+            int64_t done = 0;
+            if (i < mc) {
+                const float *row = A->data + (m0 + i) * A->row_stride + k0 * A->col_stride;
+                if (A->col_stride == 1) {
+                    isa->convert(row, kc, out);
+                } else {
+                    for (int64_t k = 0; k < kc; k++) out[k] = ortx_bf16_from_float(row[k * A->col_stride]);
+                }
+                done = kc;
+            }
+            memset(out + done, 0, (width - done) * sizeof(uint16_t));
+        }
+        return;
+    }
     for (int64_t i0 = 0; i0 < mc; i0 += MR) {
         uint16_t *out = dst + i0 * 2 * pairs;
         for (int64_t i = 0; i < MR; i++) {
@@ -119,23 +180,25 @@ static void pack_a_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *A, i
  * Driver.
  * ------------------------------------------------------------------------------------------------------------- */
 
-/* Per thread, in floats: A's MC x KC block and B's KC x NC block in bf16, B's fp32 block (pack_b's output), and
- * 64 bytes of alignment slack for each. */
+/* Per thread, in floats: A's MC x KC block and B's KC x NC block in bf16 (A big enough for either format), B's
+ * fp32 block (pack_b's output), the AMX block's B tails, and 64 bytes of alignment slack for each. */
 typedef struct thread_layout {
-    int64_t a_floats, b_floats, stage_floats;
+    int64_t a_floats, b_floats, stage_floats, tail_floats;
 } thread_layout;
 
 static thread_layout layout_of(int64_t M, int64_t N, int64_t K) {
     int64_t mc = min64(ORTX_GEMM_MC, ortx_round_up(M, ORTX_BGEMM_MR));
     int64_t nc = min64(ORTX_GEMM_NC, ortx_round_up(N, ORTX_GEMM_NR));
     int64_t kc = ortx_bgemm_block_depth(K);
-    thread_layout layout = {ortx_round_up(mc * kc / 2, 16), ortx_round_up(kc * nc / 2, 16), ortx_round_up(kc * nc, 16)};
+    int64_t a_tiles = ortx_round_up(mc, ORTX_BGEMM_TILE_ROWS) * ortx_bgemm_tile_pairs(kc);
+    thread_layout layout = {ortx_round_up(max64(mc * kc / 2, a_tiles), 16), ortx_round_up(kc * nc / 2, 16),
+                            ortx_round_up(kc * nc, 16), nc * ORTX_BGEMM_TILE_PAIRS};
     return layout;
 }
 
 static int64_t thread_floats(int64_t M, int64_t N, int64_t K) {
     thread_layout layout = layout_of(M, N, K);
-    return layout.a_floats + layout.b_floats + layout.stage_floats + 16;
+    return layout.a_floats + layout.b_floats + layout.stage_floats + layout.tail_floats + 16;
 }
 
 /* How ortx_bgemm splits the work on `num_threads` threads (step 1). When tasks split M and B is produced at run
@@ -163,14 +226,11 @@ static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int 
     plan.parts = parts / plan.threads * plan.threads;
     plan.shared_b = !b_is_packed && !plan.split_n && plan.parts > 1 &&
                     ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR) <= SHARED_MAX;
-    plan.shared_a = !a_is_packed && plan.split_n && plan.parts > 1 &&
-                    ortx_bgemm_packed_elements(M, K, ORTX_BGEMM_MR) <= SHARED_MAX;
+    plan.shared_a = !a_is_packed && plan.split_n && plan.parts > 1 && ortx_bgemm_a_elements(M, K) <= SHARED_MAX;
     return plan;
 }
 
-static int64_t shared_floats(int64_t rows, int64_t K, int64_t panel) {
-    return ortx_round_up(ortx_bgemm_packed_elements(rows, K, panel) / 2, 16);
-}
+static int64_t shared_floats(int64_t elements) { return ortx_round_up(elements / 2 + 1, 16); }
 
 int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads) {
     int threads = num_threads < 1 ? 1 : num_threads, shared_a = 0, shared_b = 0;
@@ -179,8 +239,8 @@ int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_thr
         shared_a |= plan.shared_a;
         shared_b |= plan.shared_b;
     }
-    return threads * thread_floats(M, N, K) + (shared_a ? shared_floats(M, K, ORTX_BGEMM_MR) : 0) +
-           (shared_b ? shared_floats(N, K, ORTX_GEMM_NR) : 0) + 16;
+    return threads * thread_floats(M, N, K) + (shared_a ? shared_floats(ortx_bgemm_a_elements(M, K)) : 0) +
+           (shared_b ? shared_floats(ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR)) : 0) + 16;
 }
 
 /* One tile at c (rows x cols valid; `vectors` B panels); edge tiles through a scratch tile. */
@@ -229,11 +289,11 @@ static inline void block_tile(const bgemm_job *job, int64_t pairs, const uint16_
 /* Step 2 for output rows [m0, m1) x columns [n0, n1); m0 % MR == 0 and n0 % NR == 0. As in ortx_sgemm, few rows
  * (at most one MC block) cut B's block to an L2-sized width and sweep the tiles row panel by row panel. */
 static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0, int64_t n1, uint16_t *a_buffer,
-                        uint16_t *b_buffer, float *stage) {
+                        uint16_t *b_buffer, float *stage, uint16_t *tail) {
     const ortx_bgemm_isa *isa = job->isa;
     const ortx_bgemm_operand *A = job->A, *B = job->B;
     const int64_t MR = ORTX_BGEMM_MR, NR = ORTX_GEMM_NR, M = job->M, N = job->N, K = job->K;
-    int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
+    int64_t n_padded = ortx_round_up(N, NR);
     int few_rows = m1 - m0 <= ORTX_GEMM_MC;
     int64_t block_width = ORTX_GEMM_NC;
     const int64_t block = ortx_bgemm_block_depth(K);
@@ -259,11 +319,15 @@ static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0
                 int64_t mc = min64(ORTX_GEMM_MC, m1 - ic);
                 const uint16_t *a_block = a_buffer;
                 if (A->packed) {
-                    a_block = A->packed + pc * m_padded + ic * 2 * pairs;
+                    a_block = A->packed + ortx_bgemm_a_block_offset(pc, M, K) +
+                              ic * 2 * (isa->a_tiles ? ortx_bgemm_tile_pairs(kc) : pairs);
                 } else {
                     pack_a_raw(isa, A, ic, mc, pc, kc, a_buffer);
                 }
-                if (few_rows) {
+                if (isa->a_tiles) {
+                    isa->block(pairs, a_block, b_block, mc, nc, job->C + ic * job->ldc + jc, job->ldc, accumulate,
+                               tile_epilogue, ic, jc, tail);
+                } else if (few_rows) {
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         for (int64_t jr = 0; jr < nc;) {
                             int vectors = nc - jr >= 2 * NR ? 2 : 1;
@@ -293,15 +357,16 @@ static void bgemm_task(void *context, int64_t task, int thread) {
     float *base = (float *)job->base + thread * job->per_thread;
     uint16_t *a_buffer = (uint16_t *)base, *b_buffer = (uint16_t *)(base + layout.a_floats);
     float *stage = base + layout.a_floats + layout.b_floats;
-    int64_t m0 = 0, m1 = job->M, n0 = 0, n1 = job->N;
+    uint16_t *tail = (uint16_t *)(stage + layout.stage_floats);
+    int64_t m0 = 0, m1 = job->M, n0 = 0, n1 = job->N, unit = row_unit(job->isa);
     if (job->split_n) {
         n0 = job->n_panels * task / job->parts * ORTX_GEMM_NR;
         n1 = min64(job->N, job->n_panels * (task + 1) / job->parts * ORTX_GEMM_NR);
     } else {
-        m0 = job->m_panels * task / job->parts * ORTX_BGEMM_MR;
-        m1 = min64(job->M, job->m_panels * (task + 1) / job->parts * ORTX_BGEMM_MR);
+        m0 = min64(job->M, ortx_round_up(job->m_panels * task / job->parts * ORTX_BGEMM_MR, unit));
+        m1 = min64(job->M, ortx_round_up(job->m_panels * (task + 1) / job->parts * ORTX_BGEMM_MR, unit));
     }
-    if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage);
+    if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage, tail);
 }
 
 /* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */
@@ -339,8 +404,9 @@ static void shared_a_task(void *context, int64_t task, int thread) {
     int64_t block = ortx_bgemm_block_depth(job->K);
     int64_t pc = task / pack->n_blocks * block, ic = task % pack->n_blocks * ORTX_GEMM_MC;
     int64_t kc = min64(block, job->K - pc), mc = min64(ORTX_GEMM_MC, job->M - ic);
+    int64_t row_pairs = job->isa->a_tiles ? ortx_bgemm_tile_pairs(kc) : (kc + 1) / 2;
     pack_a_raw(job->isa, job->A, ic, mc, pc, kc,
-               pack->packed + pc * ortx_round_up(job->M, ORTX_BGEMM_MR) + ic * 2 * ((kc + 1) / 2));
+               pack->packed + ortx_bgemm_a_block_offset(pc, job->M, job->K) + ic * 2 * row_pairs);
 }
 
 void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, const ortx_bgemm_operand *B, float *C,
@@ -368,7 +434,7 @@ void ortx_bgemm(int64_t M, int64_t N, int64_t K, const ortx_bgemm_operand *A, co
         ortx_parallel_for(plan.threads, k_blocks * n_blocks, shared_b_task, &pack);
         shared_b.packed = (uint16_t *)shared;
         job.B = &shared_b;
-        shared += shared_floats(N, K, ORTX_GEMM_NR);
+        shared += shared_floats(ortx_bgemm_packed_elements(N, K, ORTX_GEMM_NR));
     }
     if (plan.shared_a) {
         int64_t m_blocks = (M + ORTX_GEMM_MC - 1) / ORTX_GEMM_MC;
@@ -428,8 +494,10 @@ static void gemm_bf16(const int64_t *ints, const float *floats, void *const *buf
 
 static void gemm_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
-    ortx_bgemm_pack(buffers[0], ints[0], ints[1], ints[2], ints[3], ints[4] ? ORTX_GEMM_NR : ORTX_BGEMM_MR, floats[0],
-                    buffers[1]);
+    if (ints[4])
+        ortx_bgemm_pack(buffers[0], ints[0], ints[1], ints[2], ints[3], ORTX_GEMM_NR, floats[0], buffers[1]);
+    else
+        ortx_bgemm_pack_a(buffers[0], ints[0], ints[1], ints[2], ints[3], floats[0], buffers[1]);
 }
 
 static void gemm_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
@@ -439,7 +507,7 @@ static void gemm_sizes_bf16(const int64_t *ints, const float *floats, void *cons
     int64_t shared = ortx_bgemm_workspace_floats(ints[0], ints[1], ints[2], (int)ints[3]);
     int64_t sliced = ints[3] * ortx_bgemm_workspace_floats(ints[0], ints[1], ints[2], 1);
     out[0] = (shared > sliced ? shared : sliced) * (int64_t)sizeof(float);
-    out[1] = ortx_bgemm_packed_elements(ints[0], ints[2], ORTX_BGEMM_MR);
+    out[1] = ortx_bgemm_a_elements(ints[0], ints[2]);
     out[2] = ortx_bgemm_packed_elements(ints[1], ints[2], ORTX_GEMM_NR);
 }
 

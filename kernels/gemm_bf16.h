@@ -67,6 +67,33 @@ static inline int64_t ortx_bgemm_packed_elements(int64_t rows, int64_t depth, in
     return ortx_round_up(rows, panel) * ortx_round_up(depth, 2);
 }
 
+/* The AMX path's A format ("tiles", gemm_bf16_amx.c): the same K blocks, each with its pairs padded to a multiple
+ * of ORTX_BGEMM_TILE_PAIRS and its rows to a multiple of ORTX_BGEMM_TILE_ROWS (zeros), stored row-major: row r of
+ * block p at the block's start + r * 2 * padded_pairs, then its values in k order. A 16-row, 32-value slice is one
+ * tileloadd (row stride 4 * padded_pairs bytes), and no tile ever reads past its block. */
+#define ORTX_BGEMM_TILE_ROWS 16
+#define ORTX_BGEMM_TILE_PAIRS 16
+
+static inline int64_t ortx_bgemm_tile_pairs(int64_t kc) { return ortx_round_up((kc + 1) / 2, ORTX_BGEMM_TILE_PAIRS); }
+
+/* Element offset of the K block starting at k0 (every block before the last is ortx_bgemm_block_depth deep). */
+static inline int64_t ortx_bgemm_tiles_block_offset(int64_t k0, int64_t rows, int64_t depth) {
+    int64_t block = ortx_bgemm_block_depth(depth);
+    return k0 / block * ortx_round_up(rows, ORTX_BGEMM_TILE_ROWS) * 2 * ortx_bgemm_tile_pairs(block);
+}
+
+static inline int64_t ortx_bgemm_tiles_index(int64_t row, int64_t k, int64_t rows, int64_t depth) {
+    int64_t block = ortx_bgemm_block_depth(depth), k0 = k / block * block;
+    int64_t kc = depth - k0 < block ? depth - k0 : block;
+    return ortx_bgemm_tiles_block_offset(k0, rows, depth) + row * 2 * ortx_bgemm_tile_pairs(kc) + (k - k0);
+}
+
+static inline int64_t ortx_bgemm_tiles_elements(int64_t rows, int64_t depth) {
+    int64_t block = ortx_bgemm_block_depth(depth), k0 = depth > 0 ? (depth - 1) / block * block : 0;
+    return ortx_bgemm_tiles_block_offset(k0, rows, depth) +
+           ortx_round_up(rows, ORTX_BGEMM_TILE_ROWS) * 2 * ortx_bgemm_tile_pairs(depth - k0);
+}
+
 /* Writes B[k0:k0+kc, n0:n0+nc] as bf16 K-pair panels at dst (B operands already rounded, e.g. conv's bf16 planes). */
 typedef void (*ortx_bgemm_pack_pairs_fn)(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
                                          uint16_t *dst);
@@ -116,8 +143,31 @@ typedef void (*ortx_bf16_direct_tile_fn)(int64_t pairs, const uint16_t *a, const
                                          int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                     int64_t prefetch);
 
+/* The AMX block (a_tiles paths): C[0..mc)[0..nc) (row stride ldc) = (accumulate ? C : 0) + A * B over `pairs` k
+ * pairs, a: the block's A rows in the tiles format (row stride 2 * ortx_bgemm_tile_pairs(2 * pairs), at least
+ * round_up(mc, 16) rows readable), b: ceil(nc / NR) K-pair B panels ([pairs][NR][2] each), then the epilogue of
+ * the block at (row0, col0) when epilogue is not NULL; tail: ceil(nc / NR) * NR * 2 * TILE_PAIRS bf16 of scratch
+ * (the B panels' last, partial 16 pairs, zero-padded). */
+typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint16_t *b, int64_t mc, int64_t nc,
+                                    float *c, int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
+                                    int64_t row0, int64_t col0, uint16_t *tail);
+
+/* The AMX direct conv's step (conv_bf16_direct.c, tiles path): for rows i < rows (<= 32) and the 16 * vectors
+ * virtual pixels of x (channel-pair words; pair p of tap t at x + tap_offsets[t] + p * plane_words), acc[i][j] =
+ * sum over taps t and 16-pair chunks h of the weights' tile a + (t * chunks + h) * 512 (rows 16..31: + a_panel)
+ * times the words of pairs 16h .. 16h+15, in tdpbf16ps's order; then per vector v the lanes set in masks[v] are
+ * packed together in lane order and written to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] +
+ * lane), as ortx_bf16_direct_tile_fn stores. */
+typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const uint16_t *a, int64_t a_panel,
+                                          const uint32_t *x, const int32_t *tap_offsets, int64_t plane_words,
+                                          int vectors, const uint32_t *masks, const int64_t *at, float *c,
+                                          int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
+                                          int64_t row0);
+
 typedef struct ortx_bgemm_isa {
     const char *name;
+    int a_tiles;                     /* A in the tiles format, products by `block` (else MR-row K-pair panels) */
+    ortx_bgemm_block_fn block;
     ortx_bgemm_micro_fn micro;       /* MR x NR */
     ortx_bgemm_micro_fn micro_wide;  /* MR x 2NR */
     ortx_bf16_pair_rows_fn pair_rows;
@@ -125,6 +175,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_convert_fn convert;
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;
+    ortx_bf16_direct_tiles_fn direct_tiles;  /* a_tiles paths: the direct conv's AMX step */
 } ortx_bgemm_isa;
 
 void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
@@ -134,9 +185,36 @@ void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint
 
 extern const ortx_bgemm_isa ortx_bgemm_isa_portable;
 extern const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16;
+extern const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16;
 
-/* The AVX-512 BF16 table when the CPU has AVX512_BF16 and the selected ISA is AVX-512, else the portable one. */
+/* gemm_bf16_avx512.c's pieces, shared by the AMX table. */
+void ortx_bf16_pair_rows_avx512_bf16(const float *first, const float *second, int64_t count, uint16_t *dst);
+void ortx_bf16_pair_run_avx512_bf16(const float *first, const float *second, int64_t count, uint16_t *dst,
+                                    int64_t chunk_stride, int pad);
+void ortx_bf16_convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst);
+void ortx_bf16_interleave_avx512_bf16(const uint16_t *first, const uint16_t *second, const int32_t *at,
+                                      int64_t column, int64_t width, int64_t stride, uint16_t *dst);
+void ortx_bf16_direct_tile_avx512_bf16(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,
+                                       int vectors, const uint32_t *masks, const int64_t *at, float *c, int64_t ldc,
+                                       int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                       int64_t prefetch);
+void ortx_bgemm_micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc,
+                                  int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0);
+void ortx_bgemm_micro_wide_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c, int64_t ldc,
+                                       int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                       int64_t col0);
+
+/* The AMX table when the CPU has AMX-BF16 (and it is allowed), else the AVX-512 BF16 table when the CPU has
+ * AVX512_BF16 and the selected ISA is AVX-512, else the portable one. */
 const ortx_bgemm_isa *ortx_bgemm_select_isa(void);
+
+/* A operands (gemm_pack_bf16 which=0, conv_pack_bf16's gemm weights) are packed in the format of the path selected
+ * when they are packed (tiles on AMX, else MR-row K-pair panels) and must run on that path: these follow it. */
+int64_t ortx_bgemm_a_elements(int64_t rows, int64_t depth);
+int64_t ortx_bgemm_a_index(int64_t row, int64_t k, int64_t rows, int64_t depth);
+int64_t ortx_bgemm_a_block_offset(int64_t k0, int64_t rows, int64_t depth);
+void ortx_bgemm_pack_a(const float *src, int64_t rows, int64_t depth, int64_t row_stride, int64_t col_stride,
+                       float scale, uint16_t *dst);
 
 int64_t ortx_bgemm_workspace_floats(int64_t M, int64_t N, int64_t K, int num_threads);
 
@@ -159,6 +237,10 @@ int64_t ortx_conv_direct_bf16_floats(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_bf16_elements(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_weight_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_pack_bf16(const struct ortx_conv_params *p, const float *weights, uint16_t *dst);
+/* The packed weights of conv2d_bf16's direct form in the format of the selected path (the AMX form's tiles, else
+ * ortx_conv_direct_weight_index's panels): elements per group, element (m, c, tap). */
+int64_t ortx_conv_direct_bf16_packed_elements(const struct ortx_conv_params *p);
+int64_t ortx_conv_direct_bf16_packed_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const struct ortx_conv_params *transposed);

@@ -56,13 +56,13 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_a
         ortx_gemm_epilogue_avx2(c, ldc, ORTX_BGEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
-ORTX_TARGET_AVX512_BF16 static void micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
+ORTX_TARGET_AVX512_BF16 void ortx_bgemm_micro_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, float *c,
                                                       int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
                                                       int64_t row0, int64_t col0) {
     tile_avx512_bf16(1, pairs, a, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
-ORTX_TARGET_AVX512_BF16 static void micro_wide_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b,
+ORTX_TARGET_AVX512_BF16 void ortx_bgemm_micro_wide_avx512_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b,
                                                            float *c, int64_t ldc, int accumulate,
                                                            const ortx_gemm_epilogue *epilogue, int64_t row0,
                                                            int64_t col0) {
@@ -70,7 +70,7 @@ ORTX_TARGET_AVX512_BF16 static void micro_wide_avx512_bf16(int64_t pairs, const 
 }
 
 /* Interleaves two rounded rows: vcvtne2ps2bf16 gives [first 0..15, second 0..15], vpermw pairs them up. */
-ORTX_TARGET_AVX512_BF16 static void pair_rows_avx512_bf16(const float *first, const float *second, int64_t count,
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_rows_avx512_bf16(const float *first, const float *second, int64_t count,
                                                           uint16_t *dst) {
     static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                             8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -81,7 +81,7 @@ ORTX_TARGET_AVX512_BF16 static void pair_rows_avx512_bf16(const float *first, co
     _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_loadu_si512(interleave), rounded));
 }
 
-ORTX_TARGET_AVX512_BF16 static void pair_run_avx512_bf16(const float *first, const float *second, int64_t count,
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_avx512_bf16(const float *first, const float *second, int64_t count,
                                                          uint16_t *dst, int64_t chunk_stride, int pad) {
     static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                             8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
@@ -99,7 +99,7 @@ ORTX_TARGET_AVX512_BF16 static void pair_run_avx512_bf16(const float *first, con
     }
 }
 
-ORTX_TARGET_AVX512_BF16 static void convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
     int64_t i = 0;
     for (; i + 32 <= count; i += 32) {
         __m512bh rounded = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + i + 16), _mm512_loadu_ps(src + i));
@@ -134,7 +134,7 @@ ORTX_TARGET_AVX512_BF16 static inline __m512i strided_row(const uint16_t *row, c
     return values;
 }
 
-ORTX_TARGET_AVX512_BF16 static void interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_interleave_avx512_bf16(const uint16_t *first, const uint16_t *second,
                                                            const int32_t *at, int64_t column, int64_t width,
                                                            int64_t stride, uint16_t *dst) {
     static const uint16_t pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
@@ -211,7 +211,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void direct
     }
 }
 
-ORTX_TARGET_AVX512_BF16 static void direct_tile_dispatch_avx512_bf16(
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_direct_tile_avx512_bf16(
     int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets, int vectors, const uint32_t *masks,
     const int64_t *at, float *c, int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
     int64_t prefetch) {
@@ -225,13 +225,13 @@ ORTX_TARGET_AVX512_BF16 static void direct_tile_dispatch_avx512_bf16(
 
 const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .name = "avx512_bf16",
-    .micro = micro_avx512_bf16,
-    .micro_wide = micro_wide_avx512_bf16,
-    .pair_rows = pair_rows_avx512_bf16,
-    .pair_run = pair_run_avx512_bf16,
-    .convert = convert_avx512_bf16,
-    .interleave = interleave_avx512_bf16,
-    .direct_tile = direct_tile_dispatch_avx512_bf16,
+    .micro = ortx_bgemm_micro_avx512_bf16,
+    .micro_wide = ortx_bgemm_micro_wide_avx512_bf16,
+    .pair_rows = ortx_bf16_pair_rows_avx512_bf16,
+    .pair_run = ortx_bf16_pair_run_avx512_bf16,
+    .convert = ortx_bf16_convert_avx512_bf16,
+    .interleave = ortx_bf16_interleave_avx512_bf16,
+    .direct_tile = ortx_bf16_direct_tile_avx512_bf16,
 };
 
 #else

@@ -60,7 +60,13 @@ int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now 
 /* AVX512_BF16 (vdpbf16ps): an extension beside the ISA levels; the bf16 family uses it while the selected ISA is
  * AVX-512 (forcing a lower ISA runs its portable path). */
 int ortx_cpu_has_avx512_bf16(void);
-const char *ortx_bf16_isa_name(void);  /* the bf16 family's path in use: "avx512_bf16" or "portable" */
+/* AMX-BF16 (tdpbf16ps on 16x16 fp32 tiles): CPUID's AMX-TILE and AMX-BF16, the OS's XCR0 tile state and Linux's
+ * permission to use it (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process); without all three the bf16 family
+ * keeps vdpbf16ps. The bf16 family uses it while AVX512_BF16 is in use and ortx_allow_amx has not turned it off. */
+int ortx_cpu_has_amx_bf16(void);
+int ortx_allow_amx(int allow);  /* tests: 0 runs the vdpbf16ps path on an AMX CPU; returns whether AMX is in use */
+int ortx_amx_allowed(void);
+const char *ortx_bf16_isa_name(void);  /* the bf16 family's path: "amx_bf16", "avx512_bf16" or "portable" */
 
 /* Kernel table (flattened families). */
 int ortx_kernel_count(void);

@@ -6,10 +6,15 @@
 #include "../conv.h"
 #include "../gemm_bf16.h"
 
-/* A: (row=m, k); B: (row=n, k) in packed form but (k, n) with its strides when raw. */
+/* A: (row=m, k); B: (row=n, k) in packed form but (k, n) with its strides when raw. A packed A is in the format of
+ * the selected bf16 path (ortx_bgemm_a_index), a packed B in NR-row K-pair panels. */
 static float operand_at(const void *data, int packed, int64_t row_stride, int64_t col_stride, int64_t rows,
-                        int64_t depth, int64_t panel, int64_t row, int64_t k, int transposed) {
-    if (packed) return ortx_bf16_to_float(((const uint16_t *)data)[ortx_bgemm_packed_index(row, k, rows, depth, panel)]);
+                        int64_t depth, int64_t row, int64_t k, int transposed) {
+    if (packed) {
+        int64_t at = transposed ? ortx_bgemm_packed_index(row, k, rows, depth, ORTX_GEMM_NR)
+                                : ortx_bgemm_a_index(row, k, rows, depth);
+        return ortx_bf16_to_float(((const uint16_t *)data)[at]);
+    }
     const float *raw = data;
     float value = transposed ? raw[k * row_stride + row * col_stride] : raw[row * row_stride + k * col_stride];
     return ortx_bf16_to_float(ortx_bf16_from_float(value));
@@ -32,8 +37,8 @@ void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *b
             for (int64_t n = 0; n < N; n++) {
                 float acc = 0.0f;
                 for (int64_t k = 0; k < K; k++)
-                    acc += operand_at(A, (int)ints[4], ints[5], ints[6], M, K, ORTX_BGEMM_MR, m, k, 0) *
-                           operand_at(B, (int)ints[7], ints[8], ints[9], N, K, ORTX_GEMM_NR, n, k, 1);
+                    acc += operand_at(A, (int)ints[4], ints[5], ints[6], M, K, m, k, 0) *
+                           operand_at(B, (int)ints[7], ints[8], ints[9], N, K, n, k, 1);
                 Y[(b * M + m) * N + n] = ortx_gemm_epilogue_scalar(&epilogue, acc, m, n);
             }
         }
@@ -50,7 +55,7 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, area = p.kernel_height * p.kernel_width;
     int direct = ortx_conv_direct_bf16_applies(&p);  /* the weights' layout (conv_pack_bf16) */
-    int64_t each = direct ? ortx_conv_direct_bf16_elements(&p) : ortx_bgemm_packed_elements(cout_g, K, ORTX_BGEMM_MR);
+    int64_t each = direct ? ortx_conv_direct_bf16_packed_elements(&p) : ortx_bgemm_a_elements(cout_g, K);
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g, local = co - g * cout_g;
@@ -65,8 +70,8 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
                                 int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
-                                int64_t at = direct ? ortx_conv_direct_weight_index(&p, local, ci, k % area)
-                                                    : ortx_bgemm_packed_index(local, k, cout_g, K, ORTX_BGEMM_MR);
+                                int64_t at = direct ? ortx_conv_direct_bf16_packed_index(&p, local, ci, k % area)
+                                                    : ortx_bgemm_a_index(local, k, cout_g, K);
                                 float w = ortx_bf16_to_float(weights[at]);
                                 float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];
                                 acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x));

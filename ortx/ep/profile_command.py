@@ -37,6 +37,8 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=_positive, default=None, help="intra-op threads of both engines "
                         "(default: ONNX Runtime's default)")
     parser.add_argument("--top", type=_positive, default=15, help="how many of OrtxEP's slowest nodes to list")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="OrtxEP's precision option (ONNX Runtime runs fp32 either way)")
     parser.add_argument("--trace-dir", default=None, help="keep the two profile files in this directory")
     parser.set_defaults(handler=run_profile_command)
     return parser
@@ -49,7 +51,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None, ortx_ep: bool):
+def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None, ortx_ep: bool,
+             precision: str = "fp32"):
     import onnxruntime
 
     import ortx
@@ -62,18 +65,18 @@ def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None
         options.intra_op_num_threads = threads
     if ortx_ep:
         return ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                     provider_options=[{"input_shapes": shapes}, {}])
+                                     provider_options=[{"input_shapes": shapes, "precision": precision}, {}])
     return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def _profile(model: bytes, feeds: dict, shapes: dict, threads: int | None, runs: int, prefix: str,
-             ortx_ep: bool) -> tuple[str, float]:
+             ortx_ep: bool, precision: str = "fp32") -> tuple[str, float]:
     """(the profile file, the median ms of the same runs without the profiler)."""
-    session = _session(model, shapes, threads, prefix, ortx_ep)
+    session = _session(model, shapes, threads, prefix, ortx_ep, precision)
     for _ in range(runs + 1):
         session.run(None, feeds)
     path = session.end_profiling()
-    plain = _session(model, shapes, threads, None, ortx_ep)
+    plain = _session(model, shapes, threads, None, ortx_ep, precision)
     plain.run(None, feeds)
     times = []
     for _ in range(runs):
@@ -102,7 +105,7 @@ def run_profile_command(args, out=None) -> int:
         ort_path, ort_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,
                                     os.path.join(directory, "ort"), ortx_ep=False)
         ortx_path, ortx_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,
-                                      os.path.join(directory, "ortx"), ortx_ep=True)
+                                      os.path.join(directory, "ortx"), ortx_ep=True, precision=args.precision)
         ort, ours = summarize(read_trace(ort_path)), summarize(read_trace(ortx_path))
     except (OSError, ValueError, ModelLoadError, CheckInputError) as error:
         print(f"ortx profile: error: {error}", file=sys.stderr)

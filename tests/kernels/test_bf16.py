@@ -1,9 +1,10 @@
 """bf16 kernels (gemm_bf16, gemm_pack_bf16, conv2d_bf16): against the numpy reference of ortx/ep/precision.py (same
 rounded operands: float32 tolerance) and against float32 (tests/tolerances.py's bf16 tolerance).
 
-Every case runs for each ISA this CPU has: under avx512 on a CPU with AVX512_BF16 the vdpbf16ps path, else the
-portable path (round to bf16, fp32 multiply-adds), on shapes whose M, N, K are not multiples of the 8x16 tile, the
-equal K blocks of at most 512 (odd K leaves a half pair) or the 144-row M block.
+Every case runs for each path this CPU has: "amx" (tdpbf16ps tiles) on a CPU with AMX-BF16, under avx512 on a CPU
+with AVX512_BF16 the vdpbf16ps path, else the portable path (round to bf16, fp32 multiply-adds), on shapes whose M,
+N, K are not multiples of the 8x16 (AMX: 32x32 in 16x16 tiles, 16 k pairs) tile, the equal K blocks of at most 512
+(odd K leaves a half pair) or the 144-row M block.
 """
 from __future__ import annotations
 
@@ -15,29 +16,48 @@ from onnx import TensorProto, helper, numpy_helper
 from ortx import _kernels
 from ortx.ep.compile_nodes import run_graph
 from ortx.ep.precision import bf16_bits, bf16_matmul, round_to_bf16
-from tests.tolerances import assert_close, assert_close_bf16
+from tests.tolerances import BF16_SUM_ERROR_UNITS, assert_close, assert_close_bf16
 
 ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+RUNNABLE_PATHS = RUNNABLE_ISAS + (("amx",) if _kernels.cpu_has_amx_bf16() else ())
 MR, NR, KC_MAX = 8, 16, 512  # kernels/gemm_bf16.h: ORTX_BGEMM_MR, ORTX_GEMM_NR, ORTX_BGEMM_KC_MAX
 SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 8), (13, 33, 17), (37, 70, 301), (150, 47, 519), (7, 1100, 33),
           (61, 5, 64), (9, 40, 1031)]
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
+def use_path(name):
+    """Selects an ISA (or "amx": avx512 with AMX allowed); "avx512" runs vdpbf16ps even on an AMX CPU."""
+    _kernels.allow_amx(name == "amx")
+    isa = "avx512" if name == "amx" else name
+    assert _kernels.force_isa(isa) == isa
+
+
+def default_path():
+    _kernels.allow_amx(True)
     _kernels.force_isa(_kernels.cpu_isa())
+
+
+@pytest.fixture(params=RUNNABLE_PATHS)
+def isa(request):
+    use_path(request.param)
+    yield request.param
+    default_path()
 
 
 def test_bf16_path_follows_the_isa_and_the_cpu():
     expected = "avx512_bf16" if _kernels.cpu_has_avx512_bf16() else "portable"
+    if _kernels.cpu_has_amx_bf16():
+        expected = "amx_bf16"
     assert _kernels.bf16_isa() == expected
     for name in RUNNABLE_ISAS[:-1]:
         _kernels.force_isa(name)
         assert _kernels.bf16_isa() == "portable"
     _kernels.force_isa(_kernels.cpu_isa())
+    if _kernels.cpu_has_amx_bf16():
+        assert not _kernels.allow_amx(False)
+        assert _kernels.bf16_isa() == "avx512_bf16"
+    default_path()
 
 
 def sizes(M, N, K, threads=1):
@@ -101,16 +121,35 @@ def test_reference_rounding_is_round_to_nearest_even():
     assert bf16_bits(values).tolist() == expected
 
 
-def test_packing_rounds_and_lays_out_k_pairs():
+def tiles_index(row, k, rows, depth):
+    """kernels/gemm_bf16.h's tiles format (AMX's A), written out again: per K block, rows padded to 16 and pairs
+    to a multiple of 16, row-major."""
+    blocks = -(-depth // KC_MAX)
+    per_block = -(-depth // blocks)
+    block = max(2, -(-per_block // 2) * 2)
+    k0 = k // block * block
+    width = lambda kc: 2 * (-(-((kc + 1) // 2) // 16) * 16)  # noqa: E731
+    rows_padded = -(-rows // 16) * 16
+    return k0 // block * rows_padded * width(block) + row * width(np.minimum(block, depth - k0)) + (k - k0)
+
+
+@pytest.mark.parametrize("path", RUNNABLE_PATHS)
+def test_packing_rounds_and_lays_out_k_pairs(path):
     rows, depth = 9, 2 * KC_MAX + 7  # a tail panel, three equal K blocks and an odd last block
     matrix = random((rows, depth), 3)
     matrix[0, :len(SPECIAL_BITS)] = SPECIAL_BITS.view(np.float32)
-    for which, panel in ((0, MR), (1, NR)):
-        packed = pack(matrix, rows, depth, depth, 1, which)
-        expected = np.zeros_like(packed)  # padding rows and the odd block's missing half are zero
-        r, k = np.meshgrid(np.arange(rows), np.arange(depth), indexing="ij")
-        expected[packed_index(r, k, rows, depth, panel)] = bf16_bits(matrix)
-        np.testing.assert_array_equal(packed, expected, err_msg=f"which={which}")
+    use_path(path)
+    try:
+        for which, panel in ((0, MR), (1, NR)):
+            packed = pack(matrix, rows, depth, depth, 1, which)
+            expected = np.zeros_like(packed)  # padding rows and the odd block's missing half are zero
+            r, k = np.meshgrid(np.arange(rows), np.arange(depth), indexing="ij")
+            at = tiles_index(r, k, rows, depth) if which == 0 and path == "amx" else packed_index(r, k, rows, depth,
+                                                                                                 panel)
+            expected[at] = bf16_bits(matrix)
+            np.testing.assert_array_equal(packed, expected, err_msg=f"which={which}")
+    finally:
+        default_path()
 
 
 def test_activations_are_rounded_as_the_reference(isa):
@@ -159,6 +198,24 @@ def test_transposed_operands(isa):
     assert_close(gemm(a_packed, b_t, M, N, K, a_packed=True, b_strides=(1, K))[0], 0.5 * expected)
 
 
+@pytest.mark.parametrize("distribution", ["normal", "positive", "wide"])
+def test_sums_are_within_the_measured_bound_of_exact(isa, distribution):
+    """Each path's fp32 sums of bf16 products against float64 sums of the same rounded operands (AMX's order and
+    rounding are the hardware's: ortx/ep/precision.py step 3), over K blocks, 16-pair tails and edge tiles."""
+    rng = np.random.default_rng(17)
+    for M, N, K in ((37, 70, 301), (64, 48, 576), (33, 20, 1031), (16, 16, 33)):
+        a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+        if distribution == "positive":
+            a, b = np.abs(a), np.abs(b)
+        elif distribution == "wide":
+            a, b = a * np.exp(3 * rng.standard_normal((M, K))), b * np.exp(3 * rng.standard_normal((K, N)))
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        a16, b16 = round_to_bf16(a).astype(np.float64), round_to_bf16(b).astype(np.float64)
+        bound = BF16_SUM_ERROR_UNITS * 2.0 ** -24 * (np.abs(a16) @ np.abs(b16))
+        error = np.abs(gemm(a, b, M, N, K, threads=2)[0] - a16 @ b16)
+        assert np.all(error <= bound), f"{M}x{N}x{K}: {np.max(error / bound) * BF16_SUM_ERROR_UNITS:.1f} units"
+
+
 def test_avx512_bf16_path_is_bitwise_the_portable_path():
     """vdpbf16ps adds the odd product then the even one in fp32; the portable path does the same additions."""
     if not _kernels.cpu_has_avx512_bf16():
@@ -167,12 +224,13 @@ def test_avx512_bf16_path_is_bitwise_the_portable_path():
     a, b = random((M, K), 7), random((K, N), 8)
     b_packed, bias = pack(b, N, K, 1, N, 1), random(N, 9)
     kwargs = dict(b_packed=True, bias_mode=2, bias=bias, activation=1, threads=2)
-    fast = gemm(a, b_packed, M, N, K, **kwargs)[0]
-    _kernels.force_isa("avx2")
+    use_path("avx512")
     try:
+        fast = gemm(a, b_packed, M, N, K, **kwargs)[0]
+        _kernels.force_isa("avx2")
         portable = gemm(a, b_packed, M, N, K, **kwargs)[0]
     finally:
-        _kernels.force_isa(_kernels.cpu_isa())
+        default_path()
     np.testing.assert_array_equal(fast, portable)
 
 
@@ -329,12 +387,13 @@ def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path():
     case = (9, 16, 23, 3, 2, 1, 1, 1)
     assert conv_form(*case) == 1
     model, x = conv_model(*case, seed=3), random((2, case[0], case[2], case[2]), 4)
-    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
-    _kernels.force_isa("avx2")
+    use_path("avx512")
     try:
+        fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+        _kernels.force_isa("avx2")
         portable = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
     finally:
-        _kernels.force_isa(_kernels.cpu_isa())
+        default_path()
     np.testing.assert_array_equal(fast, portable)
 
 
