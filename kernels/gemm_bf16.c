@@ -366,7 +366,11 @@ static void bgemm_task(void *context, int64_t task, int thread) {
         m0 = min64(job->M, ortx_round_up(job->m_panels * task / job->parts * ORTX_BGEMM_MR, unit));
         m1 = min64(job->M, ortx_round_up(job->m_panels * (task + 1) / job->parts * ORTX_BGEMM_MR, unit));
     }
-    if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage, tail);
+    if (m0 >= m1 || n0 >= n1) return;
+    ortx_tile_state saved;
+    if (job->isa->a_tiles) job->isa->tiles_begin(&saved);
+    bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage, tail);
+    if (job->isa->a_tiles) job->isa->tiles_end(&saved);
 }
 
 /* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */

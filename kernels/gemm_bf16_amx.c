@@ -1,10 +1,11 @@
 /* AMX-BF16 pieces of the bf16 GEMM (gemm_bf16.h): the block function of the a_tiles path, tdpbf16ps on 16x16
  * fp32 C tiles; rounding, pairing and the direct conv's tile are gemm_bf16_avx512.c's.
  *
- * 1. Every block loads the one tile configuration (every tile 16 rows x 64 bytes: C in tmm0-3, A in tmm4-5, B in
- *    tmm6-7) and releases the tiles when done: other AMX code on the same thread (ONNX Runtime's and OpenVINO's
- *    kernels run on the threads that call ours) releases or replaces the configuration, so a thread-local "done"
- *    flag ran tileloadd unconfigured (SIGILL in benchmarks/bf16.py). A load is ~0.1 us, a block 10-1000 us.
+ * 1. Each task loads the one tile configuration (every tile 16 rows x 64 bytes: C in tmm0-3, A in tmm4-5, B in
+ *    tmm6-7) in tiles_begin and gives the thread its previous one back in tiles_end: other AMX code on the
+ *    caller's thread (ONNX Runtime's and OpenVINO's kernels) releases or replaces the configuration between our
+ *    calls, so a thread-local "configured" flag ran tileloadd unconfigured (SIGILL in benchmarks/bf16.py), and
+ *    code that caches its own must find it again. A load is ~130 cycles: per task, not per 32x32 step.
  * 2. The B panels' last, partial 16 pairs are copied zero-padded into `tail` once per block, so no tile reads past
  *    its panel (the next panel's values times A's zero padding would still turn an infinity into NaN).
  * 3. The block is swept in steps of 32 rows x 32 columns (2x2 C tiles; 1 at the edges), rows outer so a step's
@@ -30,15 +31,24 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-ORTX_TARGET_AMX_BF16 static void configure_tiles(void) {
-    tile_config config;
-    memset(&config, 0, sizeof(config));
-    config.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        config.bytes_per_row[t] = 64;
-        config.rows[t] = 16;
-    }
-    _tile_loadconfig(&config);
+/* A constant in memory: gcc 12 deleted a stack copy's stores as dead (ldtilecfg's builtin does not declare that it
+ * reads them), and ldtilecfg faulted on the zero rows. */
+static const tile_config amx_config = {
+    .palette = 1,
+    .bytes_per_row = {64, 64, 64, 64, 64, 64, 64, 64},
+    .rows = {16, 16, 16, 16, 16, 16, 16, 16},
+};
+
+ORTX_TARGET_AMX_BF16 static void tiles_begin_amx(ortx_tile_state *saved) {
+    _tile_storeconfig(saved->bytes);
+    _tile_loadconfig(&amx_config);
+}
+
+ORTX_TARGET_AMX_BF16 static void tiles_end_amx(const ortx_tile_state *saved) {
+    if (saved->bytes[0])
+        _tile_loadconfig(saved->bytes);
+    else
+        _tile_release();
 }
 
 enum { NR = ORTX_GEMM_NR, CHUNK = ORTX_BGEMM_TILE_PAIRS * ORTX_GEMM_NR * 2 /* bf16 of one 16-pair B tile */ };
@@ -85,7 +95,6 @@ ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a
                                                int64_t nc, float *c, int64_t ldc, int accumulate,
                                                const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0,
                                                uint16_t *tail) {
-    configure_tiles();  /* step 1 */
     const int64_t full = pairs / ORTX_BGEMM_TILE_PAIRS, rest = pairs % ORTX_BGEMM_TILE_PAIRS;
     const int64_t panels = (nc + NR - 1) / NR, panel_elements = NR * 2 * pairs;
     const int64_t a_stride = 2 * ortx_bgemm_tile_pairs(2 * pairs);
@@ -129,7 +138,6 @@ ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a
                 ortx_gemm_select_isa()->epilogue(out, ldc, rows, cols, row0 + ir, col0 + jr, epilogue);
         }
     }
-    _tile_release();
 }
 
 /* The direct conv's step (gemm_bf16.h's ortx_bf16_direct_tiles_fn): B tiles straight from the channel-pair planes
@@ -173,7 +181,6 @@ ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chu
                                                       const int64_t *at, float *c, int64_t ldc, int64_t rows,
                                                       const ortx_gemm_epilogue *e, int64_t row0) {
     float scratch[32 * 32] __attribute__((aligned(64)));
-    configure_tiles();
     const int mt = rows > 16 ? 2 : 1;
     if (mt == 2 && vectors == 2)
         direct_tiles_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
@@ -183,7 +190,6 @@ ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chu
         direct_tiles_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
     else
         direct_tiles_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
-    _tile_release();
     for (int v = 0; v < vectors; v++) {
         __mmask16 keep = (__mmask16)masks[v];
         int count = __builtin_popcount(masks[v]);
@@ -224,89 +230,11 @@ const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
     .interleave = ortx_bf16_interleave_avx512_bf16,
     .direct_tile = ortx_bf16_direct_tile_avx512_bf16,
     .direct_tiles = direct_tiles_amx_bf16,
+    .tiles_begin = tiles_begin_amx,
+    .tiles_end = tiles_end_amx,
 };
 
 #else
 /* Never selected off x86 (ortx_bgemm_select_isa checks the CPU first). */
-/* The direct conv's step (gemm_bf16.h's ortx_bf16_direct_tiles_fn): B tiles straight from the channel-pair planes
- * (16 pairs of one tap are 16 planes, plane_words apart), then through a 32x32 scratch to the kept lanes of each
- * vector, with gemm_bf16_avx512.c's direct-tile epilogue (alpha, bias_row, residual by fused multiply-add read
- * with the store's mask, activation). */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_step(
-    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *a, int64_t a_panel, const uint32_t *x,
-    const int32_t *tap_offsets, int64_t plane_words, float *scratch) {
-    const int64_t b_bytes = plane_words * 4;
-    _tile_zero(0);
-    if (nt == 2) _tile_zero(1);
-    if (mt == 2) _tile_zero(2);
-    if (mt == 2 && nt == 2) _tile_zero(3);
-    const uint16_t *at = a;
-    for (int64_t h = 0; h < chunks; h++) {
-        const uint32_t *chunk = x + h * ORTX_BGEMM_TILE_PAIRS * plane_words;
-        for (int64_t t = 0; t < taps; t++, at += CHUNK) {
-            const uint32_t *words = chunk + tap_offsets[t];
-            _tile_loadd(4, at, 64);
-            _tile_loadd(6, words, b_bytes);
-            if (nt == 2) _tile_loadd(7, words + NR, b_bytes);
-            _tile_dpbf16ps(0, 4, 6);
-            if (nt == 2) _tile_dpbf16ps(1, 4, 7);
-            if (mt == 2) {
-                _tile_loadd(5, at + a_panel, 64);
-                _tile_dpbf16ps(2, 5, 6);
-                if (nt == 2) _tile_dpbf16ps(3, 5, 7);
-            }
-        }
-    }
-    _tile_stored(0, scratch, 128);
-    if (nt == 2) _tile_stored(1, scratch + 16, 128);
-    if (mt == 2) _tile_stored(2, scratch + 16 * 32, 128);
-    if (mt == 2 && nt == 2) _tile_stored(3, scratch + 16 * 32 + 16, 128);
-}
-
-ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chunks, const uint16_t *a,
-                                                      int64_t a_panel, const uint32_t *x, const int32_t *tap_offsets,
-                                                      int64_t plane_words, int vectors, const uint32_t *masks,
-                                                      const int64_t *at, float *c, int64_t ldc, int64_t rows,
-                                                      const ortx_gemm_epilogue *e, int64_t row0) {
-    float scratch[32 * 32] __attribute__((aligned(64)));
-    configure_tiles();
-    const int mt = rows > 16 ? 2 : 1;
-    if (mt == 2 && vectors == 2)
-        direct_tiles_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
-    else if (mt == 2)
-        direct_tiles_step(2, 1, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
-    else if (vectors == 2)
-        direct_tiles_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
-    else
-        direct_tiles_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, plane_words, scratch);
-    _tile_release();
-    for (int v = 0; v < vectors; v++) {
-        __mmask16 keep = (__mmask16)masks[v];
-        int count = __builtin_popcount(masks[v]);
-        if (!count) continue;
-        __mmask16 store = (__mmask16)((1u << count) - 1u);
-        for (int64_t i = 0; i < rows; i++) {
-            __m512 value = _mm512_load_ps(scratch + i * 32 + 16 * v);
-            if (keep != 0xffff) value = _mm512_maskz_compress_ps(keep, value);
-            if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
-            if (e->bias_row) value = _mm512_add_ps(value, _mm512_set1_ps(e->bias_row[row0 + i]));
-            if (e->residual)
-                value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                        _mm512_maskz_loadu_ps(store, e->residual + (row0 + i) * e->residual_row_stride +
-                                                                         at[v]),
-                                        value);
-            if (e->activation != ORTX_ACT_NONE) {
-                __m256 lo = _mm512_castps512_ps256(value);
-                __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
-                lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
-                hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
-                value = _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-            }
-            _mm512_mask_storeu_ps(c + i * ldc + at[v], store, value);
-        }
-    }
-}
-
 const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {.name = "amx_bf16"};
 #endif
