@@ -6,13 +6,15 @@
  *    caller's thread (ONNX Runtime's and OpenVINO's kernels) releases or replaces the configuration between our
  *    calls, so a thread-local "configured" flag ran tileloadd unconfigured (SIGILL in benchmarks/bf16.py), and
  *    code that caches its own must find it again. A load is ~130 cycles: per task, not per 32x32 step.
- * 2. The B panels' last, partial 16 pairs are copied zero-padded into `tail` once per block, so no tile reads past
- *    its panel (the next panel's values times A's zero padding would still turn an infinity into NaN).
+ * 2. Panels packed by the driver hold whole 16-pair chunks (zero rows past the last pair); prepacked panels' last,
+ *    partial 16 pairs are copied zero-padded into `tail` once per block, so no tile reads past its panel (the next
+ *    panel's values times A's zero padding would still turn an infinity into NaN).
  * 3. The block is swept in steps of 32 rows x 32 columns (2x2 C tiles; 1 at the edges), rows outer so a step's
  *    A strip (32 rows x up to 256 pairs, 32 KB) stays in L1 while B's panels stream: per 16 k pairs two A and two B
  *    tileloadd and four tdpbf16ps. Full steps accumulate in C itself (loaded when a K block follows another),
  *    edge steps in a 32x32 scratch.
- * 4. After the last K block, the fp32 ISA's epilogue on each step's stored outputs (as the portable tile does).
+ * 4. After the last K block, the epilogue: full steps go through a scratch and gemm_avx2.h's register epilogue
+ *    into C (one pass), edge steps and broadcast residuals through the fp32 ISA's epilogue on the stored outputs.
  * Numerics: tdpbf16ps sums both products of a pair before adding them to the accumulator, so this path is not
  * bitwise the vdpbf16ps path; ortx/ep/precision.py states the bound the tests check.
  */
@@ -53,19 +55,20 @@ ORTX_TARGET_AMX_BF16 static void tiles_end_amx(const ortx_tile_state *saved) {
 
 enum { NR = ORTX_GEMM_NR, CHUNK = ORTX_BGEMM_TILE_PAIRS * ORTX_GEMM_NR * 2 /* bf16 of one 16-pair B tile */ };
 
-/* One step of mt x nt C tiles at c (row stride ldc floats): `chunks` 16-pair chunks, the last from the tails when
- * `from_tail`. A rows at a (a_stride elements apart), B panels b0, b1 (their tails tail0, tail1). */
+/* One step of mt x nt C tiles: loaded from `load` (row stride load_ld floats) when accumulating, else zero; `full`
+ * 16-pair chunks from the panels, then one from the tails when `from_tail`; stored to `store` (row stride
+ * store_ld). A rows at a (a_stride elements apart), B panels b0, b1 (their tails tail0, tail1). */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void step_tiles(
     const int mt, const int nt, int64_t full, int from_tail, const uint16_t *a, int64_t a_stride, const uint16_t *b0,
-    const uint16_t *b1, const uint16_t *tail0, const uint16_t *tail1, float *c, int64_t ldc, int accumulate) {
-    const int64_t a_bytes = a_stride * 2, c_bytes = ldc * 4;
+    const uint16_t *b1, const uint16_t *tail0, const uint16_t *tail1, const float *load, int64_t load_ld,
+    float *store, int64_t store_ld, int accumulate) {
+    const int64_t a_bytes = a_stride * 2, in_bytes = load_ld * 4, out_bytes = store_ld * 4;
     const uint16_t *a1 = a + ORTX_BGEMM_TILE_ROWS * a_stride;
-    float *c1 = c + 16 * ldc;
     if (accumulate) {
-        _tile_loadd(0, c, c_bytes);
-        if (nt == 2) _tile_loadd(1, c + 16, c_bytes);
-        if (mt == 2) _tile_loadd(2, c1, c_bytes);
-        if (mt == 2 && nt == 2) _tile_loadd(3, c1 + 16, c_bytes);
+        _tile_loadd(0, load, in_bytes);
+        if (nt == 2) _tile_loadd(1, load + 16, in_bytes);
+        if (mt == 2) _tile_loadd(2, load + 16 * load_ld, in_bytes);
+        if (mt == 2 && nt == 2) _tile_loadd(3, load + 16 * load_ld + 16, in_bytes);
     } else {
         _tile_zero(0);
         if (nt == 2) _tile_zero(1);
@@ -85,25 +88,45 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void step_tile
             if (nt == 2) _tile_dpbf16ps(3, 5, 7);
         }
     }
-    _tile_stored(0, c, c_bytes);
-    if (nt == 2) _tile_stored(1, c + 16, c_bytes);
-    if (mt == 2) _tile_stored(2, c1, c_bytes);
-    if (mt == 2 && nt == 2) _tile_stored(3, c1 + 16, c_bytes);
+    _tile_stored(0, store, out_bytes);
+    if (nt == 2) _tile_stored(1, store + 16, out_bytes);
+    if (mt == 2) _tile_stored(2, store + 16 * store_ld, out_bytes);
+    if (mt == 2 && nt == 2) _tile_stored(3, store + 16 * store_ld + 16, out_bytes);
 }
 
-ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b, int64_t mc,
-                                               int64_t nc, float *c, int64_t ldc, int accumulate,
-                                               const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0,
-                                               uint16_t *tail) {
-    const int64_t full = pairs / ORTX_BGEMM_TILE_PAIRS, rest = pairs % ORTX_BGEMM_TILE_PAIRS;
-    const int64_t panels = (nc + NR - 1) / NR, panel_elements = NR * 2 * pairs;
+/* Step 4's fused form: rows x (16 * nt) outputs from the scratch through the register epilogue (gemm_avx2.h's,
+ * as the vdpbf16ps micro-kernel's) into C: one pass instead of a store and a read-modify-write of C. */
+ORTX_TARGET_AMX_BF16 static void epilogue_from_scratch(const float *scratch, int64_t rows, int nt, float *c,
+                                                       int64_t ldc, const ortx_gemm_epilogue *e, int64_t row0,
+                                                       int64_t col0) {
+    for (int64_t i = 0; i < rows; i++)
+        for (int v = 0; v < nt; v++) {
+            __m256 lo = _mm256_load_ps(scratch + i * 32 + 16 * v), hi = _mm256_load_ps(scratch + i * 32 + 16 * v + 8);
+            epilogue_registers_avx2(&lo, &hi, e, row0 + i, col0 + 16 * v);
+            _mm256_storeu_ps(c + i * ldc + 16 * v, lo);
+            _mm256_storeu_ps(c + i * ldc + 16 * v + 8, hi);
+        }
+}
+
+ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a, const uint16_t *b,
+                                               int64_t b_panel_pairs, int64_t mc, int64_t nc, float *c, int64_t ldc,
+                                               int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                               int64_t col0, uint16_t *tail) {
+    int64_t full = pairs / ORTX_BGEMM_TILE_PAIRS, rest = pairs % ORTX_BGEMM_TILE_PAIRS;
+    const int64_t panels = (nc + NR - 1) / NR, panel_elements = NR * 2 * b_panel_pairs;
     const int64_t a_stride = 2 * ortx_bgemm_tile_pairs(2 * pairs);
+    if (rest && b_panel_pairs >= ortx_bgemm_tile_pairs(2 * pairs)) {  /* zero-padded panels: the tail in place */
+        full++;
+        rest = 0;
+    }
     if (rest) {  /* step 2 */
         for (int64_t p = 0; p < panels; p++) {
             memcpy(tail + p * CHUNK, b + p * panel_elements + full * CHUNK, rest * NR * 2 * sizeof(uint16_t));
             memset(tail + p * CHUNK + rest * NR * 2, 0, (CHUNK - rest * NR * 2) * sizeof(uint16_t));
         }
     }
+    /* broadcast residual columns need the generic epilogue (as in the vdpbf16ps micro-kernel) */
+    const int fuse = epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1);
     float scratch[32 * 32] __attribute__((aligned(64)));
     for (int64_t ir = 0; ir < mc; ir += 32) {  /* step 3 */
         const int64_t rows = mc - ir < 32 ? mc - ir : 32;
@@ -113,28 +136,38 @@ ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a
             const int nt = cols > 16 ? 2 : 1;
             const uint16_t *b0 = b + jr / NR * panel_elements, *tail0 = tail + jr / NR * CHUNK;
             const int edge = rows != 16 * mt || cols != 16 * nt;
-            float *target = c + ir * ldc + jr, *out = target;
-            int64_t ld = ldc;
+            float *out = c + ir * ldc + jr, *load = out, *store = out;
+            int64_t load_ld = ldc, store_ld = ldc;
             if (edge) {
-                target = scratch;
-                ld = 32;
+                load = store = scratch;
+                load_ld = store_ld = 32;
                 if (accumulate)
                     for (int64_t i = 0; i < rows; i++) memcpy(scratch + i * 32, out + i * ldc, cols * sizeof(float));
+            } else if (fuse) {
+                store = scratch;
+                store_ld = 32;
             }
-            const uint16_t *ai = a + ir * a_stride;
+            const uint16_t *ai = a + ir * a_stride, *b1 = nt == 2 ? b0 + panel_elements : b0;
+            const uint16_t *tail1 = nt == 2 ? tail0 + CHUNK : tail0;
             if (mt == 2 && nt == 2)
-                step_tiles(2, 2, full, rest != 0, ai, a_stride, b0, b0 + panel_elements, tail0, tail0 + CHUNK,
-                           target, ld, accumulate);
+                step_tiles(2, 2, full, rest != 0, ai, a_stride, b0, b1, tail0, tail1, load, load_ld, store, store_ld,
+                           accumulate);
             else if (mt == 2)
-                step_tiles(2, 1, full, rest != 0, ai, a_stride, b0, b0, tail0, tail0, target, ld, accumulate);
+                step_tiles(2, 1, full, rest != 0, ai, a_stride, b0, b1, tail0, tail1, load, load_ld, store, store_ld,
+                           accumulate);
             else if (nt == 2)
-                step_tiles(1, 2, full, rest != 0, ai, a_stride, b0, b0 + panel_elements, tail0, tail0 + CHUNK,
-                           target, ld, accumulate);
+                step_tiles(1, 2, full, rest != 0, ai, a_stride, b0, b1, tail0, tail1, load, load_ld, store, store_ld,
+                           accumulate);
             else
-                step_tiles(1, 1, full, rest != 0, ai, a_stride, b0, b0, tail0, tail0, target, ld, accumulate);
+                step_tiles(1, 1, full, rest != 0, ai, a_stride, b0, b1, tail0, tail1, load, load_ld, store, store_ld,
+                           accumulate);
+            if (!edge && fuse) {  /* step 4 */
+                epilogue_from_scratch(scratch, rows, nt, out, ldc, epilogue, row0 + ir, col0 + jr);
+                continue;
+            }
             if (edge)
                 for (int64_t i = 0; i < rows; i++) memcpy(out + i * ldc, scratch + i * 32, cols * sizeof(float));
-            if (epilogue)  /* step 4 */
+            if (epilogue)
                 ortx_gemm_select_isa()->epilogue(out, ldc, rows, cols, row0 + ir, col0 + jr, epilogue);
         }
     }
