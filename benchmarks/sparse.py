@@ -5,7 +5,8 @@ Usage: python benchmarks/sparse.py [--runs 20] [--threads 2] [--models resnet18,
 Each model is pruned per layer by magnitude (ortx.passes.prune_weights, unstructured, scope "layer", its default
 min_elements) to each sparsity; the same pruned weights then run on three sessions: ORT CPU, OrtxEP with
 sparse="off" (every layer dense) and OrtxEP with sparse="measure" (each candidate layer timed dense vs CSR vs 4x1 CSR
-at session creation and recorded; the faster runs). All OrtxEP sessions use tuning "off" otherwise, so only the
+at session creation in rounds and recorded; sparse where it beat 0.9x dense in every round, and then only if the
+segment holding those layers beat the same segment all dense in every round: ortx.tune.sparse_choice). All OrtxEP sessions use tuning "off" otherwise, so only the
 sparse choice differs. Runs are interleaved in blocks of 4 after warm-up (ortx.measure's scheme, one uncounted
 switch-over run per block, after ortx.measure.SETTLE_S idle); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
 for it and prints the load before and after each model).
@@ -121,7 +122,8 @@ def main() -> int:
         f"threads for every engine, host load {min(loads):.2f}-{max(loads):.2f} (1-min average, before/after each "
         f"model); `python benchmarks/sparse.py --runs {args.runs}`. Weights pruned per layer by magnitude "
         "(ortx.passes.prune_weights, layers of >= 1024 weights); OrtxEP sparse = provider option sparse='measure' "
-        "(each candidate layer timed dense / CSR / 4x1 CSR at session creation, the faster kept), OrtxEP dense = "
+        "(each candidate layer timed dense / CSR / 4x1 CSR at session creation in rounds, sparse where it beat 0.9x "
+        "dense in every round and its segment beat the segment all dense in every round), OrtxEP dense = "
         "sparse='off'; both tuning 'off'. Medians of interleaved blocks; speed-up = ORT ms / OrtxEP sparse ms; the "
         "min columns are the same ratios over each engine's fastest run (steadier on a busy host, where other "
         "processes only ever slow a run down).",

@@ -150,12 +150,14 @@ class DeviceSettings:
 
 def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_threads: int,
                      jit: Options | None = None, tuning: "TuningSettings | None" = None, precision: str = "fp32",
-                     devices: DeviceSettings | None = None):
+                     devices: DeviceSettings | None = None, sparse_policy=None):
     """Places (ortx.ep.placement), partitions and lowers: CPU segments through compile_segment, other devices'
     through their backend's compile. A node whose CPU lowering raises is declined with the error, a segment another
     device fails to compile is kept off that device, and we try again. With `jit` (and jit.jit set), each CPU
     segment is then also compiled to C (ortx.codegen.jit), with the per-step thread counts `tuning` tunes or finds
     recorded (ortx.tune.step_threads). Returns (segments, CPU programs, device programs, placement)."""
+    from ortx.tune.sparse_choice import check_segment
+
     devices = devices or DeviceSettings()
     by_name = {device.name: device for device in devices.devices}
     excluded: dict[str, set[str]] = {}
@@ -170,9 +172,11 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
                 continue
             try:
                 if segment.device == CPU:
-                    programs[position] = compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                         num_threads=num_threads, precision=precision,
-                                                         sparse_policy=_sparse_policy(jit, tuning))
+                    programs[position] = check_segment(
+                        lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
+                                                       num_threads=num_threads, precision=precision,
+                                                       sparse_policy=policy),
+                        sparse_policy, segment.inputs, segment.outputs, num_threads)
                 else:
                     device_programs[position] = by_name[segment.device].backend_module().compile(
                         segment.nodes, segment.inputs, segment.outputs, num_threads=num_threads)
@@ -351,8 +355,9 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
     if not claim:
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
+    sparse_policy = _sparse_policy(jit, tuning)  # one for every compile below: it measures a layer once
     segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
-                                                                   precision, devices if claim else None)
+                                                                   precision, devices if claim else None, sparse_policy)
     declined = _ortx_nodes_left_to_ort(segments)
     if declined and model is not standard:
         # a compile error declined a node OrtxEP's fusions made: plain ORT cannot run it, so compile the graph as it
@@ -362,7 +367,8 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         model, reports = standard, []
         decisions = _decline_given_back(assign(model.graph), given_back)
         segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
-                                                                       precision, devices if claim else None)
+                                                                       precision, devices if claim else None,
+                                                                       sparse_policy)
         declined = _ortx_nodes_left_to_ort(segments)
     if declined:
         raise RuntimeError(f"OrtxEP could not compile node {declined[0].name!r} ({ORTX_DOMAIN}::"
@@ -391,6 +397,8 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
                          num_threads, use_reference_kernels)
     assignment = _assignment(prepared, model, segments, decisions, ort.providers[0] if ort.providers else "ORT",
                              _bf16_nodes(programs), _sparse_nodes(programs), placed)
+    assignment.sparse_choices = tuple(getattr(sparse_policy, "decisions", {}).values()) + tuple(
+        getattr(sparse_policy, "segment_checks", ()))
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 

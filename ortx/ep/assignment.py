@@ -30,6 +30,7 @@ class Assignment(tuple):
         self.total_macs = total_macs
         self.segments = segments
         self.engine_choices = ()  # ortx.tune.engine_choice.EngineChoice per claimed segment, when tuning is on
+        self.sparse_choices = ()  # ortx.tune.sparse_choice.SparseDecision per layer with enough zeros to consider
         self.graph = None  # ortx.ep.render.PartitionGraph of the compiled graph: nodes, devices, edges with bytes
         self.capability = {}  # compiled node -> {device: "" (can run it) or the reason it cannot}
         return self
@@ -94,6 +95,8 @@ class Assignment(tuple):
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs"
                      f"{in_bf16}" + (f"; {len(self.sparse_nodes())} run sparse (CSR) kernels"
                                      if self.sparse_nodes() else ""))
+        for decision in self.sparse_choices:
+            lines.append(f"sparse choice {decision.describe()}")
         for choice in self.engine_choices:
             lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
                          f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")

@@ -28,6 +28,7 @@ import numpy as np
 from ortx._kernels import KernelError
 from ortx.ep.fallback import OrtSegment
 from ortx.ep.segment_builder import CompiledProgram
+from ortx.memory.lifetimes import aligned_empty
 from ortx.memory.plan import ALIGNMENT, Lifetime, MemoryPlan, plan_offsets
 
 
@@ -109,9 +110,7 @@ class RunContext:
     """
 
     def __init__(self, plan: MemoryPlan, boundary: dict[str, TensorSpec]):
-        raw = np.empty(plan.arena_bytes + 2 * ALIGNMENT, dtype=np.uint8)
-        start = -raw.__array_interface__["data"][0] % ALIGNMENT
-        self.arena = raw[start:start + plan.arena_bytes + ALIGNMENT]
+        self.arena = aligned_empty(plan.arena_bytes + ALIGNMENT)
         self.offsets = plan.offsets
         self.views = {}
         for name, spec in boundary.items():

@@ -3,20 +3,28 @@
 1. Candidates: a layer whose weights have at least MIN_ZEROS zeros (below that a CSR multiply-add, a broadcast and
    an indexed load per nonzero, cannot beat the packed dense GEMM); others stay dense without a look-up.
 2. Signature: "sparse|<kind>|<shape>|z<zero fraction, 2 decimals>|t<threads>"; records (ortx.tune.records) hold
-   one row per engine, schedule {"engine": "dense"} or {"engine": "sparse", "block_rows": R}, under this
-   machine's fingerprint and template SPARSE_TEMPLATE.
+   one row per engine and round, schedule {"engine": "dense", "round": i} or {"engine": "sparse", "block_rows": R,
+   "round": i}, all rows of one measurement with the same `created`, under this machine's fingerprint and template
+   SPARSE_TEMPLATE.
 3. Tuning "quick"/"full": the layer is compiled alone as dense, CSR (R=1) and 4x1-blocked CSR (R=4) programs and
-   timed side by side (interleaved, QUICK_RUNS/FULL_RUNS runs each, medians recorded).
-4. Choice ("cached", "quick", "full"): the layer's own records (the latest measurement of each engine) decide;
-   sparse wins only when its median is below MARGIN x dense's (a measurement on a busy host swings by more than the
-   gain of a near tie: at 50% zeros a 1-thread run at load 7 picked sparse for 9 of 21 ResNet layers without it).
-   Without them, records of the same shape at other zero fractions give the crossover: sparse when sparse won at a
-   fraction <= this one, dense when dense won at a fraction >= this one.
+   timed as a session runs them (arena and tensors on 64-byte lines, ortx.memory.lifetimes.aligned_empty), in
+   QUICK/FULL rounds; within a round the candidates alternate run by run, and each round's median is recorded.
+4. Choice ("cached", "quick", "full"): the layer's own latest measurement decides. The sparse engine with the lowest
+   median over rounds wins only when in every round it ran below MARGIN x dense's time of the same round: the
+   margin covers a near tie, the rounds the noise (a shared host slows single rounds by 2x; one median of 11 runs
+   picked sparse for BERT-like layers the session then ran slower, issue #9). Without its own records, records of
+   the same shape at other zero fractions give the crossover: sparse when sparse won at a fraction <= this one,
+   dense when dense won at a fraction >= this one.
 5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more.
+6. Segment check (measuring modes only, check_segment): a segment with sparse layers is timed in rounds against the
+   same segment all dense, and runs all dense unless faster in every round.
+Every layer considered is kept in SparsePolicy.decisions (the choice, its source and the rounds' times), each check
+in SparsePolicy.segment_checks; the session shows both as sess.assignment.sparse_choices.
 OrtxEP's provider option "sparse" (SPARSE_OPTIONS): "auto" as above, "measure" runs step 3 whatever the tuning mode,
 "off" keeps every layer dense (ForcedPolicy; also what the measurement compiles each candidate with).
-Limits: the measurement runs the step interpreter (no JIT), single layers with random inputs (cache state of a
-whole network differs); SPARSE_TEMPLATE carries the kernel build (fingerprint.kernels_build), so a rebuild measures again.
+Limits: the measurements run the step interpreter (no JIT) on random inputs; a layer timed alone misses the cache
+state of the whole network (step 6 checks the segment, not each layer in it); segments with non-float inputs are
+not checked; SPARSE_TEMPLATE carries the kernel build (fingerprint.kernels_build), so a rebuild measures again.
 """
 from __future__ import annotations
 
@@ -37,8 +45,8 @@ MIN_ZEROS = 0.3
 # Measured on this box (2-core Zen 4, AVX-512, benchmarks/sparse.py): sparse won most layers from ~70% zeros; the
 # prior waits for 80%, so a layer without records is only made sparse where it very likely pays.
 PRIOR_MIN_ZEROS = 0.8
-SPARSE_TEMPLATE = f"sparse_f32:3|kernels={kernels_build()}"
-QUICK_RUNS, FULL_RUNS = 11, 31
+SPARSE_TEMPLATE = f"sparse_f32:4|kernels={kernels_build()}"  # 4: rows per round (3: one median per engine)
+QUICK, FULL = (3, 7), (5, 9)  # (rounds, timed runs per candidate and round)
 MARGIN = 0.9
 MODES = ("off", "cached", "quick", "full")
 SPARSE_OPTIONS = ("auto", "measure", "off")  # OrtxEP's provider option "sparse" (ortx/ep/options.py)
@@ -50,8 +58,31 @@ class SparseChoice:
     block_rows: int = 1
     source: str = "prior"  # "prior", "record", "crossover", "forced", "measured"
 
+    @property
+    def label(self) -> str:
+        return "dense" if self.engine == "dense" else "CSR" if self.block_rows == 1 else f"{self.block_rows}x1 CSR"
+
 
 DENSE = SparseChoice("dense", source="prior")
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseDecision:
+    """One layer's choice and what it rests on: per engine label, the rounds' median ms (empty without records of
+    the layer's own signature); `worst_ratio`: the chosen or best sparse engine's slowest round over dense's."""
+    node: str
+    zeros: float
+    choice: SparseChoice
+    times: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    worst_ratio: float | None = None
+
+    def describe(self) -> str:
+        measured = ", ".join(f"{label} " + "/".join(f"{ms:.3f}" for ms in rounds) + " ms"
+                             for label, rounds in self.times)
+        against = f"; worst round sparse/dense {self.worst_ratio:.2f} (sparse needs < {MARGIN})" \
+            if self.worst_ratio is not None else ""
+        return (f"{self.node} ({self.zeros:.0%} zeros): {self.choice.label} ({self.choice.source})"
+                + (f"; {measured}" if measured else "") + against)
 
 
 def zero_fraction(weights: np.ndarray) -> float:
@@ -76,7 +107,10 @@ class SparsePolicy:
     mode: str = "off"
     database_path: str | None = None
     options: object = None  # ortx.config.Options for the fingerprint's compiler
+    decisions: dict = dataclasses.field(default_factory=dict)  # node name -> SparseDecision, in choice order
     _fingerprint: object = dataclasses.field(default=None, repr=False)
+    _measured: set = dataclasses.field(default_factory=set, repr=False)  # signatures measured by this policy
+    segment_checks: list = dataclasses.field(default_factory=list)  # SegmentCheck per segment checked (step 6)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -88,22 +122,27 @@ class SparsePolicy:
         key = signature(kind, shape_text, zeros, num_threads)
         readable = self.database_path and self.mode != "off" and (
             self.mode != "cached" or os.path.exists(self.database_path))
+        recorded, rounds = None, {}
         if readable:
             from ortx.tune.records import TuningDatabase
 
             with TuningDatabase(self.database_path) as database:
                 fingerprint = self._fingerprint_key(database)
-                if self.mode in ("quick", "full"):
-                    _record(database, fingerprint, key, measure(node, num_threads,
-                                                                QUICK_RUNS if self.mode == "quick" else FULL_RUNS),
+                # once per signature: layers of one shape and zero fraction, and a recompile after an error, share it
+                if self.mode in ("quick", "full") and key not in self._measured:
+                    self._measured.add(key)
+                    rounds_and_runs = QUICK if self.mode == "quick" else FULL
+                    _record(database, fingerprint, key, measure(node, num_threads, *rounds_and_runs),
                             f"sparse_choice:{self.mode}")
+                rounds = latest_rounds(database.records(key, fingerprint, SPARSE_TEMPLATE))
                 recorded = recorded_choice(database, fingerprint, kind, shape_text, zeros, num_threads)
-            if recorded is not None:
-                logger.debug("ortx sparse choice: node %s %s (%s)", node.name, recorded.engine, recorded.source)
-                return recorded
-        if zeros >= PRIOR_MIN_ZEROS:
-            return SparseChoice("sparse", 1, "prior")
-        return DENSE
+        choice = recorded if recorded is not None else (
+            SparseChoice("sparse", 1, "prior") if zeros >= PRIOR_MIN_ZEROS else DENSE)
+        self.decisions[node.name] = SparseDecision(
+            node.name, zeros, choice, tuple((engine.label, tuple(ms for _, ms in sorted(by_round.items())))
+                                            for engine, by_round in rounds.items()), _winner(rounds)[1])
+        logger.debug("ortx sparse choice: %s", self.decisions[node.name].describe())
+        return choice
 
     def _fingerprint_key(self, database) -> str:
         from ortx.tune.fingerprint import current
@@ -121,42 +160,48 @@ def _engine_of(schedule: dict) -> SparseChoice | None:
     return None
 
 
-def _latest_times(records) -> dict[SparseChoice, float]:
-    """The latest 'ok' time of each engine (one measurement compares engines side by side)."""
-    latest: dict[SparseChoice, tuple[float, float]] = {}
-    for record in records:
-        choice = _engine_of(record.schedule)
-        if record.status != "ok" or choice is None:
-            continue
-        if choice not in latest or record.created >= latest[choice][0]:
-            latest[choice] = (record.created, record.median_ms)
-    return {choice: ms for choice, (_, ms) in latest.items()}
+def latest_rounds(records) -> dict[SparseChoice, dict[int, float]]:
+    """Per engine, round -> ms of the latest measurement (the 'ok' rows sharing the newest `created`)."""
+    usable = [(record, _engine_of(record.schedule)) for record in records if record.status == "ok"]
+    usable = [(record, choice) for record, choice in usable if choice is not None]
+    if not usable:
+        return {}
+    newest = max(record.created for record, _ in usable)
+    rounds: dict[SparseChoice, dict[int, float]] = {}
+    for record, choice in usable:
+        if record.created == newest:
+            rounds.setdefault(choice, {})[int(record.schedule.get("round", 0))] = record.median_ms
+    return rounds
 
 
-def _winner(times: dict[SparseChoice, float]) -> SparseChoice | None:
-    """The fastest sparse engine when it beats dense by MARGIN, else dense; None without dense and a sparse time."""
-    dense = times.get(SparseChoice("dense"))
-    sparse = {choice: ms for choice, ms in times.items() if choice.engine == "sparse"}
-    if dense is None or not sparse:
-        return None
-    best = min(sparse, key=sparse.get)
-    return best if sparse[best] < MARGIN * dense else SparseChoice("dense")
+def _winner(rounds: dict[SparseChoice, dict[int, float]]) -> tuple[SparseChoice | None, float | None]:
+    """(step 4's choice, the best sparse engine's worst round over dense's); (None, None) without dense and a sparse
+    engine measured in the same rounds."""
+    dense = rounds.get(SparseChoice("dense"), {})
+    paired = {choice: {i: ms / dense[i] for i, ms in by_round.items() if i in dense and dense[i] > 0}
+              for choice, by_round in rounds.items() if choice.engine == "sparse"}
+    paired = {choice: ratios for choice, ratios in paired.items() if ratios}
+    if not paired:
+        return None, None
+    best = min(paired, key=lambda choice: statistics.median(rounds[choice].values()))
+    worst = max(paired[best].values())
+    return (best if worst < MARGIN else SparseChoice("dense")), worst
 
 
 def recorded_choice(database, fingerprint: str, kind: str, shape_text: str, zeros: float,
                     num_threads: int) -> SparseChoice | None:
     """Step 4 of the module docstring; None when nothing recorded applies."""
-    own = _winner(_latest_times(database.records(signature(kind, shape_text, zeros, num_threads), fingerprint,
-                                                 SPARSE_TEMPLATE)))
+    own, _ = _winner(latest_rounds(database.records(signature(kind, shape_text, zeros, num_threads), fingerprint,
+                                                    SPARSE_TEMPLATE)))
     if own is not None:
         return dataclasses.replace(own, source="record")
     prefix, suffix = f"sparse|{kind}|{shape_text}|z", f"|t{num_threads}"
-    by_level: dict[float, dict] = {}
+    by_level: dict[float, list] = {}
     for record in database.records(None, fingerprint, SPARSE_TEMPLATE):
         if record.signature.startswith(prefix) and record.signature.endswith(suffix):
             level = float(record.signature[len(prefix):-len(suffix)])
             by_level.setdefault(level, []).append(record)
-    winners = {level: _winner(_latest_times(records)) for level, records in by_level.items()}
+    winners = {level: _winner(latest_rounds(records))[0] for level, records in by_level.items()}
     winners = {level: winner for level, winner in winners.items() if winner is not None}
     sparse_below = [(level, w) for level, w in winners.items() if w.engine == "sparse" and level <= zeros + 1e-9]
     if sparse_below:
@@ -166,30 +211,71 @@ def recorded_choice(database, fingerprint: str, kind: str, shape_text: str, zero
     return None
 
 
-def _record(database, fingerprint: str, key: str, times: dict[SparseChoice, float | str], source: str) -> None:
+def _record(database, fingerprint: str, key: str, measured: dict[SparseChoice, list[float] | str],
+            source: str) -> None:
+    """One row per engine and round, all with one `created` (latest_rounds groups a measurement by it)."""
     from ortx.tune.records import TuningRecord
 
-    for choice, value in times.items():
+    created = time.time()
+    for choice, value in measured.items():
         schedule = {"engine": "dense"} if choice.engine == "dense" else {"engine": "sparse",
                                                                            "block_rows": choice.block_rows}
         if isinstance(value, str):  # a failed candidate is data, not an exception
-            database.add(TuningRecord(key, fingerprint, SPARSE_TEMPLATE, schedule, "error", None, value, source))
-        else:
-            database.add(TuningRecord(key, fingerprint, SPARSE_TEMPLATE, schedule, "ok", value, "", source))
+            database.add(TuningRecord(key, fingerprint, SPARSE_TEMPLATE, schedule, "error", None, value, source,
+                                      created))
+            continue
+        for index, ms in enumerate(value):
+            database.add(TuningRecord(key, fingerprint, SPARSE_TEMPLATE, {**schedule, "round": index}, "ok", ms, "",
+                                      source, created))
 
 
-def measure(node: ir.Node, num_threads: int, runs: int) -> dict[SparseChoice, float | str]:
-    """Median ms of the node alone as dense, CSR and 4x1-blocked CSR programs, timed interleaved; a candidate that
-    fails to compile or run gets its error message instead."""
+def _aligned_tensors(values, rng) -> tuple[list[np.ndarray], np.ndarray]:
+    """Arrays for `values` on 64-byte lines (inputs first, filled from rng; then outputs) and their addresses."""
+    from ortx.ep.lowering._values import numpy_dtype, static_shape
+    from ortx.memory.lifetimes import aligned_empty
+
+    arrays = []
+    for value in values:
+        shape, dtype = static_shape(value), numpy_dtype(value)
+        arrays.append(aligned_empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype).reshape(shape))
+    return arrays, np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
+
+
+def _time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds: int, runs: int) -> dict:
+    """Per key of `programs` (key -> compiled program), the median ms of each round; programs alternate run by run,
+    each on its own 64-byte aligned arena, after one warm-up run."""
+    from ortx.memory.lifetimes import aligned_empty
+
+    arenas = {key: aligned_empty(compiled.arena_bytes) for key, compiled in programs.items()}
+    for key, compiled in programs.items():
+        compiled.program.run(arenas[key], externals, num_threads)
+    medians: dict = {key: [] for key in programs}
+    for _ in range(rounds):
+        times: dict = {key: [] for key in programs}
+        for _ in range(runs):
+            for key, compiled in programs.items():
+                start = time.perf_counter()
+                compiled.program.run(arenas[key], externals, num_threads)
+                times[key].append((time.perf_counter() - start) * 1e3)
+        for key, values in times.items():
+            medians[key].append(statistics.median(values))
+    return medians
+
+
+def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[SparseChoice, list[float] | str]:
+    """Per candidate (dense, CSR, 4x1-blocked CSR programs of the node alone), the median ms of each of `rounds`
+    rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run gets its
+    error message instead. Arena and tensors start on 64-byte lines, as in a session (ortx.ep.runtime.RunContext;
+    ORT's tensors): on numpy's 16-byte alignment the sparse kernels ran up to 2x slower than in the session."""
     from ortx.ep.compile_nodes import compile_segment
-    from ortx.ep.lowering._values import constant_value, numpy_dtype, static_shape
+    from ortx.ep.lowering._values import constant_value
 
     inputs = [value for value in node.inputs if value is not None and constant_value(value) is None]
     outputs = [node.outputs[0]]
     rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(static_shape(value)).astype(numpy_dtype(value)) for value in inputs]
-    arrays += [np.empty(static_shape(value), numpy_dtype(value)) for value in outputs]
-    externals = np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
+    arrays, externals = _aligned_tensors(inputs + outputs, rng)
+    for array in arrays[:len(inputs)]:
+        array[...] = rng.standard_normal(array.shape)
     candidates = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
                   SparseChoice("sparse", 4, "forced"))
     programs, results = {}, {}
@@ -197,17 +283,65 @@ def measure(node: ir.Node, num_threads: int, runs: int) -> dict[SparseChoice, fl
         try:
             compiled = compile_segment([node], inputs, outputs, num_threads=num_threads,
                                        sparse_policy=ForcedPolicy(choice))
-            arena = np.empty(max(compiled.arena_bytes, 1), np.uint8)
-            compiled.program.run(arena, externals, num_threads)  # warm-up
-            programs[choice] = (compiled, arena)
+            _time_rounds({choice: compiled}, externals, num_threads, 0, 0)  # runs once: a failure is data
+            programs[choice] = compiled
         except Exception as error:  # noqa: BLE001  (recorded as the candidate's failure)
             results[dataclasses.replace(choice, source="measured")] = f"{type(error).__name__}: {error}"
-    times: dict[SparseChoice, list[float]] = {choice: [] for choice in programs}
-    for _ in range(runs):
-        for choice, (compiled, arena) in programs.items():
-            start = time.perf_counter()
-            compiled.program.run(arena, externals, num_threads)
-            times[choice].append((time.perf_counter() - start) * 1e3)
-    for choice, values in times.items():
-        results[dataclasses.replace(choice, source="measured")] = statistics.median(values)
+    for choice, values in _time_rounds(programs, externals, num_threads, rounds, runs).items():
+        results[dataclasses.replace(choice, source="measured")] = values
     return results
+
+
+# Step 6: the segment check ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SegmentCheck:
+    """The whole segment with the layers' sparse choices against the same segment all dense, timed in rounds."""
+    first_node: str
+    sparse_nodes: tuple[str, ...]
+    sparse_ms: tuple[float, ...]
+    dense_ms: tuple[float, ...]
+    kept: bool  # the sparse choices stand (else every layer of the segment runs dense)
+
+    @property
+    def worst_ratio(self) -> float:
+        return max(sparse / dense for sparse, dense in zip(self.sparse_ms, self.dense_ms))
+
+    def describe(self) -> str:
+        rounds = lambda values: "/".join(f"{ms:.3f}" for ms in values)  # noqa: E731
+        return (f"segment from {self.first_node} with {len(self.sparse_nodes)} sparse layers: "
+                f"{rounds(self.sparse_ms)} ms vs all dense {rounds(self.dense_ms)} ms, worst round "
+                f"{self.worst_ratio:.2f} -> {'sparse layers kept' if self.kept else 'all dense'}")
+
+
+def check_segment(compile_with, policy, inputs: list[ir.Value], outputs: list[ir.Value], num_threads: int):
+    """Step 6: `compile_with(policy)` -> CompiledProgram. When `policy` measures (tuning "quick"/"full" or option
+    "measure") and its choices put a sparse kernel in the segment, the segment is also compiled all dense and both are
+    timed in rounds on random inputs; the sparse program is kept only when it is faster in every round (layers
+    timed alone miss the cache state and the other steps of the whole segment). Returns the program to run."""
+    program = compile_with(policy)
+    sparse_nodes = tuple(dict.fromkeys(step.node for step in program.steps if step.kernel.startswith("sparse_")))
+    if not isinstance(policy, SparsePolicy) or policy.mode not in ("quick", "full") or not sparse_nodes:
+        return program
+    if not all(value.dtype is not None and np.dtype(value.dtype.numpy()).kind == "f" for value in inputs):
+        logger.debug("ortx sparse choice: segment from %s not checked (non-float inputs)", sparse_nodes[0])
+        return program  # random integers could be out-of-range indices
+    dense = compile_with(ForcedPolicy(SparseChoice("dense", source="segment check")))
+    rng = np.random.default_rng(0)
+    arrays, externals = _aligned_tensors(list(inputs) + list(outputs), rng)
+    for array in arrays[:len(inputs)]:
+        array[...] = rng.standard_normal(array.shape)
+    rounds, runs = QUICK if policy.mode == "quick" else FULL
+    times = _time_rounds({"sparse": program, "dense": dense}, externals, num_threads, rounds, runs)
+    check = SegmentCheck(program.step_nodes[0] if program.step_nodes else "", sparse_nodes, tuple(times["sparse"]),
+                         tuple(times["dense"]), kept=False)
+    check = dataclasses.replace(check, kept=check.worst_ratio < 1.0)
+    policy.segment_checks.append(check)
+    logger.debug("ortx sparse choice: %s", check.describe())
+    if check.kept:
+        return program
+    for name in sparse_nodes:
+        if name in policy.decisions:
+            policy.decisions[name] = dataclasses.replace(policy.decisions[name],
+                                                         choice=SparseChoice("dense", source="segment check"))
+    return dense

@@ -16,6 +16,7 @@ from ortx import _kernels
 from ortx.ep.devices.device import Device, OpSupport
 from ortx.ep.lowering import LOWERINGS
 from ortx.ep.lowering._values import NotStatic, size_bytes
+from ortx.memory.lifetimes import aligned_empty
 
 # Host memory bandwidth: np.copyto of 64 MiB on the development host (2 cores of an AMD EPYC, Zen 4 class),
 # bytes read + written per second, best of 10: 13.8 GB/s. A constant, not measured at import.
@@ -150,7 +151,7 @@ class CpuProgram:
         self._arenas.put(self._new_arena())
 
     def _new_arena(self) -> np.ndarray:
-        return np.empty(max(self.compiled.arena_bytes, 1), dtype=np.uint8)
+        return aligned_empty(self.compiled.arena_bytes)
 
     def run(self, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> None:
         arrays = [np.ascontiguousarray(array) for array in inputs]
