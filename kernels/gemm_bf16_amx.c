@@ -195,6 +195,14 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
         const uint32_t *chunk = x + h * ORTX_BGEMM_TILE_PAIRS * plane_words;
         for (int64_t t = 0; t < taps; t++, at += CHUNK) {
             const uint32_t *words = chunk + tap_offsets[t];
+            /* the next k step's B rows into L1: the next tap's (or the next chunk's first tap's) 16 plane rows */
+            const uint32_t *next = t + 1 < taps ? chunk + tap_offsets[t + 1]
+                                                : chunk + ORTX_BGEMM_TILE_PAIRS * plane_words + tap_offsets[0];
+            if (t + 1 < taps || h + 1 < chunks)
+                for (int r = 0; r < 16; r++) {
+                    _mm_prefetch((const char *)(next + r * plane_words), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(next + r * plane_words + 16 * nt - 1), _MM_HINT_T0);
+                }
             _tile_loadd(4, at, 64);
             _tile_loadd(6, words, b_bytes);
             if (nt == 2) _tile_loadd(7, words + NR, b_bytes);
