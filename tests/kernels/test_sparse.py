@@ -107,7 +107,7 @@ def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation
     expected = expected.astype(np.float32)
     reference = _gemm(a, csr, bias, activation, 1, True)
     assert_close(reference, expected, what="reference vs numpy")
-    for threads in (1, 2):
+    for threads in (1, 2, 3):  # 3: pieces of one tile on several threads, each transposing it into its own rows
         fast = _gemm(a, csr, bias, activation, threads, False)
         assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs numpy")
         np.testing.assert_array_equal(fast, _gemm(a, csr, bias, activation, threads, False))
