@@ -30,6 +30,7 @@
 #include "activation.h"
 #include "conv.h"
 #include "gemm.h"
+#include "isa.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
@@ -37,8 +38,10 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-/* Most output channels (per group) for which conv2d_f32 takes the direct path (Case 1b, see use_direct). */
+/* Most output channels (per group) for which conv2d_f32 takes the direct path (Case 1b, see use_direct): with
+ * the 6x16 tile, and with the 12x32 AVX-512 tile on CPUs with two FMA ports. */
 #define ORTX_DIRECT_MAX_CHANNELS 32
+#define ORTX_DIRECT_WIDE_MAX_CHANNELS 64
 
 static int clamp_threads(int num_threads, const ortx_conv_params *p) {
     int threads = num_threads < 1 ? 1 : num_threads;
@@ -125,11 +128,28 @@ static int use_planes(const ortx_conv_params *p) { return ortx_conv_packs_from_p
  * Case 1b: direct (implicit GEMM) over phase planes, see conv.h.
  * ------------------------------------------------------------------------------------------------------------- */
 
-static const ortx_conv_direct_tile_fn direct_tile_table[] = {
-    [ORTX_ISA_PORTABLE] = ortx_conv_direct_tile_portable,
-    [ORTX_ISA_AVX2] = ortx_conv_direct_tile_avx2,
-    [ORTX_ISA_AVX512] = ortx_conv_direct_tile_avx2, /* AVX-512 CPUs run the AVX2 tile; no 16-lane variant yet */
-};
+/* The direct tile per ISA: its function, virtual pixels per tile and output channels per call (at most two A
+ * panels). AVX-512 CPUs run the AVX2 6x16 tile unless ortx_cpu_has_two_fma_ports(), where the 12x32 AVX-512 tile
+ * wins (conv_avx512.c). */
+typedef struct direct_kernel {
+    ortx_conv_direct_tile_fn tile;
+    int64_t pixels, rows;
+} direct_kernel;
+
+static direct_kernel direct_kernel_selected(void) {
+    switch (ortx_selected_isa()) {
+#if ORTX_HAVE_X86
+        case ORTX_ISA_AVX512:
+            if (ortx_cpu_has_two_fma_ports())
+                return (direct_kernel){ortx_conv_direct_tile_avx512, 32, 2 * ORTX_GEMM_MR};
+            return (direct_kernel){ortx_conv_direct_tile_avx2, ORTX_GEMM_NR, ORTX_GEMM_MR};
+        case ORTX_ISA_AVX2:
+            return (direct_kernel){ortx_conv_direct_tile_avx2, ORTX_GEMM_NR, ORTX_GEMM_MR};
+#endif
+        default:
+            return (direct_kernel){ortx_conv_direct_tile_portable, ORTX_GEMM_NR, ORTX_GEMM_MR};
+    }
+}
 
 void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
                                     int64_t row0, const float *x, const int32_t *offsets, const float *partial,
@@ -158,15 +178,22 @@ void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, c
  * 1.45x -> ~1.3x onnxruntime's time); it pays for the discarded virtual columns (phase_width - OW of every
  * phase_width), one copy of the input and B loads that straddle cache lines, which lose to the packed GEMM with
  * 64 output channels or more, with stride 2 and with short K (measured on a Zen 2 EPYC, benchmarks/kernels.py).
- * Depends on the shape only, so the choice (and the sums) are the same for every thread count. */
+ * On CPUs with two 512-bit FMA ports (ortx_cpu_has_two_fma_ports) the 12x32 AVX-512 tile takes it up to
+ * ORTX_DIRECT_WIDE_MAX_CHANNELS: there the packed GEMM's B panels stream from L2 at twice the FMA rate and its
+ * packing is ~10% of the conv (see BENCHMARKS.md "Dense conv layers"). Depends on the shape and the CPU only, so
+ * the choice (and the sums) are the same for every thread count. */
 static int use_direct(const ortx_conv_params *p) {
     if (is_pointwise(p) || p->stride_height != 1 || p->stride_width != 1) return 0;
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
     int64_t cin_g = p->in_channels / p->group, cout_g = p->out_channels / p->group;
     int64_t K = cin_g * p->kernel_height * p->kernel_width;
     if (cin_g * g.channel_floats + g.virtual_pixels + 64 > INT32_MAX) return 0;
+    /* the last tile's discarded lanes read at most 32 pixels + the widest tap past the planes (conv.h's slack) */
+    if ((p->kernel_width - 1) * p->dilation_width + 32 > ORTX_CONV_PLANES_SLACK) return 0;
+    int wide = ortx_cpu_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_two_fma_ports();
+    int64_t most = wide ? ORTX_DIRECT_WIDE_MAX_CHANNELS : ORTX_DIRECT_MAX_CHANNELS;
     /* discarded columns cost at most 1/8 of the work */
-    return cout_g <= ORTX_DIRECT_MAX_CHANNELS && K >= 64 && 8 * (g.phase_width - p->out_width) <= g.phase_width;
+    return cout_g <= most && K >= 64 && 8 * (g.phase_width - p->out_width) <= g.phase_width;
 }
 
 typedef struct direct_job {
@@ -178,58 +205,63 @@ typedef struct direct_job {
     float *y;             /* the group's first output channel */
     const ortx_gemm_epilogue *epilogue;
     const ortx_gemm_isa *isa;
-    ortx_conv_direct_tile_fn tile;
+    direct_kernel kernel;
     int64_t K, M;
 } direct_job;
 
-/* Copies the valid columns of a 16-pixel scratch tile (rows x 16) starting at virtual pixel (oy, ox) into Y,
- * then applies the epilogue to them in place. */
+/* Copies the valid columns of a scratch tile (rows x the kernel's pixels) starting at virtual pixel (oy, ox) into
+ * Y, then applies the epilogue to them in place. */
 static void direct_scatter(const direct_job *job, const float *tile, int64_t rows, int64_t m0, int64_t oy,
                            int64_t ox) {
     const ortx_conv_params *p = job->p;
-    const int64_t NR = ORTX_GEMM_NR, OW = p->out_width, Wq = job->g.phase_width, N = p->out_height * OW;
-    for (int64_t j = 0, row = oy, column = ox; j < NR && row < p->out_height; row++, column = 0) {
-        int64_t run = min64(NR - j, OW - column);  /* valid columns of this output row */
+    const int64_t width = job->kernel.pixels, OW = p->out_width, Wq = job->g.phase_width, N = p->out_height * OW;
+    for (int64_t j = 0, row = oy, column = ox; j < width && row < p->out_height; row++, column = 0) {
+        int64_t run = min64(width - j, OW - column);  /* valid columns of this output row */
         if (run > 0) {
             int64_t col0 = row * OW + column;
             float *out = job->y + m0 * N + col0;
-            for (int64_t i = 0; i < rows; i++) memcpy(out + i * N, tile + i * NR + j, run * sizeof(float));
+            for (int64_t i = 0; i < rows; i++) memcpy(out + i * N, tile + i * width + j, run * sizeof(float));
             job->isa->epilogue(out, N, rows, run, m0, col0, job->epilogue);
         }
         j += Wq - column;  /* skip the discarded columns to the next row's start */
     }
 }
 
-/* Virtual-pixel tiles [begin, end) (16 pixels each). Each KC block of depth runs over every row panel before
- * the next block, so the tile's B lines (KC scattered plane rows) stay in L1 across the panels; partial sums wait
- * in a scratch column block. After the last block, a tile inside one output row is stored straight into Y with
- * the fused epilogue; one that crosses a row end (or the last row) goes through direct_scatter. */
+/* Largest direct tile (12 x 32) and the most channels whose partial sums wait between KC blocks. */
+enum { DIRECT_TILE_FLOATS = 2 * ORTX_GEMM_MR * 32,
+       DIRECT_PARTIAL_FLOATS = (ORTX_DIRECT_WIDE_MAX_CHANNELS + 2 * ORTX_GEMM_MR) * 32 };
+
+/* Virtual-pixel tiles [begin, end) (the kernel's pixels each). Each KC block of depth runs over every row group
+ * before the next block, so the tile's B lines (KC scattered plane rows) stay in L1 across the groups; partial
+ * sums wait in a scratch column block. After the last block, a tile inside one output row is stored straight into
+ * Y with the fused epilogue; one that crosses a row end (or the last row) goes through direct_scatter. */
 static void direct_tiles(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const direct_job *job = context;
     const ortx_conv_params *p = job->p;
-    const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, KC = ORTX_GEMM_KC, OW = p->out_width;
+    const int64_t width = job->kernel.pixels, group = job->kernel.rows, KC = ORTX_GEMM_KC, OW = p->out_width;
     const int64_t Wq = job->g.phase_width, N = p->out_height * OW, M = job->M, K = job->K;
-    const int64_t m_padded = ortx_round_up(M, MR);
-    float tile[ORTX_GEMM_MR * ORTX_GEMM_NR] __attribute__((aligned(64)));
-    float partial[ortx_round_up(ORTX_DIRECT_MAX_CHANNELS, ORTX_GEMM_MR) * ORTX_GEMM_NR] __attribute__((aligned(64)));
+    const int64_t m_padded = ortx_round_up(M, ORTX_GEMM_MR);
+    const ortx_conv_direct_tile_fn run = job->kernel.tile;
+    float tile[DIRECT_TILE_FLOATS] __attribute__((aligned(64)));
+    float partial[DIRECT_PARTIAL_FLOATS] __attribute__((aligned(64)));
     for (int64_t t = begin; t < end; t++) {
-        int64_t v0 = t * NR, oy = v0 / Wq, ox = v0 % Wq, col0 = oy * OW + ox;
-        int clean = ox + NR <= OW;
+        int64_t v0 = t * width, oy = v0 / Wq, ox = v0 % Wq, col0 = oy * OW + ox;
+        int clean = ox + width <= OW;
         const float *x = job->planes + v0;
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
             int64_t k1 = min64(K, k0 + KC);
-            for (int64_t m0 = 0; m0 < M; m0 += MR) {
-                int64_t rows = min64(MR, M - m0);
-                const float *in = k0 > 0 ? partial + m0 * NR : NULL;
+            for (int64_t m0 = 0; m0 < M; m0 += group) {
+                int64_t rows = min64(group, M - m0);
+                const float *in = k0 > 0 ? partial + m0 * width : NULL;
                 if (k1 < K) {
-                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, partial + m0 * NR, NR,
-                              rows, NULL, 0);
+                    run(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, partial + m0 * width, width, rows,
+                        NULL, 0);
                 } else if (clean) {
-                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, job->y + m0 * N + col0, N,
-                              rows, job->epilogue, col0);
+                    run(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, job->y + m0 * N + col0, N, rows,
+                        job->epilogue, col0);
                 } else {
-                    job->tile(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, tile, NR, rows, NULL, 0);
+                    run(K, k0, k1, job->weights, m_padded, m0, x, job->offsets, in, tile, width, rows, NULL, 0);
                     direct_scatter(job, tile, rows, m0, oy, ox);
                 }
             }
@@ -243,8 +275,8 @@ static void conv2d_direct(const ortx_conv_params *p, const ortx_conv_planes_cont
     ortx_conv_direct_geometry g = planes->geometry;
     int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width, M = p->out_channels / p->group;
     direct_job job = {p, g, planes->planes, planes->tap_offsets, weights, y, epilogue, ortx_gemm_select_isa(),
-                      direct_tile_table[ortx_selected_isa()], K, M};
-    int64_t tiles = (g.virtual_pixels + ORTX_GEMM_NR - 1) / ORTX_GEMM_NR;
+                      direct_kernel_selected(), K, M};
+    int64_t tiles = (g.virtual_pixels + job.kernel.pixels - 1) / job.kernel.pixels;
     ortx_parallel_range(threads, tiles, (int64_t)ORTX_TASKS_PER_THREAD * threads, direct_tiles, &job);
 }
 

@@ -86,19 +86,25 @@ static inline ortx_conv_direct_geometry ortx_conv_direct_geometry_of(const ortx_
     return g;
 }
 
-/* Workspace floats of the direct path: the planes of one image and group, 32 floats of zeroed slack that the
- * last 16-pixel tile's discarded lanes may read, and the int32 offset table (K entries). */
+/* Zeroed floats after the last plane: the discarded lanes of the last direct tile (up to 32 virtual pixels) may
+ * read up to tile width + 1 floats past the planes, a staging copy of packing up to 32. */
+#define ORTX_CONV_PLANES_SLACK 64
+
+/* Workspace floats of the direct path: the planes of one image and group, their zeroed slack and the int32 offset
+ * table (K entries). */
 static inline int64_t ortx_conv_direct_floats(const ortx_conv_params *p) {
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
     int64_t K = p->in_channels / p->group * p->kernel_height * p->kernel_width;
-    return (p->in_channels / p->group * g.channel_floats + 32 + 15) / 16 * 16 + (K + 15) / 16 * 16;
+    return (p->in_channels / p->group * g.channel_floats + ORTX_CONV_PLANES_SLACK + 15) / 16 * 16 + (K + 15) / 16 * 16;
 }
 
-/* One 6-row x 16-pixel tile of the direct conv over depth [k_begin, k_end) (multiples of ORTX_GEMM_KC, or K):
- * acc[i][j] = sum over k of A[row0 + i][k] * x[offsets[k] + j] with A the prepacked weights (gemm.h panels,
- * m_padded rows, depth K), in registers; then partial[i][j] + acc[i][j] when partial (row stride 16) is not NULL
- * (the gemm micro-kernel's accumulate order); stores `rows` rows of 16 floats at c (row stride ldc), applying the
- * epilogue of (row0 + i, col0 + j) first when it is not NULL. */
+/* One tile of the direct conv over depth [k_begin, k_end) (multiples of ORTX_GEMM_KC, or K), `rows` output
+ * channels from row0 (at most the tile's: 6 for the portable and AVX2 tiles, 12 for AVX-512's; row0 a multiple of
+ * 6) x the tile's virtual pixels (16; AVX-512's 32): acc[i][j] = sum over k of A[row0 + i][k] * x[offsets[k] + j]
+ * with A the prepacked weights (gemm.h panels, m_padded rows, depth K), in registers; then partial[i][j] +
+ * acc[i][j] when partial (row stride: the tile's pixels) is not NULL (the gemm micro-kernel's accumulate order);
+ * stores `rows` rows of the tile's pixels at c (row stride ldc), applying the epilogue of (row0 + i, col0 + j)
+ * first when it is not NULL. */
 struct ortx_gemm_epilogue;
 typedef void (*ortx_conv_direct_tile_fn)(int64_t K, int64_t k_begin, int64_t k_end, const float *weights,
                                          int64_t m_padded, int64_t row0, const float *x, const int32_t *offsets,
@@ -112,6 +118,11 @@ void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, c
 void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+/* 12 x 32 (conv_avx512.c); x86 only. */
+void ortx_conv_direct_tile_avx512(int64_t K, int64_t k_begin, int64_t k_end, const float *weights,
+                                  int64_t m_padded, int64_t row0, const float *x, const int32_t *offsets,
+                                  const float *partial, float *c, int64_t ldc, int64_t rows,
+                                  const struct ortx_gemm_epilogue *epilogue, int64_t col0);
 
 /* The padded (unphased) input planes of conv_bf16.c: padded_rows x padded_width per channel (plane floats), every
  * tap of every output pixel inside; floats = all channels' planes rounded to 16. */
@@ -126,7 +137,7 @@ ortx_conv_planes_geometry ortx_conv_planes_geometry_of(const ortx_conv_params *p
 void ortx_conv_planes_offsets(const ortx_conv_params *p, int32_t *pixel_offsets, int32_t *panel_offsets);
 
 /* The fp32 convs' packing source (conv_planes.c): the direct geometry's phase planes of one image and group, their
- * 32 floats of zeroed slack and the K tap offsets (ortx_conv_direct_floats floats in all), from which every output
+ * zeroed slack and the K tap offsets (ortx_conv_direct_floats floats in all), from which every output
  * row's pixels are consecutive floats for every tap. */
 typedef struct ortx_conv_planes_context {
     const ortx_conv_params *params;

@@ -95,7 +95,8 @@ static void fill_channels(void *context, int64_t begin, int64_t end, int thread)
 }
 
 /* ortx_bgemm_pack_pairs_fn of the patch matrix from the bf16 planes; n0 is a multiple of NR. */
-static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc, uint16_t *dst) {
+static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
+                              int64_t panel_pairs, uint16_t *dst) {
     const planes_context *ctx = context;
     const ortx_conv_params *p = ctx->params;
     const int64_t NR = ORTX_GEMM_NR, area = p->kernel_height * p->kernel_width, pairs = (kc + 1) / 2;
@@ -110,7 +111,7 @@ static void planes_pack_pairs(const void *context, int64_t k0, int64_t kc, int64
         }
         for (int64_t j0 = 0; j0 < nc; j0 += NR) {
             int64_t n = n0 + j0;
-            uint16_t *out = dst + j0 * 2 * pairs + q * NR * 2;
+            uint16_t *out = dst + j0 * 2 * panel_pairs + q * NR * 2;
             if (j0 + NR <= nc && n + NR <= N) {
                 ctx->isa->interleave(rows[0], rows[1], ctx->pixel_offsets + n, n % p->out_width, p->out_width,
                                      p->stride_width, out);

@@ -289,6 +289,8 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     const ortx_conv_params *p = job->params;
     const int64_t N = p->out_height * p->out_width, cout_g = p->out_channels / p->group;
     const int64_t rows_per_group = job->panels_per_group * ORTX_BGEMM_TILE_ROWS, panel = tiles_panel_elements(p);
+    ortx_tile_state saved;
+    job->isa->tiles_begin(&saved);
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
         if (job->group_major) n0 = unit % job->tiles * TILE_PIXELS, group = unit / job->tiles;
@@ -302,6 +304,7 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
                                    job->y + row0 * N, N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
                                    job->epilogue, row0);
     }
+    job->isa->tiles_end(&saved);
 }
 
 void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,

@@ -128,9 +128,7 @@ static void gemm_block(void *context, int64_t task, int thread) {
     for (int64_t c0 = first * NR; c0 < min64(cout_g, last * NR); c0 += NR) {
         int64_t count = min64(NR, cout_g - c0);
         float *y = job->y + c0 * P;
-        const float *s = scratch + row_begin * n_padded + c0;
-        for (int64_t pixel = row_begin; pixel < pixel_end; pixel++, s += n_padded)
-            for (int64_t c = 0; c < count; c++) y[c * P + pixel] = s[c];
+        isa->transpose(scratch + row_begin * n_padded + c0, n_padded, pixel_end - row_begin, count, y + row_begin, P);
         isa->epilogue(y + row_begin, P, count, pixel_end - row_begin, c0, row_begin, job->epilogue);
     }
 }

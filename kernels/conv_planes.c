@@ -24,8 +24,8 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-/* Floats past the last plane that a staging copy may read (conv.h's 32 floats of zeroed slack). */
-enum { PLANES_SLACK = 32 };
+/* Floats past the last plane that a tile or a staging copy may read (conv.h). */
+enum { PLANES_SLACK = ORTX_CONV_PLANES_SLACK };
 
 static int is_pointwise(const ortx_conv_params *p) {
     return p->kernel_height == 1 && p->kernel_width == 1 && p->stride_height == 1 && p->stride_width == 1 &&

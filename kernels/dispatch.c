@@ -99,6 +99,22 @@ int ortx_allow_amx(int allow) {
     return amx_allowed && ortx_cpu_has_amx_bf16();
 }
 
+static int cpu_two_fma_ports = -1;
+
+int ortx_cpu_has_two_fma_ports(void) {
+    if (cpu_two_fma_ports < 0) {
+        cpu_two_fma_ports = 0;
+#if defined(__x86_64__) || defined(__i386__)
+        if (ortx_cpu_isa() == ORTX_ISA_AVX512) {
+            unsigned int eax = 7, ebx, ecx = 0, edx;
+            __asm__("cpuid" : "+a"(eax), "=b"(ebx), "+c"(ecx), "=d"(edx));
+            cpu_two_fma_ports = (edx >> 24) & 1; /* CPUID.(EAX=7,ECX=0):EDX[24] AMX-TILE */
+        }
+#endif
+    }
+    return cpu_two_fma_ports;
+}
+
 static int cpu_isa = -1;
 static int selected_isa = -1;
 

@@ -220,13 +220,18 @@ static inline void block_tile(const ortx_gemm_isa *isa, int64_t kc, const a_bloc
 /* Step 2 of the algorithm for output rows [m0, m1) x columns [n0, n1); m0 % MR == 0 and n0 % NR == 0.
  * Few rows (at most one MC block, typical of convs: M = output channels) means the B block is never reused
  * across row blocks, so it is cut to an L2-sized width and the tiles are swept row panel by row panel: each
- * output row is then written in long sequential runs instead of one 64-byte line per row per tile. */
+ * output row is then written in long sequential runs instead of one 64-byte line per row per tile (rows_outer),
+ * except on CPUs with two FMA ports (below). */
 static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A,
                         const ortx_gemm_operand *B, float *C, int64_t ldc, const ortx_gemm_epilogue *epilogue,
                         int64_t m0, int64_t m1, int64_t n0, int64_t n1, float *a_buffer, float *b_buffer) {
     const int64_t MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR;
     int64_t m_padded = ortx_round_up(M, MR), n_padded = ortx_round_up(N, NR);
     int few_rows = m1 - m0 <= ORTX_GEMM_MC;
+    /* With two 512-bit FMA ports a 6x32 tile consumes its 32 KB B panel pair faster than L2 delivers it, so there
+     * the pair stays in L1 across the row panels (column tiles outer, the many-rows order): 1-6% faster on
+     * Sapphire Rapids (M 24..144, N 784..12544, K 24..1152). The tile order does not change any sum. */
+    int rows_outer = few_rows && !ortx_cpu_has_two_fma_ports();
     /* A raw row-major A is read in place (no packing, which every task splitting N would repeat). */
     int a_in_place = !A->packed && A->col_stride == 1 && isa->micro_rows != NULL &&
                      (isa->micro_wide == NULL || isa->micro_rows_wide != NULL);
@@ -264,7 +269,7 @@ static void sgemm_range(const ortx_gemm_isa *isa, int64_t M, int64_t N, int64_t 
                     pack_a_block(A, ic, mc, pc, kc, a_buffer);
                     a_view.panels = a_buffer;
                 }
-                if (few_rows) {
+                if (rows_outer) {
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         for (int64_t jr = 0; jr < nc;) {
                             int wide = isa->micro_wide != NULL && nc - jr >= 2 * NR;

@@ -113,6 +113,10 @@ typedef void (*ortx_gemm_epilogue_fn)(float *c, int64_t ldc, int64_t rows, int64
                                       int64_t col0, const ortx_gemm_epilogue *epilogue);
 /* Applies only the activation to n contiguous floats (conv-transpose and depthwise tails). */
 typedef void (*ortx_activation_fn)(float *data, int64_t count, int activation, float param0, float param1);
+/* dst[c * ld_dst + i] = src[i * ld_src + c] for i < rows, c < cols <= 16: a pixel-major block of GEMM results into
+ * channel planes (conv_pixel_rows.c). */
+typedef void (*ortx_transpose_fn)(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst,
+                                  int64_t ld_dst);
 
 typedef struct ortx_gemm_isa {
     const char *name;
@@ -122,11 +126,16 @@ typedef struct ortx_gemm_isa {
     ortx_gemm_micro_rows_fn micro_rows_wide;  /* NULL when micro_wide is */
     ortx_gemm_epilogue_fn epilogue;
     ortx_activation_fn activation;
+    ortx_transpose_fn transpose;
 } ortx_gemm_isa;
 
 extern const ortx_gemm_isa ortx_gemm_isa_portable;
 extern const ortx_gemm_isa ortx_gemm_isa_avx2;
 extern const ortx_gemm_isa ortx_gemm_isa_avx512;
+
+/* The scalar transpose, which the AVX2 entry also uses (gemm_portable.c). */
+void ortx_gemm_transpose_portable(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst,
+                                  int64_t ld_dst);
 
 /* The ISA table entry for ortx_selected_isa(). */
 const ortx_gemm_isa *ortx_gemm_select_isa(void);

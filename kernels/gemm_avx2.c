@@ -159,6 +159,7 @@ const ortx_gemm_isa ortx_gemm_isa_avx2 = {
     .micro_rows_wide = NULL,
     .epilogue = ortx_gemm_epilogue_avx2,
     .activation = ortx_activation_array_avx2,
+    .transpose = ortx_gemm_transpose_portable,  /* no 8-lane instance yet */
 };
 
 #else

@@ -6,6 +6,7 @@
  * half, so it matches the AVX2 tile epilogue that edge tiles use bit for bit; the activations reuse the AVX2
  * code, which every AVX-512 CPU also runs. */
 #include "gemm_avx2.h"
+#include "transpose_avx512.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
@@ -89,6 +90,22 @@ ORTX_TARGET_AVX512 static void micro_rows_wide_avx512(int64_t kc, const float *a
     tile_avx512(2, kc, a, lda, 1, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
+/* 16 rows at a time: masked loads of the 16-float source rows (cols lanes), one 16x16 register transpose, masked
+ * stores of the rows' lanes into each destination column plane. */
+ORTX_TARGET_AVX512 static void transpose_avx512(const float *src, int64_t ld_src, int64_t rows, int64_t cols,
+                                                float *dst, int64_t ld_dst) {
+    const __mmask16 columns = (__mmask16)((1u << cols) - 1u);
+    for (int64_t i0 = 0; i0 < rows; i0 += 16) {
+        int64_t count = rows - i0 < 16 ? rows - i0 : 16;
+        __m512 r[16];
+        for (int j = 0; j < 16; j++)
+            r[j] = j < count ? _mm512_maskz_loadu_ps(columns, src + (i0 + j) * ld_src) : _mm512_setzero_ps();
+        transpose16(r);
+        const __mmask16 lanes = (__mmask16)((1u << count) - 1u);
+        for (int c = 0; c < cols; c++) _mm512_mask_storeu_ps(dst + c * ld_dst + i0, lanes, r[c]);
+    }
+}
+
 const ortx_gemm_isa ortx_gemm_isa_avx512 = {
     .name = "avx512",
     .micro = micro_avx512,
@@ -97,6 +114,7 @@ const ortx_gemm_isa ortx_gemm_isa_avx512 = {
     .micro_rows_wide = micro_rows_wide_avx512,
     .epilogue = ortx_gemm_epilogue_avx2,
     .activation = ortx_activation_array_avx2,
+    .transpose = transpose_avx512,
 };
 
 #else

@@ -95,32 +95,33 @@ void ortx_bgemm_pack_a(const float *src, int64_t rows, int64_t depth, int64_t ro
 }
 
 /* gemm.h's fp32 B panels ([panels][kc][NR], as pack_b writes them) -> bf16 K-pair panels. */
-static void pair_panels(const ortx_bgemm_isa *isa, const float *src, int64_t kc, int64_t nc, uint16_t *dst) {
+static void pair_panels(const ortx_bgemm_isa *isa, const float *src, int64_t kc, int64_t nc, int64_t panel_pairs,
+                        uint16_t *dst) {
     const int64_t NR = ORTX_GEMM_NR, pairs = (kc + 1) / 2;
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         const float *panel = src + j0 * kc;
-        uint16_t *out = dst + j0 * 2 * pairs;
+        uint16_t *out = dst + j0 * 2 * panel_pairs;
         for (int64_t q = 0; q < pairs; q++)
             isa->pair_rows(panel + 2 * q * NR, 2 * q + 1 < kc ? panel + (2 * q + 1) * NR : NULL, NR,
                            out + q * NR * 2);
     }
 }
 
-/* Raw fp32 B[k0:k0+kc, n0:n0+nc] (element (k, n) at data[k*rs + n*cs]) -> bf16 K-pair panels. */
+/* Raw fp32 B[k0:k0+kc, n0:n0+nc] (element (k, n) at data[k*rs + n*cs]) -> bf16 K-pair panels of panel_pairs rows. */
 static void pack_b_raw(const ortx_bgemm_isa *isa, const ortx_bgemm_operand *B, int64_t k0, int64_t kc, int64_t n0,
-                       int64_t nc, uint16_t *dst) {
+                       int64_t nc, int64_t panel_pairs, uint16_t *dst) {
     const int64_t NR = ORTX_GEMM_NR, pairs = (kc + 1) / 2;
     if (B->col_stride == 1) {  /* each pair of rows in one run over the panels */
         for (int64_t q = 0; q < pairs; q++) {
             const float *first = B->data + (k0 + 2 * q) * B->row_stride + n0;
             isa->pair_run(first, 2 * q + 1 < kc ? first + B->row_stride : NULL, nc, dst + q * NR * 2,
-                          2 * pairs * NR, 1);
+                          2 * panel_pairs * NR, 1);
         }
         return;
     }
     for (int64_t j0 = 0; j0 < nc; j0 += NR) {
         int64_t width = min64(NR, nc - j0);
-        uint16_t *out = dst + j0 * 2 * pairs;
+        uint16_t *out = dst + j0 * 2 * panel_pairs;
         for (int64_t q = 0; q < pairs; q++) {
             const float *first = B->data + (k0 + 2 * q) * B->row_stride + (n0 + j0) * B->col_stride;
             const float *second = 2 * q + 1 < kc ? first + B->row_stride : NULL;
@@ -191,7 +192,8 @@ static thread_layout layout_of(int64_t M, int64_t N, int64_t K) {
     int64_t nc = min64(ORTX_GEMM_NC, ortx_round_up(N, ORTX_GEMM_NR));
     int64_t kc = ortx_bgemm_block_depth(K);
     int64_t a_tiles = ortx_round_up(mc, ORTX_BGEMM_TILE_ROWS) * ortx_bgemm_tile_pairs(kc);
-    thread_layout layout = {ortx_round_up(max64(mc * kc / 2, a_tiles), 16), ortx_round_up(kc * nc / 2, 16),
+    thread_layout layout = {ortx_round_up(max64(mc * kc / 2, a_tiles), 16),
+                            ortx_round_up(max64(kc * nc / 2, ortx_bgemm_tile_pairs(kc) * nc), 16),
                             ortx_round_up(kc * nc, 16), nc * ORTX_BGEMM_TILE_PAIRS};
     return layout;
 }
@@ -305,16 +307,22 @@ static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0
             int accumulate = pc > 0;
             const ortx_gemm_epilogue *tile_epilogue = pc + kc == K ? job->epilogue : NULL;
             const uint16_t *b_block = b_buffer;
+            /* panels packed here hold whole 16-pair chunks on AMX (zero rows past the last pair: no tail copies) */
+            int64_t panel_pairs = isa->a_tiles && !B->packed ? ortx_bgemm_tile_pairs(kc) : pairs;
             if (B->packed) {
                 b_block = B->packed + pc * n_padded + jc * 2 * pairs;
             } else if (B->pack_pairs) {
-                B->pack_pairs(B->pack_context, pc, kc, jc, nc, b_buffer);
+                B->pack_pairs(B->pack_context, pc, kc, jc, nc, panel_pairs, b_buffer);
             } else if (B->pack_b) {
                 B->pack_b(B->pack_context, pc, kc, jc, nc, stage);
-                pair_panels(isa, stage, kc, nc, b_buffer);
+                pair_panels(isa, stage, kc, nc, panel_pairs, b_buffer);
             } else {
-                pack_b_raw(isa, B, pc, kc, jc, nc, b_buffer);
+                pack_b_raw(isa, B, pc, kc, jc, nc, panel_pairs, b_buffer);
             }
+            if (panel_pairs > pairs)
+                for (int64_t j0 = 0; j0 < nc; j0 += NR)
+                    memset(b_buffer + (j0 * panel_pairs + pairs * NR) * 2, 0,
+                           (panel_pairs - pairs) * NR * 2 * sizeof(uint16_t));
             for (int64_t ic = m0; ic < m1; ic += ORTX_GEMM_MC) {
                 int64_t mc = min64(ORTX_GEMM_MC, m1 - ic);
                 const uint16_t *a_block = a_buffer;
@@ -325,8 +333,8 @@ static void bgemm_range(const bgemm_job *job, int64_t m0, int64_t m1, int64_t n0
                     pack_a_raw(isa, A, ic, mc, pc, kc, a_buffer);
                 }
                 if (isa->a_tiles) {
-                    isa->block(pairs, a_block, b_block, mc, nc, job->C + ic * job->ldc + jc, job->ldc, accumulate,
-                               tile_epilogue, ic, jc, tail);
+                    isa->block(pairs, a_block, b_block, panel_pairs, mc, nc, job->C + ic * job->ldc + jc, job->ldc,
+                               accumulate, tile_epilogue, ic, jc, tail);
                 } else if (few_rows) {
                     for (int64_t ir = 0; ir < mc; ir += MR)
                         for (int64_t jr = 0; jr < nc;) {
@@ -366,7 +374,11 @@ static void bgemm_task(void *context, int64_t task, int thread) {
         m0 = min64(job->M, ortx_round_up(job->m_panels * task / job->parts * ORTX_BGEMM_MR, unit));
         m1 = min64(job->M, ortx_round_up(job->m_panels * (task + 1) / job->parts * ORTX_BGEMM_MR, unit));
     }
-    if (m0 < m1 && n0 < n1) bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage, tail);
+    if (m0 >= m1 || n0 >= n1) return;
+    ortx_tile_state saved;
+    if (job->isa->a_tiles) job->isa->tiles_begin(&saved);
+    bgemm_range(job, m0, m1, n0, n1, a_buffer, b_buffer, stage, tail);
+    if (job->isa->a_tiles) job->isa->tiles_end(&saved);
 }
 
 /* Rounds B's (K block, NC block) `task` into the shared K-pair copy, through the thread's staging buffer. */
@@ -386,13 +398,14 @@ static void shared_b_task(void *context, int64_t task, int thread) {
     int64_t pc = task / pack->n_blocks * block, jc = task % pack->n_blocks * ORTX_GEMM_NC;
     int64_t kc = min64(block, job->K - pc), nc = min64(ORTX_GEMM_NC, job->N - jc);
     uint16_t *dst = pack->packed + pc * ortx_round_up(job->N, ORTX_GEMM_NR) + jc * 2 * ((kc + 1) / 2);
+    int64_t pairs = (kc + 1) / 2;  /* the shared copy is read as prepacked: the standard panels */
     if (B->pack_pairs) {
-        B->pack_pairs(B->pack_context, pc, kc, jc, nc, dst);
+        B->pack_pairs(B->pack_context, pc, kc, jc, nc, pairs, dst);
     } else if (B->pack_b) {
         B->pack_b(B->pack_context, pc, kc, jc, nc, stage);
-        pair_panels(job->isa, stage, kc, nc, dst);
+        pair_panels(job->isa, stage, kc, nc, pairs, dst);
     } else {
-        pack_b_raw(job->isa, B, pc, kc, jc, nc, dst);
+        pack_b_raw(job->isa, B, pc, kc, jc, nc, pairs, dst);
     }
 }
 

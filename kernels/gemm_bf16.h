@@ -94,9 +94,10 @@ static inline int64_t ortx_bgemm_tiles_elements(int64_t rows, int64_t depth) {
            ortx_round_up(rows, ORTX_BGEMM_TILE_ROWS) * 2 * ortx_bgemm_tile_pairs(depth - k0);
 }
 
-/* Writes B[k0:k0+kc, n0:n0+nc] as bf16 K-pair panels at dst (B operands already rounded, e.g. conv's bf16 planes). */
+/* Writes B[k0:k0+kc, n0:n0+nc] as bf16 K-pair panels at dst (B operands already rounded, e.g. conv's bf16 planes),
+ * panel i at dst + i * NR * 2 * panel_pairs (panel_pairs >= ceil(kc / 2); rows past ceil(kc / 2) are not written). */
 typedef void (*ortx_bgemm_pack_pairs_fn)(const void *context, int64_t k0, int64_t kc, int64_t n0, int64_t nc,
-                                         uint16_t *dst);
+                                         int64_t panel_pairs, uint16_t *dst);
 
 /* An operand of ortx_bgemm: bf16 K-pair panels over the whole operand (packed != NULL), or for B panels written by
  * pack_pairs(pack_context, ...), or fp32 read as in ortx_gemm_operand (raw with strides, or for B produced in
@@ -143,16 +144,17 @@ typedef void (*ortx_bf16_direct_tile_fn)(int64_t pairs, const uint16_t *a, const
                                          int64_t rows, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                     int64_t prefetch);
 
-/* The AMX block (a_tiles paths): C[0..mc)[0..nc) (row stride ldc) = (accumulate ? C : 0) + A * B over `pairs` k
- * pairs, a: the block's A rows in the tiles format (row stride 2 * ortx_bgemm_tile_pairs(2 * pairs), at least
- * round_up(mc, 16) rows readable), b: ceil(nc / NR) K-pair B panels ([pairs][NR][2] each), then the epilogue of
- * the block at (row0, col0) when epilogue is not NULL; tail: ceil(nc / NR) * NR * 2 * TILE_PAIRS bf16 of scratch
- * (the B panels' last, partial 16 pairs, zero-padded). */
-typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint16_t *b, int64_t mc, int64_t nc,
-                                    float *c, int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
-                                    int64_t row0, int64_t col0, uint16_t *tail);
+/* The AMX block (a_tiles paths; inside tiles_begin/tiles_end): C[0..mc)[0..nc) (row stride ldc) = (accumulate ?
+ * C : 0) + A * B over `pairs` k pairs, a: the block's A rows in the tiles format (row stride 2 *
+ * ortx_bgemm_tile_pairs(2 * pairs), at least round_up(mc, 16) rows readable), b: ceil(nc / NR) K-pair B panels of
+ * b_panel_pairs rows each ([b_panel_pairs][NR][2]; when that is a whole number of 16-pair chunks its rows past
+ * `pairs` must be zero, else the last partial chunk is copied zero-padded into tail: ceil(nc / NR) * NR * 2 *
+ * TILE_PAIRS bf16 of scratch), then the epilogue of the block at (row0, col0) when epilogue is not NULL. */
+typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint16_t *b, int64_t b_panel_pairs,
+                                    int64_t mc, int64_t nc, float *c, int64_t ldc, int accumulate,
+                                    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0, uint16_t *tail);
 
-/* The AMX direct conv's step (conv_bf16_direct.c, tiles path): for rows i < rows (<= 32) and the 16 * vectors
+/* The AMX direct conv's step (conv_bf16_direct.c, tiles path; inside tiles_begin/tiles_end): for rows i < rows (<= 32) and the 16 * vectors
  * virtual pixels of x (channel-pair words; pair p of tap t at x + tap_offsets[t] + p * plane_words), acc[i][j] =
  * sum over taps t and 16-pair chunks h of the weights' tile a + (t * chunks + h) * 512 (rows 16..31: + a_panel)
  * times the words of pairs 16h .. 16h+15, in tdpbf16ps's order; then per vector v the lanes set in masks[v] are
@@ -163,6 +165,11 @@ typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const ui
                                           int vectors, const uint32_t *masks, const int64_t *at, float *c,
                                           int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
                                           int64_t row0);
+
+/* The tile configuration a thread had before a tiles task (64 bytes, sttilecfg's; palette 0: none). */
+typedef struct ortx_tile_state {
+    uint8_t bytes[64];
+} ortx_tile_state;
 
 typedef struct ortx_bgemm_isa {
     const char *name;
@@ -176,6 +183,11 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;
     ortx_bf16_direct_tiles_fn direct_tiles;  /* a_tiles paths: the direct conv's AMX step */
+    /* a_tiles paths: around each task that runs block or direct_tiles on a thread, load our tile configuration
+     * (saving the thread's) and then give the thread its own back (or release the tiles): other AMX code on the
+     * caller's thread (ONNX Runtime's, OpenVINO's kernels) may cache its configuration or have released it. */
+    void (*tiles_begin)(ortx_tile_state *saved);
+    void (*tiles_end)(const ortx_tile_state *saved);
 } ortx_bgemm_isa;
 
 void ortx_bf16_direct_tile_portable(int64_t pairs, const uint16_t *a, const uint32_t *x, const int32_t *offsets,

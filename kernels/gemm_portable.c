@@ -44,6 +44,12 @@ static void activation_portable(float *data, int64_t count, int activation, floa
     for (int64_t i = 0; i < count; i++) data[i] = ortx_activation_scalar(activation, data[i], param0, param1);
 }
 
+void ortx_gemm_transpose_portable(const float *src, int64_t ld_src, int64_t rows, int64_t cols, float *dst,
+                                  int64_t ld_dst) {
+    for (int64_t i = 0; i < rows; i++, src += ld_src)
+        for (int64_t c = 0; c < cols; c++) dst[c * ld_dst + i] = src[c];
+}
+
 const ortx_gemm_isa ortx_gemm_isa_portable = {
     .name = "portable",
     .micro = micro_portable,
@@ -52,4 +58,5 @@ const ortx_gemm_isa ortx_gemm_isa_portable = {
     .micro_rows_wide = NULL,
     .epilogue = epilogue_portable,
     .activation = activation_portable,
+    .transpose = ortx_gemm_transpose_portable,
 };

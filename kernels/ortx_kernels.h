@@ -60,6 +60,10 @@ int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now 
 /* AVX512_BF16 (vdpbf16ps): an extension beside the ISA levels; the bf16 family uses it while the selected ISA is
  * AVX-512 (forcing a lower ISA runs its portable path). */
 int ortx_cpu_has_avx512_bf16(void);
+/* Whether this AVX-512 CPU issues two 512-bit FMAs per cycle per core, inferred from AMX (amx_tile): every AMX
+ * core so far (Sapphire Rapids and later Xeons) has both FMA ports, while AMD's Zen 4/5 and the single-port Xeon
+ * SKUs have no AMX. Kernels whose wider register tiles only pay off at that FMA rate choose them by it. */
+int ortx_cpu_has_two_fma_ports(void);
 /* AMX-BF16 (tdpbf16ps on 16x16 fp32 tiles): CPUID's AMX-TILE and AMX-BF16, the OS's XCR0 tile state and Linux's
  * permission to use it (arch_prctl ARCH_REQ_XCOMP_PERM, asked once per process); without all three the bf16 family
  * keeps vdpbf16ps. The bf16 family uses it while AVX512_BF16 is in use and ortx_allow_amx has not turned it off. */

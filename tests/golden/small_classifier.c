@@ -1,8 +1,8 @@
-/* ortx_segment_c8c0f73ff2034bbc: one ortx segment as straight-line kernel calls (7 steps, arena 9280 bytes).
+/* ortx_segment_efda03718937921c: one ortx segment as straight-line kernel calls (7 steps, arena 9408 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
- *   arena      9280 bytes, 64-byte aligned, scratch owned by the caller
+ *   arena      9408 bytes, 64-byte aligned, scratch owned by the caller
  *   constants  pointers to the segment's read-only tensors, in this order:
  *     [0] 'conv_2:packed_weights': float32[162]
  *     [1] 'batchnormalization_7:scale': float32[6]
@@ -53,7 +53,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-int ortx_segment_c8c0f73ff2034bbc(
+int ortx_segment_efda03718937921c(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
@@ -63,29 +63,29 @@ int ortx_segment_c8c0f73ff2034bbc(
     {
         static const int64_t ints[20] = {1, 3, 13, 11, 6, 7, 6, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0, 1};
         static const float floats[2] = {0x0p+0f, 0x0p+0f};
-        void *const buffers[6] = {externals[0], constants[0], arena + 8256, arena + 0, arena + 8256,
-            arena + 8256};
+        void *const buffers[6] = {externals[0], constants[0], arena + 8384, arena + 0, arena + 8384,
+            arena + 8384};
         ortx_step(kernels[0], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 0 : NULL);
     }
     /* step 1: channel_affine_f32, node 'batchnormalization_7' */
     {
         static const int64_t ints[3] = {1, 6, 42};
         static const float floats[1] = {0.0f};
-        void *const buffers[4] = {arena + 8256, constants[1], constants[2], arena + 8256};
+        void *const buffers[4] = {arena + 8384, constants[1], constants[2], arena + 8384};
         ortx_step(kernels[1], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 1 : NULL);
     }
     /* step 2: unary_f32, node 'clip_10' */
     {
         static const int64_t ints[2] = {3, 252};
         static const float floats[2] = {0x0p+0f, 0x1.8p+2f};
-        void *const buffers[2] = {arena + 8256, arena + 8256};
+        void *const buffers[2] = {arena + 8384, arena + 8384};
         ortx_step(kernels[2], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 2 : NULL);
     }
     /* step 3: maxpool_f32, node 'maxpool_11' */
     {
         static const int64_t ints[23] = {6, 1, 7, 6, 1, 3, 3, 1, 2, 2, 1, 2, 2, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0};
         static const float floats[1] = {0.0f};
-        void *const buffers[2] = {arena + 8256, arena + 0};
+        void *const buffers[2] = {arena + 8384, arena + 0};
         ortx_step(kernels[3], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 3 : NULL);
     }
     /* step 4: binary_f32, node 'add_12' */

@@ -1,8 +1,8 @@
-/* ortx_segment_6ff771f6398125d1: one ortx segment as straight-line kernel calls (2 steps, arena 9536 bytes).
+/* ortx_segment_4c8c9b91b02e9a5c: one ortx segment as straight-line kernel calls (2 steps, arena 9664 bytes).
  *
  * Rendered by ortx.codegen.render from ortx/codegen/templates/segment.c. Shapes, kernel parameters and arena
  * offsets are fixed; only the memory is passed in:
- *   arena      9536 bytes, 64-byte aligned, scratch owned by the caller
+ *   arena      9664 bytes, 64-byte aligned, scratch owned by the caller
  *   constants  pointers to the segment's read-only tensors, in this order:
  *     [0] 'conv_b_2': float32[4]
  *     [1] 'conv_3:packed_weights': float32[162]
@@ -45,7 +45,7 @@ static void ortx_step(ortx_kernel_fn kernel, const int64_t *ints, const float *f
     *seconds = ortx_now_seconds() - start;
 }
 
-int ortx_segment_6ff771f6398125d1(
+int ortx_segment_4c8c9b91b02e9a5c(
     char *arena, void *const *constants, void *const *externals, int num_threads, const ortx_kernel_fn *kernels,
     double *step_seconds) {
     (void)arena;
@@ -55,15 +55,15 @@ int ortx_segment_6ff771f6398125d1(
     {
         static const int64_t ints[20] = {1, 3, 8, 8, 4, 8, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1};
         static const float floats[2] = {0x0p+0f, 0x0p+0f};
-        void *const buffers[6] = {externals[0], constants[1], arena + 8512, arena + 0, constants[0],
-            arena + 8512};
+        void *const buffers[6] = {externals[0], constants[1], arena + 8640, arena + 0, constants[0],
+            arena + 8640};
         ortx_step(kernels[0], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 0 : NULL);
     }
     /* step 1: unary_f32, node 'relu_4' */
     {
         static const int64_t ints[2] = {1, 256};
         static const float floats[2] = {0x0p+0f, 0x0p+0f};
-        void *const buffers[2] = {arena + 8512, externals[1]};
+        void *const buffers[2] = {arena + 8640, externals[1]};
         ortx_step(kernels[1], ints, floats, buffers, num_threads, step_seconds ? step_seconds + 1 : NULL);
     }
     return 0;

@@ -239,7 +239,7 @@ def test_avx512_bf16_path_is_bitwise_the_portable_path():
 def test_epilogue_runs_on_fp32_accumulators(isa, activation, params):
     definitions = {0: lambda x: x, 1: lambda x: np.maximum(x, 0), 3: lambda x: np.clip(x, -0.5, 0.75),
                    4: lambda x: 1 / (1 + np.exp(-x)), 6: lambda x: x * np.clip(x / 6 + 0.5, 0, 1)}
-    M, N, K = 29, 45, 70
+    M, N, K = 61, 45, 70  # on AMX: full 32x32 steps (the fused epilogue) and edge steps
     a, b = random((M, K), 1), random((K, N), 2)
     acc = 0.5 * bf16_matmul(a, b)
     row_bias, col_bias, full = random(M, 3), random(N, 4), random((M, N), 5)

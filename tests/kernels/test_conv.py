@@ -98,15 +98,22 @@ CONV_CASES = [
     ((1, 6, 31, 40), (19, 6, 2, 3), dict(strides=[2, 1], pads=[0, 1, 1, 1])),
 ]
 
-# Dense convs on conv2d_f32's direct path (stride 1, <= 32 output channels per group, K >= 64, few discarded
-# columns; kernels/conv.c use_direct): row panels not multiples of 6, tiles that cross output rows and the last
-# row, dilation, asymmetric pads, groups, batch 2, 5x5, and one case large enough to split over 2 threads.
+# Dense convs on conv2d_f32's direct path (stride 1, <= 32 output channels per group (64 on CPUs with two FMA
+# ports), K >= 64, few discarded columns; kernels/conv.c use_direct): row panels not multiples of 6, tiles that
+# cross output rows and the last row, dilation, asymmetric pads, groups, batch 2, 5x5, and one case large enough
+# to split over 2 threads.
 DIRECT_CASES = [
     ((1, 12, 17, 30), (13, 12, 3, 3), dict(pads=[1, 1, 1, 1])),
     ((1, 8, 21, 40), (7, 8, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2])),
     ((2, 16, 15, 37), (10, 8, 3, 3), dict(group=2, pads=[0, 1, 2, 1])),
     ((1, 4, 18, 50), (32, 4, 5, 5), dict(pads=[2, 2, 2, 2])),
     ((1, 96, 20, 41), (24, 96, 3, 3), dict(pads=[1, 1, 1, 1])),
+    # up to 64 output channels where the CPU has two FMA ports (the AVX-512 12 x 32 tile; elsewhere the packed
+    # GEMM): a lone last panel of 4 rows after 5 groups of 12 with depth over two KC blocks, a last group of 10
+    # rows (two panels, the second partial), and 55 per group (7 rows) with dilation and batch 2
+    ((1, 40, 13, 45), (64, 40, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 16, 11, 19), (58, 16, 3, 3), dict(pads=[1, 0, 1, 2])),
+    ((2, 24, 9, 30), (110, 12, 3, 3), dict(group=2, dilations=[2, 2], pads=[2, 2, 2, 2])),
 ]
 
 # Dense convs run as conv2d_pixel_rows_f32 (few output pixels, many output channels; kernels/conv.c

@@ -24,6 +24,8 @@ HOST_BANDWIDTH_BYTES_PER_SECOND = 13.8e9
 # fp32 FMA lanes per core per cycle x 2 ops: two 256-bit FMA pipes (Zen 4 issues AVX-512 as two halves; AVX2-only
 # cores of the same width give the same figure).
 FP32_OPS_PER_CORE_CYCLE = 32
+# tdpbf16ps: 16 x 16 x 32 bf16 multiply-adds, one every 16 cycles per core (Sapphire Rapids)
+AMX_BF16_OPS_PER_CORE_CYCLE = 1024
 # Share of the fp32 peak OrtxEP's conv/GEMM kernels sustain on mid-sized layers (BENCHMARKS.md kernel rows: 60-75%).
 GEMM_EFFICIENCY = 0.6
 # Per compiled step: the interpreter's dispatch and thread wake-up, a few microseconds.
@@ -80,6 +82,8 @@ def _peak_ops_per_second() -> dict[str, float]:
     peak = {"float32": fp32}
     if "avx512_bf16" in flags:
         peak["bfloat16"] = 2 * fp32  # vdpbf16ps: two bf16 products per fp32 lane
+    if "amx_bf16" in flags and "amx_tile" in flags:  # the bf16 kernels' AMX path (kernels/gemm_bf16_amx.c)
+        peak["bfloat16"] = cores * AMX_BF16_OPS_PER_CORE_CYCLE * hertz
     if "avx512_vnni" in flags or "avx_vnni" in flags:
         peak["int8"] = 4 * fp32  # vpdpbusd: four u8 x s8 products per int32 lane
     return peak
