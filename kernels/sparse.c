@@ -1,9 +1,9 @@
 /* Family "sparse": blocked-CSR weights in column panels (sparse.h) times dense activations, fp32 (issue #9).
  *
  * sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR: sparse_conv.c.
- * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
- *   ints: M, N, K, lda, R, has_bias, activation, threads, panels. floats: param0, param1.
- *   buffers: A, values, cols, row_ptr, Y, workspace, bias.
+ * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N] + residual[M, N]) with W^T (N x K) blocked CSR.
+ *   ints: M, N, K, lda, R, has_bias, activation, threads, panels, has_residual. floats: param0, param1.
+ *   buffers: A, values, cols, row_ptr, Y, workspace, bias, residual (laid out as Y; must not overlap it).
  *   Tasks = pieces, token tiles x block-row chunks in tile-major order (gemm_piece): a thread transposes the tile
  *   of A its piece needs into its own K x ORTX_SPARSE_TILE rows of A^T (unless they hold it already), runs the
  *   piece's rows over every panel into its own sums and stores them transposed into Y. Why: with A^T transposed
@@ -125,9 +125,9 @@ static ortx_sparse_transpose_fn select_transpose(void) {
 }
 
 void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                    int64_t ldd) {
+                                    int64_t ldd, const float *add) {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c] + (add ? add[c * ldd + r] : 0.0f);
 }
 
 /* Block rows [begin, end) of chunk `chunk` out of `chunks` over `block_rows`: the split depends on the sizes only. */
@@ -151,6 +151,9 @@ typedef struct gemm_job {
     int64_t region_floats;
     ortx_sparse_matrix w;
     float *y;
+    const float *residual;  /* NULL, or added in the transposed store, then the activation (epilogue's is off) */
+    int activation;
+    float param0, param1;
     ortx_sparse_epilogue epilogue;
     int64_t tiles, chunks;
     ortx_sparse_rows_fn rows;
@@ -183,14 +186,20 @@ static void gemm_piece(void *context, int64_t piece, int thread_index) {
     int64_t i0 = tile * ORTX_SPARSE_TILE;
     int64_t ncols = job->M - i0 < ORTX_SPARSE_TILE ? job->M - i0 : ORTX_SPARSE_TILE;
     if (*held != tile) {
-        job->transpose(job->a + i0 * job->lda, job->lda, ncols, job->K, transposed, GEMM_TRANSPOSED_STRIDE);
+        job->transpose(job->a + i0 * job->lda, job->lda, ncols, job->K, transposed, GEMM_TRANSPOSED_STRIDE, NULL);
         *held = tile;
     }
     for (int64_t panel = 0; panel < job->w.panels; panel++)
         job->rows(&job->w, panel, begin, end, transposed, GEMM_TRANSPOSED_STRIDE, ncols, sums, ORTX_SPARSE_TILE,
                   &job->epilogue);
     int64_t n0 = begin * R, valid = (job->N < end * R ? job->N : end * R) - n0;
-    job->transpose(sums, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
+    job->transpose(sums, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N,
+                   job->residual ? job->residual + i0 * job->N + n0 : NULL);
+    if (job->residual && job->activation != ORTX_ACT_NONE)  /* after the residual: a pass over the L1-hot block */
+        for (int64_t t = i0; t < i0 + ncols; t++)
+            for (int64_t n = n0; n < n0 + valid; n++)
+                job->y[t * job->N + n] = ortx_activation_scalar(job->activation, job->y[t * job->N + n], job->param0,
+                                                                job->param1);
 }
 
 /* + 64: room to start the regions on a cache line whatever the workspace's own alignment (the row kernel's B rows;
@@ -209,7 +218,10 @@ static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *cons
                     .rows = ortx_sparse_select_rows(), .transpose = select_transpose()};
     job.region_floats = gemm_region_floats(job.N, job.K);
     job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], ints[8], buffers[1], buffers[2], buffers[3]};
-    job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
+    job.residual = ints[9] ? buffers[7] : NULL;
+    job.activation = (int)ints[6], job.param0 = floats[0], job.param1 = floats[1];
+    job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0,
+                                          job.residual ? ORTX_ACT_NONE : job.activation, floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
     for (int thread = 0; thread < threads; thread++) *(int64_t *)(job.regions + thread * job.region_floats) = -1;

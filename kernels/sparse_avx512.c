@@ -124,23 +124,27 @@ ORTX_TARGET_AVX512 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int
 }
 
 /* One block of at most 16 x 16: masked loads of `rows` rows (`cols` lanes), transpose16, masked stores of `cols`
- * rows (`rows` lanes). */
+ * rows (`rows` lanes), each + the same lanes of `add` when given. */
 ORTX_TARGET_AVX512 static void transpose_block(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                               int64_t ldd) {
+                                               int64_t ldd, const float *add) {
     __mmask16 load_mask = (__mmask16)(cols >= 16 ? 0xFFFFu : (1u << cols) - 1u);
     __mmask16 store_mask = (__mmask16)(rows >= 16 ? 0xFFFFu : (1u << rows) - 1u);
     __m512 r[16];
-    for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * lds) : _mm512_setzero_ps();
+    for (int i = 0; i < 16; i++)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * lds) : _mm512_setzero_ps();
     transpose16(r);
-    for (int j = 0; j < cols; j++) _mm512_mask_storeu_ps(dst + j * ldd, store_mask, r[j]);
+    for (int j = 0; j < cols; j++) {
+        __m512 value = add ? _mm512_add_ps(r[j], _mm512_maskz_loadu_ps(store_mask, add + j * ldd)) : r[j];
+        _mm512_mask_storeu_ps(dst + j * ldd, store_mask, value);
+    }
 }
 
 ORTX_TARGET_AVX512 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols,
-                                                     float *dst, int64_t ldd) {
+                                                     float *dst, int64_t ldd, const float *add) {
     for (int64_t r0 = 0; r0 < rows; r0 += 16)
         for (int64_t c0 = 0; c0 < cols; c0 += 16)
             transpose_block(src + r0 * lds + c0, lds, rows - r0 < 16 ? rows - r0 : 16, cols - c0 < 16 ? cols - c0 : 16,
-                            dst + c0 * ldd + r0, ldd);
+                            dst + c0 * ldd + r0, ldd, add ? add + c0 * ldd + r0 : NULL);
 }
 
 /* Patch rows of one tile: full 16-float copies, then one masked copy per run. */
@@ -236,8 +240,8 @@ void ortx_sparse_fill_avx512(const float *row, const ortx_sparse_fill *fill, flo
 }
 
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                  int64_t ldd) {
-    ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd);
+                                  int64_t ldd, const float *add) {
+    ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd, add);
 }
 
 void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,
