@@ -9,8 +9,8 @@
  *   use_planes: one contiguous copy per panel row and output row at any stride), else (planes too large for int32
  *   offsets) row by row from X (im2col_pack_b); a 1x1, stride-1, unpadded conv uses X.
  * Case 1b, conv2d_f32 with stride 1 and few output channels (use_direct): the same phase planes, where every
- *   patch-matrix row is a constant offset from the output pixel, and 6x16 tiles read B in place from there (no
- *   per-task packing), all of K in registers, epilogue fused.
+ *   patch-matrix row is a constant offset from the output pixel, and 6x16 tiles (12x32 AVX-512 ones where the CPU
+ *   has two FMA ports, conv_avx512.c) read B in place from there (no per-task packing), epilogue fused.
  * Case 1c, conv2d_pixel_rows_f32 (conv_pixel_rows.c), chosen by the lowering through use_pixel_rows for few
  *   output pixels and many output channels: the transposed product, pixels as rows, output channels on the vector
  *   dimension, weights prepacked as the GEMM's B panels.

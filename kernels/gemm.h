@@ -124,6 +124,10 @@ typedef struct ortx_gemm_isa {
     ortx_gemm_micro_wide_fn micro_wide;
     ortx_gemm_micro_rows_fn micro_rows;       /* NULL: A is always packed */
     ortx_gemm_micro_rows_fn micro_rows_wide;  /* NULL when micro_wide is */
+    /* 2*MR x 2*NR over two adjacent A panels (packed: the second MR*kc floats on; in place: MR rows down) and two B
+     * panels, summing as micro_wide; NULL when the ISA has none. Used where ortx_cpu_has_two_fma_ports(). */
+    ortx_gemm_micro_wide_fn micro_tall;
+    ortx_gemm_micro_rows_fn micro_rows_tall;
     ortx_gemm_epilogue_fn epilogue;
     ortx_activation_fn activation;
     ortx_transpose_fn transpose;

@@ -1,6 +1,6 @@
 /* AVX-512 pieces of the packed SGEMM: a 6x32 micro-kernel over two adjacent 16-column B panels (12 zmm
- * accumulators, 2 B loads and 6 broadcasts per k step) and a 6x16 one for a lone last panel, each also reading a
- * raw row-major A in place (micro_rows*: the broadcasts come from A's rows, so A is never packed). The packed format
+ * accumulators, 2 B loads and 6 broadcasts per k step), a 12x32 one over two A panels as well (24 accumulators, for
+ * two FMA ports) and a 6x16 one for a lone last panel, each also reading a raw row-major A in place (micro_rows*: the broadcasts come from A's rows, so A is never packed). The packed format
  * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue runs on the
  * registers before the single store (as in the AVX2 kernel), through the AVX2 register epilogue on each 8-lane
  * half, so it matches the AVX2 tile epilogue that edge tiles use bit for bit; the activations reuse the AVX2
@@ -25,34 +25,37 @@ static inline const ortx_gemm_epilogue *fusable(const ortx_gemm_epilogue *epilog
     return epilogue && !(epilogue->residual && epilogue->residual_col_stride != 1) ? epilogue : NULL;
 }
 
-/* The MR x (VECTORS x 16) tile: A element (i, k) at a[i*a_row_stride + k*a_col_stride] (packed panels: 1, MR;
- * a raw row-major A read in place: its row stride, 1), B vector v of step k at b + v*NR*kc + k*NR (adjacent packed
- * panels). Constant strides and vector counts at every call below, so each instance keeps its accumulators in
- * registers and its broadcasts as memory operands. */
+/* The (PANELS x MR) x (VECTORS x 16) tile: A element (i, k) of panel p at a[p*a_panel_stride + i*a_row_stride +
+ * k*a_col_stride] (packed panels: 1, MR, panel stride MR*kc; a raw row-major A read in place: its row stride, 1,
+ * panel stride MR*lda), B vector v of step k at b + v*NR*kc + k*NR (adjacent packed panels). Constant strides and
+ * counts at every call below, so each instance keeps its accumulators in registers and its broadcasts as memory
+ * operands. Each element sums its k in order whatever the instance, so all give the same bits. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_avx512(
-    const int vectors, int64_t kc, const float *a, const int64_t a_row_stride, const int64_t a_col_stride,
-    const float *b, float *c, int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
-    int64_t col0) {
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
+    const int panels, const int vectors, int64_t kc, const float *a, const int64_t a_row_stride,
+    const int64_t a_col_stride, const int64_t a_panel_stride, const float *b, float *c, int64_t ldc, int accumulate,
+    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    enum { MR = ORTX_GEMM_MR };
+    for (int i = 0; i < panels * MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
     }
-    __m512 acc[ORTX_GEMM_MR][2];
-    for (int i = 0; i < ORTX_GEMM_MR; i++)
+    __m512 acc[2 * MR][2];
+    for (int i = 0; i < panels * MR; i++)
         for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_loadu_ps(b + k * ORTX_GEMM_NR);
         __m512 b1 = vectors == 2 ? _mm512_loadu_ps(b + ORTX_GEMM_NR * kc + k * ORTX_GEMM_NR) : b0;
         const float *ak = a + k * a_col_stride;
-        for (int i = 0; i < ORTX_GEMM_MR; i++) {
-            __m512 broadcast = _mm512_set1_ps(ak[i * a_row_stride]);
-            acc[i][0] = _mm512_fmadd_ps(broadcast, b0, acc[i][0]);
-            if (vectors == 2) acc[i][1] = _mm512_fmadd_ps(broadcast, b1, acc[i][1]);
-        }
+        for (int p = 0; p < panels; p++)
+            for (int i = 0; i < MR; i++) {
+                __m512 broadcast = _mm512_set1_ps(ak[p * a_panel_stride + i * a_row_stride]);
+                acc[p * MR + i][0] = _mm512_fmadd_ps(broadcast, b0, acc[p * MR + i][0]);
+                if (vectors == 2) acc[p * MR + i][1] = _mm512_fmadd_ps(broadcast, b1, acc[p * MR + i][1]);
+            }
     }
     const ortx_gemm_epilogue *fused = fusable(epilogue);
-    for (int i = 0; i < ORTX_GEMM_MR; i++) {
+    for (int i = 0; i < panels * MR; i++) {
         float *row = c + i * ldc;
         for (int v = 0; v < vectors; v++) {
             __m512 value = acc[i][v];
@@ -62,32 +65,47 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_avx512
         }
     }
     if (epilogue && !fused)
-        ortx_gemm_epilogue_avx2(c, ldc, ORTX_GEMM_MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+        ortx_gemm_epilogue_avx2(c, ldc, panels * MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
 }
 
 ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                             int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                             int64_t col0) {
-    tile_avx512(1, kc, a, 1, ORTX_GEMM_MR, b, c, ldc, accumulate, epilogue, row0, col0);
+    tile_avx512(1, 1, kc, a, 1, ORTX_GEMM_MR, 0, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
 ORTX_TARGET_AVX512 static void micro_wide_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                                  int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                                  int64_t col0) {
-    tile_avx512(2, kc, a, 1, ORTX_GEMM_MR, b, c, ldc, accumulate, epilogue, row0, col0);
+    tile_avx512(1, 2, kc, a, 1, ORTX_GEMM_MR, 0, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
 ORTX_TARGET_AVX512 static void micro_rows_avx512(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                                                  int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue,
                                                  int64_t row0, int64_t col0) {
-    tile_avx512(1, kc, a, lda, 1, b, c, ldc, accumulate, epilogue, row0, col0);
+    tile_avx512(1, 1, kc, a, lda, 1, 0, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
 ORTX_TARGET_AVX512 static void micro_rows_wide_avx512(int64_t kc, const float *a, int64_t lda, const float *b,
                                                       float *c, int64_t ldc, int accumulate,
                                                       const ortx_gemm_epilogue *epilogue, int64_t row0,
                                                       int64_t col0) {
-    tile_avx512(2, kc, a, lda, 1, b, c, ldc, accumulate, epilogue, row0, col0);
+    tile_avx512(1, 2, kc, a, lda, 1, 0, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+/* Two adjacent A panels at once (2*MR x 2*NR, 24 accumulators): half the B loads per FMA of micro_wide's, for CPUs
+ * with two FMA ports (gemm.h). */
+ORTX_TARGET_AVX512 static void micro_tall_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                                 int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                                 int64_t col0) {
+    tile_avx512(2, 2, kc, a, 1, ORTX_GEMM_MR, ORTX_GEMM_MR * kc, b, c, ldc, accumulate, epilogue, row0, col0);
+}
+
+ORTX_TARGET_AVX512 static void micro_rows_tall_avx512(int64_t kc, const float *a, int64_t lda, const float *b,
+                                                      float *c, int64_t ldc, int accumulate,
+                                                      const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                                      int64_t col0) {
+    tile_avx512(2, 2, kc, a, lda, 1, ORTX_GEMM_MR * lda, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
 /* 16 rows at a time: masked loads of the 16-float source rows (cols lanes), one 16x16 register transpose, masked
@@ -112,6 +130,8 @@ const ortx_gemm_isa ortx_gemm_isa_avx512 = {
     .micro_wide = micro_wide_avx512,
     .micro_rows = micro_rows_avx512,
     .micro_rows_wide = micro_rows_wide_avx512,
+    .micro_tall = micro_tall_avx512,
+    .micro_rows_tall = micro_rows_tall_avx512,
     .epilogue = ortx_gemm_epilogue_avx2,
     .activation = ortx_activation_array_avx2,
     .transpose = transpose_avx512,
