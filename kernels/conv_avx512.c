@@ -34,7 +34,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void direct_tile
         int64_t kc = K - k0 < ORTX_GEMM_KC ? K - k0 : ORTX_GEMM_KC;
         const float *a = weights + k0 * m_padded + row0 * kc;
         const int32_t *offset = offsets + k0;
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int64_t k = 0; k < kc; k++) {
             const float *b = x + offset[k];
             if (prefetch) _mm_prefetch((const char *)(b + 2 * PIXELS), _MM_HINT_T0);
