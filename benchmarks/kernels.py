@@ -64,6 +64,7 @@ from ortx.codegen import gemm  # noqa: E402
 from ortx.config import Options  # noqa: E402
 from ortx.ep.compile_nodes import compile_graph, infer_shapes  # noqa: E402
 from ortx.ep.lowering._values import numpy_dtype, static_shape  # noqa: E402
+from ortx.memory.lifetimes import aligned_empty  # noqa: E402
 
 
 def block_medians(functions: dict, repeats: int) -> dict:
@@ -89,14 +90,21 @@ def block_medians(functions: dict, repeats: int) -> dict:
     return medians
 
 
+def _aligned(array: np.ndarray) -> np.ndarray:
+    copy = aligned_empty(array.nbytes).view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
 def ortx_runner(model, feeds, threads):
     """Compiles `model` once and returns a callable that runs the compiled program on `feeds`."""
     ir_model = infer_shapes(model)
     compiled = compile_graph(ir_model.graph, num_threads=threads)
-    inputs = [np.ascontiguousarray(feeds[v.name], dtype=numpy_dtype(v)) for v in ir_model.graph.inputs]
-    outputs = [np.empty(static_shape(v), dtype=numpy_dtype(v)) for v in ir_model.graph.outputs]
+    # tensors and arena on 64-byte lines, as ORT's tensors and a session's arena are (ortx.memory.lifetimes)
+    inputs = [_aligned(np.asarray(feeds[v.name], dtype=numpy_dtype(v))) for v in ir_model.graph.inputs]
+    outputs = [_aligned(np.zeros(static_shape(v), dtype=numpy_dtype(v))) for v in ir_model.graph.outputs]
     externals = np.array([a.__array_interface__["data"][0] for a in inputs + outputs], dtype=np.uint64)
-    arena = np.empty(max(compiled.arena_bytes, 1), dtype=np.uint8)
+    arena = aligned_empty(compiled.arena_bytes)
     keep = (inputs, outputs)  # externals holds raw addresses: the arrays must outlive the callable
 
     def run():

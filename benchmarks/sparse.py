@@ -36,6 +36,7 @@ from ortx.measure import BLOCK, SETTLE_S, random_feeds  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.passes.prune_weights import prune_weights  # noqa: E402
 from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
+from ortx.tune.sparse_choice import SegmentCheck  # noqa: E402
 
 HEADING = "Sparse kernels on pruned models (issue #9)"
 
@@ -89,6 +90,8 @@ def measure_model(key: str, sparsity: float, threads: int, runs: int):
     return dict(name=name, sparsity=sparsity, zeros=report.counts.get("weights_zeroed", 0), medians=medians,
                 minima=minima,
                 sparse_layers=len(assignment.sparse_nodes()), products=len(products), errors=errors,
+                rejected=sum(1 for item in assignment.sparse_choices
+                             if isinstance(item, SegmentCheck) and not item.kept),
                 creation_s=creation)
 
 
@@ -138,7 +141,9 @@ def main() -> int:
                      f"{medians['sparse']:.2f} | {medians['ort'] / medians['sparse']:.2f}x | "
                      f"{medians['dense'] / medians['sparse']:.2f}x | "
                      f"{row['minima']['ort'] / row['minima']['sparse']:.2f}x | "
-                     f"{row['minima']['dense'] / row['minima']['sparse']:.2f}x | {row['sparse_layers']}/{row['products']} | "
+                     f"{row['minima']['dense'] / row['minima']['sparse']:.2f}x | "
+                     f"{row['sparse_layers']}/{row['products']}"
+                     f"{' (segment check: dense)' if row['rejected'] else ''} | "
                      f"{row['errors']['sparse']:.1e} | {row['creation_s']:.1f} |")
     print("\n".join(lines))
     if not args.no_write:

@@ -23,6 +23,7 @@ from onnx import helper, numpy_helper  # noqa: E402
 
 from benchmarks._report import load_average  # noqa: E402
 from ortx.ep.compile_nodes import compile_segment, infer_shapes  # noqa: E402
+from ortx.memory.lifetimes import aligned_empty  # noqa: E402
 from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice  # noqa: E402
 
 ENGINES = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
@@ -80,18 +81,25 @@ LAYERS = {  # ResNet-18-style at 224 (stem, one 3x3 per stage, the stride-2 3x3 
 }
 
 
+def _aligned(array: np.ndarray) -> np.ndarray:
+    """A copy on 64-byte lines, as ORT's tensors and a session's arena are (numpy gives 16)."""
+    copy = aligned_empty(array.nbytes).view(array.dtype).reshape(array.shape)
+    copy[...] = array
+    return copy
+
+
 def time_layer(model, threads: int, runs: int) -> dict[SparseChoice, float]:
     """Fastest ms of each engine, interleaved."""
     graph = infer_shapes(model).graph
     rng = np.random.default_rng(1)
-    arrays = [rng.standard_normal(value.shape.numpy()).astype(np.float32) for value in graph.inputs]
-    arrays += [np.empty(value.shape.numpy(), np.float32) for value in graph.outputs]
+    arrays = [_aligned(rng.standard_normal(value.shape.numpy()).astype(np.float32)) for value in graph.inputs]
+    arrays += [_aligned(np.zeros(value.shape.numpy(), np.float32)) for value in graph.outputs]
     externals = np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
     programs = {}
     for engine in ENGINES:
         compiled = compile_segment(list(graph), list(graph.inputs), list(graph.outputs), num_threads=threads,
                                    sparse_policy=ForcedPolicy(engine))
-        arena = np.empty(max(compiled.arena_bytes, 1), np.uint8)
+        arena = aligned_empty(compiled.arena_bytes)  # 64-byte lines, as a session's arena (RunContext)
         compiled.program.run(arena, externals, threads)  # warm-up
         programs[engine] = (compiled.program, arena)
     clock = time.thread_time if threads == 1 else time.perf_counter

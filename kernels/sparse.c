@@ -1,12 +1,15 @@
 /* Family "sparse": blocked-CSR weights in column panels (sparse.h) times dense activations, fp32 (issue #9).
  *
  * sparse_conv2d_f32: a group-1 conv whose weights (Cout x Cin*KH*KW) are blocked CSR: sparse_conv.c.
- * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N]) with W^T (N x K) blocked CSR.
- *   ints: M, N, K, lda, R, has_bias, activation, threads, panels. floats: param0, param1.
- *   buffers: A, values, cols, row_ptr, Y, workspace, bias.
- *   Steps: 1. A^T (K x M, row stride gemm_transposed_stride(M)) into the workspace from its first 64-byte line;
- *   2. tasks = token tiles x block-row chunks; each chunk runs every panel into the thread's tile
- *   [rows][ORTX_SPARSE_TILE], which is then stored transposed into Y.
+ * sparse_gemm_f32: Y[M, N] = act(A[M, K] @ W[K, N] + bias[N] + residual[M, N]) with W^T (N x K) blocked CSR.
+ *   ints: M, N, K, lda, R, has_bias, activation, threads, panels, has_residual. floats: param0, param1.
+ *   buffers: A, values, cols, row_ptr, Y, workspace, bias, residual (laid out as Y; must not overlap it).
+ *   Tasks = pieces, token tiles x block-row chunks in tile-major order (gemm_piece): a thread transposes the tile
+ *   of A its piece needs into its own K x ORTX_SPARSE_TILE rows of A^T (unless they hold it already), runs the
+ *   piece's rows over every panel into its own sums and stores them transposed into Y. Why: with A^T transposed
+ *   by both threads in one parallel call and read by both in the next, half of every thread's B rows came from the
+ *   other core's cache (128x1024x256 at 90% zeros, 2 threads, best of 2000 at load 2.4: 89 us, 1 thread 98;
+ *   thread-owned A^T: 57 us).
  * sparse_sizes_f32: ints [0, the 20 conv ints] or [1, M, N, K, threads]; writes the workspace bytes to out[0] and
  *   the panel count to out[1] (the lowering packs W in that many panels of ceil(K / panels) columns; the conv's
  *   workspace holds panels of that width, so a conv must not be given fewer panels), and for a conv its column
@@ -122,9 +125,9 @@ static ortx_sparse_transpose_fn select_transpose(void) {
 }
 
 void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                    int64_t ldd) {
+                                    int64_t ldd, const float *add) {
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c];
+        for (int64_t c = 0; c < cols; c++) dst[c * ldd + r] = src[r * lds + c] + (add ? add[c * ldd + r] : 0.0f);
 }
 
 /* Block rows [begin, end) of chunk `chunk` out of `chunks` over `block_rows`: the split depends on the sizes only. */
@@ -143,71 +146,86 @@ static int64_t chunk_count(int64_t tiles, int64_t block_rows, int threads) {
 
 typedef struct gemm_job {
     const float *a;
-    int64_t M, N, K, lda, ldt;
-    float *transposed, *temps;  /* A^T; per-thread tiles of round_up(N, 4) x ORTX_SPARSE_TILE */
+    int64_t M, N, K, lda;
+    float *regions;  /* per thread: [header: the tile its A^T holds][a tile's A^T: K rows][sums] */
+    int64_t region_floats;
     ortx_sparse_matrix w;
     float *y;
+    const float *residual;  /* NULL, or added in the transposed store, then the activation (epilogue's is off) */
+    int activation;
+    float param0, param1;
     ortx_sparse_epilogue epilogue;
     int64_t tiles, chunks;
     ortx_sparse_rows_fn rows;
     ortx_sparse_transpose_fn transpose;
 } gemm_job;
 
-/* + 16: a row stride that is not a power of two, so TRANSPOSE_K consecutive rows fall in different cache sets. */
-static int64_t gemm_transposed_stride(int64_t M) { return ortx_round_up(M, 16) + 16; }
+/* A^T's row stride in a region: a tile and one cache line, so consecutive rows do not share L1 sets with a period
+ * of 16 rows as a 256-byte stride does. */
+#define GEMM_TRANSPOSED_STRIDE (ORTX_SPARSE_TILE + 16)
 
-/* A^T rows [TRANSPOSE_K * begin, TRANSPOSE_K * end): each token's run of TRANSPOSE_K features is read contiguously
- * (reading one feature of every token hits one cache set M times when lda is a multiple of 1024). */
-#define TRANSPOSE_K 64
-
-static void transpose_rows(void *context, int64_t begin, int64_t end, int thread_index) {
-    (void)thread_index;
-    const gemm_job *job = context;
-    int64_t k0 = begin * TRANSPOSE_K, k1 = end * TRANSPOSE_K < job->K ? end * TRANSPOSE_K : job->K;
-    if (k0 < k1) job->transpose(job->a + k0, job->lda, job->M, k1 - k0, job->transposed + k0 * job->ldt, job->ldt);
+/* 16 floats of header (the held tile, an int64, on its own cache line), the A^T rows, the sums. */
+static int64_t gemm_region_floats(int64_t N, int64_t K) {
+    return 16 + K * GEMM_TRANSPOSED_STRIDE + ortx_round_up(N, 4) * ORTX_SPARSE_TILE;
 }
 
-/* A chunk of output features for a tile of tokens, every panel, into the thread's tile; then stored transposed
- * (16 x 16 blocks: each token's store is one contiguous 64-byte run). */
-static void gemm_task(void *context, int64_t task, int thread_index) {
+/* Piece `piece` of the tile-major pieces (one tile x one chunk of output features, every panel): unless the
+ * thread's own A^T rows already hold the piece's tile (set by its previous piece in this call), it transposes that
+ * tile's tokens of A into them (K rows of 64, 64-byte aligned); then it runs the chunk's rows over them into its
+ * sums and stores those transposed into Y (16 x 16 blocks: each token's store one contiguous 64-byte run).
+ * Pieces are claimed in order from the pool's counter, so a thread mostly meets the tile it holds. */
+static void gemm_piece(void *context, int64_t piece, int thread_index) {
     const gemm_job *job = context;
     const int64_t R = job->w.block_rows;
-    int64_t tile = task % job->tiles, begin, end;
-    chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, task / job->tiles, &begin, &end);
+    float *region = job->regions + (int64_t)thread_index * job->region_floats;
+    int64_t *held = (int64_t *)region;
+    float *transposed = region + 16, *sums = transposed + job->K * GEMM_TRANSPOSED_STRIDE;
+    int64_t tile = piece / job->chunks, begin, end;
+    chunk_range(ortx_round_up(job->w.rows, R) / R, job->chunks, piece % job->chunks, &begin, &end);
     if (begin == end) return;
     int64_t i0 = tile * ORTX_SPARSE_TILE;
     int64_t ncols = job->M - i0 < ORTX_SPARSE_TILE ? job->M - i0 : ORTX_SPARSE_TILE;
-    float *temp = job->temps + (int64_t)thread_index * ortx_round_up(job->N, 4) * ORTX_SPARSE_TILE;
+    if (*held != tile) {
+        job->transpose(job->a + i0 * job->lda, job->lda, ncols, job->K, transposed, GEMM_TRANSPOSED_STRIDE, NULL);
+        *held = tile;
+    }
     for (int64_t panel = 0; panel < job->w.panels; panel++)
-        job->rows(&job->w, panel, begin, end, job->transposed + i0, job->ldt, ncols, temp, ORTX_SPARSE_TILE,
+        job->rows(&job->w, panel, begin, end, transposed, GEMM_TRANSPOSED_STRIDE, ncols, sums, ORTX_SPARSE_TILE,
                   &job->epilogue);
     int64_t n0 = begin * R, valid = (job->N < end * R ? job->N : end * R) - n0;
-    job->transpose(temp, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N);
+    job->transpose(sums, ORTX_SPARSE_TILE, valid, ncols, job->y + i0 * job->N + n0, job->N,
+                   job->residual ? job->residual + i0 * job->N + n0 : NULL);
+    if (job->residual && job->activation != ORTX_ACT_NONE)  /* after the residual: a pass over the L1-hot block */
+        for (int64_t t = i0; t < i0 + ncols; t++)
+            for (int64_t n = n0; n < n0 + valid; n++)
+                job->y[t * job->N + n] = ortx_activation_scalar(job->activation, job->y[t * job->N + n], job->param0,
+                                                                job->param1);
 }
 
-/* + 64: room to start A^T on a cache line whatever the workspace's own alignment (the row kernel's B rows; an
- * arena at 16 mod 64 made every load split two lines and the kernel run 2.1x slower on the Sapphire Rapids host,
+/* + 64: room to start the regions on a cache line whatever the workspace's own alignment (the row kernel's B rows;
+ * an arena at 16 mod 64 made every load split two lines and the kernel run 2.1x slower on the Sapphire Rapids host,
  * BERT-like FFN 128x256x1024 at 50% zeros, 2 threads: 0.82 vs 0.39 ms). */
 static int64_t gemm_workspace_bytes(int64_t M, int64_t N, int64_t K, int64_t threads) {
-    return (int64_t)sizeof(float) *
-           (K * gemm_transposed_stride(M) + (threads < 1 ? 1 : threads) * ortx_round_up(N, 4) * ORTX_SPARSE_TILE) + 64;
+    (void)M;
+    return (int64_t)sizeof(float) * (threads < 1 ? 1 : threads) * gemm_region_floats(N, K) + 64;
 }
 
 static void sparse_gemm_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     int threads = num_threads < 1 ? 1 : num_threads;
-    if (ints[7] >= 1 && threads > ints[7]) threads = (int)ints[7];  /* the workspace holds ints[7] thread tiles */
+    if (ints[7] >= 1 && threads > ints[7]) threads = (int)ints[7];  /* the workspace holds ints[7] regions */
     gemm_job job = {.a = buffers[0], .M = ints[0], .N = ints[1], .K = ints[2], .lda = ints[3],
-                    .transposed = (float *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63), .y = buffers[4],
+                    .regions = (float *)(((uintptr_t)buffers[5] + 63) & ~(uintptr_t)63), .y = buffers[4],
                     .rows = ortx_sparse_select_rows(), .transpose = select_transpose()};
-    job.ldt = gemm_transposed_stride(job.M);
-    job.temps = job.transposed + job.K * job.ldt;
+    job.region_floats = gemm_region_floats(job.N, job.K);
     job.w = (ortx_sparse_matrix){job.N, job.K, ints[4], ints[8], buffers[1], buffers[2], buffers[3]};
-    job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0, (int)ints[6], floats[0], floats[1]};
+    job.residual = ints[9] ? buffers[7] : NULL;
+    job.activation = (int)ints[6], job.param0 = floats[0], job.param1 = floats[1];
+    job.epilogue = (ortx_sparse_epilogue){ints[5] ? buffers[6] : NULL, NULL, 0,
+                                          job.residual ? ORTX_ACT_NONE : job.activation, floats[0], floats[1]};
     job.tiles = (job.M + ORTX_SPARSE_TILE - 1) / ORTX_SPARSE_TILE;
     job.chunks = chunk_count(job.tiles, ortx_round_up(job.N, ints[4]) / ints[4], threads);
-    ortx_parallel_range(threads, (job.K + TRANSPOSE_K - 1) / TRANSPOSE_K, (int64_t)ORTX_TASKS_PER_THREAD * threads,
-                        transpose_rows, &job);
-    ortx_parallel_for(threads, job.tiles * job.chunks, gemm_task, &job);
+    for (int thread = 0; thread < threads; thread++) *(int64_t *)(job.regions + thread * job.region_floats) = -1;
+    ortx_parallel_for(threads, job.tiles * job.chunks, gemm_piece, &job);
 }
 
 static void sparse_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {

@@ -110,14 +110,15 @@ typedef void (*ortx_sparse_store_fn)(const float *tile, const ortx_sparse_store 
 void ortx_sparse_store_portable(const float *tile, const ortx_sparse_store *store, float *y);
 void ortx_sparse_store_avx512(const float *tile, const ortx_sparse_store *store, float *y);
 
-/* dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (sparse_gemm_f32's A^T and its transposed stores). */
+/* dst[c * ldd + r] = src[r * lds + c] (+ add[c * ldd + r] when add is not NULL) for r < rows, c < cols
+ * (sparse_gemm_f32's A^T, and its transposed stores with FusedMatMul's residual as `add`, laid out as dst). */
 typedef void (*ortx_sparse_transpose_fn)(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                         int64_t ldd);
+                                         int64_t ldd, const float *add);
 
 void ortx_sparse_transpose_portable(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                    int64_t ldd);
+                                    int64_t ldd, const float *add);
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                  int64_t ldd);
+                                  int64_t ldd, const float *add);
 
 /* Panels of a depth: enough for ORTX_SPARSE_PANEL_BYTES of 64-float rows each (sparse_sizes_f32 reports it). */
 static inline int64_t ortx_sparse_panel_count(int64_t depth) {
@@ -201,7 +202,7 @@ static inline int64_t ortx_sparse_shifted_column(const ortx_conv_params *p, int6
     int64_t kx = plane / p->in_channels, channel = plane % p->in_channels, ky = row % rows / p->dilation_height;
     return (channel * p->kernel_height + ky) * p->kernel_width + kx;
 }
-/* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads, panels. */
+/* The ints of sparse_gemm_f32: M, N, K, lda, R, has_bias, activation, threads, panels, has_residual. */
 
 /* Reference kernels (kernels/ref/sparse_ref.c). */
 void ortx_sparse_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

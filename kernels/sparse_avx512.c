@@ -11,6 +11,7 @@
 #include "activation.h"
 #include "gemm.h"
 #include "gemm_avx2.h"
+#include "transpose_avx512.h"
 
 /* One block row over one panel (row_ptr: the panel's slice). accumulate: start from C's partial sums (panels after
  * the first); final: apply the epilogue (the last panel), else store the partial sums as they are. */
@@ -122,43 +123,28 @@ ORTX_TARGET_AVX512 void ortx_sparse_rows_avx512(const ortx_sparse_matrix *w, int
     }
 }
 
-/* One block of at most 16 x 16: masked loads of `rows` rows (`cols` lanes), the three-stage in-register transpose
- * (32-bit, 64-bit interleaves, then 128-bit lanes), masked stores of `cols` rows (`rows` lanes). */
+/* One block of at most 16 x 16: masked loads of `rows` rows (`cols` lanes), transpose16, masked stores of `cols`
+ * rows (`rows` lanes), each + the same lanes of `add` when given. */
 ORTX_TARGET_AVX512 static void transpose_block(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                               int64_t ldd) {
+                                               int64_t ldd, const float *add) {
     __mmask16 load_mask = (__mmask16)(cols >= 16 ? 0xFFFFu : (1u << cols) - 1u);
     __mmask16 store_mask = (__mmask16)(rows >= 16 ? 0xFFFFu : (1u << rows) - 1u);
-    __m512 r[16], t[16], u[16];
-    for (int i = 0; i < 16; i++) r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * lds) : _mm512_setzero_ps();
-    for (int i = 0; i < 8; i++) {  /* lane L of t[2i] / t[2i+1]: rows 2i, 2i+1 at columns 4L, 4L+1 / 4L+2, 4L+3 */
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {  /* lane L of u[4i + j]: rows 4i .. 4i+3 at column 4L + j */
-        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i]), _mm512_castps_pd(t[4 * i + 2])));
-        u[4 * i + 2] =
-            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
-        u[4 * i + 3] =
-            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[4 * i + 1]), _mm512_castps_pd(t[4 * i + 3])));
-    }
-    for (int j = 0; j < 4; j++) {  /* column 4L + j = lanes L of u[j], u[4 + j], u[8 + j], u[12 + j] */
-        __m512 low01 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x44), high01 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xEE);
-        __m512 low23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x44);
-        __m512 high23 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xEE);
-        __m512 column[4] = {_mm512_shuffle_f32x4(low01, low23, 0x88), _mm512_shuffle_f32x4(low01, low23, 0xDD),
-                            _mm512_shuffle_f32x4(high01, high23, 0x88), _mm512_shuffle_f32x4(high01, high23, 0xDD)};
-        for (int lane = 0; lane < 4; lane++)
-            if (4 * lane + j < cols) _mm512_mask_storeu_ps(dst + (4 * lane + j) * ldd, store_mask, column[lane]);
+    __m512 r[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = i < rows ? _mm512_maskz_loadu_ps(load_mask, src + i * lds) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int j = 0; j < cols; j++) {
+        __m512 value = add ? _mm512_add_ps(r[j], _mm512_maskz_loadu_ps(store_mask, add + j * ldd)) : r[j];
+        _mm512_mask_storeu_ps(dst + j * ldd, store_mask, value);
     }
 }
 
 ORTX_TARGET_AVX512 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols,
-                                                     float *dst, int64_t ldd) {
+                                                     float *dst, int64_t ldd, const float *add) {
     for (int64_t r0 = 0; r0 < rows; r0 += 16)
         for (int64_t c0 = 0; c0 < cols; c0 += 16)
             transpose_block(src + r0 * lds + c0, lds, rows - r0 < 16 ? rows - r0 : 16, cols - c0 < 16 ? cols - c0 : 16,
-                            dst + c0 * ldd + r0, ldd);
+                            dst + c0 * ldd + r0, ldd, add ? add + c0 * ldd + r0 : NULL);
 }
 
 /* Patch rows of one tile: full 16-float copies, then one masked copy per run. */
@@ -254,8 +240,8 @@ void ortx_sparse_fill_avx512(const float *row, const ortx_sparse_fill *fill, flo
 }
 
 void ortx_sparse_transpose_avx512(const float *src, int64_t lds, int64_t rows, int64_t cols, float *dst,
-                                  int64_t ldd) {
-    ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd);
+                                  int64_t ldd, const float *add) {
+    ortx_sparse_transpose_portable(src, lds, rows, cols, dst, ldd, add);
 }
 
 void ortx_sparse_patch_avx512(const float *source, const int32_t *taps, int64_t rows, const ortx_sparse_runs *runs,

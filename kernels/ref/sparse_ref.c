@@ -52,11 +52,12 @@ void ortx_sparse_gemm_f32_ref(const int64_t *ints, const float *floats, void *co
     (void)num_threads;
     int64_t M = ints[0], N = ints[1], lda = ints[3], R = ints[4], panels = ints[8], block_count = (N + R - 1) / R;
     const float *a = buffers[0], *values = buffers[1], *bias = ints[5] ? buffers[6] : NULL;
+    const float *residual = ints[9] ? buffers[7] : NULL;
     const int32_t *cols = buffers[2], *row_ptr = buffers[3];
     float *y = buffers[4];
     for (int64_t i = 0; i < M; i++)
         for (int64_t n = 0; n < N; n++) {
-            double sum = bias ? bias[n] : 0.0;
+            double sum = (bias ? bias[n] : 0.0) + (residual ? residual[i * N + n] : 0.0);
             for (int64_t panel = 0; panel < panels; panel++)
                 for (int32_t block = row_ptr[panel * block_count + n / R];
                      block < row_ptr[panel * block_count + n / R + 1]; block++)

@@ -79,14 +79,15 @@ def test_csr_all_zero_matrix_and_errors():
         pack_blocked_csr(np.ones((4, 4)), 1, 0)
 
 
-def _gemm(a, csr, bias, activation, threads, use_ref):
+def _gemm(a, csr, bias, activation, threads, use_ref, residual=None):
     M, K = a.shape
     y = np.full((M, csr.rows), np.nan, np.float32)
     workspace = np.zeros(max(workspace_bytes(1, [M, csr.rows, K, threads]) // 4, 1), np.float32)
     _kernels.call("sparse_gemm_f32", [M, csr.rows, K, K, csr.block_rows, int(bias is not None), activation, threads,
-                                      csr.panels],
+                                      csr.panels, int(residual is not None)],
                   [-0.5, 0.75], [a, np.append(csr.values, np.float32(0)), np.append(csr.cols, np.int32(0)),
-                                 csr.row_ptr, y, workspace, bias if bias is not None else y],
+                                 csr.row_ptr, y, workspace, bias if bias is not None else y,
+                                 residual if residual is not None else y],
                   num_threads=threads, use_ref=use_ref)
     return y
 
@@ -107,10 +108,29 @@ def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation
     expected = expected.astype(np.float32)
     reference = _gemm(a, csr, bias, activation, 1, True)
     assert_close(reference, expected, what="reference vs numpy")
-    for threads in (1, 2):
+    for threads in (1, 2, 3):  # 3: pieces of one tile on several threads, each transposing it into its own rows
         fast = _gemm(a, csr, bias, activation, threads, False)
         assert_close(fast, expected, what=f"{isa} fast ({threads} threads) vs numpy")
         np.testing.assert_array_equal(fast, _gemm(a, csr, bias, activation, threads, False))
+
+
+@pytest.mark.parametrize("block_rows, panels", [(1, 1), (4, 3)])
+@pytest.mark.parametrize("M, K, N, activation", [(130, 40, 37, 0), (64, 300, 16, 1), (5, 17, 70, 3)])
+def test_sparse_gemm_residual_epilogue(isa, M, K, N, activation, block_rows, panels):
+    """FusedMatMul's residual in the kernel (added after the transposed store, then the activation)."""
+    rng = np.random.default_rng(M * N)
+    weights_t = sparse_matrix(N, K, 0.8, seed=K)
+    a, residual = rng.standard_normal((M, K)).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    csr = pack_blocked_csr(weights_t, block_rows, panels)
+    expected = a.astype(np.float64) @ weights_t.T.astype(np.float64) + bias + residual
+    if ACTIVATIONS[activation] is not None:
+        expected = ACTIVATIONS[activation](expected)
+    expected = expected.astype(np.float32)
+    assert_close(_gemm(a, csr, bias, activation, 1, True, residual), expected, what="reference vs numpy")
+    for threads in (1, 2, 3):
+        assert_close(_gemm(a, csr, bias, activation, threads, False, residual), expected,
+                     what=f"{isa} fast ({threads} threads) vs numpy")
 
 
 @pytest.mark.parametrize("offset", [0, 4, 16, 48])
@@ -126,9 +146,9 @@ def test_sparse_gemm_workspace_at_any_alignment(offset):
     start = -raw.__array_interface__["data"][0] % 64 + offset
     workspace = raw[start:start + size]
     y = np.full((M, N), np.nan, np.float32)
-    _kernels.call("sparse_gemm_f32", [M, N, K, K, 1, 0, 0, threads, 1], [0.0, 0.0],
+    _kernels.call("sparse_gemm_f32", [M, N, K, K, 1, 0, 0, threads, 1, 0], [0.0, 0.0],
                   [a, np.append(csr.values, np.float32(0)), np.append(csr.cols, np.int32(0)), csr.row_ptr, y,
-                   workspace, y], num_threads=threads)
+                   workspace, y, y], num_threads=threads)
     assert_close(y, (a.astype(np.float64) @ unpack_blocked_csr(csr).T.astype(np.float64)).astype(np.float32))
     assert np.all(raw[:start] == 0xA5) and np.all(raw[start + size:] == 0xA5)
 

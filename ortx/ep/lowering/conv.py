@@ -21,7 +21,6 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering import band, sparse
-from ortx.ep.lowering.elementwise import _emit_binary
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
@@ -544,11 +543,10 @@ def lower_fused_matmul(node: ir.Node, builder) -> None:
     weights = np.asarray(constant_value(node.inputs[1]), dtype=np.float32)
     bias = np.asarray(constant_value(node.inputs[2]), dtype=np.float32).reshape(N)
     a, output, residual = builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]), present(node, 3)
-    if builder.precision == "fp32" and sparse.try_sparse_gemm(node, builder, M, weights.T, a, output, bias):
-        if residual is not None:  # Case sparse: the CSR kernel adds the bias; the residual is a step of its own
-            shape = static_shape(node.outputs[0])
-            _emit_binary(builder, "Add", output, shape, builder.buffer(residual), shape, output, shape, "float32")
-        return
+    if builder.precision == "fp32" and sparse.try_sparse_gemm(
+            node, builder, M, weights.T, a, output, bias,
+            builder.buffer(residual) if residual is not None else None):
+        return  # Case sparse: the CSR kernel adds the bias and the residual
     packed = _pack(weights[None], N, K, 1, N, 1, precision=builder.precision)
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1),
                b=builder.add_constant(packed, label=f"{node.name}:B"), b_packed=True, b_strides=(N, 1), output=output,

@@ -131,15 +131,17 @@ def emit_sparse_conv(builder, node_name: str, conv_ints, params, csr: BlockedCsr
 
 
 def emit_sparse_gemm(builder, node_name: str, M: int, csr: BlockedCsr, a, y, bias=None, activation: int = 0,
-                     activation_params=(0.0, 0.0)) -> None:
-    """Y[M, N] = act(A[M, K] @ W + bias) with csr = W^T (N x K); A row-major with row stride K."""
+                     activation_params=(0.0, 0.0), residual=None) -> None:
+    """Y[M, N] = act(A[M, K] @ W + bias + residual) with csr = W^T (N x K); A row-major with row stride K, the
+    residual (a buffer, or None) laid out as Y."""
     N, K = csr.rows, csr.depth
     workspace = builder.workspace(max(workspace_bytes(1, [M, N, K, builder.num_threads]), 4),
                                   label="sparse_transposed")
     values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:csr")
     builder.emit("sparse_gemm_f32", [M, N, K, K, csr.block_rows, int(bias is not None), activation,
-                                     builder.num_threads, csr.panels], list(activation_params),
-                 [a, values, cols, row_ptr, y, workspace, bias if bias is not None else y])
+                                     builder.num_threads, csr.panels, int(residual is not None)],
+                 list(activation_params), [a, values, cols, row_ptr, y, workspace, bias if bias is not None else y,
+                                           residual if residual is not None else y])
 
 
 # The lowerings' entry points: each returns False (emitting nothing) when the layer stays dense. ----------------
@@ -174,10 +176,10 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
     return True
 
 
-def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None) -> bool:
-    """Y[M, N] = A[M, K] @ W (+ bias[N]) with weights_t = W^T (N x K, alpha folded in), A row-major. `bias`: a
-    buffer, or a numpy array stored as a constant only when the sparse kernel is chosen (a dense lowering that
-    follows must not carry an unused copy)."""
+def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None, residual=None) -> bool:
+    """Y[M, N] = A[M, K] @ W (+ bias[N]) (+ residual[M, N]) with weights_t = W^T (N x K, alpha folded in), A
+    row-major. `bias`: a buffer, or a numpy array stored as a constant only when the sparse kernel is chosen (a dense
+    lowering that follows must not carry an unused copy); `residual`: a buffer laid out as Y, or None."""
     N, K = weights_t.shape
     choice = _choose(node, builder, "gemm", f"{M}x{K}x{N}", weights_t)
     if choice is None:
@@ -185,5 +187,6 @@ def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=Non
     if isinstance(bias, np.ndarray):
         bias = builder.add_constant(bias, label=f"{node.name}:bias")
     panels = panel_count(1, [M, N, K, builder.num_threads])
-    emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows, panels), a, y, bias)
+    emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows, panels), a, y, bias,
+                     residual=residual)
     return True
