@@ -77,6 +77,11 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void step_tile
     }
     for (int64_t q = 0; q < full + from_tail; q++) {
         const uint16_t *bq0 = q < full ? b0 + q * CHUNK : tail0, *bq1 = q < full ? b1 + q * CHUNK : tail1;
+        if (q + 1 < full)  /* the next B tiles into L1 (measured 5-15% on 1 thread; A's strip is in L1 already) */
+            for (int line = 0; line < CHUNK * 2 / 64; line++) {
+                _mm_prefetch((const char *)(b0 + (q + 1) * CHUNK) + 64 * line, _MM_HINT_T0);
+                if (nt == 2) _mm_prefetch((const char *)(b1 + (q + 1) * CHUNK) + 64 * line, _MM_HINT_T0);
+            }
         _tile_loadd(4, a + q * 2 * ORTX_BGEMM_TILE_PAIRS, a_bytes);
         _tile_loadd(6, bq0, 64);
         if (nt == 2) _tile_loadd(7, bq1, 64);
@@ -190,6 +195,14 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
         const uint32_t *chunk = x + h * ORTX_BGEMM_TILE_PAIRS * plane_words;
         for (int64_t t = 0; t < taps; t++, at += CHUNK) {
             const uint32_t *words = chunk + tap_offsets[t];
+            /* the next k step's B rows into L1: the next tap's (or the next chunk's first tap's) 16 plane rows */
+            const uint32_t *next = t + 1 < taps ? chunk + tap_offsets[t + 1]
+                                                : chunk + ORTX_BGEMM_TILE_PAIRS * plane_words + tap_offsets[0];
+            if (t + 1 < taps || h + 1 < chunks)
+                for (int r = 0; r < 16; r++) {
+                    _mm_prefetch((const char *)(next + r * plane_words), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(next + r * plane_words + 16 * nt - 1), _MM_HINT_T0);
+                }
             _tile_loadd(4, at, 64);
             _tile_loadd(6, words, b_bytes);
             if (nt == 2) _tile_loadd(7, words + NR, b_bytes);
