@@ -20,6 +20,7 @@
  */
 #include <string.h>
 
+#include "bf16_direct_store_avx512.h"
 #include "gemm_avx2.h"
 #include "gemm_bf16.h"
 #include "isa.h"
@@ -242,24 +243,8 @@ ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chu
         if (!count) continue;
         __mmask16 store = (__mmask16)((1u << count) - 1u);
         for (int64_t i = 0; i < rows; i++) {
-            __m512 value = _mm512_load_ps(scratch + i * 32 + 16 * v);
-            if (keep != 0xffff) value = _mm512_maskz_compress_ps(keep, value);
-            if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
-            if (e->bias_row) value = _mm512_add_ps(value, _mm512_set1_ps(e->bias_row[row0 + i]));
-            if (e->residual)
-                value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                        _mm512_maskz_loadu_ps(store, e->residual + (row0 + i) * e->residual_row_stride +
-                                                                         at[v]),
-                                        value);
-            if (e->activation != ORTX_ACT_NONE) {
-                __m256 lo = _mm512_castps512_ps256(value);
-                __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
-                lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
-                hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
-                value = _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-            }
-            _mm512_mask_storeu_ps(c + i * ldc + at[v], store, value);
+            ortx_bf16_direct_store_row(_mm512_load_ps(scratch + i * 32 + 16 * v), keep, store, e, row0 + i, at[v],
+                                       c + i * ldc + at[v]);
         }
     }
 }

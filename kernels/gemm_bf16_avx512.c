@@ -3,6 +3,7 @@
  * multiply-adds) and an 8x16 one for a lone panel; rounding to bf16 with vcvtne2ps2bf16 (the same bits as
  * ortx_bf16_from_float). The epilogue runs on the accumulators before the single store, through the AVX2 register
  * epilogue on each 8-lane half (as gemm_avx512.c), so it matches ortx_gemm_epilogue_avx2 on edge tiles. */
+#include "bf16_direct_store_avx512.h"
 #include "gemm_avx2.h"
 #include "gemm_bf16.h"
 
@@ -190,23 +191,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void direct
         __mmask16 store = (__mmask16)((1u << count) - 1u);
         for (int i = 0; i < ORTX_BGEMM_MR; i++) {
             if (i >= rows) break;
-            __m512 value = keep == 0xffff ? acc[i][v] : _mm512_maskz_compress_ps(keep, acc[i][v]);
-            if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
-            if (e->bias_row) value = _mm512_add_ps(value, _mm512_set1_ps(e->bias_row[row0 + i]));
-            if (e->residual)
-                value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                        _mm512_maskz_loadu_ps(store, e->residual + (row0 + i) * e->residual_row_stride +
-                                                                         at[v]),
-                                        value);
-            if (e->activation != ORTX_ACT_NONE) {
-                __m256 lo = _mm512_castps512_ps256(value);
-                __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
-                lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
-                hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
-                value = _mm512_castpd_ps(
-                    _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-            }
-            _mm512_mask_storeu_ps(c + i * ldc + at[v], store, value);
+            ortx_bf16_direct_store_row(acc[i][v], keep, store, e, row0 + i, at[v], c + i * ldc + at[v]);
         }
     }
 }
