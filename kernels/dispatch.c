@@ -71,11 +71,19 @@ static int amx_allowed = 1;
 
 #define ARCH_REQ_XCOMP_PERM 0x1023 /* linux/arch/x86/include/uapi/asm/prctl.h */
 #define XFEATURE_XTILEDATA 18
+#define CPUID7_EDX_AMX_BF16 (1u << 22)
+#define CPUID7_EDX_AMX_TILE (1u << 24)
+
+/* CPUID.(EAX=7, ECX=0):EDX, the AMX feature bits (0 when the leaf is missing). */
+static unsigned cpuid7_edx(void) {
+    unsigned eax, ebx, ecx, edx;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) ? edx : 0;
+}
 
 static int detect_amx_bf16(void) {
     unsigned eax, ebx, ecx, edx;
-    if (!ortx_cpu_has_avx512_bf16() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return 0;
-    if (!(edx & (1u << 24)) || !(edx & (1u << 22))) return 0;  /* AMX-TILE, AMX-BF16 */
+    unsigned amx = CPUID7_EDX_AMX_TILE | CPUID7_EDX_AMX_BF16;
+    if (!ortx_cpu_has_avx512_bf16() || (cpuid7_edx() & amx) != amx) return 0;
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) return 0;  /* OSXSAVE */
     unsigned xcr0_low, xcr0_high;
     __asm__ volatile("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
@@ -101,15 +109,14 @@ int ortx_allow_amx(int allow) {
 
 static int cpu_two_fma_ports = -1;
 
+/* Inferred from AMX-TILE: every CPU with AMX (Sapphire Rapids on) has two 512-bit FMA ports; others keep the
+ * one-port schedules, which are what was measured on them. */
 int ortx_cpu_has_two_fma_ports(void) {
     if (cpu_two_fma_ports < 0) {
+#if defined(__x86_64__)
+        cpu_two_fma_ports = ortx_cpu_isa() == ORTX_ISA_AVX512 && (cpuid7_edx() & CPUID7_EDX_AMX_TILE) != 0;
+#else
         cpu_two_fma_ports = 0;
-#if defined(__x86_64__) || defined(__i386__)
-        if (ortx_cpu_isa() == ORTX_ISA_AVX512) {
-            unsigned int eax = 7, ebx, ecx = 0, edx;
-            __asm__("cpuid" : "+a"(eax), "=b"(ebx), "+c"(ecx), "=d"(edx));
-            cpu_two_fma_ports = (edx >> 24) & 1; /* CPUID.(EAX=7,ECX=0):EDX[24] AMX-TILE */
-        }
 #endif
     }
     return cpu_two_fma_ports;

@@ -229,15 +229,17 @@ def _record(database, fingerprint: str, key: str, measured: dict[SparseChoice, l
                                       source, created))
 
 
-def _aligned_tensors(values, rng) -> tuple[list[np.ndarray], np.ndarray]:
-    """Arrays for `values` on 64-byte lines (inputs first, filled from rng; then outputs) and their addresses."""
+def _random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]:
+    """Arrays on 64-byte lines for `inputs` (standard normal from rng) then `outputs`, and their addresses."""
     from ortx.ep.lowering._values import numpy_dtype, static_shape
     from ortx.memory.lifetimes import aligned_empty
 
     arrays = []
-    for value in values:
+    for value in list(inputs) + list(outputs):
         shape, dtype = static_shape(value), numpy_dtype(value)
         arrays.append(aligned_empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype).reshape(shape))
+    for array in arrays[:len(inputs)]:
+        array[...] = rng.standard_normal(array.shape)
     return arrays, np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
 
 
@@ -273,9 +275,7 @@ def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[Spa
     inputs = [value for value in node.inputs if value is not None and constant_value(value) is None]
     outputs = [node.outputs[0]]
     rng = np.random.default_rng(0)
-    arrays, externals = _aligned_tensors(inputs + outputs, rng)
-    for array in arrays[:len(inputs)]:
-        array[...] = rng.standard_normal(array.shape)
+    tensors, externals = _random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
     candidates = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
                   SparseChoice("sparse", 4, "forced"))
     programs, results = {}, {}
@@ -301,11 +301,15 @@ class SegmentCheck:
     sparse_nodes: tuple[str, ...]
     sparse_ms: tuple[float, ...]
     dense_ms: tuple[float, ...]
-    kept: bool  # the sparse choices stand (else every layer of the segment runs dense)
 
     @property
     def worst_ratio(self) -> float:
         return max(sparse / dense for sparse, dense in zip(self.sparse_ms, self.dense_ms))
+
+    @property
+    def kept(self) -> bool:
+        """The sparse choices stand (faster in every round); else every layer of the segment runs dense."""
+        return self.worst_ratio < 1.0
 
     def describe(self) -> str:
         rounds = lambda values: "/".join(f"{ms:.3f}" for ms in values)  # noqa: E731
@@ -328,14 +332,11 @@ def check_segment(compile_with, policy, inputs: list[ir.Value], outputs: list[ir
         return program  # random integers could be out-of-range indices
     dense = compile_with(ForcedPolicy(SparseChoice("dense", source="segment check")))
     rng = np.random.default_rng(0)
-    arrays, externals = _aligned_tensors(list(inputs) + list(outputs), rng)
-    for array in arrays[:len(inputs)]:
-        array[...] = rng.standard_normal(array.shape)
+    tensors, externals = _random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
     rounds, runs = QUICK if policy.mode == "quick" else FULL
     times = _time_rounds({"sparse": program, "dense": dense}, externals, num_threads, rounds, runs)
     check = SegmentCheck(program.step_nodes[0] if program.step_nodes else "", sparse_nodes, tuple(times["sparse"]),
-                         tuple(times["dense"]), kept=False)
-    check = dataclasses.replace(check, kept=check.worst_ratio < 1.0)
+                         tuple(times["dense"]))
     policy.segment_checks.append(check)
     logger.debug("ortx sparse choice: %s", check.describe())
     if check.kept:
