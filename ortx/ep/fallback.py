@@ -91,6 +91,12 @@ class OrtSegment:
             values[name] = buffer
 
 
+    def run_direct(self, feeds: dict, output_names: list[str], run_options=None) -> list:
+        """`session.run` on the inputs it reads: no binding, ORT allocates the outputs (the plan's whole-model
+        path, where no other step shares buffers)."""
+        return self.session.run(output_names, {name: feeds[name] for name in self.input_names}, run_options)
+
+
 def whole_model_session(model: onnx.ModelProto, sess_options, providers, provider_options):
     """Plain ORT for the whole model (OrtxEP not requested, or the model needs ORT end to end)."""
     return onnxruntime.InferenceSession(
