@@ -15,6 +15,7 @@ from ortx.passes.eliminate_dead_code import eliminate_dead_code
 from ortx.passes.fold_constants import fold_constants
 from ortx.passes.fold_reshapes import fold_reshapes
 from ortx.passes.fold_slice_squeezes import fold_slice_squeezes
+from ortx.passes.flush_denormal_weights import flush_denormal_weights
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from ortx.passes.fuse_elementwise_chains import fuse_elementwise_chains
@@ -73,6 +74,9 @@ LEVEL_2_PASSES = (
     fuse_silu,
     # Standard Attention at opset >= 23 only; after fold_reshapes/remove_no_ops, which leave Q/K/V's own shape ops.
     fuse_attention,
+    # After the fusions that compute new weights (a BatchNormalization's scale folded into tiny weights can make
+    # subnormals); changes a product by less than float32's smallest normal, so it is level 2, not level 1.
+    flush_denormal_weights,
     # Last: drops the weights and parameters the fusions replaced.
     eliminate_dead_code,
 )
@@ -94,7 +98,7 @@ LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
            "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
-           "fold_slice_squeezes", "fuse_attention", "fuse_attention_extended", "fuse_conv_batchnorm",
+           "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended", "fuse_conv_batchnorm",
            "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended", "fuse_gemm", "fuse_hardswish",
            "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu", "fuse_silu_extended",
            "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
