@@ -166,11 +166,11 @@ ORTX_TARGET_AVX2 void ortx_softmax_row_f32_avx2(const float *x, float *y, int64_
         }
         return;
     }
-    __m256 vtotal = _mm256_set1_ps(total);
-    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_div_ps(_mm256_loadu_ps(y + i), vtotal));
+    __m256 inverse = _mm256_set1_ps(1.0f / total);  /* one division, then products (as reduce_avx512.c) */
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), inverse));
     if (i < n) {
         __m256i mask = tail_mask(n - i);
-        _mm256_maskstore_ps(y + i, mask, _mm256_div_ps(_mm256_maskload_ps(y + i, mask), vtotal));
+        _mm256_maskstore_ps(y + i, mask, _mm256_mul_ps(_mm256_maskload_ps(y + i, mask), inverse));
     }
 }
 

