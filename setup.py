@@ -27,10 +27,14 @@ from Cython.Build import cythonize  # noqa: E402  (after the compiler check, for
 
 sources = ["kernels/_kernels.pyx"] + sorted(glob.glob("kernels/*.c")) + sorted(glob.glob("kernels/ref/*.c"))
 sources = [s for s in sources if not s.endswith("kernels/_kernels.c")]
+# The headers: without them a change to a header alone left the extension "up to date", and a build after it
+# mixed objects compiled against two versions of a struct (seen: a segfault after gemm_bf16.h's ISA table changed).
+headers = sorted(glob.glob("kernels/*.h")) + sorted(glob.glob("kernels/ref/*.h"))
 
 extension = Extension(
     "ortx._kernels",
     sources=sources,
+    depends=headers,
     include_dirs=["kernels", numpy.get_include()],
     extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function"],
     extra_link_args=["-pthread"],
