@@ -111,12 +111,15 @@ def test_strides_epilogues_and_output_row_stride(tmp_path_factory, isa):
     width = gemm.VECTOR_WIDTH[isa]
     m, n, k = 19, 3 * width + 3, 41
     definitions = {0: lambda x, p: x, 1: lambda x, p: np.maximum(x, 0), 2: lambda x, p: np.where(x >= 0, x, p[0] * x),
-                   3: lambda x, p: np.clip(x, p[0], p[1])}
+                   3: lambda x, p: np.clip(x, p[0], p[1]), 5: lambda x, p: np.clip(p[0] * x + p[1], 0, 1),
+                   6: lambda x, p: x * np.clip(x / 6 + 0.5, 0, 1)}
     problems = []
     for activation, params, bias, transpose_a, transpose_b in [(0, (0.0, 0.0), 0, True, False),
                                                                (1, (0.0, 0.0), 1, False, True),
                                                                (2, (0.1, 0.0), 2, True, True),
-                                                               (3, (-0.5, 0.75), 2, False, False)]:
+                                                               (3, (-0.5, 0.75), 2, False, False),
+                                                               (5, (0.2, 0.5), 1, False, False),
+                                                               (6, (0.0, 0.0), 2, True, False)]:
         dense = gemm.GemmProblem.dense(m, n, k, transpose_a=transpose_a, transpose_b=transpose_b)
         problems.append(gemm.GemmProblem(m, n, k, dense.a_strides, dense.b_strides, n + 5, alpha=0.5, bias=bias,
                                          activation=activation, params=params))

@@ -55,7 +55,8 @@ typedef void (*ortx_parallel_for_fn)(int num_threads, int64_t num_tasks, ortx_ta
 #define C_ROW_STRIDE ((int64_t)${c_row_stride})
 #define ALPHA ${alpha}
 #define BIAS_MODE ${bias_mode} /* 0 none, 1 bias[i] per row of C, 2 bias[j] per column */
-#define ACTIVATION ${activation} /* kernels/activation.h codes: 0 none, 1 relu, 2 leaky relu, 3 clip */
+#define ACTIVATION ${activation} /* kernels/activation.h codes: 0 none, 1 relu, 2 leaky relu, 3 clip, 5 hard
+                                 * sigmoid, 6 hard swish */
 #define PARAM0 ${param0}
 #define PARAM1 ${param1}
 /* 0: no residual; else C(i, j) += RESIDUAL_SCALE * R[i * RESIDUAL_ROW_STRIDE + j] after the bias, before the
@@ -218,6 +219,11 @@ ORTX_INLINE vec_t epilogue_vector(vec_t value, const float *bias, const float *r
     if (ACTIVATION == 1) value = vec_max(value, vec_zero());
     if (ACTIVATION == 2) value = vec_where_negative(value, vec_mul(value, vec_set1(PARAM0)));
     if (ACTIVATION == 3) value = vec_min(vec_max(value, vec_set1(PARAM0)), vec_set1(PARAM1));
+    if (ACTIVATION == 5)  /* HardSigmoid: clip(alpha x + beta, 0, 1), as kernels/gemm_avx2.h */
+        value = vec_min(vec_max(vec_fma(value, vec_set1(PARAM0), vec_set1(PARAM1)), vec_zero()), vec_set1(1.0f));
+    if (ACTIVATION == 6)  /* HardSwish: x clip(x / 6 + 1 / 2, 0, 1) */
+        value = vec_mul(value, vec_min(vec_max(vec_fma(value, vec_set1(1.0f / 6.0f), vec_set1(0.5f)), vec_zero()),
+                                       vec_set1(1.0f)));
     return value;
 }
 
