@@ -41,8 +41,8 @@ extern void ortx_multi_head_attention_f32_ref(const int64_t *, const float *, vo
 
 /* Query-row blocks per (batch, head): one when there are at least as many (batch, head) problems as threads, since
  * every block packs its head's K^T and V again (BERT-like, 4 heads of 128 x 64 on 2 threads: 2 blocks a head took
- * 0.133 ms, 1 block 0.122 ms, both with the call's ~0.014 ms); else enough blocks for each thread to get one, each at least two micro-kernel row
- * panels high. */
+ * 0.133 ms, 1 block 0.122 ms, both with the call's ~0.014 ms); else enough blocks for each thread to get one,
+ * each at least two micro-kernel row panels high. */
 static int64_t row_blocks(int64_t problems, int64_t S, int64_t threads) {
     if (threads <= 1 || problems >= threads) return 1;
     int64_t wanted = (threads + problems - 1) / problems;

@@ -89,7 +89,7 @@ void ortx_gemm_pack(const float *src, int64_t rows, int64_t depth, int64_t row_s
 /* Packs B[k0:k0+kc, n0:n0+nc] (raw) into NR-column panels. Row-major B (col_stride 1) is read row by row, so
  * reads stream along memory and each write is one whole 64-byte panel row. A transposed B (row_stride 1: column n's
  * k values are consecutive, as attention's K^T) goes through the ISA's 16 x 16 transpose, 16 k at a time: the
- * scalar loop below wrote one float per iteration (BERT-like attention: 4 heads' 64 x 128 K^T, ~20% of the step). */
+ * scalar loop below wrote one float per iteration (BERT-like attention, 1 thread: 0.185 -> 0.171 ms a call). */
 static void pack_b_block(const ortx_gemm_isa *isa, const ortx_gemm_operand *B, int64_t k0, int64_t kc, int64_t n0,
                          int64_t nc, float *dst) {
     const int64_t NR = ORTX_GEMM_NR;
