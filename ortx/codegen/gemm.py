@@ -15,7 +15,8 @@
    holds its ints): A the lowering's packed weights, B the patch matrix packed block by block through
    kernels/conv_source.c (templates/gemm.c, conv mode), and `<symbol>_step` takes conv2d_f32's arguments.
 Limits: fp32 only; the epilogue's residual is row-major (unit column stride, not broadcast over rows) and its
-activations only those that need no exp (none, relu, leaky relu, clip, hard sigmoid, hard swish); A is never prepacked; NEON renders but is only compiled by an AArch64 compiler.
+activations only those that need no exp (none, relu, leaky relu, clip, hard sigmoid, hard swish); A is never
+prepacked; NEON renders but is only compiled by an AArch64 compiler.
 """
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ from ortx.config import Options
 ISAS = ("portable", "avx2", "avx512", "neon")
 VECTOR_WIDTH = {"portable": 4, "avx2": 8, "avx512": 16, "neon": 4}  # floats per vector in templates/gemm_<isa>.c
 VECTOR_REGISTERS = {"portable": 16, "avx2": 16, "avx512": 32, "neon": 32}  # portable: SSE on x86-64, NEON on arm
-ACTIVATIONS = {0: "none", 1: "relu", 2: "leaky_relu", 3: "clip", 5: "hard_sigmoid", 6: "hard_swish"}  # kernels/activation.h codes the template has
+# kernels/activation.h codes the template has
+ACTIVATIONS = {0: "none", 1: "relu", 2: "leaky_relu", 3: "clip", 5: "hard_sigmoid", 6: "hard_swish"}
 BIAS_MODES = {0: "none", 1: "row", 2: "column"}
 MAX_VECTORS_PER_ROW = 8  # the template unrolls the vector loop by 8
 MAX_TILE_ROWS = 32  # and the row loop by 32

@@ -96,9 +96,9 @@ DEFAULT_PASSES = LEVEL_2_PASSES
 
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
-__all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError",
-           "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
-           "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended", "fuse_conv_batchnorm",
-           "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended", "fuse_gemm", "fuse_hardswish",
-           "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu", "fuse_silu_extended",
-           "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
+__all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError", "PassReport",
+           "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
+           "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended",
+           "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended",
+           "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
+           "fuse_silu_extended", "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]

@@ -17,7 +17,7 @@ import onnx_ir as ir
 
 from ortx.passes._report import PassReport
 
-FLOAT_DTYPES = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16, ir.DataType.DOUBLE: np.float64}
+FLOAT_DTYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE})
 MAX_NOTES = 20
 
 
@@ -30,12 +30,11 @@ def flush_denormal_weights(model: ir.Model) -> PassReport:
         if value.is_graph_input() or tensor is None or tensor.dtype not in FLOAT_DTYPES:
             continue
         array = tensor.numpy()
-        subnormal = (array != 0) & (np.abs(array) < np.finfo(FLOAT_DTYPES[tensor.dtype]).tiny)
+        subnormal = (array != 0) & (np.abs(array) < np.finfo(array.dtype).tiny)
         count = int(np.count_nonzero(subnormal))
         if count == 0:
             continue
-        value.const_value = ir.tensor(np.where(subnormal, np.copysign(0, array), array).astype(array.dtype),
-                                      name=name)
+        value.const_value = ir.tensor(np.where(subnormal, np.copysign(0, array), array).astype(array.dtype), name=name)
         flushed_values += count
         changed += 1
         if len(notes) < MAX_NOTES:
