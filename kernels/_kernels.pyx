@@ -32,6 +32,7 @@ cdef extern from "ortx_kernels.h":
     int ortx_cpu_has_avx512_bf16() nogil
     int ortx_cpu_has_amx_bf16() nogil
     int ortx_allow_amx(int allow) nogil
+    int ortx_allow_winograd(int allow) nogil
     const char *ortx_bf16_isa_name() nogil
     int ortx_kernel_count() nogil
     const ortx_kernel_entry *ortx_kernel_at(int index) nogil
@@ -95,6 +96,12 @@ def allow_amx(allow):
     """Tests: False runs the vdpbf16ps path on an AMX CPU; returns whether AMX is now in use. Packed bf16 A operands
     are in the format of the path selected when packed (gemm_bf16.h): pack again after switching."""
     return bool(ortx_allow_amx(1 if allow else 0))
+
+
+def allow_winograd(allow):
+    """Tests: False keeps 3x3 stride-1 convs on the direct kernels (the Winograd shape rule declines them); returns
+    the previous setting. Affects lowerings made after the call."""
+    return bool(ortx_allow_winograd(1 if allow else 0))
 
 
 def bf16_isa():

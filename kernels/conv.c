@@ -29,6 +29,7 @@
 
 #include "activation.h"
 #include "conv.h"
+#include "conv_winograd.h"
 #include "gemm.h"
 #include "isa.h"
 #include "ortx_kernels.h"
@@ -472,5 +473,9 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv_transpose2d_f32", conv_transpose2d_f32, ortx_conv_transpose2d_f32_ref},
     {"conv_sizes_f32", conv_sizes_f32, conv_sizes_f32},
     {"conv_source_sizes_f32", ortx_conv_source_sizes_f32, ortx_conv_source_sizes_f32},
+    /* conv_winograd.c: 3x3 stride-1 dense convs; the weights start with conv2d_f32's, so its oracle serves */
+    {"conv2d_winograd_f32", ortx_conv2d_winograd_f32, ortx_conv2d_f32_ref},
+    {"conv_winograd_sizes_f32", ortx_conv_winograd_sizes_f32, ortx_conv_winograd_sizes_f32},
+    {"conv_winograd_pack_f32", ortx_conv_winograd_pack_f32, ortx_conv_winograd_pack_f32},
     {NULL, NULL, NULL},
 };

@@ -69,6 +69,9 @@ int ortx_cpu_has_two_fma_ports(void);
  * keeps vdpbf16ps. The bf16 family uses it while AVX512_BF16 is in use and ortx_allow_amx has not turned it off. */
 int ortx_cpu_has_amx_bf16(void);
 int ortx_allow_amx(int allow);  /* tests: 0 runs the vdpbf16ps path on an AMX CPU; returns whether AMX is in use */
+/* Tests: 0 keeps 3x3 stride-1 convs off conv2d_winograd_f32 (conv_winograd_sizes_f32's shape rule then answers 0) so
+ * the direct kernels' paths stay covered; returns the previous setting. */
+int ortx_allow_winograd(int allow);
 int ortx_amx_allowed(void);
 const char *ortx_bf16_isa_name(void);  /* the bf16 family's path: "amx_bf16", "avx512_bf16" or "portable" */
 

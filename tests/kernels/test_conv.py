@@ -27,6 +27,14 @@ def isa(request):
     _kernels.force_isa(_kernels.cpu_isa())
 
 
+@pytest.fixture(autouse=True)
+def direct_kernels():
+    """This module covers the direct conv kernels: 3x3 stride-1 convs stay off Winograd (test_conv_winograd.py)."""
+    previous = _kernels.allow_winograd(False)
+    yield
+    _kernels.allow_winograd(previous)
+
+
 def random(shape, seed, scale=1.0):
     x = (scale * np.random.default_rng(seed).standard_normal(shape)).astype(np.float32)
     x[x == 0] = 0.5

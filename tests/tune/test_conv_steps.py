@@ -12,6 +12,7 @@ import onnxruntime
 import pytest
 
 import ortx
+from ortx import _kernels
 from ortx.cli import main
 from ortx.codegen import jit
 from ortx.config import Options
@@ -25,6 +26,14 @@ from ortx.tune.records import TuningRecord
 from tests.tune.test_gemm_steps import ISA, compiled_program
 
 SHAPE = (1, 16, 24, 40)
+
+
+@pytest.fixture(autouse=True)
+def direct_convs():
+    """The 3x3 stride-1 conv below would run conv2d_winograd_f32, which these tuned GEMMs do not replace."""
+    previous = _kernels.allow_winograd(False)
+    yield
+    _kernels.allow_winograd(previous)
 
 
 def two_convs() -> onnx.ModelProto:

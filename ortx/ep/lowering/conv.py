@@ -309,6 +309,25 @@ def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
                residual_strides=(height * width, 1, 0), activation=plan.activation, activation_params=plan.params)
 
 
+def _try_winograd(node: ir.Node, builder, plan: ConvPlan) -> bool:
+    """conv2d_winograd_f32 when its shape rule takes the conv (conv_winograd_sizes_f32's sizes[2], the tile size m:
+    3x3 stride-1 dense convs with 16 or more channels each way, on AVX-512); False otherwise."""
+    ints = list(plan.ints) + [builder.num_threads]
+    sizes = _sizes("conv_winograd_sizes_f32", ints + [0])
+    m = int(sizes[2])
+    if not m:
+        return False
+    ints.append(m)
+    packed = np.empty(int(sizes[1]), np.float32)
+    _kernels.call("conv_winograd_pack_f32", ints, [0.0, 0.0], [np.ascontiguousarray(plan.weights), packed])
+    weights = builder.add_constant(packed, label=f"{node.name}:winograd_weights")
+    x, y, bias, residual = _conv_buffers(node, builder, plan)
+    workspace = builder.workspace(max(int(sizes[0]), 4), label="conv_winograd")
+    builder.emit("conv2d_winograd_f32", ints, list(plan.params),
+                 [x, weights, y, workspace, bias if bias is not None else y, residual if residual is not None else y])
+    return True
+
+
 def _conv_buffers(node: ir.Node, builder, plan: ConvPlan) -> tuple:
     """X, Y, bias (or None) and FusedConv's residual (or None)."""
     return (builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]),
@@ -324,6 +343,8 @@ def lower_conv(node: ir.Node, builder) -> None:
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
     elif sparse.try_sparse_conv(node, builder, plan, _conv_buffers(node, builder, plan)):
         return  # ortx.tune.sparse_choice chose sparse_conv2d_f32 for these weights
+    elif _try_winograd(node, builder, plan):
+        return
     elif _sizes("conv_sizes_f32", [0, *plan.ints, builder.num_threads])[2]:  # the kernels' shape rule
         _lower_conv_like(node, builder, plan, 3, "conv2d_pixel_rows_f32")
     elif _pointwise_gemm(plan):

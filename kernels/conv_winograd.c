@@ -1,0 +1,390 @@
+/* Dense 3x3 stride-1 conv by Winograd's minimal filtering, F(m x m, 3 x 3) for m = 2 and 4 (Lavin and Gray, "Fast
+ * Algorithms for Convolutional Neural Networks", 2015).
+ *
+ * Why: a direct conv spends 9 multiply-adds per output pixel, input channel and output channel; F(4x4, 3x3) spends
+ * 36 per 16 output pixels (2.25 per pixel), F(2x2, 3x3) 16 per 4 (4 per pixel), plus transforms that cost one pass
+ * over the input and the output per tile. ONNX Runtime's CPU EP runs 3x3 convs direct (MLAS NCHWc) near the FMA
+ * ports' limit, so at the same hardware limit only fewer multiply-adds make OrtxEP faster there.
+ *
+ * Per image, with T output tiles of m x m pixels (n = m + 2 input pixels a side) and P = n * n positions:
+ *   U[q] (Cout x Cin) = the position-q element of G g G^T per (output, input) channel, packed once at compile time
+ *                       as the GEMM's A panels (conv_winograd_pack_f32, in double, rounded once);
+ *   V[q] (Cin x T)    = the position-q element of B^T d B per input channel and tile (input transform, gathering
+ *                       each patch from NCHW and zero outside the image), written straight in packed B panels;
+ *   M[q] = U[q] V[q]  (P GEMMs with the gemm family's micro-kernels, columns in groups of 32 tiles);
+ *   Y tile            = A^T M A per output channel and tile (output transform) with conv.h's group epilogue (bias,
+ *                       residual, activation) applied in registers before the one store.
+ * Threads: jobs are (column group, block of output channels); with enough column groups a job transforms its own
+ * group's input first (its V stays in the core's cache), else the input transform runs first as its own pass.
+ * Accuracy: the transforms' constants (1/6, 1/24 in G; 2, 4, 8 in A^T) make fp32 results differ from a direct conv
+ * by about 1e-6 (m = 2) to 1e-5 (m = 4) relative to the output's magnitude; tests/kernels/test_conv_winograd.py
+ * states and checks the bound per m.
+ * The weights buffer starts with conv2d_f32's packed weights, so conv2d_f32's reference kernel is this kernel's
+ * oracle, then holds U.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv_winograd.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* G in double for the weight transform (1/6 and 1/24 are not floats). */
+static const double g_exact_4[6][3] = {{1.0 / 4, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                       {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+static const double g_exact_2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+
+ortx_wino_geometry ortx_wino_geometry_of(const ortx_conv_params *p, int m) {
+    ortx_wino_geometry g;
+    g.p = p;
+    g.m = m;
+    g.n = m + 2;
+    g.positions = (int64_t)g.n * g.n;
+    g.tiles_y = ceil_div(p->out_height, m);
+    g.tiles_x = ceil_div(p->out_width, m);
+    g.tiles = g.tiles_y * g.tiles_x;
+    g.panels = ceil_div(g.tiles, ORTX_WINO_LANES);
+    g.column_groups = ceil_div(g.panels, 2);
+    g.group_floats = g.positions * p->in_channels * ORTX_WINO_GROUP_COLUMNS;
+    g.u_floats = ortx_gemm_packed_a_floats(p->out_channels, p->in_channels);
+    return g;
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Portable transforms: one tile at a time, the same sums in the same order as the AVX-512 ones.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+/* The V offset of (input channel ic, group column `column`): ortx_gemm_packed_index's B layout with 32 columns. */
+static inline int64_t v_index(int64_t ic, int64_t column, int64_t cin) {
+    return ortx_gemm_packed_index(column, ic, ORTX_WINO_GROUP_COLUMNS, cin, ORTX_GEMM_NR);
+}
+
+static void input_portable(const ortx_wino_geometry *g, const ortx_wino_run *run, const float *x, int64_t ic0,
+                           int64_t ic1, float *v) {
+    const ortx_conv_params *p = g->p;
+    const ortx_wino_matrices *w = ortx_wino_matrices_of(g->m);
+    int n = g->n, m = g->m;
+    int64_t plane = p->in_height * p->in_width, cin = p->in_channels;
+    for (int64_t ic = ic0; ic < ic1; ic++) {
+        const float *xp = x + ic * plane;
+        for (int64_t lane = 0; lane < run->count; lane++) {
+            int64_t iy = run->ty * m - p->pad_top, ix = (run->tx0 + lane) * m - p->pad_left;
+            float d[6][6], t[6][6];
+            for (int i = 0; i < n; i++)
+                for (int j = 0; j < n; j++) {
+                    int inside = iy + i >= 0 && iy + i < p->in_height && ix + j >= 0 && ix + j < p->in_width;
+                    d[i][j] = inside ? xp[(iy + i) * p->in_width + ix + j] : 0.0f;
+                }
+            for (int r = 0; r < n; r++)
+                for (int j = 0; j < n; j++) {
+                    float acc = 0.0f;
+                    for (int i = 0; i < n; i++)
+                        if (w->bt[r][i] != 0.0f) acc += w->bt[r][i] * d[i][j];
+                    t[r][j] = acc;
+                }
+            for (int r = 0; r < n; r++)
+                for (int c = 0; c < n; c++) {
+                    float acc = 0.0f;
+                    for (int j = 0; j < n; j++)
+                        if (w->bt[c][j] != 0.0f) acc += w->bt[c][j] * t[r][j];
+                    v[(r * n + c) * cin * ORTX_WINO_GROUP_COLUMNS + v_index(ic, run->column0 + lane, cin)] = acc;
+                }
+        }
+    }
+}
+
+static void output_portable(const ortx_wino_geometry *g, const ortx_wino_run *run, const float *c_local,
+                            int64_t position_stride, int64_t rows, int64_t row0, float *y,
+                            const ortx_gemm_epilogue *epilogue) {
+    const ortx_conv_params *p = g->p;
+    const ortx_wino_matrices *w = ortx_wino_matrices_of(g->m);
+    int n = g->n, m = g->m;
+    int64_t plane = p->out_height * p->out_width;
+    for (int64_t r_oc = 0; r_oc < rows; r_oc++) {
+        for (int64_t lane = 0; lane < run->count; lane++) {
+            const float *c = c_local + r_oc * ORTX_WINO_GROUP_COLUMNS + run->column0 + lane;
+            float s[4][6];
+            for (int i = 0; i < m; i++)
+                for (int cc = 0; cc < n; cc++) {
+                    float acc = 0.0f;
+                    for (int r = 0; r < n; r++)
+                        if (w->at[i][r] != 0.0f) acc += w->at[i][r] * c[(r * n + cc) * position_stride];
+                    s[i][cc] = acc;
+                }
+            int64_t oy = run->ty * m, ox = (run->tx0 + lane) * m;
+            for (int i = 0; i < m && oy + i < p->out_height; i++)
+                for (int j = 0; j < m && ox + j < p->out_width; j++) {
+                    float acc = 0.0f;
+                    for (int cc = 0; cc < n; cc++)
+                        if (w->at[j][cc] != 0.0f) acc += w->at[j][cc] * s[i][cc];
+                    int64_t pixel = (oy + i) * p->out_width + ox + j;
+                    if (epilogue) acc = ortx_gemm_epilogue_scalar(epilogue, acc, row0 + r_oc, pixel);
+                    y[(row0 + r_oc) * plane + pixel] = acc;
+                }
+        }
+    }
+}
+
+const ortx_wino_isa ortx_wino_portable = {input_portable, output_portable};
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Shape rule, sizes and weight packing.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+static int applies(const ortx_conv_params *p) {
+    int64_t plane = max64(p->in_height * p->in_width, p->out_height * p->out_width);
+    return p->group == 1 && p->kernel_height == 3 && p->kernel_width == 3 && p->stride_height == 1 &&
+           p->stride_width == 1 && p->dilation_height == 1 && p->dilation_width == 1 && plane < INT32_MAX / 4;
+}
+
+static int winograd_allowed = 1;
+
+int ortx_allow_winograd(int allow) {
+    int previous = winograd_allowed;
+    winograd_allowed = allow != 0;
+    return previous;
+}
+
+/* The m the shape rule picks (0: keep the direct kernels): AVX-512 only (the transforms gather and scatter), 16 or
+ * more channels each way (fewer: the transforms outweigh the saved multiply-adds), then m = 4 when it gives a full
+ * panel of tiles, else m = 2 when that does. */
+static int chosen_m(const ortx_conv_params *p) {
+    if (!winograd_allowed || !applies(p) || ortx_selected_isa() != ORTX_ISA_AVX512) return 0;
+    if (p->in_channels < 16 || p->out_channels < 16) return 0;
+    for (int m = 4; m >= 2; m -= 2)
+        if (ceil_div(p->out_height, m) * ceil_div(p->out_width, m) >= ORTX_WINO_LANES) return m;
+    return 0;
+}
+
+/* Output-channel blocks: one when there are column groups for every thread twice over, more otherwise; at most 128
+ * rows each (the block's M of every position stays in L2). Rows are multiples of 12 (micro_tall's). */
+static void channel_blocks(const ortx_wino_geometry *g, int threads, int64_t *blocks, int64_t *block_rows) {
+    int64_t cout = g->p->out_channels;
+    int64_t count = g->column_groups >= 2 * threads ? 1 : ceil_div(2 * threads, g->column_groups);
+    count = max64(count, ceil_div(cout, 128));
+    *block_rows = ortx_round_up(ceil_div(cout, count), 2 * ORTX_GEMM_MR);
+    *blocks = ceil_div(cout, *block_rows);
+}
+
+/* Per thread: M of a block (readable 16 floats past its end); then V: one column group's per thread when a job
+ * transforms its own group (fused: the same lines stay in the core's L2 from group to group; a V per group would
+ * make every input-transform store a miss), else every group's. */
+static int64_t local_floats(const ortx_wino_geometry *g, int64_t block_rows) {
+    return ortx_round_up(g->positions * block_rows * ORTX_WINO_GROUP_COLUMNS + 16, 16);
+}
+
+static int64_t workspace_floats(const ortx_wino_geometry *g, int threads) {
+    int64_t blocks, block_rows;
+    channel_blocks(g, threads, &blocks, &block_rows);
+    int64_t v_groups = blocks == 1 ? threads : g->column_groups;
+    return threads * local_floats(g, block_rows) + v_groups * g->group_floats + 16;
+}
+
+/* ints: conv.h's 20 then [20] m wanted (0: the shape rule's choice; 2 or 4: that m where the conv is 3x3 stride 1
+ * dense). buffers [0] int64[3] out: workspace bytes, packed weight floats, the m the kernel runs with (0: Winograd
+ * does not apply; the lowering keeps the direct kernels). */
+void ortx_conv_winograd_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    float unused[2] = {0.0f, 0.0f};
+    ortx_conv_params p = ortx_conv_params_read(ints, unused);
+    int64_t *out = buffers[0];
+    int m = ints[20] == 0 ? chosen_m(&p) : (applies(&p) && (ints[20] == 2 || ints[20] == 4) ? (int)ints[20] : 0);
+    out[0] = out[1] = 0;
+    out[2] = m;
+    if (m == 0) return;
+    ortx_wino_geometry g = ortx_wino_geometry_of(&p, m);
+    out[0] = workspace_floats(&g, (int)max64(1, p.workspace_threads)) * (int64_t)sizeof(float);
+    out[1] = ortx_gemm_packed_a_floats(p.out_channels, p.in_channels * 9) + g.positions * g.u_floats;
+}
+
+/* ints: as conv2d_winograd_f32's; buffers [0] W (Cout, Cin, 3, 3) [1] out: the packed weights (sizes' out[1]
+ * floats): conv2d_f32's A panels of W as (Cout) x (Cin * 9), then per position q the A panels of U[q]. */
+void ortx_conv_winograd_pack_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    ortx_wino_geometry g = ortx_wino_geometry_of(&p, (int)ints[20]);
+    const float *W = buffers[0];
+    float *packed = buffers[1];
+    int64_t cout = p.out_channels, cin = p.in_channels, n = g.n;
+    ortx_gemm_pack(W, cout, cin * 9, cin * 9, 1, ORTX_GEMM_MR, 1.0f, packed);
+    float *u = packed + ortx_gemm_packed_a_floats(cout, cin * 9);
+    float *matrix = malloc((size_t)(g.positions * cout * cin) * sizeof(float));
+    if (!matrix) return;
+    const double(*G)[3] = g.m == 4 ? g_exact_4 : g_exact_2;
+    for (int64_t oc = 0; oc < cout; oc++)
+        for (int64_t ic = 0; ic < cin; ic++) {
+            const float *w = W + (oc * cin + ic) * 9;
+            double t[6][3];
+            for (int r = 0; r < n; r++)
+                for (int b = 0; b < 3; b++) t[r][b] = G[r][0] * w[b] + G[r][1] * w[3 + b] + G[r][2] * w[6 + b];
+            for (int r = 0; r < n; r++)
+                for (int c = 0; c < n; c++)
+                    matrix[((r * n + c) * cout + oc) * cin + ic] =
+                        (float)(t[r][0] * G[c][0] + t[r][1] * G[c][1] + t[r][2] * G[c][2]);
+        }
+    for (int64_t q = 0; q < g.positions; q++)
+        ortx_gemm_pack(matrix + q * cout * cin, cout, cin, cin, 1, ORTX_GEMM_MR, 1.0f, u + q * g.u_floats);
+    free(matrix);
+}
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The kernel.
+ * ------------------------------------------------------------------------------------------------------------- */
+
+typedef struct wino_job {
+    const ortx_wino_geometry *g;
+    const ortx_wino_isa *transforms;
+    const ortx_gemm_isa *isa;
+    const float *x, *u;
+    float *v, *locals, *y;
+    int64_t local_floats, blocks, block_rows, input_parts;
+    int fused, tall;
+    const ortx_gemm_epilogue *epilogue;
+    int has_epilogue;
+} wino_job;
+
+/* The runs of column group `group`'s tiles (consecutive tiles of one tile row, at most 16 each) into runs (room for
+ * 32); returns their count. */
+static int64_t group_runs(const ortx_wino_geometry *g, int64_t group, ortx_wino_run *runs) {
+    int64_t first = group * ORTX_WINO_GROUP_COLUMNS, last = min64(first + ORTX_WINO_GROUP_COLUMNS, g->tiles);
+    int64_t count = 0;
+    for (int64_t tile = first; tile < last; count++) {
+        ortx_wino_run run = {tile / g->tiles_x, tile % g->tiles_x, 0, tile - first};
+        run.count = min64(min64(ORTX_WINO_LANES, last - tile), g->tiles_x - run.tx0);
+        runs[count] = run;
+        tile += run.count;
+    }
+    return count;
+}
+
+/* The V of column group `group` as thread `thread` sees it. */
+static float *group_v(const wino_job *job, int64_t group, int thread) {
+    return job->v + (job->fused ? thread : group) * job->g->group_floats;
+}
+
+static void transform_input(const wino_job *job, int64_t group, int64_t ic0, int64_t ic1, float *v) {
+    const ortx_wino_geometry *g = job->g;
+    ortx_wino_run runs[ORTX_WINO_GROUP_COLUMNS];
+    int64_t count = group_runs(g, group, runs);
+    for (int64_t i = 0; i < count; i++) job->transforms->input(g, &runs[i], job->x, ic0, ic1, v);
+    /* The last panel's columns past the last tile: zeros, not the workspace's old bits (a denormal or NaN there would
+     * only reach discarded columns, but denormals slow every FMA that reads them). */
+    int64_t used = g->tiles - group * ORTX_WINO_GROUP_COLUMNS, cin = g->p->in_channels;
+    if (used < ORTX_WINO_GROUP_COLUMNS && used % ORTX_GEMM_NR)
+        for (int64_t q = 0; q < g->positions; q++)
+            for (int64_t ic = ic0; ic < ic1; ic++)  /* the panel's columns of one channel are contiguous */
+                memset(v + q * cin * ORTX_WINO_GROUP_COLUMNS + v_index(ic, used, cin), 0,
+                       (size_t)(ortx_round_up(used, ORTX_GEMM_NR) - used) * sizeof(float));}
+
+static void input_task(void *context, int64_t begin, int64_t end, int thread) {
+    const wino_job *job = context;
+    int64_t cin = job->g->p->in_channels;
+    for (int64_t index = begin; index < end; index++) {
+        int64_t group = index / job->input_parts, part = index % job->input_parts;
+        transform_input(job, group, cin * part / job->input_parts, cin * (part + 1) / job->input_parts,
+                        group_v(job, group, thread));
+    }
+}
+
+/* M[q] rows [r0, r1) of a column group with `panels` (1 or 2) panels: the packed micro-kernels over U[q]'s A
+ * panels and V[q]'s B panels, KC blocks accumulated in order. */
+static void multiply(const wino_job *job, const float *v_group, int64_t panels, int64_t r0, int64_t r1,
+                     float *local) {
+    const ortx_wino_geometry *g = job->g;
+    const ortx_gemm_isa *isa = job->isa;
+    int64_t cin = g->p->in_channels, m_padded = ortx_round_up(g->p->out_channels, ORTX_GEMM_MR);
+    int64_t r_end = ortx_round_up(r1, ORTX_GEMM_MR), position_stride = job->block_rows * ORTX_WINO_GROUP_COLUMNS;
+    for (int64_t q = 0; q < g->positions; q++) {
+        const float *u = job->u + q * g->u_floats, *v = v_group + q * cin * ORTX_WINO_GROUP_COLUMNS;
+        float *c_q = local + q * position_stride;
+        for (int64_t k0 = 0; k0 < cin; k0 += ORTX_GEMM_KC) {
+            int64_t kc = min64(ORTX_GEMM_KC, cin - k0);
+            const float *a_block = u + k0 * m_padded, *b = v + k0 * ORTX_WINO_GROUP_COLUMNS;
+            int accumulate = k0 > 0;
+            for (int64_t row = r0; row < r_end;) {
+                const float *a = a_block + row * kc;  /* panel row / MR, MR * kc floats each */
+                float *c = c_q + (row - r0) * ORTX_WINO_GROUP_COLUMNS;
+                if (panels == 2 && job->tall && row + 2 * ORTX_GEMM_MR <= r_end) {
+                    isa->micro_tall(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                    row += 2 * ORTX_GEMM_MR;
+                    continue;
+                }
+                if (panels == 2 && isa->micro_wide) {
+                    isa->micro_wide(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                } else {
+                    isa->micro(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                    if (panels == 2)
+                        isa->micro(kc, a, b + ORTX_GEMM_NR * kc, c + ORTX_GEMM_NR, ORTX_WINO_GROUP_COLUMNS,
+                                   accumulate, NULL, 0, 0);
+                }
+                row += ORTX_GEMM_MR;
+            }
+        }
+    }
+}
+
+static void block_task(void *context, int64_t begin, int64_t end, int thread) {
+    const wino_job *job = context;
+    const ortx_wino_geometry *g = job->g;
+    int64_t cout = g->p->out_channels;
+    float *local = job->locals + thread * job->local_floats;
+    for (int64_t index = begin; index < end; index++) {
+        int64_t group = index / job->blocks, block = index % job->blocks;
+        int64_t r0 = block * job->block_rows, r1 = min64(cout, r0 + job->block_rows);
+        int64_t panels = min64(2, g->panels - 2 * group);
+        float *v = group_v(job, group, thread);
+        if (job->fused) transform_input(job, group, 0, g->p->in_channels, v);
+        multiply(job, v, panels, r0, r1, local);
+        ortx_wino_run runs[ORTX_WINO_GROUP_COLUMNS];
+        int64_t count = group_runs(g, group, runs);
+        for (int64_t i = 0; i < count; i++) {
+            job->transforms->output(g, &runs[i], local, job->block_rows * ORTX_WINO_GROUP_COLUMNS, r1 - r0, r0,
+                                    job->y, job->has_epilogue ? job->epilogue : NULL);
+        }
+    }
+}
+
+/* Kernel conv2d_winograd_f32: conv.c's ints (20) plus [20] m (2 or 4, conv_winograd_sizes_f32's out[2]), floats
+ * and buffers; weights from conv_winograd_pack_f32, workspace conv_winograd_sizes_f32's out[0] bytes. */
+void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    ortx_wino_geometry g = ortx_wino_geometry_of(&p, (int)ints[20]);
+    int workspace_threads = (int)max64(1, p.workspace_threads);
+    int threads = num_threads < 1 ? 1 : (num_threads > workspace_threads ? workspace_threads : num_threads);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    int64_t blocks, block_rows;
+    channel_blocks(&g, workspace_threads, &blocks, &block_rows);
+    int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
+    wino_job job = {
+        .g = &g,
+        .transforms = ortx_selected_isa() == ORTX_ISA_AVX512 ? &ortx_wino_avx512 : &ortx_wino_portable,
+        .isa = ortx_gemm_select_isa(),
+        .u = packed + ortx_gemm_packed_a_floats(p.out_channels, p.in_channels * 9),
+        .locals = workspace,
+        .local_floats = local_floats(&g, block_rows),
+        .v = workspace + workspace_threads * local_floats(&g, block_rows),
+        .blocks = blocks,
+        .block_rows = block_rows,
+        .input_parts = min64(p.in_channels, ceil_div(ORTX_TASKS_PER_THREAD * threads, g.column_groups)),
+        .fused = blocks == 1,
+        .has_epilogue = p.has_bias || p.has_residual || p.activation != 0,
+    };
+    job.tall = job.isa->micro_tall != NULL && ortx_cpu_has_two_fma_ports();
+    for (int64_t n = 0; n < p.batch; n++) {
+        int64_t y_offset = n * p.out_channels * out_plane;
+        ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, 0, y_offset);
+        job.x = X + n * p.in_channels * in_plane;
+        job.y = Y + y_offset;
+        job.epilogue = &epilogue;
+        if (!job.fused)
+            ortx_parallel_range(threads, g.column_groups * job.input_parts, ORTX_TASKS_PER_THREAD * threads,
+                                input_task, &job);
+        ortx_parallel_range(threads, g.column_groups * blocks, g.column_groups * blocks, block_task, &job);
+    }
+}

@@ -1,0 +1,80 @@
+/* Internal interface of the Winograd conv (conv_winograd.c): F(m x m, 3 x 3) for m = 2 and 4, its tile geometry
+ * and the per-ISA input and output transforms. */
+#ifndef ORTX_CONV_WINOGRAD_H
+#define ORTX_CONV_WINOGRAD_H
+
+#include <stdint.h>
+
+#include "conv.h"
+#include "gemm.h"
+
+#define ORTX_WINO_LANES 16                      /* tiles per panel: one packed B panel's columns (ORTX_GEMM_NR) */
+#define ORTX_WINO_GROUP_COLUMNS (2 * ORTX_WINO_LANES)  /* a column group: the two B panels micro_wide reads */
+#define ORTX_WINO_MAX_N 6                       /* input tile side n = m + 2 */
+
+/* The transform matrices (Lavin and Gray; points 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4), n x n B^T,
+ * n x 3 G and m x n A^T, in the top-left corner of 6 x 6 arrays. */
+typedef struct ortx_wino_matrices {
+    float bt[6][6], g[6][3], at[4][6];
+} ortx_wino_matrices;
+
+/* Defined here, static, so the transforms see them as constants and fold the zeros and ones away. */
+static const ortx_wino_matrices ortx_wino_matrices_2 = {
+    .bt = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+    .g = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
+    .at = {{1, 1, 1, 0}, {0, 1, -1, -1}},
+};
+
+static const ortx_wino_matrices ortx_wino_matrices_4 = {
+    .bt = {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+           {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
+    .g = {{1.0f / 4, 0, 0}, {-1.0f / 6, -1.0f / 6, -1.0f / 6}, {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+          {1.0f / 24, 1.0f / 12, 1.0f / 6}, {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1}},
+    .at = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
+};
+
+static inline const ortx_wino_matrices *ortx_wino_matrices_of(int m) {
+    return m == 4 ? &ortx_wino_matrices_4 : &ortx_wino_matrices_2;
+}
+
+/* Output tiles of m x m pixels, numbered t = ty * tiles_x + tx over the output; panel i holds tiles [16i, 16i + 16)
+ * (the GEMM's columns), column group j panels 2j and 2j + 1. */
+typedef struct ortx_wino_geometry {
+    const ortx_conv_params *p;
+    int m, n;
+    int64_t positions;  /* n * n: one GEMM per position */
+    int64_t tiles_y, tiles_x, tiles, panels, column_groups;
+    int64_t group_floats;  /* V of one column group: positions x (Cin x 32 packed B) */
+    int64_t u_floats;      /* U of one position: packed A panels of (Cout x Cin) */
+} ortx_wino_geometry;
+
+ortx_wino_geometry ortx_wino_geometry_of(const ortx_conv_params *p, int m);
+
+/* A run of `count` (1 to 16) consecutive tiles in one tile row, all in one column group: lane l is tile (ty, tx0 + l),
+ * at column column0 + l of the group (0 to 31). Runs are what the transforms vectorise over: a tile row's input
+ * rows and output rows are contiguous, so the transforms load and store whole rows and shuffle them apart. */
+typedef struct ortx_wino_run {
+    int64_t ty, tx0, count, column0;
+} ortx_wino_run;
+
+typedef struct ortx_wino_isa {
+    /* V = B^T d B of input channels [ic0, ic1) of the run's tiles, zero outside the image: x is the image's first
+     * input channel; v the column group's V, whose position q is a packed B (Cin x 32) at v + q * Cin * 32. */
+    void (*input)(const ortx_wino_geometry *g, const ortx_wino_run *run, const float *x, int64_t ic0, int64_t ic1,
+                  float *v);
+    /* Y = epilogue(A^T M A) of `rows` output channels from row0: M of position q, channel row0 + r, column c at
+     * c_local[q * position_stride + r * 32 + c] (readable 16 floats past a row's end); y is the image's first
+     * output plane; the epilogue (NULL: none) is conv.h's group epilogue (alpha, bias per channel, residual by
+     * channel and pixel, activation; no bias per column). Stores only inside the output. */
+    void (*output)(const ortx_wino_geometry *g, const ortx_wino_run *run, const float *c_local,
+                   int64_t position_stride, int64_t rows, int64_t row0, float *y,
+                   const ortx_gemm_epilogue *epilogue);
+} ortx_wino_isa;
+
+extern const ortx_wino_isa ortx_wino_portable, ortx_wino_avx512;
+
+void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_winograd_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_winograd_pack_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+#endif
