@@ -14,8 +14,7 @@
  *   M[q] = U[q] V[q]  (P GEMMs with the gemm family's micro-kernels, columns in groups of 32 tiles);
  *   Y tile            = A^T M A per output channel and tile (output transform) with conv.h's group epilogue (bias,
  *                       residual, activation) applied in registers before the one store.
- * Threads: jobs are (column group, block of output channels); with enough column groups a job transforms its own
- * group's input first (its V stays in the core's cache), else the input transform runs first as its own pass.
+ * Threads: see wino_schedule (jobs by column group for large outputs, by block of output channels for small ones).
  * Accuracy: the transforms' constants (1/6, 1/24 in G; 2, 4, 8 in A^T) make fp32 results differ from a direct conv
  * by about 1e-6 (m = 2) to 1e-5 (m = 4) relative to the output's magnitude; tests/kernels/test_conv_winograd.py
  * states and checks the bound per m.
@@ -149,39 +148,58 @@ int ortx_allow_winograd(int allow) {
     return previous;
 }
 
-/* The m the shape rule picks (0: keep the direct kernels): AVX-512 only (the transforms gather and scatter), 16 or
- * more channels each way (fewer: the transforms outweigh the saved multiply-adds), then m = 4 when it gives a full
- * panel of tiles, else m = 2 when that does. */
+/* The m the shape rule picks (0: keep the direct kernels): AVX-512 only (the transforms are vectorised there alone),
+ * 16 or more channels each way (fewer: the transforms outweigh the saved multiply-adds), then the larger m that
+ * still gives a full column group (32 tiles). Fewer tiles give each element of U (P/9 times the weights' bytes) fewer
+ * than 32 multiply-adds, and reading U becomes the bound: in ResNet-18 at 2 threads, measured with ORT's runs
+ * interleaved, 512 @7x7 (16 tiles of 2) ran 1.15-1.20 ms as m = 2 against 1.07 direct, and 256 @14x14 0.74-0.76
+ * as m = 4 (16 tiles) against 0.60-0.64 as m = 2 (49 tiles). */
 static int chosen_m(const ortx_conv_params *p) {
     if (!winograd_allowed || !applies(p) || ortx_selected_isa() != ORTX_ISA_AVX512) return 0;
     if (p->in_channels < 16 || p->out_channels < 16) return 0;
     for (int m = 4; m >= 2; m -= 2)
-        if (ceil_div(p->out_height, m) * ceil_div(p->out_width, m) >= ORTX_WINO_LANES) return m;
+        if (ceil_div(p->out_height, m) * ceil_div(p->out_width, m) >= ORTX_WINO_GROUP_COLUMNS) return m;
     return 0;
 }
 
-/* Output-channel blocks: one when there are column groups for every thread twice over, more otherwise; at most 128
- * rows each (the block's M of every position stays in L2). Rows are multiples of 12 (micro_tall's). */
-static void channel_blocks(const ortx_wino_geometry *g, int threads, int64_t *blocks, int64_t *block_rows) {
+/* How a call splits its work (from the workspace's thread count, so sizes and kernel agree):
+ *   group-major, with column groups for every thread twice over: jobs are (column group, block of at most 128
+ *     output channels, multiples of 12 for micro_tall); with one block a job transforms its own group's input into
+ *     its thread's V ("fused": the same lines stay in the core's L2 from group to group), else the input transform
+ *     runs first into a V per group;
+ *   channel-major, with fewer groups (small outputs, where U, the transformed weights, is the big operand): the
+ *     input transform runs first, then jobs are blocks of output channels (one per thread, at most 256, multiples
+ *     of 6) over every group, position by position, so each U[q] block is read once from memory and reused from
+ *     L1 for every group. */
+typedef struct wino_schedule {
+    int channel_major, fused;
+    int64_t blocks, block_rows, local_groups;
+} wino_schedule;
+
+static wino_schedule schedule_of(const ortx_wino_geometry *g, int threads) {
+    wino_schedule s = {0, 0, 0, 0, 1};
     int64_t cout = g->p->out_channels;
-    int64_t count = g->column_groups >= 2 * threads ? 1 : ceil_div(2 * threads, g->column_groups);
-    count = max64(count, ceil_div(cout, 128));
-    *block_rows = ortx_round_up(ceil_div(cout, count), 2 * ORTX_GEMM_MR);
-    *blocks = ceil_div(cout, *block_rows);
+    if (g->column_groups < 2 * threads) {
+        s.channel_major = 1;
+        s.block_rows = ortx_round_up(ceil_div(cout, max64(2 * threads, ceil_div(cout, 256))), ORTX_GEMM_MR);
+        s.local_groups = g->column_groups;
+    } else {
+        s.block_rows = ortx_round_up(ceil_div(cout, ceil_div(cout, 128)), 2 * ORTX_GEMM_MR);
+    }
+    s.blocks = ceil_div(cout, s.block_rows);
+    s.fused = !s.channel_major && s.blocks == 1;
+    return s;
 }
 
-/* Per thread: M of a block (readable 16 floats past its end); then V: one column group's per thread when a job
- * transforms its own group (fused: the same lines stay in the core's L2 from group to group; a V per group would
- * make every input-transform store a miss), else every group's. */
-static int64_t local_floats(const ortx_wino_geometry *g, int64_t block_rows) {
-    return ortx_round_up(g->positions * block_rows * ORTX_WINO_GROUP_COLUMNS + 16, 16);
+/* Per thread: M of a block for its groups (readable 16 floats past its end); then V, one column group's per
+ * thread when fused, else every group's. */
+static int64_t local_floats(const ortx_wino_geometry *g, const wino_schedule *s) {
+    return ortx_round_up(s->local_groups * g->positions * s->block_rows * ORTX_WINO_GROUP_COLUMNS + 16, 16);
 }
 
 static int64_t workspace_floats(const ortx_wino_geometry *g, int threads) {
-    int64_t blocks, block_rows;
-    channel_blocks(g, threads, &blocks, &block_rows);
-    int64_t v_groups = blocks == 1 ? threads : g->column_groups;
-    return threads * local_floats(g, block_rows) + v_groups * g->group_floats + 16;
+    wino_schedule s = schedule_of(g, threads);
+    return threads * local_floats(g, &s) + (s.fused ? threads : g->column_groups) * g->group_floats + 16;
 }
 
 /* ints: conv.h's 20 then [20] m wanted (0: the shape rule's choice; 2 or 4: that m where the conv is 3x3 stride 1
@@ -242,8 +260,9 @@ typedef struct wino_job {
     const ortx_gemm_isa *isa;
     const float *x, *u;
     float *v, *locals, *y;
-    int64_t local_floats, blocks, block_rows, input_parts;
-    int fused, tall;
+    wino_schedule schedule;
+    int64_t local_floats, input_parts;
+    int tall;
     const ortx_gemm_epilogue *epilogue;
     int has_epilogue;
 } wino_job;
@@ -264,7 +283,7 @@ static int64_t group_runs(const ortx_wino_geometry *g, int64_t group, ortx_wino_
 
 /* The V of column group `group` as thread `thread` sees it. */
 static float *group_v(const wino_job *job, int64_t group, int thread) {
-    return job->v + (job->fused ? thread : group) * job->g->group_floats;
+    return job->v + (job->schedule.fused ? thread : group) * job->g->group_floats;
 }
 
 static void transform_input(const wino_job *job, int64_t group, int64_t ic0, int64_t ic1, float *v) {
@@ -291,61 +310,84 @@ static void input_task(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
-/* M[q] rows [r0, r1) of a column group with `panels` (1 or 2) panels: the packed micro-kernels over U[q]'s A
- * panels and V[q]'s B panels, KC blocks accumulated in order. */
-static void multiply(const wino_job *job, const float *v_group, int64_t panels, int64_t r0, int64_t r1,
-                     float *local) {
+/* M[q] rows [r0, r1) of a column group with `panels` (1 or 2) panels into c_q (rows of 32 columns from r0): the
+ * packed micro-kernels over U[q]'s A panels and V[q]'s B panels, KC blocks accumulated in order. */
+static void multiply_position(const wino_job *job, int64_t q, const float *v_group, int64_t panels, int64_t r0,
+                              int64_t r1, float *c_q) {
     const ortx_wino_geometry *g = job->g;
     const ortx_gemm_isa *isa = job->isa;
     int64_t cin = g->p->in_channels, m_padded = ortx_round_up(g->p->out_channels, ORTX_GEMM_MR);
-    int64_t r_end = ortx_round_up(r1, ORTX_GEMM_MR), position_stride = job->block_rows * ORTX_WINO_GROUP_COLUMNS;
-    for (int64_t q = 0; q < g->positions; q++) {
-        const float *u = job->u + q * g->u_floats, *v = v_group + q * cin * ORTX_WINO_GROUP_COLUMNS;
-        float *c_q = local + q * position_stride;
-        for (int64_t k0 = 0; k0 < cin; k0 += ORTX_GEMM_KC) {
-            int64_t kc = min64(ORTX_GEMM_KC, cin - k0);
-            const float *a_block = u + k0 * m_padded, *b = v + k0 * ORTX_WINO_GROUP_COLUMNS;
-            int accumulate = k0 > 0;
-            for (int64_t row = r0; row < r_end;) {
-                const float *a = a_block + row * kc;  /* panel row / MR, MR * kc floats each */
-                float *c = c_q + (row - r0) * ORTX_WINO_GROUP_COLUMNS;
-                if (panels == 2 && job->tall && row + 2 * ORTX_GEMM_MR <= r_end) {
-                    isa->micro_tall(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
-                    row += 2 * ORTX_GEMM_MR;
-                    continue;
-                }
-                if (panels == 2 && isa->micro_wide) {
-                    isa->micro_wide(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
-                } else {
-                    isa->micro(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
-                    if (panels == 2)
-                        isa->micro(kc, a, b + ORTX_GEMM_NR * kc, c + ORTX_GEMM_NR, ORTX_WINO_GROUP_COLUMNS,
-                                   accumulate, NULL, 0, 0);
-                }
-                row += ORTX_GEMM_MR;
+    int64_t r_end = ortx_round_up(r1, ORTX_GEMM_MR);
+    const float *u = job->u + q * g->u_floats, *v = v_group + q * cin * ORTX_WINO_GROUP_COLUMNS;
+    for (int64_t k0 = 0; k0 < cin; k0 += ORTX_GEMM_KC) {
+        int64_t kc = min64(ORTX_GEMM_KC, cin - k0);
+        const float *a_block = u + k0 * m_padded, *b = v + k0 * ORTX_WINO_GROUP_COLUMNS;
+        int accumulate = k0 > 0;
+        for (int64_t row = r0; row < r_end;) {
+            const float *a = a_block + row * kc;  /* panel row / MR, MR * kc floats each */
+            float *c = c_q + (row - r0) * ORTX_WINO_GROUP_COLUMNS;
+            if (panels == 2 && job->tall && row + 2 * ORTX_GEMM_MR <= r_end) {
+                isa->micro_tall(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                row += 2 * ORTX_GEMM_MR;
+                continue;
             }
+            if (panels == 2 && isa->micro_wide) {
+                isa->micro_wide(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+            } else {
+                isa->micro(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                if (panels == 2)
+                    isa->micro(kc, a, b + ORTX_GEMM_NR * kc, c + ORTX_GEMM_NR, ORTX_WINO_GROUP_COLUMNS, accumulate,
+                               NULL, 0, 0);
+            }
+            row += ORTX_GEMM_MR;
         }
     }
 }
 
-static void block_task(void *context, int64_t begin, int64_t end, int thread) {
+static int64_t group_panels(const ortx_wino_geometry *g, int64_t group) { return min64(2, g->panels - 2 * group); }
+
+/* Output transform and epilogue of a column group's tiles, output channels [r0, r1), M at local. */
+static void transform_output(const wino_job *job, int64_t group, int64_t r0, int64_t r1, const float *local) {
+    ortx_wino_run runs[ORTX_WINO_GROUP_COLUMNS];
+    int64_t count = group_runs(job->g, group, runs);
+    for (int64_t i = 0; i < count; i++)
+        job->transforms->output(job->g, &runs[i], local, job->schedule.block_rows * ORTX_WINO_GROUP_COLUMNS, r1 - r0,
+                                r0, job->y, job->has_epilogue ? job->epilogue : NULL);
+}
+
+/* Group-major jobs: (column group, channel block). */
+static void group_task(void *context, int64_t begin, int64_t end, int thread) {
     const wino_job *job = context;
     const ortx_wino_geometry *g = job->g;
-    int64_t cout = g->p->out_channels;
+    const wino_schedule *s = &job->schedule;
     float *local = job->locals + thread * job->local_floats;
+    int64_t position_stride = s->block_rows * ORTX_WINO_GROUP_COLUMNS;
     for (int64_t index = begin; index < end; index++) {
-        int64_t group = index / job->blocks, block = index % job->blocks;
-        int64_t r0 = block * job->block_rows, r1 = min64(cout, r0 + job->block_rows);
-        int64_t panels = min64(2, g->panels - 2 * group);
+        int64_t group = index / s->blocks, block = index % s->blocks;
+        int64_t r0 = block * s->block_rows, r1 = min64(g->p->out_channels, r0 + s->block_rows);
         float *v = group_v(job, group, thread);
-        if (job->fused) transform_input(job, group, 0, g->p->in_channels, v);
-        multiply(job, v, panels, r0, r1, local);
-        ortx_wino_run runs[ORTX_WINO_GROUP_COLUMNS];
-        int64_t count = group_runs(g, group, runs);
-        for (int64_t i = 0; i < count; i++) {
-            job->transforms->output(g, &runs[i], local, job->block_rows * ORTX_WINO_GROUP_COLUMNS, r1 - r0, r0,
-                                    job->y, job->has_epilogue ? job->epilogue : NULL);
-        }
+        if (s->fused) transform_input(job, group, 0, g->p->in_channels, v);
+        for (int64_t q = 0; q < g->positions; q++)
+            multiply_position(job, q, v, group_panels(g, group), r0, r1, local + q * position_stride);
+        transform_output(job, group, r0, r1, local);
+    }
+}
+
+/* Channel-major jobs: one channel block over every column group, position by position. */
+static void channel_task(void *context, int64_t begin, int64_t end, int thread) {
+    const wino_job *job = context;
+    const ortx_wino_geometry *g = job->g;
+    const wino_schedule *s = &job->schedule;
+    float *local = job->locals + thread * job->local_floats;
+    int64_t position_stride = s->block_rows * ORTX_WINO_GROUP_COLUMNS, group_stride = g->positions * position_stride;
+    for (int64_t block = begin; block < end; block++) {
+        int64_t r0 = block * s->block_rows, r1 = min64(g->p->out_channels, r0 + s->block_rows);
+        for (int64_t q = 0; q < g->positions; q++)
+            for (int64_t group = 0; group < g->column_groups; group++)
+                multiply_position(job, q, group_v(job, group, thread), group_panels(g, group), r0, r1,
+                                  local + group * group_stride + q * position_stride);
+        for (int64_t group = 0; group < g->column_groups; group++)
+            transform_output(job, group, r0, r1, local + group * group_stride);
     }
 }
 
@@ -358,21 +400,18 @@ void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *co
     int threads = num_threads < 1 ? 1 : (num_threads > workspace_threads ? workspace_threads : num_threads);
     const float *X = buffers[0], *packed = buffers[1], *bias = buffers[4], *residual = buffers[5];
     float *Y = buffers[2], *workspace = buffers[3];
-    int64_t blocks, block_rows;
-    channel_blocks(&g, workspace_threads, &blocks, &block_rows);
+    wino_schedule schedule = schedule_of(&g, workspace_threads);
     int64_t in_plane = p.in_height * p.in_width, out_plane = p.out_height * p.out_width;
     wino_job job = {
         .g = &g,
         .transforms = ortx_selected_isa() == ORTX_ISA_AVX512 ? &ortx_wino_avx512 : &ortx_wino_portable,
         .isa = ortx_gemm_select_isa(),
         .u = packed + ortx_gemm_packed_a_floats(p.out_channels, p.in_channels * 9),
+        .schedule = schedule,
         .locals = workspace,
-        .local_floats = local_floats(&g, block_rows),
-        .v = workspace + workspace_threads * local_floats(&g, block_rows),
-        .blocks = blocks,
-        .block_rows = block_rows,
+        .local_floats = local_floats(&g, &schedule),
+        .v = workspace + workspace_threads * local_floats(&g, &schedule),
         .input_parts = min64(p.in_channels, ceil_div(ORTX_TASKS_PER_THREAD * threads, g.column_groups)),
-        .fused = blocks == 1,
         .has_epilogue = p.has_bias || p.has_residual || p.activation != 0,
     };
     job.tall = job.isa->micro_tall != NULL && ortx_cpu_has_two_fma_ports();
@@ -382,9 +421,13 @@ void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *co
         job.x = X + n * p.in_channels * in_plane;
         job.y = Y + y_offset;
         job.epilogue = &epilogue;
-        if (!job.fused)
+        if (!schedule.fused)
             ortx_parallel_range(threads, g.column_groups * job.input_parts, ORTX_TASKS_PER_THREAD * threads,
                                 input_task, &job);
-        ortx_parallel_range(threads, g.column_groups * blocks, g.column_groups * blocks, block_task, &job);
+        if (schedule.channel_major)
+            ortx_parallel_range(threads, schedule.blocks, schedule.blocks, channel_task, &job);
+        else
+            ortx_parallel_range(threads, g.column_groups * schedule.blocks, g.column_groups * schedule.blocks,
+                                group_task, &job);
     }
 }

@@ -101,8 +101,9 @@ def test_sizes_decline_what_winograd_cannot_run():
     assert m_for({7: 5, 8: 5, 5: 18, 6: 18}, wanted=4) == 0  # 5x5
     assert m_for({}, wanted=2) == 2 and m_for({}, wanted=4) == 4
     if _kernels.cpu_isa() == "avx512":
-        assert m_for({}) == 4  # 5x5 tiles of 4: a full panel
-        assert m_for({5: 7, 6: 7, 2: 7, 3: 7}) == 2  # a 7x7 output: 4 tiles of 4, 16 of 2
+        assert m_for({2: 24, 3: 24, 5: 24, 6: 24}) == 4  # 36 tiles of 4: a full column group
+        assert m_for({}) == 2  # 25 tiles of 4 are too few; 100 of 2
+        assert m_for({5: 7, 6: 7, 2: 7, 3: 7}) == 0  # a 7x7 output: 16 tiles of 2
         assert m_for({1: 8}) == 0  # too few input channels
         previous = _kernels.allow_winograd(False)
         try:
@@ -126,7 +127,7 @@ def _fused_conv_model(x_shape, cout, pads, activation):
 @pytest.mark.skipif(_kernels.cpu_isa() != "avx512", reason="the shape rule takes Winograd on AVX-512 only")
 @pytest.mark.parametrize("x_shape,cout,pads", [
     ((1, 64, 56, 56), 64, (1, 1, 1, 1)),
-    ((1, 32, 7, 7), 48, (1, 1, 1, 1)),
+    ((1, 32, 12, 12), 48, (1, 1, 1, 1)),
     ((2, 16, 17, 29), 20, (0, 1, 2, 1)),
 ], ids=str)
 @pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
@@ -147,7 +148,7 @@ def test_lowering_keeps_other_convs_off_winograd():
         ((1, 32, 20, 20), (32, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
         ((1, 32, 20, 20), (32, 8, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),
         ((1, 8, 20, 20), (32, 8, 3, 3), dict(pads=[1, 1, 1, 1])),
-        ((1, 32, 3, 3), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),  # 4 tiles of 2: less than a panel
+        ((1, 32, 7, 7), (32, 32, 3, 3), dict(pads=[1, 1, 1, 1])),  # 16 tiles of 2: less than a column group
     ]:
         model = conv_model("Conv", shape, w_shape, attributes)
         assert "conv2d_winograd_f32" not in compile_graph(infer_shapes(model).graph).program.kernel_names
