@@ -92,6 +92,7 @@ static void gemm_block(void *context, int64_t task, int thread) {
     const int64_t row_begin = row_panels * row_part / job->row_parts * MR;
     const int64_t row_end = row_panels * (row_part + 1) / job->row_parts * MR;
     float *scratch = job->scratch;
+    const int tall = isa->micro_tall != NULL && ortx_cpu_has_two_fma_ports();
     const int64_t task_row_panels = (row_end - row_begin) / MR;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         int64_t kc = min64(KC, K - k0);
@@ -113,7 +114,14 @@ static void gemm_block(void *context, int64_t task, int thread) {
                     __builtin_prefetch(next + line * 64, 0, 2);
                 float *c = scratch + row * n_padded + panel * NR;
                 const float *a = a_block + row * kc;
-                if (wide) {
+                if (wide && tall && row + 2 * MR <= row_end) {
+                    isa->micro_tall(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
+                    row += MR;
+                    tile++;
+                    for (int64_t line = next_lines * tile / task_row_panels;
+                         line < next_lines * (tile + 1) / task_row_panels; line++)
+                        __builtin_prefetch(next + line * 64, 0, 2);
+                } else if (wide) {
                     isa->micro_wide(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
                 } else {
                     isa->micro(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
