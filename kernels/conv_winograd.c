@@ -9,8 +9,8 @@
  * Per image, with T output tiles of m x m pixels (n = m + 2 input pixels a side) and P = n * n positions:
  *   U[q] (Cout x Cin) = the position-q element of G g G^T per (output, input) channel, packed once at compile time
  *                       as the GEMM's A panels (conv_winograd_pack_f32, in double, rounded once);
- *   V[q] (Cin x T)    = the position-q element of B^T d B per input channel and tile (input transform, gathering
- *                       each patch from NCHW and zero outside the image), written straight in packed B panels;
+ *   V[q] (Cin x T)    = the position-q element of B^T d B per input channel and tile (input transform over runs
+ *                       of a tile row, zero outside the image), written straight in packed B panels;
  *   M[q] = U[q] V[q]  (P GEMMs with the gemm family's micro-kernels, columns in groups of 32 tiles);
  *   Y tile            = A^T M A per output channel and tile (output transform) with conv.h's group epilogue (bias,
  *                       residual, activation) applied in registers before the one store.
@@ -19,7 +19,9 @@
  * by about 1e-6 (m = 2) to 1e-5 (m = 4) relative to the output's magnitude; tests/kernels/test_conv_winograd.py
  * states and checks the bound per m.
  * The weights buffer starts with conv2d_f32's packed weights, so conv2d_f32's reference kernel is this kernel's
- * oracle, then holds U.
+ * oracle, then holds U. Cost: the weights are held twice over (raw, for the oracle, and U, P/9 their size).
+ * Only the AVX-512 transforms are vectorised; the portable ones exist so every ISA runs (and tests) the kernel, and
+ * the shape rule takes Winograd only on AVX-512.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,26 @@
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The transform matrices (Lavin and Gray; points 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4): n x n B^T and
+ * m x n A^T in the top-left corner of 6 x 6 arrays, for the portable transforms (conv_winograd_avx512.c writes the
+ * same sums out factored); G, n x 3, in double for the weight transform (1/6 and 1/24 are not floats). */
+typedef struct wino_matrices {
+    float bt[6][6], at[4][6];
+} wino_matrices;
+
+static const wino_matrices matrices_2 = {
+    .bt = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
+    .at = {{1, 1, 1, 0}, {0, 1, -1, -1}},
+};
+
+static const wino_matrices matrices_4 = {
+    .bt = {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+           {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
+    .at = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
+};
+
+static const wino_matrices *matrices_of(int m) { return m == 4 ? &matrices_4 : &matrices_2; }
 
 /* G in double for the weight transform (1/6 and 1/24 are not floats). */
 static const double g_exact_4[6][3] = {{1.0 / 4, 0, 0}, {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
@@ -54,7 +76,7 @@ ortx_wino_geometry ortx_wino_geometry_of(const ortx_conv_params *p, int m) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------------
- * Portable transforms: one tile at a time, the same sums in the same order as the AVX-512 ones.
+ * Portable transforms: one tile at a time, the matrices' sums term by term.
  * ------------------------------------------------------------------------------------------------------------- */
 
 /* The V offset of (input channel ic, group column `column`): ortx_gemm_packed_index's B layout with 32 columns. */
@@ -65,7 +87,7 @@ static inline int64_t v_index(int64_t ic, int64_t column, int64_t cin) {
 static void input_portable(const ortx_wino_geometry *g, const ortx_wino_run *run, const float *x, int64_t ic0,
                            int64_t ic1, float *v) {
     const ortx_conv_params *p = g->p;
-    const ortx_wino_matrices *w = ortx_wino_matrices_of(g->m);
+    const wino_matrices *w = matrices_of(g->m);
     int n = g->n, m = g->m;
     int64_t plane = p->in_height * p->in_width, cin = p->in_channels;
     for (int64_t ic = ic0; ic < ic1; ic++) {
@@ -100,7 +122,7 @@ static void output_portable(const ortx_wino_geometry *g, const ortx_wino_run *ru
                             int64_t position_stride, int64_t rows, int64_t row0, float *y,
                             const ortx_gemm_epilogue *epilogue) {
     const ortx_conv_params *p = g->p;
-    const ortx_wino_matrices *w = ortx_wino_matrices_of(g->m);
+    const wino_matrices *w = matrices_of(g->m);
     int n = g->n, m = g->m;
     int64_t plane = p->out_height * p->out_width;
     for (int64_t r_oc = 0; r_oc < rows; r_oc++) {

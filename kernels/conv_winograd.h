@@ -10,32 +10,6 @@
 
 #define ORTX_WINO_LANES 16                      /* tiles per panel: one packed B panel's columns (ORTX_GEMM_NR) */
 #define ORTX_WINO_GROUP_COLUMNS (2 * ORTX_WINO_LANES)  /* a column group: the two B panels micro_wide reads */
-#define ORTX_WINO_MAX_N 6                       /* input tile side n = m + 2 */
-
-/* The transform matrices (Lavin and Gray; points 0, 1, -1 for m = 2 and 0, 1, -1, 2, -2 for m = 4), n x n B^T,
- * n x 3 G and m x n A^T, in the top-left corner of 6 x 6 arrays. */
-typedef struct ortx_wino_matrices {
-    float bt[6][6], g[6][3], at[4][6];
-} ortx_wino_matrices;
-
-/* Defined here, static, so the transforms see them as constants and fold the zeros and ones away. */
-static const ortx_wino_matrices ortx_wino_matrices_2 = {
-    .bt = {{1, 0, -1, 0}, {0, 1, 1, 0}, {0, -1, 1, 0}, {0, 1, 0, -1}},
-    .g = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}},
-    .at = {{1, 1, 1, 0}, {0, 1, -1, -1}},
-};
-
-static const ortx_wino_matrices ortx_wino_matrices_4 = {
-    .bt = {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
-           {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}},
-    .g = {{1.0f / 4, 0, 0}, {-1.0f / 6, -1.0f / 6, -1.0f / 6}, {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-          {1.0f / 24, 1.0f / 12, 1.0f / 6}, {1.0f / 24, -1.0f / 12, 1.0f / 6}, {0, 0, 1}},
-    .at = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0}, {0, 1, -1, 8, -8, 1}},
-};
-
-static inline const ortx_wino_matrices *ortx_wino_matrices_of(int m) {
-    return m == 4 ? &ortx_wino_matrices_4 : &ortx_wino_matrices_2;
-}
 
 /* Output tiles of m x m pixels, numbered t = ty * tiles_x + tx over the output; panel i holds tiles [16i, 16i + 16)
  * (the GEMM's columns), column group j panels 2j and 2j + 1. */

@@ -2,8 +2,9 @@
 reference on the same packed weights) and against onnxruntime, and the lowering's choice of it.
 
 Tolerances: Winograd's transforms add rounding beyond a direct conv's reordering; measured on seeded normal inputs
-(Cin up to 512) the error is at most 2.4e-6 (m = 2) and 1.2e-5 (m = 4) of max|y| before the activation, so the oracle
-check allows 1e-5 and 5e-5 of that (about 4x margin); against onnxruntime the float32 tolerance of tests/tolerances.py holds.
+(Cin up to 512) the error is at most 2.4e-6 (m = 2) and 1.2e-5 (m = 4) of max|y| before the activation, so the
+oracle check allows 1e-5 and 5e-5 of that (about 4x margin); against onnxruntime the float32 tolerance of
+tests/tolerances.py holds.
 Shapes cover output sizes that are not multiples of m (partial tiles), tiles past a 32-tile column group and a
 lone last panel, rows of tiles shorter and longer than 16, asymmetric and zero pads, more than 256 input channels
 (two KC blocks), output channels not multiples of 6 or 12, batch 2, and every activation with a residual.
@@ -12,13 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from ortx import _kernels
 from ortx.ep.compile_nodes import compile_graph, infer_shapes, run_graph
 from tests.kernels.test_conv import RUNNABLE_ISAS, conv_model, make_model, random, run_ort, tensor
 from tests.tolerances import assert_close
-from onnx import numpy_helper
 
 ORACLE_TOLERANCE = {2: 1e-5, 4: 5e-5}  # of max|y|, see the module docstring
 
