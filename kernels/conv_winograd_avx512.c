@@ -71,13 +71,15 @@ ORTX_TARGET_AVX512 INLINE __m512 shift_in(__m512 low, __m512 high, int lanes_in)
  * l = row element l * m + j, j < n. */
 ORTX_TARGET_AVX512 INLINE void split_phases(const __m512 *row, __m512 *out, const int m) {
     if (m == 4) {
-        for (int k = 0; k < 4; k++) {
-            const __m512i index = _mm512_setr_epi32(k, 4 + k, 8 + k, 12 + k, 16 + k, 20 + k, 24 + k, 28 + k, k, 4 + k,
-                                                    8 + k, 12 + k, 16 + k, 20 + k, 24 + k, 28 + k);
-            __m512 low = _mm512_permutex2var_ps(row[0], index, row[1]);
-            __m512 high = _mm512_permutex2var_ps(row[2], index, row[3]);
-            out[k] = _mm512_shuffle_f32x4(low, high, _MM_SHUFFLE(1, 0, 1, 0));
-        }
+        /* two rounds of even/odd splits: pairs of vectors, then the pairs' results (8 permutes for 4 phases) */
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+        __m512 even01 = _mm512_permutex2var_ps(row[0], even, row[1]), odd01 = _mm512_permutex2var_ps(row[0], odd, row[1]);
+        __m512 even23 = _mm512_permutex2var_ps(row[2], even, row[3]), odd23 = _mm512_permutex2var_ps(row[2], odd, row[3]);
+        out[0] = _mm512_permutex2var_ps(even01, even, even23);
+        out[2] = _mm512_permutex2var_ps(even01, odd, even23);
+        out[1] = _mm512_permutex2var_ps(odd01, even, odd23);
+        out[3] = _mm512_permutex2var_ps(odd01, odd, odd23);
         /* columns 4 and 5 of tile l are columns 0 and 1 of tile l + 1; the last lane's come from row[4] */
         out[4] = shift_in(out[0], row[4], 1);
         out[5] = shift_in(out[1], shift_in(row[4], row[4], 1), 1);
