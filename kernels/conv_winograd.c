@@ -23,7 +23,6 @@
  * Only the AVX-512 transforms are vectorised; the portable ones exist so every ISA runs (and tests) the kernel, and
  * the shape rule takes Winograd only on AVX-512.
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "conv_winograd.h"
@@ -253,23 +252,20 @@ void ortx_conv_winograd_pack_f32(const int64_t *ints, const float *floats, void 
     int64_t cout = p.out_channels, cin = p.in_channels, n = g.n;
     ortx_gemm_pack(W, cout, cin * 9, cin * 9, 1, ORTX_GEMM_MR, 1.0f, packed);
     float *u = packed + ortx_gemm_packed_a_floats(cout, cin * 9);
-    float *matrix = malloc((size_t)(g.positions * cout * cin) * sizeof(float));
-    if (!matrix) return;
+    memset(u, 0, (size_t)(g.positions * g.u_floats) * sizeof(float));  /* the panels' padding rows */
     const double(*G)[3] = g.m == 4 ? g_exact_4 : g_exact_2;
     for (int64_t oc = 0; oc < cout; oc++)
         for (int64_t ic = 0; ic < cin; ic++) {
             const float *w = W + (oc * cin + ic) * 9;
+            int64_t index = ortx_gemm_packed_index(oc, ic, cout, cin, ORTX_GEMM_MR);  /* the same in every U[q] */
             double t[6][3];
             for (int r = 0; r < n; r++)
                 for (int b = 0; b < 3; b++) t[r][b] = G[r][0] * w[b] + G[r][1] * w[3 + b] + G[r][2] * w[6 + b];
             for (int r = 0; r < n; r++)
                 for (int c = 0; c < n; c++)
-                    matrix[((r * n + c) * cout + oc) * cin + ic] =
+                    u[(r * n + c) * g.u_floats + index] =
                         (float)(t[r][0] * G[c][0] + t[r][1] * G[c][1] + t[r][2] * G[c][2]);
         }
-    for (int64_t q = 0; q < g.positions; q++)
-        ortx_gemm_pack(matrix + q * cout * cin, cout, cin, cin, 1, ORTX_GEMM_MR, 1.0f, u + q * g.u_floats);
-    free(matrix);
 }
 
 /* ---------------------------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """Lowerings for the gemm and conv kernel families: Conv, ("ai.ortx", "FusedConv"), ConvTranspose, Gemm, MatMul.
-Constant weights that ortx.tune.sparse_choice finds faster as CSR go to ortx.ep.lowering.sparse instead.
+Constant weights that ortx.tune.sparse_choice finds faster as CSR go to ortx.ep.lowering.sparse instead; fp32 3x3
+stride-1 dense convs that conv_winograd_sizes_f32's shape rule takes run conv2d_winograd_f32 (weights transformed
+once by conv_winograd_pack_f32).
 
 float32 tensors only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
@@ -310,8 +312,9 @@ def _lower_pointwise_gemm(node: ir.Node, builder, plan: ConvPlan) -> None:
 
 
 def _try_winograd(node: ir.Node, builder, plan: ConvPlan) -> bool:
-    """conv2d_winograd_f32 when its shape rule takes the conv (conv_winograd_sizes_f32's sizes[2], the tile size m:
-    3x3 stride-1 dense convs with 16 or more channels each way, on AVX-512); False otherwise."""
+    """conv2d_winograd_f32 when its shape rule takes the conv (conv_winograd_sizes_f32's sizes[2], the tile size m;
+    kernels/conv_winograd.c's chosen_m: 3x3 stride-1 dense convs with 16 or more channels each way and a full
+    column group of tiles, on AVX-512); False otherwise."""
     ints = list(plan.ints) + [builder.num_threads]
     sizes = _sizes("conv_winograd_sizes_f32", ints + [0])
     m = int(sizes[2])
