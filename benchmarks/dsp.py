@@ -8,8 +8,8 @@ input full; one non-power-of-two length (16000) where ORT runs a naive O(n^2) DF
 options and with sparse='off' (the same program since the mel MatMul takes the band kernel: a repeat that shows
 the noise), plus where its time goes; with --silero, the
 silero-vad 16 kHz model (its If branch for sr=16000 as a static graph; its front end is a Conv1d-as-STFT).
-Both sessions use the same intra-op thread count and run interleaved in blocks (ortx.measure.SETTLE_S idle, one
-uncounted switch-over run, then ortx.measure.BLOCK counted runs) after warm-up; the ratio is OrtxEP's median / ORT's median, and its range
+Both sessions use the same intra-op thread count and run interleaved in blocks (ortx.measure.SETTLE_S idle, an
+uncounted warm-in (ortx.measure.warm_in), then ortx.measure.BLOCK counted runs) after warm-up; the ratio is OrtxEP's median / ORT's median, and its range
 is over the rounds' block medians. Output error: max |OrtxEP - ORT| / max |ORT| (ORT's own naive DFT is the less
 accurate one at 16000 points; see tests/dsp/test_ops.py). Writes BENCHMARKS.md's "DSP offload" section.
 """
@@ -38,7 +38,7 @@ import ortx  # noqa: E402
 from tests import _models  # noqa: E402
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
-from ortx.measure import BLOCK, SETTLE_S  # noqa: E402
+from ortx.measure import BLOCK, SETTLE_S, warm_in  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 
 HEADING = "DSP offload (issue #7)"
@@ -118,7 +118,7 @@ def interleaved(ort_session, ortx_session, feeds: dict, rounds: int) -> tuple[li
     for _ in range(rounds):
         for session, blocks in ((ort_session, ort_blocks), (ortx_session, ortx_blocks)):
             time.sleep(SETTLE_S)  # the other engine's pool threads stop spinning (ortx.measure)
-            session.run(None, feeds)  # switch-over run, not counted
+            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
             times = []
             for _ in range(BLOCK):
                 start = time.perf_counter()
@@ -217,7 +217,7 @@ def section(rows: list[dict], args, parts: dict | None = None, repeats: list[dic
     lines = [
         f"`python benchmarks/dsp.py --rounds {args.rounds} --threads {args.threads}` on {commit}, "
         f"{datetime.date.today().isoformat()}: OrtxEP with `devices=\"dsp,cpu\"` against ORT CPU, both at "
-        f"{args.threads} intra-op threads, interleaved blocks of {BLOCK} runs after a switch-over run; ratio = "
+        f"{args.threads} intra-op threads, interleaved blocks of {BLOCK} runs after an uncounted warm-in; ratio = "
         f"OrtxEP median / ORT median (range over {args.rounds} rounds' block medians). Host load (1 min) "
         f"{min(r['load'] for r in rows):.1f}-{max(r['load'] for r in rows):.1f} on 2 cores shared with other jobs.",
         "",

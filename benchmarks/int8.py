@@ -5,8 +5,8 @@ Per model: the fp32 model (built in code or the packaged PP-OCR file, as benchma
 inputs (seed 0; synthetic text images for PP-OCR (benchmarks/text_images.py), uniform in [-1, 1] for the others)
 shared by every quantizer: ortx.quantize (uint8 activations, its default
 method) run by OrtxEP; onnxruntime's quantize_static QDQ per-channel U8S8 and S8S8 run by ORT CPU (its best is the
-faster of the two); ORT CPU on the fp32 model. All four sessions run interleaved in blocks of 4 after one uncounted
-switch-over run each (ortx/measure.py's protocol), medians over `--runs`. Before each block the process idles
+faster of the two); ORT CPU on the fp32 model. All four sessions run interleaved in blocks of 4 after an uncounted
+warm-in each (ortx/measure.py's protocol), medians over `--runs`. Before each block the process idles
 `--settle-ms` (100): an ORT session's pool threads keep spinning 20-50 ms after its run (measured here: OrtxEP
 ResNet-18-style at 2 threads took 25-31 ms started 0-20 ms after an ORT run, 16 ms after 50-100 ms), which charged
 one engine for the previous engine's threads; every engine gets the same pause. Cosine: each output against ORT fp32's
@@ -38,7 +38,7 @@ from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from benchmarks.quantize import ort_quantize_static  # noqa: E402
 from benchmarks.text_images import text_images  # noqa: E402
 from ortx import _kernels  # noqa: E402
-from ortx.measure import BLOCK  # noqa: E402
+from ortx.measure import BLOCK, warm_in  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.quantization import quantize  # noqa: E402
 from tests.tolerances import cosine  # noqa: E402
@@ -81,8 +81,8 @@ def sessions_for(key: str, path: str, name: str, shape: tuple, samples: int, thr
 
 
 def interleaved(sessions: dict, feeds: dict, runs: int, warmup: int = 3, settle: float = 0.1) -> dict[str, float]:
-    """Median ms per engine, runs interleaved in blocks (`settle` s idle, then one uncounted switch-over run first in
-    each block)."""
+    """Median ms per engine, runs interleaved in blocks (`settle` s idle, then an uncounted warm-in (ortx.measure.warm_in)
+    first in each block)."""
     for _ in range(warmup):
         for session in sessions.values():
             session.run(None, feeds)
@@ -90,7 +90,7 @@ def interleaved(sessions: dict, feeds: dict, runs: int, warmup: int = 3, settle:
     while min(len(t) for t in times.values()) < runs:
         for engine, session in sessions.items():
             time.sleep(settle)
-            session.run(None, feeds)
+            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
             for _ in range(BLOCK):
                 start = time.perf_counter()
                 session.run(None, feeds)

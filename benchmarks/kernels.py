@@ -5,7 +5,7 @@
                                  [--rounds 3] [--runs 20] [--quiet-wait 120] [--write]
 
 `layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
-model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, switch-over runs not
+model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, warm-in runs not
 counted), per thread count; --rounds repetitions give the median and range of the ratio; --write puts the table in
 BENCHMARKS.md's "Dense conv layers (issue #4)" section. `--layer-set mobilenetv2-depthwise`: the same for each
 distinct depthwise conv of MobileNetV2-style (section "Depthwise conv layers (issue #4)").

@@ -64,7 +64,7 @@ def main() -> int:
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, {args.threads} thread{'s' if args.threads != 1 else ''} for both engines, OrtxEP tuning "
         f"{args.tuning!r}, median of {args.runs} runs "
-        "interleaved in blocks of 4 (each block after 100 ms idle and one uncounted switch-over run, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
+        "interleaved in blocks of 4 (each block after 100 ms idle and an uncounted warm-in of at least 20 ms, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
         "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
         "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
         "",

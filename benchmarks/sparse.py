@@ -7,8 +7,8 @@ min_elements) to each sparsity; the same pruned weights then run on three sessio
 sparse="off" (every layer dense) and OrtxEP with sparse="measure" (each candidate layer timed dense vs CSR vs 4x1 CSR
 at session creation in rounds and recorded; sparse where it beat 0.9x dense in every round, and then only if the
 segment holding those layers beat the same segment all dense in every round: ortx.tune.sparse_choice). All OrtxEP sessions use tuning "off" otherwise, so only the
-sparse choice differs. Runs are interleaved in blocks of 4 after warm-up (ortx.measure's scheme, one uncounted
-switch-over run per block, after ortx.measure.SETTLE_S idle); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
+sparse choice differs. Runs are interleaved in blocks of 4 after warm-up (ortx.measure's scheme, an uncounted
+warm-in per block, after ortx.measure.SETTLE_S idle); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
 for it and prints the load before and after each model).
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ import ortx  # noqa: E402
 from benchmarks._report import host, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
-from ortx.measure import BLOCK, SETTLE_S, random_feeds  # noqa: E402
+from ortx.measure import BLOCK, SETTLE_S, random_feeds, warm_in  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.passes.prune_weights import prune_weights  # noqa: E402
 from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
@@ -55,7 +55,7 @@ def _median_blocks(sessions: dict, feeds: dict, runs: int) -> dict[str, float]:
     for _ in range(max(1, runs // BLOCK)):
         for name, session in sessions.items():
             time.sleep(SETTLE_S)  # the previous engine's pool threads stop spinning (ortx.measure)
-            session.run(None, feeds)  # switch-over run, not counted
+            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
             for _ in range(BLOCK):
                 start = time.perf_counter()
                 session.run(None, feeds)

@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from ortx.ep.fallback import OrtSegment, segment_model
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
-from ortx.measure import BLOCK, SETTLE_S
+from ortx.measure import BLOCK, SETTLE_S, warm_in
 from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 
@@ -174,7 +174,7 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: l
         count = min(BLOCK, runs - len(ortx_times))
         for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
             time.sleep(SETTLE_S)  # the other engine's pool threads stop spinning (ortx.measure)
-            run()  # switch-over run, not counted
+            warm_in(run)  # not counted: the first runs after the idle are slower (ortx.measure)
             medians.append(_median_ms(run, count))
     return statistics.median(ortx_times), statistics.median(ort_times)
 

@@ -36,6 +36,7 @@ from ortx import pipeline
 from ortx.config import Options
 from ortx.ep.options import sub_session_options
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
+from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
 from ortx.tune import engine_choice, gemm_tasks, step_threads
 from ortx.tune.fingerprint import HardwareFingerprint, current
 from ortx.tune.records import TuningDatabase
@@ -111,15 +112,18 @@ def _end_to_end_ms(plan: ExecutionPlan, feeds: dict, settings: TimingSettings) -
     return 1e3 * statistics.median(times)
 
 
-def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: TimingSettings, mode: str) -> float:
+def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: TimingSettings, mode: str,
+                     segments: int) -> float:
     """Step 4's time, estimated: compiling twice (again, and once more when a segment goes back to ORT) plus one
     C build for a validated schedule, and the runs it makes of the whole model's worth of segments: the
     validation's default and tuned builds, then OrtxEP and ORT per segment (engine_choice's runs, blocks and
-    warm-ups)."""
+    warm-ups), each of the `segments` blocks' idle and warm-in."""
     validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
-    choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups, timed runs, at most one switch-over run each
-    return 3 * compile_seconds + (validation_runs + choice_runs) * untuned_ms / 1e3
+    choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups, timed runs, at most one warm-in run per run
+    blocks = 2 * segments * -(-engine_runs // BLOCK)
+    return (3 * compile_seconds + (validation_runs + choice_runs) * untuned_ms / 1e3
+            + blocks * (SETTLE_S + WARM_IN_S))
 
 
 class _SegmentTasks:
@@ -231,7 +235,8 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
     other_ms = max(0.0, untuned_ms - sum(task.weight * task.prior_ms for task in tasks))
     search_budget = None
     if budget_seconds is not None:
-        reserve = (_reserve_seconds(compile_seconds, untuned_ms, settings, mode)
+        segments = sum(isinstance(step, ClaimedStep) for step in untuned.plan.steps)
+        reserve = (_reserve_seconds(compile_seconds, untuned_ms, settings, mode, segments)
                    + gemm_tasks.VALIDATION_SECONDS * (len(tasks) - segment_tasks.thread_tasks))
         search_budget = max(0.0, budget_seconds - (time.perf_counter() - started) - reserve)
     say(f"searching {len(tasks)} tasks" + (f" for at most {search_budget:.1f} s" if search_budget is not None else ""))

@@ -1,4 +1,6 @@
 """ortx.measure.compare: the side-by-side measurement behind `ortx demo` and benchmarks/run.py."""
+import time
+
 import numpy as np
 
 from ortx import measure
@@ -16,7 +18,16 @@ def test_compare_counts_the_requested_runs_and_reports_errors_and_claim():
     assert result.claimed_mac_share == 1.0 and result.segments == 1 and result.total_macs > 0
 
 
-def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision():
+def test_warm_in_runs_once_for_a_slow_run_and_until_the_time_has_passed_for_fast_ones():
+    calls = []
+    assert measure.warm_in(lambda: (calls.append(1), time.sleep(0.03)), seconds=0.02) == 1 and len(calls) == 1
+    start = time.perf_counter()
+    count = measure.warm_in(lambda: time.sleep(0.002), seconds=0.02)
+    assert time.perf_counter() - start >= 0.02 and 2 <= count <= 11
+
+
+def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision(monkeypatch):
+    monkeypatch.setattr(measure, "WARM_IN_S", 0.0)  # the warm-in is one run: the call count below is exact
     calls = []
 
     def other(feeds):
@@ -27,6 +38,6 @@ def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision():
                              precision="bf16", others={"constant": other})
     assert [engine.name for engine in result.others] == ["constant"]
     assert result.others[0].median_ms > 0 and result.others[0].cosine < 0.99
-    # 1 cosine run + 1 warm-up + one block of 1 switch-over and 4 counted runs
+    # 1 cosine run + 1 warm-up + one block of 1 warm-in and 4 counted runs
     assert len(calls) == 7 and calls[0] == ["input"]
     assert 0.999 <= result.cosine < 1.0  # bf16 products: close to ORT's fp32, not equal
