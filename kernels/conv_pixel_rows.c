@@ -109,18 +109,29 @@ static void gemm_block(void *context, int64_t task, int thread) {
                                                                      first * NR * next_kc);
             int64_t next_lines = next_kc > 0 ? (min64(2, last - first) * NR * next_kc * 4 + 63) / 64 : 0;
             for (int64_t row = row_begin, tile = 0; row < row_end; row += MR, tile++) {
-                for (int64_t line = next_lines * tile / task_row_panels; line < next_lines * (tile + 1) / task_row_panels;
-                     line++)
-                    __builtin_prefetch(next + line * 64, 0, 2);
                 float *c = scratch + row * n_padded + panel * NR;
                 const float *a = a_block + row * kc;
+                int64_t line = next_lines * tile / task_row_panels;
                 if (wide && tall && row + 2 * MR <= row_end) {
-                    isa->micro_tall(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
+                    /* the tile's share of the next lines, one per k step inside the tile (a burst of ~100
+                     * prefetches before it waited on the fill buffers: 11% of 512@7x7's time) */
+                    int64_t end = next_lines * (tile + 2) / task_row_panels;
+                    if (isa->micro_tall_prefetching != NULL) {
+                        int64_t inside = min64(end - line, kc);
+                        isa->micro_tall_prefetching(kc, a, b, c, n_padded, k0 > 0, next + line * 64, inside);
+                        line += inside;
+                    } else {
+                        isa->micro_tall(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
+                    }
+                    for (; line < end; line++) __builtin_prefetch(next + line * 64, 0, 2);
                     row += MR;
                     tile++;
-                    for (int64_t line = next_lines * tile / task_row_panels;
-                         line < next_lines * (tile + 1) / task_row_panels; line++)
-                        __builtin_prefetch(next + line * 64, 0, 2);
+                    continue;
+                }
+                for (; line < next_lines * (tile + 1) / task_row_panels; line++)
+                    __builtin_prefetch(next + line * 64, 0, 2);
+                if (wide && row + MR > P && isa->micro_wide_partial != NULL) {
+                    isa->micro_wide_partial(kc, a, b, c, n_padded, k0 > 0, (int)(P - row));  /* padded rows skipped */
                 } else if (wide) {
                     isa->micro_wide(kc, a, b, c, n_padded, k0 > 0, NULL, 0, 0);
                 } else {

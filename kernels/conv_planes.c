@@ -93,13 +93,17 @@ void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx
     int64_t cin_g = p->in_channels / p->group, area = p->kernel_height * p->kernel_width;
     int32_t *taps = (int32_t *)(scratch + ortx_round_up(cin_g * g.channel_floats + PLANES_SLACK, 16));
     memset(scratch + cin_g * g.channel_floats, 0, PLANES_SLACK * sizeof(float));
-    for (int64_t k = 0; k < cin_g * area; k++) {
-        int64_t c = k / area, ky = (k % area) / p->kernel_width, kx = k % p->kernel_width;
-        int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
-        int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
-        taps[k] = (int32_t)(c * g.channel_floats + (phase * g.phase_rows + dy / g.phases_y) * g.phase_width +
-                            dx / g.phases_x);
-    }
+    /* one channel's taps, then every channel's as that plus the channel's offset (no divisions per tap: 512 input
+     * channels of a 3x3 conv made this 3% of a 512@7x7 conv's time) */
+    for (int64_t ky = 0; ky < p->kernel_height; ky++)
+        for (int64_t kx = 0; kx < p->kernel_width; kx++) {
+            int64_t dy = ky * p->dilation_height, dx = kx * p->dilation_width;
+            int64_t phase = (dy % g.phases_y) * g.phases_x + dx % g.phases_x;
+            taps[ky * p->kernel_width + kx] =
+                (int32_t)((phase * g.phase_rows + dy / g.phases_y) * g.phase_width + dx / g.phases_x);
+        }
+    for (int64_t c = 1; c < cin_g; c++)
+        for (int64_t t = 0; t < area; t++) taps[c * area + t] = (int32_t)(c * g.channel_floats) + taps[t];
     context->params = params;
     context->geometry = g;
     context->planes = scratch;

@@ -108,6 +108,14 @@ typedef ortx_gemm_micro_fn ortx_gemm_micro_wide_fn;
 typedef void (*ortx_gemm_micro_rows_fn)(int64_t kc, const float *a, int64_t lda, const float *b, float *c,
                                         int64_t ldc, int accumulate, const ortx_gemm_epilogue *epilogue, int64_t row0,
                                         int64_t col0);
+/* micro_tall without an epilogue that also prefetches `lines` cache lines from `prefetch` into L2, one per k step
+ * (lines <= kc): the stream the caller reads next, fetched while the tile computes. */
+typedef void (*ortx_gemm_micro_prefetching_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                               int accumulate, const char *prefetch, int64_t lines);
+/* micro_wide without an epilogue over only the first `rows` (1..MR) rows of the A panel: the rest of the C tile is
+ * neither read nor written. */
+typedef void (*ortx_gemm_micro_partial_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                           int accumulate, int rows);
 /* Applies the epilogue to the rows x cols tile at c whose first element is (row0, col0) of the problem. */
 typedef void (*ortx_gemm_epilogue_fn)(float *c, int64_t ldc, int64_t rows, int64_t cols, int64_t row0,
                                       int64_t col0, const ortx_gemm_epilogue *epilogue);
@@ -128,6 +136,8 @@ typedef struct ortx_gemm_isa {
      * panels, summing as micro_wide; NULL when the ISA has none. Used where ortx_cpu_has_two_fma_ports(). */
     ortx_gemm_micro_wide_fn micro_tall;
     ortx_gemm_micro_rows_fn micro_rows_tall;
+    ortx_gemm_micro_prefetching_fn micro_tall_prefetching;  /* NULL when micro_tall is */
+    ortx_gemm_micro_partial_fn micro_wide_partial;          /* NULL: the ISA has none */
     ortx_gemm_epilogue_fn epilogue;
     ortx_activation_fn activation;
     ortx_transpose_fn transpose;

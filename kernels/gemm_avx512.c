@@ -30,32 +30,34 @@ static inline const ortx_gemm_epilogue *fusable(const ortx_gemm_epilogue *epilog
  * panel stride MR*lda), B vector v of step k at b + v*NR*kc + k*NR (adjacent packed panels). Constant strides and
  * counts at every call below, so each instance keeps its accumulators in registers and its broadcasts as memory
  * operands. Each element sums its k in order whatever the instance, so all give the same bits. */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_avx512(
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_prefetching_avx512(
     const int panels, const int vectors, int64_t kc, const float *a, const int64_t a_row_stride,
     const int64_t a_col_stride, const int64_t a_panel_stride, const float *b, float *c, int64_t ldc, int accumulate,
-    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0, const char *prefetch, int64_t prefetch_lines,
+    const int rows) {
     enum { MR = ORTX_GEMM_MR };
-    for (int i = 0; i < panels * MR; i++) {  /* start fetching the output lines; the k loop hides the latency */
+    for (int i = 0; i < rows; i++) {  /* start fetching the output lines; the k loop hides the latency */
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         if (vectors == 2) _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
     }
     __m512 acc[2 * MR][2];
-    for (int i = 0; i < panels * MR; i++)
+    for (int i = 0; i < rows; i++)
         for (int v = 0; v < vectors; v++) acc[i][v] = _mm512_setzero_ps();
 #pragma GCC unroll 2
     for (int64_t k = 0; k < kc; k++) {
+        if (prefetch != NULL && k < prefetch_lines) _mm_prefetch(prefetch + 64 * k, _MM_HINT_T1);
         __m512 b0 = _mm512_loadu_ps(b + k * ORTX_GEMM_NR);
         __m512 b1 = vectors == 2 ? _mm512_loadu_ps(b + ORTX_GEMM_NR * kc + k * ORTX_GEMM_NR) : b0;
         const float *ak = a + k * a_col_stride;
         for (int p = 0; p < panels; p++)
-            for (int i = 0; i < MR; i++) {
+            for (int i = 0; i < MR && p * MR + i < rows; i++) {
                 __m512 broadcast = _mm512_set1_ps(ak[p * a_panel_stride + i * a_row_stride]);
                 acc[p * MR + i][0] = _mm512_fmadd_ps(broadcast, b0, acc[p * MR + i][0]);
                 if (vectors == 2) acc[p * MR + i][1] = _mm512_fmadd_ps(broadcast, b1, acc[p * MR + i][1]);
             }
     }
     const ortx_gemm_epilogue *fused = fusable(epilogue);
-    for (int i = 0; i < panels * MR; i++) {
+    for (int i = 0; i < rows; i++) {
         float *row = c + i * ldc;
         for (int v = 0; v < vectors; v++) {
             __m512 value = acc[i][v];
@@ -65,7 +67,15 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_avx512
         }
     }
     if (epilogue && !fused)
-        ortx_gemm_epilogue_avx2(c, ldc, panels * MR, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+        ortx_gemm_epilogue_avx2(c, ldc, rows, vectors * ORTX_GEMM_NR, row0, col0, epilogue);
+}
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_avx512(
+    const int panels, const int vectors, int64_t kc, const float *a, const int64_t a_row_stride,
+    const int64_t a_col_stride, const int64_t a_panel_stride, const float *b, float *c, int64_t ldc, int accumulate,
+    const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0) {
+    tile_prefetching_avx512(panels, vectors, kc, a, a_row_stride, a_col_stride, a_panel_stride, b, c, ldc, accumulate,
+                            epilogue, row0, col0, NULL, 0, panels * ORTX_GEMM_MR);
 }
 
 ORTX_TARGET_AVX512 static void micro_avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
@@ -101,6 +111,34 @@ ORTX_TARGET_AVX512 static void micro_tall_avx512(int64_t kc, const float *a, con
     tile_avx512(2, 2, kc, a, 1, ORTX_GEMM_MR, ORTX_GEMM_MR * kc, b, c, ldc, accumulate, epilogue, row0, col0);
 }
 
+/* micro_tall, also prefetching (to L2) `lines` cache lines from `prefetch` on, one per k step: a stream the
+ * caller will read next (conv_pixel_rows.c's next weight panels), fetched while the tile computes instead of in a
+ * burst that waits on the fill buffers. */
+ORTX_TARGET_AVX512 static void micro_tall_prefetching_avx512(int64_t kc, const float *a, const float *b, float *c,
+                                                             int64_t ldc, int accumulate, const char *prefetch,
+                                                             int64_t lines) {
+    tile_prefetching_avx512(2, 2, kc, a, 1, ORTX_GEMM_MR, ORTX_GEMM_MR * kc, b, c, ldc, accumulate, NULL, 0, 0,
+                            prefetch, lines, 2 * ORTX_GEMM_MR);
+}
+
+/* micro_wide over the first `rows` (< MR) rows of its A panel only: a last panel of few rows (49 pixels = 8 panels
+ * and one row) costs its rows, not a full panel's. */
+ORTX_TARGET_AVX512 static void micro_wide_partial_avx512(int64_t kc, const float *a, const float *b, float *c,
+                                                         int64_t ldc, int accumulate, int rows) {
+#define ORTX_PARTIAL_TILE(r) \
+    case r: tile_prefetching_avx512(1, 2, kc, a, 1, ORTX_GEMM_MR, 0, b, c, ldc, accumulate, NULL, 0, 0, NULL, 0, r); break;
+    switch (rows) {
+        ORTX_PARTIAL_TILE(1)
+        ORTX_PARTIAL_TILE(2)
+        ORTX_PARTIAL_TILE(3)
+        ORTX_PARTIAL_TILE(4)
+        ORTX_PARTIAL_TILE(5)
+        default:
+            tile_avx512(1, 2, kc, a, 1, ORTX_GEMM_MR, 0, b, c, ldc, accumulate, NULL, 0, 0);
+    }
+#undef ORTX_PARTIAL_TILE
+}
+
 ORTX_TARGET_AVX512 static void micro_rows_tall_avx512(int64_t kc, const float *a, int64_t lda, const float *b,
                                                       float *c, int64_t ldc, int accumulate,
                                                       const ortx_gemm_epilogue *epilogue, int64_t row0,
@@ -132,6 +170,8 @@ const ortx_gemm_isa ortx_gemm_isa_avx512 = {
     .micro_rows_wide = micro_rows_wide_avx512,
     .micro_tall = micro_tall_avx512,
     .micro_rows_tall = micro_rows_tall_avx512,
+    .micro_tall_prefetching = micro_tall_prefetching_avx512,
+    .micro_wide_partial = micro_wide_partial_avx512,
     .epilogue = ortx_gemm_epilogue_avx2,
     .activation = ortx_activation_array_avx2,
     .transpose = transpose_avx512,
