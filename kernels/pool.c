@@ -87,6 +87,7 @@ void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int6
 
 static ortx_pool_row_fn select_row_fn(void) {
 #if ORTX_HAVE_X86
+    if (ortx_selected_isa() >= ORTX_ISA_AVX512) return ortx_pool_row_f32_avx512;
     if (ortx_selected_isa() >= ORTX_ISA_AVX2) return ortx_pool_row_f32_avx2;
 #endif
     return ortx_pool_row_f32_portable;

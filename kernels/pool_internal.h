@@ -88,6 +88,9 @@ void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int6
                                 const ortx_pool_params *p, int is_max);
 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                             const ortx_pool_params *p, int is_max);
+/* Max pooling with stride 2 and 2 or 3 w taps on AVX-512; everything else through ortx_pool_row_f32_avx2. */
+void ortx_pool_row_f32_avx512(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
+                              const ortx_pool_params *p, int is_max);
 void ortx_global_pool_f32_avx2(const float *x, float *y, int64_t channels, int64_t spatial, int is_max);
 
 #endif

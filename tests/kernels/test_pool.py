@@ -73,6 +73,7 @@ MAXPOOL_CASES = [
     ((1, 2, 17, 41), dict(kernel_shape=[3, 2], strides=[2, 1], auto_pad="SAME_UPPER"), 11),
     ((1, 2, 17, 41), dict(kernel_shape=[2, 3], strides=[1, 2], auto_pad="SAME_LOWER"), 11),
     ((1, 2, 17, 41), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="VALID"), 11),
+    ((1, 4, 15, 112), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 12),  # ResNet's stem pool rows
     ((1, 2, 19, 40), dict(kernel_shape=[3, 3], dilations=[2, 2], pads=[2, 1, 2, 1]), 12),
     ((1, 2, 19, 40), dict(kernel_shape=[2, 3], strides=[3, 3], dilations=[1, 2], ceil_mode=1), 12),
     ((2, 3, 61), dict(kernel_shape=[3], strides=[2], pads=[1, 0]), 11),
