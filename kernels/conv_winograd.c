@@ -345,7 +345,17 @@ static void multiply_position(const wino_job *job, int64_t q, const float *v_gro
             const float *a = a_block + row * kc;  /* panel row / MR, MR * kc floats each */
             float *c = c_q + (row - r0) * ORTX_WINO_GROUP_COLUMNS;
             if (panels == 2 && job->tall && row + 2 * ORTX_GEMM_MR <= r_end) {
-                isa->micro_tall(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
+                /* U streams from beyond L2 in a whole model (128@28: 2.4 MB, 256@14: 4.2 MB), each float used by
+                 * only 32 tiles: the next tile's A panels (this depth block's, else the next block's first) are
+                 * prefetched during this one, a line per k step */
+                int64_t next_kc = row + 4 * ORTX_GEMM_MR <= r_end ? kc : min64(ORTX_GEMM_KC, cin - k0 - ORTX_GEMM_KC);
+                const float *next = row + 4 * ORTX_GEMM_MR <= r_end ? a + 2 * ORTX_GEMM_MR * kc
+                                                                    : u + (k0 + ORTX_GEMM_KC) * m_padded + r0 * next_kc;
+                if (isa->micro_tall_prefetching != NULL && next_kc > 0)
+                    isa->micro_tall_prefetching(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, (const char *)next,
+                                                min64(kc, (2 * ORTX_GEMM_MR * next_kc * 4 + 63) / 64));
+                else
+                    isa->micro_tall(kc, a, b, c, ORTX_WINO_GROUP_COLUMNS, accumulate, NULL, 0, 0);
                 row += 2 * ORTX_GEMM_MR;
                 continue;
             }
