@@ -297,9 +297,11 @@ def bench_conv(threads, repeats):
               f"{seconds['ortx'] / seconds['ort']:9.2f} {flops / seconds['ortx'] / 1e9:13.1f}")
 
 
-# ResNet-18-style's conv shapes at 224x224: (label, count in the model, x shape, w shape, attributes)
+# ResNet-18-style's conv shapes at 224x224 and its stem pool: (label, count in the model, x shape, w shape or None
+# for a MaxPool, attributes)
 RESNET_LAYERS = [
     ("stem 7x7/2 3->64 @112", 1, (1, 3, 224, 224), (64, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3])),
+    ("maxpool 3x3/2 64 @56", 1, (1, 64, 112, 112), None, dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
     ("3x3 64->64 @56", 4, (1, 64, 56, 56), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),
     ("3x3/2 64->128 @28", 1, (1, 64, 56, 56), (128, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
     ("1x1/2 64->128 @28", 1, (1, 64, 56, 56), (128, 64, 1, 1), dict(strides=[2, 2])),
@@ -326,7 +328,7 @@ MOBILENETV2_DEPTHWISE_LAYERS = [
 LAYER_SETS = {
     "resnet18": (RESNET_LAYERS, "Dense conv layers (issue #4)",
                  "Each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu, "
-                 "random weights)"),
+                 "random weights) and its stem MaxPool"),
     "mobilenetv2-depthwise": (MOBILENETV2_DEPTHWISE_LAYERS, "Depthwise conv layers (issue #4)",
                               "Each distinct depthwise conv of MobileNetV2-style (224x224, Conv with bias and "
                               "group = channels -> Relu, random weights)"),
@@ -344,6 +346,18 @@ def conv_relu_model(x_shape, w_shape, attributes, seed=0):
     graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
                               [numpy_helper.from_array(weights, "w"), numpy_helper.from_array(bias, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def max_pool_model(x_shape, attributes):
+    """A lone MaxPool (2-D, symmetric pads)."""
+    stride, pad, kernel = attributes["strides"][0], attributes["pads"][0], attributes["kernel_shape"][0]
+    y_shape = list(x_shape[:2]) + [(size + 2 * pad - kernel) // stride + 1 for size in x_shape[2:]]
+    graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], **attributes)], "pool",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 10
     return model
@@ -367,7 +381,8 @@ def bench_layers(thread_counts, rounds, runs, write, quiet_wait, layer_set="resn
     layers, section, description = LAYER_SETS[layer_set]
     convs = sum(layer[1] for layer in layers)
     for label, count, x_shape, w_shape, attributes in layers:
-        model = conv_relu_model(x_shape, w_shape, attributes)
+        model = max_pool_model(x_shape, attributes) if w_shape is None else conv_relu_model(x_shape, w_shape,
+                                                                                           attributes)
         for threads in thread_counts:
             results, loads = [], []
             for _ in range(rounds):
@@ -385,7 +400,7 @@ def bench_layers(thread_counts, rounds, runs, write, quiet_wait, layer_set="resn
             print(line, flush=True)
     summary = "; ".join(f"{threads} thread(s): OrtxEP {ortx:.2f} ms vs ORT {ort:.2f} ms ({ortx / ort:.2f})"
                         for threads, (ort, ortx) in totals.items())
-    print(f"Sum over the model's {convs} convs (medians x count): {summary}")
+    print(f"Sum over the model's {convs} layers (medians x count): {summary}")
     if write:
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         body = (f"Measured {when} on {head}, x86_64 {_kernels.selected_isa()}, onnxruntime {onnxruntime.__version__}: "
@@ -394,7 +409,7 @@ def bench_layers(thread_counts, rounds, runs, write, quiet_wait, layer_set="resn
                 "as its own model, OrtxEP (tuning off) "
                 "against ORT CPU in ortx.measure.compare's interleaved blocks; milliseconds are medians over rounds, "
                 "the ratio's median (range) over rounds.\n\n" + "\n".join(lines) +
-                f"\n\nSum over the model's {convs} convs (medians x count): {summary}.")
+                f"\n\nSum over the model's {convs} layers (medians x count): {summary}.")
         write_section(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "BENCHMARKS.md"),
                       section, body)
 

@@ -1,6 +1,8 @@
 /* AVX-512 pieces of the packed SGEMM: a 6x32 micro-kernel over two adjacent 16-column B panels (12 zmm
  * accumulators, 2 B loads and 6 broadcasts per k step), a 12x32 one over two A panels as well (24 accumulators, for
- * two FMA ports) and a 6x16 one for a lone last panel, each also reading a raw row-major A in place (micro_rows*: the broadcasts come from A's rows, so A is never packed). The packed format
+ * two FMA ports) and a 6x16 one for a lone last panel, each also reading a raw row-major A in place (micro_rows*: the broadcasts come from A's rows, so A is never packed); the 12x32 tile also with a prefetch
+ * stream inside its k loop (micro_tall_prefetching) and the 6x32 tile over the first rows of a partial panel only
+ * (micro_wide_partial). The packed format
  * is the one every ISA shares (gemm.h), so weights packed under AVX2 run here unchanged. The epilogue runs on the
  * registers before the single store (as in the AVX2 kernel), through the AVX2 register epilogue on each 8-lane
  * half, so it matches the AVX2 tile epilogue that edge tiles use bit for bit; the activations reuse the AVX2

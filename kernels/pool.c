@@ -9,8 +9,10 @@
  *
  * Structure: a driver walks (channel, d, h) output rows, ranges of channels as thread-pool tasks, and hands each row's
  * valid input rows to a row function; the AVX2 row function vectorises along the output width for strides 1
- * and 2 with dilation 1 (ISA variant in pool_avx2.c). Every variant reduces taps in the reference's order
- * (d, h, then w), so windowed results match the reference bitwise; global averages use 8-lane partial sums.
+ * and 2 with dilation 1 (ISA variant in pool_avx2.c), the AVX-512 one max pooling with stride 2 and 2 or 3 w taps
+ * (pool_avx512.c). Averages reduce taps in the reference's order (d, h, then w), so windowed results match the
+ * reference bitwise; the AVX-512 max takes w's rows first (max is exact: the same values, and -0 == +0); global
+ * averages use 8-lane partial sums.
  */
 #include <float.h>
 #include <stdlib.h>

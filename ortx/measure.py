@@ -27,7 +27,7 @@ import onnxruntime
 from ortx.ep.session import InferenceSession
 from ortx.model_io import load, to_ort_bytes
 
-BLOCK = 4  # counted runs per block; each block also makes one uncounted switch-over run first
+BLOCK = 4  # counted runs per block; each block first makes uncounted warm-in runs (warm_in)
 SETTLE_S = 0.1  # idle before each block, so the previous engine's pool threads have stopped spinning
 WARM_IN_S = 0.02  # uncounted runs after the idle, at least one and until this much time has passed
 
