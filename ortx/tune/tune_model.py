@@ -120,7 +120,7 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
     warm-ups), each of the `segments` blocks' idle and warm-in."""
     validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
-    choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups, timed runs, at most one warm-in run per run
+    choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups and timed runs (warm-ins: the time term below)
     blocks = 2 * segments * -(-engine_runs // BLOCK)
     return (3 * compile_seconds + (validation_runs + choice_runs) * untuned_ms / 1e3
             + blocks * (SETTLE_S + WARM_IN_S))
