@@ -9,7 +9,7 @@ options and with sparse='off' (the same program since the mel MatMul takes the b
 the noise), plus where its time goes; with --silero, the
 silero-vad 16 kHz model (its If branch for sr=16000 as a static graph; its front end is a Conv1d-as-STFT).
 Both sessions use the same intra-op thread count and run interleaved in blocks (ortx.measure.SETTLE_S idle, an
-uncounted warm-in (ortx.measure.warm_in), then ortx.measure.BLOCK counted runs) after warm-up; the ratio is OrtxEP's median / ORT's median, and its range
+uncounted warm-in (ortx.measure.switch_over), then ortx.measure.BLOCK counted runs) after warm-up; the ratio is OrtxEP's median / ORT's median, and its range
 is over the rounds' block medians. Output error: max |OrtxEP - ORT| / max |ORT| (ORT's own naive DFT is the less
 accurate one at 16000 points; see tests/dsp/test_ops.py). Writes BENCHMARKS.md's "DSP offload" section.
 """
@@ -38,7 +38,7 @@ import ortx  # noqa: E402
 from tests import _models  # noqa: E402
 from benchmarks._report import write_section  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
-from ortx.measure import BLOCK, SETTLE_S, warm_in  # noqa: E402
+from ortx.measure import BLOCK, switch_over  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 
 HEADING = "DSP offload (issue #7)"
@@ -117,8 +117,7 @@ def interleaved(ort_session, ortx_session, feeds: dict, rounds: int) -> tuple[li
     ort_blocks, ortx_blocks = [], []
     for _ in range(rounds):
         for session, blocks in ((ort_session, ort_blocks), (ortx_session, ortx_blocks)):
-            time.sleep(SETTLE_S)  # the other engine's pool threads stop spinning (ortx.measure)
-            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
+            switch_over(lambda: session.run(None, feeds))
             times = []
             for _ in range(BLOCK):
                 start = time.perf_counter()

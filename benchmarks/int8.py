@@ -38,7 +38,7 @@ from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from benchmarks.quantize import ort_quantize_static  # noqa: E402
 from benchmarks.text_images import text_images  # noqa: E402
 from ortx import _kernels  # noqa: E402
-from ortx.measure import BLOCK, warm_in  # noqa: E402
+from ortx.measure import BLOCK, switch_over  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.quantization import quantize  # noqa: E402
 from tests.tolerances import cosine  # noqa: E402
@@ -81,16 +81,15 @@ def sessions_for(key: str, path: str, name: str, shape: tuple, samples: int, thr
 
 
 def interleaved(sessions: dict, feeds: dict, runs: int, warmup: int = 3, settle: float = 0.1) -> dict[str, float]:
-    """Median ms per engine, runs interleaved in blocks (`settle` s idle, then an uncounted warm-in (ortx.measure.warm_in)
-    first in each block)."""
+    """Median ms per engine, runs interleaved in blocks (`settle` s idle, then an uncounted warm-in
+    (ortx.measure.switch_over) first in each block)."""
     for _ in range(warmup):
         for session in sessions.values():
             session.run(None, feeds)
     times = {engine: [] for engine in sessions}
     while min(len(t) for t in times.values()) < runs:
         for engine, session in sessions.items():
-            time.sleep(settle)
-            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
+            switch_over(lambda: session.run(None, feeds), settle)
             for _ in range(BLOCK):
                 start = time.perf_counter()
                 session.run(None, feeds)

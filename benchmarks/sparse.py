@@ -32,7 +32,7 @@ import ortx  # noqa: E402
 from benchmarks._report import host, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
-from ortx.measure import BLOCK, SETTLE_S, random_feeds, warm_in  # noqa: E402
+from ortx.measure import BLOCK, random_feeds, switch_over  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
 from ortx.passes.prune_weights import prune_weights  # noqa: E402
 from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
@@ -54,8 +54,7 @@ def _median_blocks(sessions: dict, feeds: dict, runs: int) -> dict[str, float]:
             session.run(None, feeds)
     for _ in range(max(1, runs // BLOCK)):
         for name, session in sessions.items():
-            time.sleep(SETTLE_S)  # the previous engine's pool threads stop spinning (ortx.measure)
-            warm_in(lambda: session.run(None, feeds))  # not counted (ortx.measure)
+            switch_over(lambda: session.run(None, feeds))
             for _ in range(BLOCK):
                 start = time.perf_counter()
                 session.run(None, feeds)

@@ -84,6 +84,13 @@ def warm_in(run, seconds: float | None = None) -> int:
             return count
 
 
+def switch_over(run, settle: float = SETTLE_S) -> int:
+    """The start of a block (module docstring): idle `settle` s, so the previous engine's pool threads stop
+    spinning, then warm_in(run). Returns the warm-in's run count; none of these runs is counted."""
+    time.sleep(settle)
+    return warm_in(run)
+
+
 def random_feeds(session, shapes: dict[str, tuple[int, ...]] | None = None, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded inputs in [-1, 1) (floats) or [0, 10) (ints) for every model input; dynamic dims from `shapes`."""
     rng = np.random.default_rng(seed)
@@ -160,8 +167,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         for run, times in zip(engines, all_times):
-            time.sleep(settle)
-            warm_in(run)  # not counted (see the module docstring)
+            switch_over(run, settle)
             for _ in range(count):
                 start = time.perf_counter()
                 run()

@@ -30,7 +30,7 @@ import onnx_ir as ir
 
 from ortx.ep.fallback import OrtSegment, segment_model
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
-from ortx.measure import BLOCK, SETTLE_S, warm_in
+from ortx.measure import BLOCK, switch_over
 from ortx.tune.fingerprint import HardwareFingerprint, kernels_build
 from ortx.tune.records import TuningDatabase, TuningRecord
 
@@ -173,8 +173,7 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, standard_proto, original: l
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
-            time.sleep(SETTLE_S)  # the other engine's pool threads stop spinning (ortx.measure)
-            warm_in(run)  # not counted: the first runs after the idle are slower (ortx.measure)
+            switch_over(run)
             medians.append(_median_ms(run, count))
     return statistics.median(ortx_times), statistics.median(ort_times)
 

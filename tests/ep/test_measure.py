@@ -26,6 +26,13 @@ def test_warm_in_runs_once_for_a_slow_run_and_until_the_time_has_passed_for_fast
     assert time.perf_counter() - start >= 0.02 and 2 <= count <= 11
 
 
+def test_switch_over_idles_then_warms_in():
+    calls = []
+    start = time.perf_counter()
+    assert measure.switch_over(lambda: (calls.append(time.perf_counter() - start), time.sleep(0.03)), 0.02) == 1
+    assert len(calls) == 1 and calls[0] >= 0.02  # the run starts after the idle
+
+
 def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision(monkeypatch):
     monkeypatch.setattr(measure, "WARM_IN_S", 0.0)  # the warm-in is one run: the call count below is exact
     calls = []
