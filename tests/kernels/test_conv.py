@@ -212,6 +212,30 @@ def test_depthwise_bits_do_not_depend_on_threads_or_vector_isa():
             np.testing.assert_array_equal(results["avx2"][0], results["avx512"][0], err_msg="avx2 vs avx512")
 
 
+# The tiled form's row remainders (conv_depthwise_avx512.c runs a row's last OW % 8 pixels in one call of that
+# width): OW = 9..15 without a left pad column (so not the in-plane form), 3x3 stride 1 and 5x5 stride 2
+DEPTHWISE_REMAINDER_CASES = [((1, 19, 6, ow + 2), (19, 1, 3, 3), dict(group=19)) for ow in range(9, 16)] + [
+    ((1, 16, 9, 2 * ow + 3), (16, 1, 5, 5), dict(group=16, strides=[2, 2])) for ow in range(9, 16)]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_REMAINDER_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+def test_depthwise_row_remainders_match_onnxruntime_and_agree_across_isas(case):
+    x_shape, w_shape, attributes = case
+    model = conv_model("Conv", x_shape, w_shape, attributes)
+    feeds = {"x": random(x_shape, 11)}
+    expected = run_ort(model, feeds)
+    results = {}
+    for isa in [name for name in RUNNABLE_ISAS if name != "portable"]:
+        _kernels.force_isa(isa)
+        try:
+            results[isa] = run_graph(model, feeds, num_threads=1)[0]
+        finally:
+            _kernels.force_isa(_kernels.cpu_isa())
+        assert_close(results[isa], expected, what=f"{isa} vs onnxruntime")
+    if len(results) == 2:
+        np.testing.assert_array_equal(results["avx2"], results["avx512"], err_msg="avx2 vs avx512")
+
+
 @pytest.mark.parametrize("case", PIXEL_ROWS_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
 def test_few_pixel_many_channel_convs_run_as_pixel_rows(case):
     from ortx.ep.compile_nodes import compile_graph
