@@ -4,9 +4,11 @@
  * ORTX_POOL_MAX_THREADS - 1), the caller is thread 0. A call:
  *   1. takes the pool (`busy` 0 -> 1); if another caller holds it, or this is a call from inside a task, runs the
  *      tasks serially on the calling thread instead;
- *   2. writes the job (task, context, num_tasks, threads, next = done = left = 0), then publishes it with one
+ *   2. writes the job (task, context, num_tasks, threads, thread t's segment of tasks [n*t/T, n*(t+1)/T),
+ *      done = left = 0), then publishes it with one
  *      store of `state` = (sequence << 32) | OPEN | joined 0, and wakes workers blocked on the condition variable;
- *   3. runs tasks itself, claiming indices with fetch_add(next) like every worker, until none is left;
+ *   3. runs tasks itself like every worker: its own segment from the front, then the others' from their backs
+ *      (compare_exchange on the segment's one word), until none is left;
  *   4. waits until done == num_tasks (only for tasks some thread has claimed and is running);
  *   5. closes the job: fetch_and(state, ~OPEN) returns the final joined count J; waits until left == J;
  *   6. releases the pool (busy = 0) and returns.
@@ -19,7 +21,7 @@
  * word, so they are totally ordered. A worker whose join comes after the close fails its compare_exchange (OPEN is
  * clear, or the sequence has moved on to a later job), and it has only read job fields, all atomics, as hints.
  * A worker whose join comes before the close is counted in J, so the caller waits in step 5 until it has left;
- * that wait is short, because a joined worker is running: it needs only to find `next` exhausted. The job slot is
+ * that wait is short, because a joined worker is running: it needs only to find every segment exhausted. The job slot is
  * rewritten only by the next holder of `busy`, after every joined worker has left. Writes by tasks are published by
  * the seq_cst fetch_add(done) and seen by the caller's seq_cst load of done, so results are visible on return.
  * Why the caller never waits for a worker that did not start: it waits only for claimed tasks (step 4) and joined
@@ -85,7 +87,6 @@ typedef struct pool {
     /* the job; num_tasks and threads are also read (as hints) by workers that have not joined */
     atomic_llong num_tasks;
     atomic_int threads;
-    _Alignas(64) atomic_llong next;
     _Alignas(64) atomic_llong done;
     _Alignas(64) atomic_ullong state;
     _Alignas(64) atomic_llong left;
@@ -96,6 +97,14 @@ typedef struct pool {
 } pool;
 
 static pool the_pool = {.caller_cpu = -1, .mutex = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+/* Thread t's share of the job, tasks [front, back) in one word (front | back << 32): t takes its front, threads
+ * that ran out take others' backs. Part of the job: written by the holder of busy before it publishes. */
+typedef struct segment {
+    _Alignas(64) _Atomic uint64_t range;
+} segment;
+
+static segment segments[ORTX_POOL_MAX_THREADS];
 static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
 
 static void reset_after_fork(void) {
@@ -113,13 +122,32 @@ static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reset_after
 
 static inline uint32_t state_sequence(uint64_t state) { return (uint32_t)(state >> 32); }
 
-/* Claims and runs tasks until none is left. */
-static void run_tasks(pool *p, int64_t num_tasks, int thread_index) {
+/* The task at the front (from_back 0) or back of segment s, or -1 when it is empty. */
+static int64_t claim(segment *s, int from_back) {
+    uint64_t range = atomic_load(&s->range);
     for (;;) {
-        int64_t index = atomic_fetch_add(&p->next, 1);
-        if (index >= num_tasks) return;
+        uint64_t front = range & 0xffffffffu, back = range >> 32;
+        if (front >= back) return -1;
+        uint64_t next = from_back ? front | (back - 1) << 32 : (front + 1) | back << 32;
+        if (atomic_compare_exchange_weak(&s->range, &range, next)) return (int64_t)(from_back ? back - 1 : front);
+    }
+}
+
+/* Runs this thread's segment front to back, then takes tasks from the backs of the others' until none is left.
+ * Why segments: thread t runs the same contiguous share of every kernel's tasks (a GEMM's column panels, a conv's
+ * row bands), so it mostly reads what it wrote in the step before, from its own core's cache; a shared counter
+ * handed out tasks in arrival order and moved half of every tensor between the cores. */
+static void run_tasks(pool *p, int threads, int thread_index) {
+    for (int64_t index; (index = claim(&segments[thread_index], 0)) >= 0;) {
         p->task(p->context, index, thread_index);
         atomic_fetch_add(&p->done, 1);
+    }
+    for (int k = 1; k < threads; k++) {
+        segment *other = &segments[(thread_index + k) % threads];
+        for (int64_t index; (index = claim(other, 1)) >= 0;) {
+            p->task(p->context, index, thread_index);
+            atomic_fetch_add(&p->done, 1);
+        }
     }
 }
 
@@ -182,7 +210,7 @@ static void *worker_main(void *argument) {
         uint64_t state = wait_for_job(p, seen);
         seen = state_sequence(state);
         /* hints (they may already describe a later job; the compare_exchange below decides) */
-        if (start.index >= atomic_load(&p->threads) || atomic_load(&p->next) >= atomic_load(&p->num_tasks))
+        if (start.index >= atomic_load(&p->threads) || atomic_load(&p->done) >= atomic_load(&p->num_tasks))
             continue;
         move_off(atomic_load(&p->caller_cpu));
         int joined = 0;
@@ -193,7 +221,8 @@ static void *worker_main(void *argument) {
             }
         if (!joined) continue;
         /* joined: the job's fields stay as they are until this worker increments left */
-        if (start.index < atomic_load(&p->threads)) run_tasks(p, atomic_load(&p->num_tasks), start.index);
+        int threads = atomic_load(&p->threads);
+        if (start.index < threads) run_tasks(p, threads, start.index);
         atomic_fetch_add(&p->left, 1);
     }
     return NULL;
@@ -242,7 +271,7 @@ static void wait_at_least(atomic_llong *counter, int64_t target) {
 
 void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, void *context) {
     if (num_tasks <= 0) return;
-    if (num_threads <= 1 || num_tasks == 1) {
+    if (num_threads <= 1 || num_tasks == 1 || num_tasks > (int64_t)UINT32_MAX) {  /* segments hold 32-bit indices */
         run_serially(num_tasks, task, context);
         return;
     }
@@ -264,7 +293,10 @@ void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, vo
     p->context = context;
     atomic_store(&p->num_tasks, num_tasks);
     atomic_store(&p->threads, threads);
-    atomic_store(&p->next, 0);
+    for (int t = 0; t < threads; t++) {
+        uint64_t front = (uint64_t)(num_tasks * t / threads), back = (uint64_t)(num_tasks * (t + 1) / threads);
+        atomic_store(&segments[t].range, front | back << 32);
+    }
     atomic_store(&p->done, 0);
     atomic_store(&p->left, 0);
     p->sequence++;
@@ -279,7 +311,7 @@ void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, vo
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mutex);
     }
-    run_tasks(p, num_tasks, 0);
+    run_tasks(p, threads, 0);
     wait_at_least(&p->done, num_tasks);
     uint64_t closed = atomic_fetch_and(&p->state, ~STATE_OPEN);
     int joined = (int)(closed & STATE_JOINED_MASK);

@@ -2,8 +2,9 @@
  *
  * Why not OpenMP: an OpenMP parallel region's join barrier waits for every team thread, so when another thread
  * (onnxruntime's spinning intra-op pool, another process) holds a core, a 70 us GEMM waited milliseconds for its
- * descheduled second thread. Here tasks are claimed from an atomic counter, the caller runs every task no worker
- * has claimed, and it never waits for a worker that has not started a task (see threadpool.c for the protocol).
+ * descheduled second thread. Here thread t first runs its contiguous segment of the tasks, then takes what is left
+ * of the others' from their ends; the caller runs every task no worker has claimed, and it never waits for a
+ * worker that has not started a task (see threadpool.c for the protocol).
  *
  * Contract for kernels:
  *   - task(context, task_index, thread_index) runs exactly once for every task_index in [0, num_tasks), on any
