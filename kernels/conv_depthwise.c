@@ -12,8 +12,8 @@
  * 4. unpack transposes the output tile back to the block's NCHW planes 16 (or 8) pixels at a time, flattened over
  *    the band's rows (consecutive in each plane), adding the residual and activating before the store.
  * Case in-plane (an ISA's plane_rows, AVX-512 only): 3x3 convs with pad_left 1 and >= 16 output columns, at
- *    stride 1 with OW == W or at stride 2, skip both transposes: tasks are (image and channel, band of output
- *    rows), 16 output columns x 4 output rows at a time from the 6 (stride 2: 9) input rows they read, each input
+ *    stride 1 with OW == W or at stride 2, skip both transposes: tasks are (band of output rows, image and
+ *    channel), band-major with a band per thread, 16 output columns x 4 output rows at a time from the 6 (stride 2: 9) input rows they read, each input
  *    row's three column-shifted vectors built once (stride 1: masked unaligned loads; stride 2: two loads split
  *    into even and odd columns by two permutes) and used by every output row that reads it.
  * Every output pixel is computed the same way whatever the band split, so results do not depend on the threads;
@@ -165,7 +165,7 @@ static void depthwise_task(void *context, int64_t task, int thread) {
                      job->Y + y_offset);
 }
 
-/* The in-plane form: tasks are (image and channel, band of output rows). */
+/* The in-plane form: tasks are (band of output rows, image and channel), band-major. */
 typedef struct plane_job {
     const ortx_conv_params *p;
     const ortx_depthwise_isa *isa;
@@ -178,7 +178,8 @@ static void plane_task(void *context, int64_t task, int thread) {
     (void)thread;
     const plane_job *job = context;
     const ortx_conv_params *p = job->p;
-    int64_t band = task % job->bands, index = task / job->bands, c = index % p->in_channels;
+    int64_t planes = p->batch * p->in_channels;
+    int64_t band = task / planes, index = task % planes, c = index % p->in_channels;
     int64_t oy0 = band * job->band_rows, rows = min64(job->band_rows, p->out_height - oy0);
     int64_t in_plane = p->in_height * p->in_width, out_plane = p->out_height * p->out_width;
     job->isa->plane_rows(p, job->X + index * in_plane, job->W + c * 9, p->has_bias ? job->bias[c] : 0.0f,
@@ -194,10 +195,12 @@ void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *c
     double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
     if (macs < 256.0 * 1024) threads = 1;
     if (isa->plane_rows && ortx_depthwise_in_plane(&p)) {
-        /* Case in-plane: bands of >= 4 rows only when there are fewer planes than tasks wanted */
+        /* Case in-plane: tasks are band-major, a band (of >= 4 rows) per thread, more when there are fewer planes
+         * than tasks wanted: thread t's segment of the tasks (threadpool.h) is then the t-th band of rows of every
+         * plane, the rows a pixel-split GEMM before and after it (a 1x1 conv) runs on the same thread */
         int64_t planes = p.batch * p.in_channels, wanted = ORTX_TASKS_PER_THREAD * threads;
-        int64_t bands = threads > 1 && planes < wanted ? min64((wanted + planes - 1) / planes, p.out_height / 4) : 1;
-        bands = max64(1, bands);
+        int64_t bands = threads > 1 ? max64(threads, (wanted + planes - 1) / planes) : 1;
+        bands = max64(1, min64(bands, p.out_height / 4));
         int64_t band_rows = (p.out_height + bands - 1) / bands;
         plane_job job = {&p, isa, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], band_rows,
                          (p.out_height + band_rows - 1) / band_rows};
