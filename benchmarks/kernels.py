@@ -1,7 +1,7 @@
 """GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
 
     python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned|layers] [--trials 48]
-    python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise] [--layer-threads 1,2]
+    python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise|mobilenetv2-pointwise] [--layer-threads 1,2]
                                  [--rounds 3] [--runs 20] [--quiet-wait 120] [--write]
 
 `layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
@@ -33,7 +33,7 @@ def _parse():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--only", choices=("gemm", "conv", "tuned", "layers"), default=None)
     parser.add_argument("--layer-threads", default="1,2", help="layers: thread counts")
-    parser.add_argument("--layer-set", choices=("resnet18", "mobilenetv2-depthwise"), default="resnet18",
+    parser.add_argument("--layer-set", choices=("resnet18", "mobilenetv2-depthwise", "mobilenetv2-pointwise"), default="resnet18",
                         help="layers: the model whose conv shapes are measured")
     parser.add_argument("--runs", type=int, default=20, help="layers: counted runs per engine per round")
     parser.add_argument("--write", action="store_true", help="layers: write the BENCHMARKS.md section")
@@ -324,6 +324,16 @@ MOBILENETV2_DEPTHWISE_LAYERS = [
                                           (576, 14, 2, 1), (960, 7, 1, 3)]
 ]
 
+# MobileNetV2-style's pointwise (1x1) convs, each distinct shape: (label, count in the model, x, w, attributes)
+MOBILENETV2_POINTWISE_LAYERS = [
+    (f"1x1 {cin}->{cout} @{size}", count, (1, cin, size, size), (cout, cin, 1, 1), {})
+    for cin, cout, size, count in [(32, 16, 112, 1), (16, 96, 112, 1), (96, 24, 56, 1), (24, 144, 56, 2),
+                                   (144, 24, 56, 1), (144, 32, 28, 1), (32, 192, 28, 3), (192, 32, 28, 2),
+                                   (192, 64, 14, 1), (64, 384, 14, 4), (384, 64, 14, 3), (384, 96, 14, 1),
+                                   (96, 576, 14, 3), (576, 96, 14, 2), (576, 160, 7, 1), (160, 960, 7, 3),
+                                   (960, 160, 7, 2), (960, 320, 7, 1), (320, 1280, 7, 1)]
+]
+
 # --layer-set: (layers, BENCHMARKS.md section, what they are)
 LAYER_SETS = {
     "resnet18": (RESNET_LAYERS, "Dense conv layers (issue #4)",
@@ -332,6 +342,9 @@ LAYER_SETS = {
     "mobilenetv2-depthwise": (MOBILENETV2_DEPTHWISE_LAYERS, "Depthwise conv layers (issue #4)",
                               "Each distinct depthwise conv of MobileNetV2-style (224x224, Conv with bias and "
                               "group = channels -> Relu, random weights)"),
+    "mobilenetv2-pointwise": (MOBILENETV2_POINTWISE_LAYERS, "Pointwise conv layers (issue #4)",
+                              "Each distinct 1x1 conv of MobileNetV2-style (224x224, Conv with bias -> Relu, "
+                              "random weights)"),
 }
 
 
