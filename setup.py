@@ -4,6 +4,7 @@ ISA-specific files (*_avx2.c, *_avx512.c) select their instruction set with targ
 file, so every file is compiled with the same portable flags and the choice happens at run time in dispatch.c.
 """
 import glob
+import os
 import shutil
 import sys
 import sysconfig
@@ -31,12 +32,20 @@ sources = [s for s in sources if not s.endswith("kernels/_kernels.c")]
 # mixed objects compiled against two versions of a struct (seen: a segfault after gemm_bf16.h's ISA table changed).
 headers = sorted(glob.glob("kernels/*.h")) + sorted(glob.glob("kernels/ref/*.h"))
 
+# The library's bytes key the tuning records of the prebuilt kernels (ortx.tune.fingerprint.kernels_build), so they
+# must not depend on where the build ran: debug info names the checkout and, under pip's build isolation, a random
+# temporary numpy. Mapped to fixed names, two checkouts of one commit build the same bytes.
+_PREFIX_MAPS = [f"-ffile-prefix-map={os.path.dirname(os.path.abspath(__file__))}=.",
+                f"-ffile-prefix-map={numpy.get_include()}=numpy-include",
+                f"-ffile-prefix-map={sysconfig.get_paths()['include']}=python-include"]
+
 extension = Extension(
     "ortx._kernels",
     sources=sources,
     depends=headers,
     include_dirs=["kernels", numpy.get_include()],
-    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function"],
+    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function",
+                        *_PREFIX_MAPS],
     extra_link_args=["-pthread"],
     define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
 )
