@@ -34,7 +34,7 @@ from benchmarks._report import load_average, wait_for_quiet, write_section  # no
 from benchmarks.int8 import interleaved  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 
-HEADING = "## Elementwise chains (issue #4)"
+HEADING = "Elementwise chains (issue #4)"
 
 
 @contextlib.contextmanager
