@@ -71,6 +71,17 @@ def test_workers_take_tasks_when_cores_are_free():
     pytest.fail("in 20 calls of 64 heavy tasks, worker 1 never ran a task")
 
 
+def test_each_thread_starts_at_the_front_of_its_own_segment():
+    """Thread t's share is the t-th contiguous segment of the tasks (the same data in consecutive kernels): with
+    heavy equal tasks the worker's first task is task 32 of 64 and the caller runs the front of the tasks (retried:
+    a busy machine may start the worker late, when the caller has taken the back of its segment)."""
+    for _ in range(20):
+        thread_of = check_probe(64, 2, base_work=20000)
+        if thread_of[32] == 1 and (thread_of[:16] == 0).all():
+            return
+    pytest.fail(f"in 20 calls, worker 1 never started at the front of its segment (last: {thread_of.tolist()})")
+
+
 def test_concurrent_callers_from_eight_python_threads():
     """Eight sessions at once (the GIL is released around kernel calls): one holds the pool, the others run
     serially; every result must be right."""
