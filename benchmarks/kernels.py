@@ -1,14 +1,15 @@
 """GFLOP/s and milliseconds of ortx's GEMM and conv kernels vs numpy's BLAS and vs onnxruntime (not run by CI).
 
     python benchmarks/kernels.py [--threads 2] [--repeats 30] [--only gemm|conv|tuned|layers] [--trials 48]
-    python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise|mobilenetv2-pointwise] [--layer-threads 1,2]
-                                 [--rounds 3] [--runs 20] [--quiet-wait 120] [--write]
+    python benchmarks/kernels.py --only layers [--layer-set resnet18|mobilenetv2-depthwise|mobilenetv2-pointwise]
+                                 [--layer-threads 1,2] [--rounds 3] [--runs 20] [--quiet-wait 120] [--write]
 
 `layers`: each distinct conv shape of ResNet-18-style (224x224, BatchNorm folded: Conv with bias -> Relu) as its own
 model, OrtxEP (tuning off) against ORT CPU through ortx.measure.compare (interleaved blocks, warm-in runs not
 counted), per thread count; --rounds repetitions give the median and range of the ratio; --write puts the table in
 BENCHMARKS.md's "Dense conv layers (issue #4)" section. `--layer-set mobilenetv2-depthwise`: the same for each
-distinct depthwise conv of MobileNetV2-style (section "Depthwise conv layers (issue #4)").
+distinct depthwise conv of MobileNetV2-style (section "Depthwise conv layers (issue #4)"); `--layer-set
+mobilenetv2-pointwise` for each distinct 1x1 conv (section "Pointwise conv layers (issue #4)").
 
 `tuned`: generated GEMMs (ortx.codegen.gemm) tuned per shape (ortx.tune.gemm_space, records in --database), then
 numpy, the prebuilt ortx_sgemm, the generated default schedule and the tuned one timed side by side in one run.
@@ -33,7 +34,8 @@ def _parse():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--only", choices=("gemm", "conv", "tuned", "layers"), default=None)
     parser.add_argument("--layer-threads", default="1,2", help="layers: thread counts")
-    parser.add_argument("--layer-set", choices=("resnet18", "mobilenetv2-depthwise", "mobilenetv2-pointwise"), default="resnet18",
+    parser.add_argument("--layer-set", choices=("resnet18", "mobilenetv2-depthwise", "mobilenetv2-pointwise"),
+                        default="resnet18",
                         help="layers: the model whose conv shapes are measured")
     parser.add_argument("--runs", type=int, default=20, help="layers: counted runs per engine per round")
     parser.add_argument("--write", action="store_true", help="layers: write the BENCHMARKS.md section")

@@ -11,11 +11,11 @@
  *    lanes channels per tap) into a pixel-major output tile.
  * 4. unpack transposes the output tile back to the block's NCHW planes 16 (or 8) pixels at a time, flattened over
  *    the band's rows (consecutive in each plane), adding the residual and activating before the store.
- * Case in-plane (an ISA's plane_rows, AVX-512 only): 3x3 convs with pad_left 1 and >= 16 output columns, at
- *    stride 1 with OW == W or at stride 2, skip both transposes: tasks are (band of output rows, image and
- *    channel), band-major with a band per thread, 16 output columns x 4 output rows at a time from the 6 (stride 2: 9) input rows they read, each input
- *    row's three column-shifted vectors built once (stride 1: masked unaligned loads; stride 2: two loads split
- *    into even and odd columns by two permutes) and used by every output row that reads it.
+ * Case in-plane (an ISA's plane_rows, AVX-512 only): 3x3 convs with pad_left 1 and >= 16 output columns, at stride 1
+ *    with OW == W or at stride 2, skip both transposes: tasks are (band of output rows, image and channel), band-major
+ *    with a band per thread, 16 output columns x 4 output rows at a time from the 6 (stride 2: 9) input rows they read,
+ *    each input row's three column-shifted vectors built once (stride 1: masked unaligned loads; stride 2: two loads
+ *    split into even and odd columns by two permutes) and used by every output row that reads it.
  * Every output pixel is computed the same way whatever the band split, so results do not depend on the threads;
  * the in-plane form runs each output's operations in the tiled form's order, so the ISAs agree bit for bit.
  * Known limits: a band re-packs the (KH-1)*dh halo rows its neighbour packed; with < lanes channels the tail

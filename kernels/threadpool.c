@@ -17,13 +17,13 @@
  * while that very job is still open; then it claims and runs tasks like the caller, increments done per task and
  * finally increments left, after which it touches nothing of the job.
  *
- * Why a late worker never touches a finished job: joining and closing are read-modify-writes of the same atomic
- * word, so they are totally ordered. A worker whose join comes after the close fails its compare_exchange (OPEN is
- * clear, or the sequence has moved on to a later job), and it has only read job fields, all atomics, as hints.
- * A worker whose join comes before the close is counted in J, so the caller waits in step 5 until it has left;
- * that wait is short, because a joined worker is running: it needs only to find every segment exhausted. The job slot is
- * rewritten only by the next holder of `busy`, after every joined worker has left. Writes by tasks are published by
- * the seq_cst fetch_add(done) and seen by the caller's seq_cst load of done, so results are visible on return.
+ * Why a late worker never touches a finished job: joining and closing are read-modify-writes of the same atomic word,
+ * so they are totally ordered. A worker whose join comes after the close fails its compare_exchange (OPEN is clear, or
+ * the sequence has moved on to a later job), and it has only read job fields, all atomics, as hints. A worker whose
+ * join comes before the close is counted in J, so the caller waits in step 5 until it has left; that wait is short,
+ * because a joined worker is running: it needs only to find every segment exhausted. The job slot is rewritten only by
+ * the next holder of `busy`, after every joined worker has left. Writes by tasks are published by the seq_cst
+ * fetch_add(done) and seen by the caller's seq_cst load of done, so results are visible on return.
  * Why the caller never waits for a worker that did not start: it waits only for claimed tasks (step 4) and joined
  * workers (step 5); a descheduled worker that never joined is not counted anywhere, and the caller runs its share.
  * Why no wake-up is lost: a blocking worker increments `sleepers` and re-reads `state` under the mutex; the caller
