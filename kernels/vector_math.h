@@ -8,6 +8,8 @@
  *   1 - 2 / (e^{2|x|} + 1) with the sign of x (|x| clamped to 9.1, where tanh rounds to 1).
  * erf: |x| < 0.921875: x P(x^2), degree-5 least-squares fit in z = x^2 (1.9e-7 relative); up to 3.925:
  *   1 - exp(Q(|x|)), Q a degree-8 least-squares fit of log(erfc) (0.8 ulp absolute); beyond 3.925 erf rounds to 1.
+ *   Q stays in [-18, 0.001] on [0, 3.925] (and |x| is clamped there), so its exp skips exp's clamps, NaN blend
+ *   and two-factor scaling: the same bits (every scaling exact, results normal), ~10 fewer operations a vector.
  *   (Fits: numpy lstsq on Chebyshev nodes, coefficients rounded to float32, errors measured on 2e5 float32 points.)
  * sigmoid: 1 / (1 + e^{-x}) with a true division.
  * log: Cephes logf. x = m 2^e with m in [sqrt(1/2), sqrt 2) (denormals first scaled by 2^23); f = m - 1;
@@ -109,6 +111,24 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_tanh_avx2(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* exp on erf's Q range [-18, 0.001] (see the top): ortx_exp_avx2's bits without its clamps, NaN blend and
+ * two-factor scaling. */
+ORTX_TARGET_AVX2 static inline __m256 ortx_exp_erf_range_avx2(__m256 q) {
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(q, _mm256_set1_ps(ORTX_LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_HI), q);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(ORTX_EXP_P0);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P1));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P2));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P3));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P4));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P5));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+}
+
 ORTX_TARGET_AVX2 static inline __m256 ortx_erf_avx2(__m256 x) {
     __m256 sign_mask = _mm256_set1_ps(-0.0f);
     __m256 a = _mm256_andnot_ps(sign_mask, x);
@@ -119,7 +139,7 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_erf_avx2(__m256 x) {
     __m256 t = _mm256_min_ps(a, _mm256_set1_ps(ORTX_ERF_SATURATE));
     __m256 q = _mm256_set1_ps(ortx_erf_big[0]);
     for (int k = 1; k < 9; k++) q = _mm256_fmadd_ps(q, t, _mm256_set1_ps(ortx_erf_big[k]));
-    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), ortx_exp_avx2(q));
+    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), ortx_exp_erf_range_avx2(q));
     big = _mm256_blendv_ps(big, _mm256_set1_ps(1.0f), _mm256_cmp_ps(a, _mm256_set1_ps(ORTX_ERF_SATURATE), _CMP_GE_OQ));
     __m256 y = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(ORTX_ERF_SPLIT), _CMP_LT_OQ));
     y = _mm256_or_ps(y, _mm256_and_ps(sign_mask, x));
@@ -199,6 +219,22 @@ ORTX_TARGET_AVX512 static inline __m512 ortx_tanh_avx512(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
+/* exp on erf's Q range: ortx_exp_avx512's bits, the scaling by 2^n one vscalefps. */
+ORTX_TARGET_AVX512 static inline __m512 ortx_exp_erf_range_avx512(__m512 q) {
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(q, _mm512_set1_ps(ORTX_LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_HI), q);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_LO), r);
+    __m512 p = _mm512_set1_ps(ORTX_EXP_P0);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P1));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P2));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P3));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P4));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P5));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
 ORTX_TARGET_AVX512 static inline __m512 ortx_erf_avx512(__m512 x) {
     __m512 a = _mm512_abs_ps(x);
     __m512 z = _mm512_mul_ps(a, a);
@@ -208,7 +244,7 @@ ORTX_TARGET_AVX512 static inline __m512 ortx_erf_avx512(__m512 x) {
     __m512 t = _mm512_min_ps(a, _mm512_set1_ps(ORTX_ERF_SATURATE));
     __m512 q = _mm512_set1_ps(ortx_erf_big[0]);
     for (int k = 1; k < 9; k++) q = _mm512_fmadd_ps(q, t, _mm512_set1_ps(ortx_erf_big[k]));
-    __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), ortx_exp_avx512(q));
+    __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), ortx_exp_erf_range_avx512(q));
     big = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ORTX_ERF_SATURATE), _CMP_GE_OQ), big,
                                _mm512_set1_ps(1.0f));
     __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ORTX_ERF_SPLIT), _CMP_LT_OQ), big, small);
