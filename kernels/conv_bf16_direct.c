@@ -17,13 +17,15 @@
  * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds.
  * conv_transpose2d_bf16 (conv_transpose_bf16.c) runs it as a 1x1 conv whose step 3 scatters each tile (through a
  * per-thread scratch tile) into the ConvTranspose's output instead.
- * The AMX form (bf16 paths with a_tiles; not the transposed one): the same planes with the channel pairs padded to a
- * multiple of 16 with zero planes and K ordered (tap, 16-pair chunk), so the B tile of a chunk is 16 planes at one
- * tap's offset (tileloadd's row stride: one plane); the weights per group are 16-row panels of [tap][chunk] 1 KB A
- * tiles ([16 rows][16 pairs][2]); steps of 32 rows x 32 virtual pixels (isa->direct_tiles). Known limits: the
- * padding costs up to 15 zero pairs per tap (Cin = 8: 3/4 of the work); the planes of a group are
- * workspace (2 bytes per input value and phase); a 1x1 conv at stride 2 fills one phase of four; small images
- * waste lanes on the dropped columns (7x7 outputs of a 3x3 conv: 64 lanes for 49 pixels).
+ * The AMX form (bf16 paths with a_tiles; not the transposed one): chunk planes, the channel pairs in chunks of 16
+ * (zero pairs past the last) and each position (phase, row, column) of a chunk holding its 16 pairs' words in 64
+ * bytes (isa->chunk_run), so an A tile of 16 virtual pixels at one tap's offset is 1 KB of whole cache lines one
+ * pixel apart; the weights per group are 16-row panels of [chunk][tap] 1 KB B tiles ([16 pairs][16 rows][2]);
+ * steps of 32 rows x 32 virtual pixels (isa->direct_tiles), C tiles transposed to rows x pixels for the store.
+ * (Channel-pair planes read as B tiles put a tap's 16 words 4 or 8 bytes off the cache lines: every tile row
+ * straddled two lines.) Known limits: the padding costs up to 15 zero pairs per tap (Cin = 8: 3/4 of the work);
+ * the planes of a group are workspace (2 bytes per input value and phase); a 1x1 conv at stride 2 fills one phase
+ * of four; small images waste lanes on the dropped columns (7x7 outputs of a 3x3 conv: 64 lanes for 49 pixels).
  */
 #include <string.h>
 
@@ -35,6 +37,7 @@
 
 #define TILE_PIXELS (2 * ORTX_GEMM_NR)
 #define SLACK_WORDS (2 * TILE_PIXELS)  /* the last tile's dropped lanes read up to 31 words past the planes */
+#define CHUNK_WORDS 16                 /* the AMX form: one position of a chunk plane */
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -53,6 +56,9 @@ static int use_tiles(void) { return ortx_bgemm_select_isa()->a_tiles; }
 static int64_t plane_pairs(const ortx_conv_params *p) {
     return use_tiles() ? tile_chunks(p) * ORTX_BGEMM_TILE_PAIRS : channel_pairs(p);
 }
+
+/* Words past the planes that the last tile may read: on the AMX form up to 31 positions of 16 words. */
+static int64_t slack_words(void) { return use_tiles() ? SLACK_WORDS * CHUNK_WORDS : SLACK_WORDS; }
 
 /* Virtual pixels up to the last output pixel (the last row's dropped columns are not computed). */
 static int64_t virtual_pixels(const ortx_conv_params *p, const ortx_conv_direct_geometry *g) {
@@ -73,7 +79,7 @@ int ortx_conv_direct_bf16_applies(const ortx_conv_params *p) {
 
 int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *p) {
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
-    return ortx_round_up(plane_pairs(p) * g.channel_floats + SLACK_WORDS, 16) +
+    return ortx_round_up(plane_pairs(p) * g.channel_floats + slack_words(), 16) +
            ortx_round_up(channel_pairs(p) * taps(p), 16);
 }
 
@@ -90,7 +96,7 @@ int64_t ortx_conv_direct_weight_index(const ortx_conv_params *p, int64_t m, int6
     return weight_index(channel_pairs(p) * taps(p), taps(p), m, c, tap);
 }
 
-/* The AMX form's weights: per 16-row panel, tile (tap, chunk) of 16 rows x 16 pairs. */
+/* The AMX form's weights: per 16-row panel, tile (chunk, tap) of 16 pairs x 16 rows (a B tile). */
 static int64_t tiles_panel_elements(const ortx_conv_params *p) {
     return taps(p) * tile_chunks(p) * ORTX_BGEMM_TILE_ROWS * ORTX_BGEMM_TILE_PAIRS * 2;
 }
@@ -104,8 +110,8 @@ int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *p) {
 int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
     if (!use_tiles()) return ortx_conv_direct_weight_index(p, m, c, tap);
     const int64_t rows = ORTX_BGEMM_TILE_ROWS, pairs = ORTX_BGEMM_TILE_PAIRS, pair = c / 2;
-    return m / rows * tiles_panel_elements(p) + ((pair / pairs * taps(p) + tap) * rows + m % rows) * pairs * 2 +
-           pair % pairs * 2 + c % 2;
+    return m / rows * tiles_panel_elements(p) + ((pair / pairs * taps(p) + tap) * pairs + pair % pairs) * rows * 2 +
+           m % rows * 2 + c % 2;
 }
 
 void ortx_conv_direct_pack_bf16(const ortx_conv_params *p, const float *weights, uint16_t *dst) {
@@ -184,6 +190,41 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                     memset(out + hi, 0, (width - hi) * sizeof(uint32_t));
                 }
             }
+    }
+}
+
+/* Step 1 of the AMX form for units [begin, end): unit u is chunk u / (phases * phase_rows), phase and row the rest;
+ * each fills one row of one phase of a chunk plane (16 words per position). */
+static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *p = job->params;
+    const ortx_conv_direct_geometry *g = &job->geometry;
+    const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group;
+    const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width, rows = g->phase_rows;
+    for (int64_t unit = begin; unit < end; unit++) {
+        const int64_t h = unit / (sh * sw * rows), phase = unit / rows % (sh * sw), r = unit % rows;
+        const int64_t qy = phase / sw, qx = phase % sw;
+        if (!job->used_phase[phase]) continue;
+        uint32_t *out = job->planes + (h * g->channel_floats + phase * rows * width + r * width) * CHUNK_WORDS;
+        const int64_t iy = r * sh + qy - p->pad_top;
+        if (iy < 0 || iy >= H) {
+            memset(out, 0, width * CHUNK_WORDS * sizeof(uint32_t));
+            continue;
+        }
+        /* as fill_pairs: columns [lo, hi) read the input, the rest is zero */
+        int64_t lo = (p->pad_left - qx + sw - 1) / sw, last = W - 1 - qx + p->pad_left;
+        int64_t hi = last < 0 ? 0 : last / sw + 1;
+        lo = lo < 0 ? 0 : min64(lo, width);
+        hi = hi < lo ? lo : min64(hi, width);
+        const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
+        for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
+            int64_t channel = 2 * ORTX_BGEMM_TILE_PAIRS * h + j;
+            channels[j] = channel < cin_g ? job->x + (channel * H + iy) * W + lo * sw + qx - p->pad_left : NULL;
+        }
+        memset(out, 0, lo * CHUNK_WORDS * sizeof(uint32_t));
+        if (hi > lo) job->isa->chunk_run(channels, sw, hi - lo, out + lo * CHUNK_WORDS);
+        memset(out + hi * CHUNK_WORDS, 0, (width - hi) * CHUNK_WORDS * sizeof(uint32_t));
     }
 }
 
@@ -300,7 +341,8 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
         int64_t row_end = min64((group + 1) * rows_per_group, cout_g);
         for (int64_t row0 = group * rows_per_group; row0 < row_end; row0 += 2 * ORTX_BGEMM_TILE_ROWS)
             job->isa->direct_tiles(taps(p), tile_chunks(p), job->weights + row0 / ORTX_BGEMM_TILE_ROWS * panel, panel,
-                                   job->planes + n0, job->offsets, job->geometry.channel_floats, vectors, masks, at,
+                                   job->planes + n0 * CHUNK_WORDS, job->offsets,
+                                   job->geometry.channel_floats * CHUNK_WORDS, vectors, masks, at,
                                    job->y + row0 * N, N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
                                    job->epilogue, row0);
     }
@@ -316,7 +358,7 @@ void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);
     const int tiles = !transposed && job.isa->a_tiles;
-    int32_t *offsets = (int32_t *)(workspace + ortx_round_up(plane_pairs(p) * g->channel_floats + SLACK_WORDS, 16));
+    int32_t *offsets = (int32_t *)(workspace + ortx_round_up(plane_pairs(p) * g->channel_floats + slack_words(), 16));
     memset(job.used_phase, 0, sizeof(job.used_phase));
     for (int64_t q = 0; q < (tiles ? area : cps * area); q++) {  /* the AMX form: one offset per tap */
         int64_t tap = q % area, dy = tap / p->kernel_width * p->dilation_height;
@@ -327,12 +369,16 @@ void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint
                                dx / sw);
     }
     job.offsets = offsets;
-    memset(job.planes + cps * g->channel_floats, 0,
-           ((tiles ? plane_pairs(p) - cps : 0) * g->channel_floats + SLACK_WORDS) * sizeof(uint32_t));
+    /* past the planes (and, on the vdpbf16ps form, nothing else: its pairs are exactly the channel pairs) */
+    memset(job.planes + plane_pairs(p) * g->channel_floats, 0, slack_words() * sizeof(uint32_t));
     /* as in ortx_sgemm: below ~2M multiply-adds one thread */
     int64_t cout_g = p->out_channels / p->group;
     if ((double)cout_g * p->out_height * p->out_width * cps * 2 * area < 128.0 * 128 * 128) threads = 1;
-    ortx_parallel_range(threads, cps, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_pairs, &job);
+    if (tiles)
+        ortx_parallel_range(threads, tile_chunks(p) * sh * sw * g->phase_rows, (int64_t)ORTX_TASKS_PER_THREAD * threads,
+                            fill_chunks, &job);
+    else
+        ortx_parallel_range(threads, cps, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_pairs, &job);
     job.pixels = virtual_pixels(p, g);
     job.tiles = (job.pixels + TILE_PIXELS - 1) / TILE_PIXELS;
     int64_t panel_rows = tiles ? ORTX_BGEMM_TILE_ROWS : ORTX_BGEMM_MR;

@@ -321,6 +321,7 @@ DIRECT_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (32, 24, 14, 3, 1, 1, 2, 1),   # two groups
     (72, 70, 7, 3, 1, 1, 1, 1),    # K = 648 in one pass (no K blocks), 9 panels on few tiles: row groups
     (17, 9, 31, 5, 1, 2, 1, 1),    # 5x5, odd Cin
+    (40, 20, 37, 3, 2, 1, 1, 1),   # two 16-pair chunks (the second partial) at stride 2: gathered phase columns
 ]
 
 
