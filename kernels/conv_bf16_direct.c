@@ -60,12 +60,36 @@ static int64_t plane_pairs(const ortx_conv_params *p) {
 /* Words past the planes that the last tile may read: on the AMX form up to 31 positions of 16 words. */
 static int64_t slack_words(void) { return use_tiles() ? SLACK_WORDS * CHUNK_WORDS : SLACK_WORDS; }
 
+/* The AMX form's x-unfolded convs: from fewer than 8 input channels (one group), where Cin x KW fills 16 to 32
+ * values, the conv is run as the KH x 1 conv, stride (sh, 1), of an input whose Cin x KW channels at output column
+ * ox are the values its taps kx read (X[c][iy][ox * sw + kx * dw - pad_left], 0 outside), so one 16-pair chunk
+ * holds a row of the patch instead of 2-7 of its 16 pairs: ResNet's 3 -> 64 7x7/2 stem (21 values of 32) took the
+ * packed patch-matrix path before, its packing (im2col in bf16) most of the time. */
+static int unfolds_x(const ortx_conv_params *p) {
+    int64_t values = p->in_channels * p->kernel_width;
+    return use_tiles() && p->group == 1 && p->in_channels < 8 && p->kernel_width > 1 &&
+           values >= ORTX_BGEMM_TILE_PAIRS && values <= 2 * ORTX_BGEMM_TILE_PAIRS;
+}
+
+/* The conv the direct form runs: p itself, or its unfolded form (unfolds_x). */
+static ortx_conv_params effective(const ortx_conv_params *p) {
+    ortx_conv_params q = *p;
+    if (unfolds_x(p)) {
+        q.in_channels = p->in_channels * p->kernel_width;
+        q.in_width = p->out_width;
+        q.kernel_width = q.stride_width = q.dilation_width = 1;
+        q.pad_left = 0;
+    }
+    return q;
+}
+
 /* Virtual pixels up to the last output pixel (the last row's dropped columns are not computed). */
 static int64_t virtual_pixels(const ortx_conv_params *p, const ortx_conv_direct_geometry *g) {
     return (p->out_height - 1) * g->phase_width + p->out_width;
 }
 
-int ortx_conv_direct_bf16_applies(const ortx_conv_params *p) {
+int ortx_conv_direct_bf16_applies(const ortx_conv_params *original) {
+    const ortx_conv_params q = effective(original), *p = &q;
     if (p->stride_height * p->stride_width > 64) return 0;  /* direct_job.used_phase */
     int64_t cin_g = p->in_channels / p->group;
     /* a 1x1 stride-1 conv is one GEMM on X as stored (Case 1 reads it in place) and a few input channels give
@@ -77,7 +101,8 @@ int ortx_conv_direct_bf16_applies(const ortx_conv_params *p) {
     return computed <= 1.35 * needed;
 }
 
-int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *p) {
+int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *original) {
+    const ortx_conv_params q = effective(original), *p = &q;
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
     return ortx_round_up(plane_pairs(p) * g.channel_floats + slack_words(), 16) +
            ortx_round_up(channel_pairs(p) * taps(p), 16);
@@ -101,14 +126,20 @@ static int64_t tiles_panel_elements(const ortx_conv_params *p) {
     return taps(p) * tile_chunks(p) * ORTX_BGEMM_TILE_ROWS * ORTX_BGEMM_TILE_PAIRS * 2;
 }
 
-int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *p) {
-    if (!use_tiles()) return ortx_conv_direct_bf16_elements(p);
+int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *original) {
+    if (!use_tiles()) return ortx_conv_direct_bf16_elements(original);
+    const ortx_conv_params q = effective(original), *p = &q;
     return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_TILE_ROWS) / ORTX_BGEMM_TILE_ROWS *
            tiles_panel_elements(p);
 }
 
-int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *p, int64_t m, int64_t c, int64_t tap) {
-    if (!use_tiles()) return ortx_conv_direct_weight_index(p, m, c, tap);
+int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *original, int64_t m, int64_t c, int64_t tap) {
+    if (!use_tiles()) return ortx_conv_direct_weight_index(original, m, c, tap);
+    const ortx_conv_params q = effective(original), *p = &q;
+    if (unfolds_x(original)) {  /* channel c at tap (ky, kx) is unfolded channel c * KW + kx at tap ky */
+        c = c * original->kernel_width + tap % original->kernel_width;
+        tap /= original->kernel_width;
+    }
     const int64_t rows = ORTX_BGEMM_TILE_ROWS, pairs = ORTX_BGEMM_TILE_PAIRS, pair = c / 2;
     return m / rows * tiles_panel_elements(p) + ((pair / pairs * taps(p) + tap) * pairs + pair % pairs) * rows * 2 +
            m % rows * 2 + c % 2;
@@ -139,6 +170,7 @@ typedef struct direct_job {
     int used_phase[64];  /* [qy * sw + qx], strides up to 8 */
     int64_t pixels, tiles, row_groups, panels_per_group;
     int group_major;  /* the AMX form: unit u is row group u / tiles, tile u % tiles */
+    const ortx_conv_params *unfolded;    /* not NULL: params is this conv's x-unfolded form (unfolds_x) */
     const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
     float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
 } direct_job;
@@ -193,6 +225,42 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* One row of an x-unfolded conv's chunk plane (one chunk: at most 32 values): position ox, value j = c * KW + kx
+ * is X[c][iy][ox * sw + kx * dw - pad_left] (0 outside the input or past the channels). The positions where every
+ * tap reads inside the row go through isa->chunk_run (strided reads), the few at the edges one value at a time. */
+static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) {
+    const ortx_conv_params *o = job->unfolded;
+    const int64_t H = o->in_height, W = o->in_width, KW = o->kernel_width, OW = o->out_width;
+    const int64_t sw = o->stride_width, dw = o->dilation_width, values = o->in_channels * KW;
+    int64_t lo = 0, hi = OW;
+    for (int64_t kx = 0; kx < KW; kx++) {  /* ox with 0 <= ox * sw + kx * dw - pad_left < W for every kx */
+        int64_t shift = kx * dw - o->pad_left;
+        int64_t first = shift >= 0 ? 0 : (-shift + sw - 1) / sw, end = W - shift <= 0 ? 0 : (W - shift - 1) / sw + 1;
+        lo = first > lo ? first : lo;
+        hi = end < hi ? end : hi;
+    }
+    if (hi < lo) hi = lo;
+    const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
+    for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++)
+        channels[j] = j < values ? job->x + (j / KW * H + iy) * W + lo * sw + j % KW * dw - o->pad_left : NULL;
+    if (hi > lo) job->isa->chunk_run(channels, sw, hi - lo, out + lo * CHUNK_WORDS);
+    for (int64_t ox = 0; ox < OW; ox++) {
+        if (ox == lo && hi > lo) {  /* chunk_run's */
+            ox = hi - 1;
+            continue;
+        }
+        for (int64_t pair = 0; pair < ORTX_BGEMM_TILE_PAIRS; pair++) {
+            uint16_t half[2] = {0, 0};
+            for (int64_t k = 0; k < 2; k++) {
+                int64_t j = 2 * pair + k, ix = ox * sw + j % KW * dw - o->pad_left;
+                if (j < values && ix >= 0 && ix < W)
+                    half[k] = ortx_bf16_from_float(job->x[(j / KW * H + iy) * W + ix]);
+            }
+            out[ox * CHUNK_WORDS + pair] = (uint32_t)half[0] | (uint32_t)half[1] << 16;
+        }
+    }
+}
+
 /* Step 1 of the AMX form for units [begin, end): unit u is chunk u / (phases * phase_rows), phase and row the rest;
  * each fills one row of one phase of a chunk plane (16 words per position). */
 static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
@@ -217,6 +285,10 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
         int64_t hi = last < 0 ? 0 : last / sw + 1;
         lo = lo < 0 ? 0 : min64(lo, width);
         hi = hi < lo ? lo : min64(hi, width);
+        if (job->unfolded) {
+            fill_unfolded_row(job, iy, out);
+            continue;
+        }
         const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
         for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
             int64_t channel = 2 * ORTX_BGEMM_TILE_PAIRS * h + j;
@@ -349,11 +421,12 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     job->isa->tiles_end(&saved);
 }
 
-void ortx_conv_direct_bf16(const ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
+void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const ortx_conv_params *transposed) {
-    direct_job job = {.params = p, .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(),
-                      .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
+    const ortx_conv_params q = effective(original), *p = &q;
+    direct_job job = {.params = p, .unfolded = unfolds_x(original) ? original : NULL,
+                      .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(), .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
                       .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);

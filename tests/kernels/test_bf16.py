@@ -323,6 +323,12 @@ DIRECT_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (17, 9, 31, 5, 1, 2, 1, 1),    # 5x5, odd Cin
     (40, 20, 37, 3, 2, 1, 1, 1),   # two 16-pair chunks (the second partial) at stride 2: gathered phase columns
 ]
+# x-unfolded on AMX (conv_bf16_direct.c unfolds_x: fewer than 8 channels, Cin x KW of 16-32 values): the direct
+# form there, the packed patch matrix on the other paths
+UNFOLDED_CASES = [
+    (3, 20, 45, 7, 2, 3, 1, 1),    # a 7x7/2 RGB stem (21 values): edge columns where some taps read padding
+    (4, 9, 26, 5, 1, 3, 1, 2),     # 5x5 from 4 channels (20 values), dilation 2
+]
 
 
 def conv_form(cin, cout, size, kernel, stride, pad, group, dilation):
@@ -337,6 +343,12 @@ def conv_form(cin, cout, size, kernel, stride, pad, group, dilation):
 @pytest.mark.parametrize("case", DIRECT_CASES)
 def test_direct_conv_matches_fp32_and_reference(isa, case):
     assert conv_form(*case) == 1, f"{case} does not take the direct form"
+    test_conv_matches_fp32_and_reference(isa, case)
+
+
+@pytest.mark.parametrize("case", UNFOLDED_CASES)
+def test_x_unfolded_direct_conv_matches_fp32_and_reference(isa, case):
+    assert conv_form(*case) == (1 if isa == "amx" else 0)
     test_conv_matches_fp32_and_reference(isa, case)
 
 
