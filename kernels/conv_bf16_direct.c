@@ -403,6 +403,8 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     const int64_t N = p->out_height * p->out_width, cout_g = p->out_channels / p->group;
     const int64_t rows_per_group = job->panels_per_group * ORTX_BGEMM_TILE_ROWS, panel = tiles_panel_elements(p);
     ortx_tile_state saved;
+    ortx_bf16_direct_pending pending;  /* each step's store runs during the next one's products */
+    pending.valid = 0;
     job->isa->tiles_begin(&saved);
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
@@ -416,8 +418,9 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
                                    job->planes + n0 * CHUNK_WORDS, job->offsets,
                                    job->geometry.channel_floats * CHUNK_WORDS, vectors, masks, at,
                                    job->y + row0 * N, N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
-                                   job->epilogue, row0);
+                                   job->epilogue, row0, &pending);
     }
+    job->isa->direct_finish(&pending);
     job->isa->tiles_end(&saved);
 }
 
@@ -426,7 +429,8 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
                            const ortx_conv_params *transposed) {
     const ortx_conv_params q = effective(original), *p = &q;
     direct_job job = {.params = p, .unfolded = unfolds_x(original) ? original : NULL,
-                      .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(), .x = x, .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
+                      .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(), .x = x,
+                      .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
                       .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);

@@ -154,17 +154,32 @@ typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint
                                     int64_t mc, int64_t nc, float *c, int64_t ldc, int accumulate,
                                     const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0, uint16_t *tail);
 
-/* The AMX direct conv's step (conv_bf16_direct.c, tiles path; inside tiles_begin/tiles_end): for rows i < rows (<= 32) and the 16 * vectors
- * virtual pixels j of x (chunk planes: the 16 words of pairs 16h .. 16h+15 at virtual pixel j of tap t are the 64
- * bytes at x + (h * chunk_words + tap_offsets[t] + j) * 16), acc[i][j] = sum over 16-pair chunks h and taps t of
- * those words times the weights' tile a + (h * taps + t) * 512 ([16 pairs][16 rows][2]; rows 16..31: + a_panel),
- * in tdpbf16ps's order; then per vector v the lanes set in masks[v] are packed together in lane order and written
- * to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane), as ortx_bf16_direct_tile_fn stores. */
+/* The AMX direct conv's step (conv_bf16_direct.c, tiles path; inside tiles_begin/tiles_end): for rows i < rows
+ * (<= 32) and the 16 * vectors virtual pixels j of x (chunk planes: the 16 words of pairs 16h .. 16h+15 at virtual
+ * pixel j of tap t are the 64 bytes at x + (h * chunk_words + tap_offsets[t] + j) * 16), acc[i][j] = sum over
+ * 16-pair chunks h and taps t of those words times the weights' tile a + (h * taps + t) * 512 ([16 pairs][16
+ * rows][2]; rows 16..31: + a_panel), in tdpbf16ps's order; then per vector v the lanes set in masks[v] are packed
+ * together in lane order and written to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane), as
+ * ortx_bf16_direct_tile_fn stores. */
+typedef struct ortx_bf16_direct_pending ortx_bf16_direct_pending;
 typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const uint16_t *a, int64_t a_panel,
                                           const uint32_t *x, const int32_t *tap_offsets, int64_t chunk_words,
                                           int vectors, const uint32_t *masks, const int64_t *at, float *c,
                                           int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
-                                          int64_t row0);
+                                          int64_t row0, ortx_bf16_direct_pending *pending);
+
+/* The store of an AMX direct step is deferred: a step's products are left in `scratch` and its store runs during
+ * the next step's tile products (or at direct_finish), so the vector units work while the tile unit does.
+ * direct_tiles runs `pending`'s store (when `valid`) after issuing its own products, then makes its own step the
+ * pending one in the other scratch. A thread's steps share one pending record; direct_finish stores the last. */
+struct ortx_bf16_direct_pending {
+    float scratch[2][32 * 32] __attribute__((aligned(64)));  /* [pixel][row], alternating */
+    int valid, which, vectors, mt;
+    uint32_t masks[2];
+    int64_t at[2], ldc, rows, row0;
+    float *c;
+    const ortx_gemm_epilogue *epilogue;
+};
 
 /* The AMX direct conv's chunk planes (a_tiles paths): for k < count, the 64 bytes at dst + 16k are the 16 words
  * (bf16(channels[2j][k * step]) low, bf16(channels[2j + 1][k * step]) high), j < 16; a NULL channel reads zeros. */
@@ -187,6 +202,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;
     ortx_bf16_direct_tiles_fn direct_tiles;  /* a_tiles paths: the direct conv's AMX step */
+    void (*direct_finish)(ortx_bf16_direct_pending *pending);  /* ... and the store of its last step */
     ortx_bf16_chunk_run_fn chunk_run;        /* a_tiles paths: its input planes */
     /* a_tiles paths: around each task that runs block or direct_tiles on a thread, load our tile configuration
      * (saving the thread's) and then give the thread its own back (or release the tiles): other AMX code on the

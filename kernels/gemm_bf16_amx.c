@@ -238,14 +238,15 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_amx_bf16(const float *const *channels
 /* The direct conv's step (gemm_bf16.h's ortx_bf16_direct_tiles_fn), with the activations as A and the weights as
  * B: an A tile is 16 virtual pixels x 16 pairs, the 1 KB at one tap's offset in a chunk plane (64-byte rows one
  * pixel apart, so every tap's rows are whole cache lines); a B tile is 16 pairs x 16 output rows of the packed
- * weights. C tiles are pixels x rows; they go through a 32x32 scratch, are transposed to rows x pixels, and leave
- * through gemm_bf16_avx512.c's direct-tile store (alpha, bias_row, residual by fused multiply-add read with the
- * store's mask, activation). mt: 16-row weight tiles (1-2), nt: 16-pixel halves (1-2). Measured against B tiles
+ * weights. C tiles are pixels x rows; they go to a 32x32 scratch and, during the next step's products (gemm_bf16.h's
+ * ortx_bf16_direct_pending), are transposed to rows x pixels and leave through gemm_bf16_avx512.c's direct-tile
+ * store (alpha, bias_row, residual by fused multiply-add read with the store's mask, activation). mt: 16-row weight
+ * tiles (1-2), nt: 16-pixel halves (1-2). Measured against B tiles
  * read from channel-pair planes (this step before, the words of one tap 4 or 8 bytes off the lines): a stand-alone
  * replica of ResNet-18's 64 -> 64 3x3 conv at 56x56, 1 thread, went 39.5 -> 27.1 ns per 16-pair step. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_step(
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_products(
     const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint32_t *x,
-    const int32_t *tap_offsets, int64_t chunk_words, float *scratch) {
+    const int32_t *tap_offsets, int64_t chunk_words) {
     _tile_zero(0);
     if (mt == 2) _tile_zero(1);
     if (nt == 2) _tile_zero(2);
@@ -267,45 +268,90 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
             }
         }
     }
+}
+
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_stored(const int mt, const int nt,
+                                                                                          float *scratch) {
     _tile_stored(0, scratch, 128);
     if (mt == 2) _tile_stored(1, scratch + 16, 128);
     if (nt == 2) _tile_stored(2, scratch + 16 * 32, 128);
     if (mt == 2 && nt == 2) _tile_stored(3, scratch + 16 * 32 + 16, 128);
 }
 
+/* A pending step's store: its C tiles transposed block by block to rows x pixels (in registers), then each row
+ * vector through the direct-tile store. */
+ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s) {
+    const float *scratch = s->scratch[s->which];
+    for (int v = 0; v < s->vectors; v++) {
+        __mmask16 keep = (__mmask16)s->masks[v];
+        int count = __builtin_popcount(s->masks[v]);
+        if (!count) continue;
+        __mmask16 store = (__mmask16)((1u << count) - 1u);
+        for (int o = 0; o < s->mt; o++) {
+            __m512i block[16];
+            for (int i = 0; i < 16; i++) block[i] = _mm512_load_si512(scratch + (16 * v + i) * 32 + 16 * o);
+            transpose_16x16(block);
+            int64_t rows = s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
+            for (int64_t i = 0; i < rows; i++) {
+                int64_t row = 16 * o + i;
+                ortx_bf16_direct_store_row(_mm512_castsi512_ps(block[i]), keep, store, s->epilogue, s->row0 + row,
+                                           s->at[v], s->c + row * s->ldc + s->at[v]);
+            }
+        }
+    }
+}
+
+ORTX_TARGET_AMX_BF16 static void direct_finish_amx_bf16(ortx_bf16_direct_pending *pending) {
+    if (pending->valid) direct_store(pending);
+    pending->valid = 0;
+}
+
 ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chunks, const uint16_t *a,
                                                       int64_t a_panel, const uint32_t *x, const int32_t *tap_offsets,
                                                       int64_t chunk_words, int vectors, const uint32_t *masks,
                                                       const int64_t *at, float *c, int64_t ldc, int64_t rows,
-                                                      const ortx_gemm_epilogue *e, int64_t row0) {
-    float scratch[32 * 32] __attribute__((aligned(64)));  /* [pixel][row] */
-    float rows_first[32 * 32] __attribute__((aligned(64)));  /* [row][pixel] */
-    const int mt = rows > 16 ? 2 : 1;
-    if (mt == 2 && vectors == 2)
-        direct_tiles_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, scratch);
-    else if (mt == 2)
-        direct_tiles_step(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, scratch);
-    else if (vectors == 2)
-        direct_tiles_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, scratch);
-    else
-        direct_tiles_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, scratch);
-    for (int v = 0; v < vectors; v++)
-        for (int o = 0; o < mt; o++) {
-            __m512i block[16];
-            for (int i = 0; i < 16; i++) block[i] = _mm512_load_si512(scratch + (16 * v + i) * 32 + 16 * o);
-            transpose_16x16(block);
-            for (int i = 0; i < 16; i++) _mm512_store_si512(rows_first + (16 * o + i) * 32 + 16 * v, block[i]);
-        }
-    for (int v = 0; v < vectors; v++) {
-        __mmask16 keep = (__mmask16)masks[v];
-        int count = __builtin_popcount(masks[v]);
-        if (!count) continue;
-        __mmask16 store = (__mmask16)((1u << count) - 1u);
-        for (int64_t i = 0; i < rows; i++) {
-            ortx_bf16_direct_store_row(_mm512_load_ps(rows_first + i * 32 + 16 * v), keep, store, e, row0 + i,
-                                       at[v], c + i * ldc + at[v]);
-        }
+                                                      const ortx_gemm_epilogue *e, int64_t row0,
+                                                      ortx_bf16_direct_pending *pending) {
+    const int mt = rows > 16 ? 2 : 1, which = pending->valid ? 1 - pending->which : 0;
+    float *scratch = pending->scratch[which];
+    /* issue this step's products, run the previous step's store while the tile unit works, then store ours; steps
+     * of fewer than 12 k steps store at once (ResNet's 7x7 stem, x-unfolded: 7 k steps, 6-11% slower deferred,
+     * where 3x3 convs of 18-72 k steps gained 2-15%) */
+    if (taps * chunks < 12) {
+        if (pending->valid) direct_store(pending);
+        pending->valid = 0;
     }
+    if (mt == 2 && vectors == 2) {
+        direct_tiles_products(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
+        if (pending->valid) direct_store(pending);
+        direct_tiles_stored(2, 2, scratch);
+    } else if (mt == 2) {
+        direct_tiles_products(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
+        if (pending->valid) direct_store(pending);
+        direct_tiles_stored(2, 1, scratch);
+    } else if (vectors == 2) {
+        direct_tiles_products(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
+        if (pending->valid) direct_store(pending);
+        direct_tiles_stored(1, 2, scratch);
+    } else {
+        direct_tiles_products(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
+        if (pending->valid) direct_store(pending);
+        direct_tiles_stored(1, 1, scratch);
+    }
+    pending->valid = 1;
+    pending->which = which;
+    pending->vectors = vectors;
+    pending->mt = mt;
+    pending->masks[0] = masks[0];
+    pending->masks[1] = vectors == 2 ? masks[1] : 0;
+    pending->at[0] = at[0];
+    pending->at[1] = vectors == 2 ? at[1] : 0;
+    pending->c = c;
+    pending->ldc = ldc;
+    pending->rows = rows;
+    pending->row0 = row0;
+    pending->epilogue = e;
+    if (taps * chunks < 12) direct_finish_amx_bf16(pending);
 }
 
 const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
@@ -320,6 +366,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
     .interleave = ortx_bf16_interleave_avx512_bf16,
     .direct_tile = ortx_bf16_direct_tile_avx512_bf16,
     .direct_tiles = direct_tiles_amx_bf16,
+    .direct_finish = direct_finish_amx_bf16,
     .chunk_run = chunk_run_amx_bf16,
     .tiles_begin = tiles_begin_amx,
     .tiles_end = tiles_end_amx,
