@@ -1,9 +1,8 @@
 """OrtxEP's `precision` option: what "bf16" means, and a numpy reference of it.
 
 precision="fp32" (the default) runs every kernel in float32. precision="bf16" runs the GEMMs and convolutions
-whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Conv/FusedConv but for spatial ones
-with patches (Cin/g x KH x KW) under 32 values, measured faster in fp32, and ConvTranspose whose kernel equals its
-stride without padding, from 64 input channels per group) with bf16 operands and fp32
+whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Conv/FusedConv, and ConvTranspose
+whose kernel equals its stride without padding, from 64 input channels per group) with bf16 operands and fp32
 accumulation; every other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics,
 depthwise convs, other transposed convs, attention's activation x activation products, and the epilogues (bias,
 residual, activation), which run on the fp32 accumulators.

@@ -7,11 +7,10 @@ float32 tensors only. Constant weights are packed once here (gemm_pack_f32 throu
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
 size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
 Under `builder.precision == "bf16"` (ortx/ep/precision.py), Gemm and MatMul with a constant operand and dense or
-grouped convs (but spatial ones whose patch is under 32 values, an RGB stem's: _bf16_loses) run the bf16 kernels
-instead (weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16, sizes from
-gemm_sizes_bf16/conv_sizes_bf16), and so do ConvTransposes whose kernel equals their stride without padding, from 64
-input channels per group (conv_transpose2d_bf16); depthwise convs, other transposed convs and products of two
-activations stay fp32.
+grouped convs run the bf16 kernels instead (weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16,
+sizes from gemm_sizes_bf16/conv_sizes_bf16), and so do ConvTransposes whose kernel equals their stride without
+padding, from 64 input channels per group (conv_transpose2d_bf16); depthwise convs, other transposed convs and
+products of two activations stay fp32.
 Conv/ConvTranspose: 1-D (lowered as 2-D with H = 1) and 2-D; pads are resolved as onnxruntime resolves them and
 the resulting output size must equal the inferred one, else the node is declined.
 """
@@ -339,20 +338,11 @@ def _conv_buffers(node: ir.Node, builder, plan: ConvPlan) -> tuple:
             builder.buffer(node.inputs[3]) if plan.has_residual else None)
 
 
-def _bf16_loses(plan: ConvPlan) -> bool:
-    """A spatial conv whose patch (Cin/g x KH x KW) is shorter than one 16-pair bf16 chunk (an RGB stem's 3x3): its
-    patch matrix is packed for few multiply-adds per value, and fp32 was measured faster (2 threads, GAP after:
-    3->16 3x3/2 at 640 1.08 vs 1.29 ms, 3->32 3x3/2 at 224 0.19 vs 0.21; a 3->64 7x7/2 stem (K 147) 0.86 vs 0.46 and
-    1x1 convs from 12-24 channels 0.79-1.15 vs 0.68-1.03 stay bf16)."""
-    shape = plan.weights.shape  # (Cout, Cin/g, *kernel)
-    return int(np.prod(shape[2:])) > 1 and int(np.prod(shape[1:])) < 32
-
-
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
     if plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
-    elif builder.precision == "bf16" and not _bf16_loses(plan):
+    elif builder.precision == "bf16":
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
     elif sparse.try_sparse_conv(node, builder, plan, _conv_buffers(node, builder, plan)):
         return  # ortx.tune.sparse_choice chose sparse_conv2d_f32 for these weights
