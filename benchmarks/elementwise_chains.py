@@ -6,9 +6,10 @@ Usage: python benchmarks/elementwise_chains.py [--runs 20] [--threads 2] [--mode
    the same at 96x40x40, which fits the L2 cache), followed by a GlobalAveragePool so that the chain writes into the
    arena and not into a fresh output array (whose page faults would dominate).
 2. Whole models (benchmarks/memory.py's models): the same ORT and OrtxEP sessions as benchmarks/run.py (tuning off).
-"Chains" is OrtxEP compiled with ortx.pipeline.ELEMENTWISE_CHAINS on (`chains_enabled`; sessions leave it off),
-"unfused" as sessions compile today, everything else equal. Runs interleaved in blocks after warm-up (benchmarks/int8.py's
-`interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's "Elementwise chains" section.
+"Chains" is OrtxEP compiled with ortx.pipeline.ELEMENTWISE_CHAINS on (sessions' default since session 14),
+"unfused" with it off (`chains_set`), everything else equal. Runs interleaved in blocks after warm-up
+(benchmarks/int8.py's `interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's "Elementwise
+chains" section.
 """
 from __future__ import annotations
 
@@ -38,11 +39,10 @@ HEADING = "Elementwise chains (issue #4)"
 
 
 @contextlib.contextmanager
-def chains_enabled():
-    """OrtxEP sessions built inside compile with elementwise chains (ortx.pipeline.ELEMENTWISE_CHAINS, off by
-    default)."""
+def chains_set(on: bool):
+    """OrtxEP sessions built inside compile with elementwise chains on or off (ortx.pipeline.ELEMENTWISE_CHAINS)."""
     default = ortx.pipeline.ELEMENTWISE_CHAINS
-    ortx.pipeline.ELEMENTWISE_CHAINS = True
+    ortx.pipeline.ELEMENTWISE_CHAINS = on
     try:
         yield
     finally:
@@ -72,10 +72,11 @@ def sessions(path_or_bytes, shapes: dict, threads: int) -> dict:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     provider_options = [{"input_shapes": shapes, "tuning": "off"}, {}]
-    result = {"ORT": onnxruntime.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"]),
-              "unfused": ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                               provider_options=provider_options)}
-    with chains_enabled():
+    result = {"ORT": onnxruntime.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"])}
+    with chains_set(False):
+        result["unfused"] = ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                                  provider_options=provider_options)
+    with chains_set(True):
         result["chains"] = ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                                  provider_options=provider_options)
     return result
@@ -131,7 +132,8 @@ def main() -> int:
                             text=True).stdout.strip()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
             f"interleaved in blocks after warm-up, seeded random inputs. \"chains\" is OrtxEP with "
-            f"ortx.pipeline.ELEMENTWISE_CHAINS on, \"unfused\" as sessions run (it is off), everything else equal; ratio = chains / unfused; bitwise = the chained and "
+            f"ortx.pipeline.ELEMENTWISE_CHAINS on (sessions' default), \"unfused\" with it off, everything else "
+            f"equal; ratio = chains / unfused; bitwise = the chained and "
             f"unfused OrtxEP outputs are identical. Load = 1-minute load average (2 cores, shared). Written by "
             f"`python benchmarks/elementwise_chains.py`.\n\n"
             "| model | chain steps | ORT ms | OrtxEP unfused ms | OrtxEP chains ms | chains / unfused | chains / ORT | "

@@ -418,11 +418,13 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
     return decisions
 
 
-# fuse_elementwise_chains in OrtxEP's compile: off. Its kernel step beats the unfused steps it replaces (PP-OCRv4
-# det's neck at 96x160x160, 1 thread, minimum of 30: 1.15 vs 0.47 + 0.43 + 0.61 ms), but whole models measured
-# 1.04-1.12x slower with it at 1 thread and 0.76-1.19x at 2 (benchmarks/elementwise_chains.py on 0f3f1d1, medians;
-# BENCHMARKS.md): no end-to-end gain shown, so sessions do not use it until one is.
-ELEMENTWISE_CHAINS = False
+# fuse_elementwise_chains in OrtxEP's compile: on. Off until session 14, when whole models measured 1.04-1.12x
+# slower with it at 1 thread (0f3f1d1); re-measured after the thread pool's per-thread segments (44275a8) it is a
+# gain or neutral everywhere, the outputs bitwise the same (benchmarks/elementwise_chains.py on c23fcf0, medians of
+# 20, ratio chains / unfused, 2 threads / 1 thread): PP-OCRv4 det 0.94 / 0.95, rec 0.99 / 0.99, det's neck chain at
+# 96x160x160 0.55 / 0.58 and at 96x40x40 0.72 / 0.86; the BERT-like encoder has no chain (identical programs). In
+# bf16 sessions (precision "bf16", 2 threads, in-process A/B) det 0.92, rec 0.97, MobileNetV2-style 0.99.
+ELEMENTWISE_CHAINS = True
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

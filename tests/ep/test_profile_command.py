@@ -33,12 +33,13 @@ def test_profile_prints_both_engines_and_keeps_the_traces(tmp_path, capsys):
                  "--trace-dir", str(traces)]) == 0
     text = capsys.readouterr().out
     assert "ONNX Runtime op" in text and "OrtxEP op" in text and "OrtxEP time per kernel" in text
-    # Conv + Relu are one FusedConv step, listed with its sources; Tanh and Add are steps of their own.
-    assert "FusedConv" in text and "(fused: conv,relu)" in text and "unary_f32" in text and "binary_f32" in text
+    # Conv + Relu are one FusedConv step and Tanh + Add one elementwise chain, each listed with its sources.
+    assert "FusedConv" in text and "(fused: conv,relu)" in text
+    assert "elementwise_chain_f32" in text and "(fused: tanh,add)" in text
     files = sorted(p.name for p in traces.iterdir())
     assert len(files) == 2 and files[0].startswith("ort_") and files[1].startswith("ortx_")
     ortx_summary = summarize(json.loads((traces / files[1]).read_text()))
-    assert ortx_summary.runs == 3 and {node.name for node in ortx_summary.nodes} == {"conv", "tanh", "add"}
+    assert ortx_summary.runs == 3 and {node.name for node in ortx_summary.nodes} == {"conv", "add_chain"}
 
 
 def test_summary_medians_and_groups():
