@@ -122,12 +122,14 @@ def main() -> int:
             "models, OrtxEP (tuning off) vs ORT CPU, the same thread count; ratio = OrtxEP / ORT; max abs err = "
             "OrtxEP against ORT. Load = 1-minute load average (2 cores, shared). Written by "
             "`python benchmarks/activations.py`.\n\n"
-            "| node | threads | ORT ms | OrtxEP ms | ratio | max abs err vs ORT | load |\n|---|---|---|---|---|---|---|\n"
+            "| node | threads | ORT ms | OrtxEP ms | ratio | max abs err vs ORT | load |\n"
+            "|---|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
     if kernel_rows:
         body += (f"\nThe unary_f32 kernel alone (no session), this build against {args.baseline_commit or 'a baseline'}"
                  "'s, one process, 15 interleaved blocks of 50 calls, medians; bitwise = both return the same "
-                 "bits.\n\n| node | threads | baseline us | this build us | ratio | bitwise |\n|---|---|---|---|---|---|\n"
+                 "bits.\n\n| node | threads | baseline us | this build us | ratio | bitwise |\n"
+                 "|---|---|---|---|---|---|\n"
                  + "\n".join(kernel_rows) + "\n")
     print(body)
     if not args.no_write:

@@ -351,7 +351,7 @@ TRANSPOSE_CASES = [
     ((1, 64, 24, 30), (64, 16, 2, 2), dict(strides=[2, 2])),  # large enough for 2 threads
     # kernel == stride (each output pixel one tap: Y assembled row by row from col blocks of input rows)
     ((1, 8, 70, 200), (8, 1, 2, 2), dict(strides=[2, 2])),  # one output channel: one block, split by rows
-    ((2, 8, 45, 190), (8, 9, 3, 3), dict(strides=[3, 3])),  # kernel 3: blocks of 17 input rows (M 81, W 190): 17, 17, 11
+    ((2, 8, 45, 190), (8, 9, 3, 3), dict(strides=[3, 3])),  # kernel 3: M 81, W 190: row blocks 17, 17, 11
 ]
 
 
