@@ -175,6 +175,14 @@ typedef struct direct_job {
     float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
 } direct_job;
 
+/* Columns [lo, hi) of a phase row `width` wide whose input column j * sw + shift lies in [0, W). */
+static void input_columns(int64_t shift, int64_t sw, int64_t W, int64_t width, int64_t *lo, int64_t *hi) {
+    int64_t first = (-shift + sw - 1) / sw, last = W - 1 - shift;
+    *lo = first < 0 ? 0 : min64(first, width);
+    *hi = last < 0 ? 0 : min64(last / sw + 1, width);
+    if (*hi < *lo) *hi = *lo;
+}
+
 /* Step 1 for channel pairs [begin, end). */
 static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
@@ -198,11 +206,8 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                         memset(out, 0, width * sizeof(uint32_t));
                         continue;
                     }
-                    /* columns [lo, hi) read the input (ix = j*sw + qx - pad_left in [0, W)); the rest is zero */
-                    int64_t lo = (p->pad_left - qx + sw - 1) / sw, last = W - 1 - qx + p->pad_left;
-                    int64_t hi = last < 0 ? 0 : last / sw + 1;
-                    lo = lo < 0 ? 0 : min64(lo, width);
-                    hi = hi < lo ? lo : min64(hi, width);
+                    int64_t lo, hi;  /* columns [lo, hi) read the input; the rest is zero */
+                    input_columns(qx - p->pad_left, sw, W, width, &lo, &hi);
                     const float *row_first = first + iy * W, *row_second = second ? second + iy * W : NULL;
                     if (sw == 1 && hi > lo) {  /* the row's input columns in one run */
                         int64_t ix0 = lo + qx - p->pad_left;
@@ -233,9 +238,9 @@ static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) 
     const int64_t H = o->in_height, W = o->in_width, KW = o->kernel_width, OW = o->out_width;
     const int64_t sw = o->stride_width, dw = o->dilation_width, values = o->in_channels * KW;
     int64_t lo = 0, hi = OW;
-    for (int64_t kx = 0; kx < KW; kx++) {  /* ox with 0 <= ox * sw + kx * dw - pad_left < W for every kx */
-        int64_t shift = kx * dw - o->pad_left;
-        int64_t first = shift >= 0 ? 0 : (-shift + sw - 1) / sw, end = W - shift <= 0 ? 0 : (W - shift - 1) / sw + 1;
+    for (int64_t kx = 0; kx < KW; kx++) {  /* ox whose every tap kx reads inside the row */
+        int64_t first, end;
+        input_columns(kx * dw - o->pad_left, sw, W, OW, &first, &end);
         lo = first > lo ? first : lo;
         hi = end < hi ? end : hi;
     }
@@ -280,15 +285,12 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
             memset(out, 0, width * CHUNK_WORDS * sizeof(uint32_t));
             continue;
         }
-        /* as fill_pairs: columns [lo, hi) read the input, the rest is zero */
-        int64_t lo = (p->pad_left - qx + sw - 1) / sw, last = W - 1 - qx + p->pad_left;
-        int64_t hi = last < 0 ? 0 : last / sw + 1;
-        lo = lo < 0 ? 0 : min64(lo, width);
-        hi = hi < lo ? lo : min64(hi, width);
         if (job->unfolded) {
             fill_unfolded_row(job, iy, out);
             continue;
         }
+        int64_t lo, hi;  /* columns [lo, hi) read the input; the rest is zero */
+        input_columns(qx - p->pad_left, sw, W, width, &lo, &hi);
         const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
         for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
             int64_t channel = 2 * ORTX_BGEMM_TILE_PAIRS * h + j;

@@ -24,6 +24,7 @@
 #include "gemm_avx2.h"
 #include "gemm_bf16.h"
 #include "isa.h"
+#include "transpose_avx512.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
@@ -179,31 +180,6 @@ ORTX_TARGET_AMX_BF16 static void block_amx_bf16(int64_t pairs, const uint16_t *a
     }
 }
 
-/* 16 vectors of 16 32-bit lanes transposed in place: r[i] lane j <- r[j] lane i. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void transpose_16x16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
-        t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
-        t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
-        t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
-    }
-    for (int i = 0; i < 8; i++) {
-        r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-        r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
-    }
-}
-
 /* gemm_bf16.h's ortx_bf16_chunk_run_fn: per 16 positions, each channel pair's 16 words as pair_run makes them
  * (vcvtne2ps2bf16 then the even/odd interleave), then a 16x16 transpose so that each position's 16 pairs are one
  * 64-byte row of an A tile. */
@@ -217,7 +193,7 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_amx_bf16(const float *const *channels
     for (int64_t k = 0; k < count; k += 16) {
         const int64_t left = count - k < 16 ? count - k : 16;
         const __mmask16 mask = (__mmask16)((1u << left) - 1u);
-        __m512i words[16];
+        __m512 words[16];  /* 32-bit words moved as floats: the transpose's shuffles keep every bit */
         for (int j = 0; j < 16; j++) {
             __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
             const float *even = channels[2 * j], *odd = channels[2 * j + 1];
@@ -228,10 +204,10 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_amx_bf16(const float *const *channels
                 if (even) lo = _mm512_mask_i32gather_ps(lo, mask, columns, even + k * step, 4);
                 if (odd) hi = _mm512_mask_i32gather_ps(hi, mask, columns, odd + k * step, 4);
             }
-            words[j] = _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            words[j] = _mm512_castsi512_ps(_mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo)));
         }
-        transpose_16x16(words);
-        for (int64_t i = 0; i < left; i++) _mm512_storeu_si512(dst + (k + i) * 16, words[i]);
+        transpose16(words);
+        for (int64_t i = 0; i < left; i++) _mm512_storeu_ps(dst + (k + i) * 16, words[i]);
     }
 }
 
@@ -288,17 +264,27 @@ ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s)
         if (!count) continue;
         __mmask16 store = (__mmask16)((1u << count) - 1u);
         for (int o = 0; o < s->mt; o++) {
-            __m512i block[16];
-            for (int i = 0; i < 16; i++) block[i] = _mm512_load_si512(scratch + (16 * v + i) * 32 + 16 * o);
-            transpose_16x16(block);
+            __m512 block[16];
+            for (int i = 0; i < 16; i++) block[i] = _mm512_load_ps(scratch + (16 * v + i) * 32 + 16 * o);
+            transpose16(block);
             int64_t rows = s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
             for (int64_t i = 0; i < rows; i++) {
                 int64_t row = 16 * o + i;
-                ortx_bf16_direct_store_row(_mm512_castsi512_ps(block[i]), keep, store, s->epilogue, s->row0 + row,
+                ortx_bf16_direct_store_row(block[i], keep, store, s->epilogue, s->row0 + row,
                                            s->at[v], s->c + row * s->ldc + s->at[v]);
             }
         }
     }
+}
+
+/* One step with compile-time tile counts: its products, then the pending store (overlapping them), then its own
+ * tiles to scratch. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_step(
+    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint32_t *x,
+    const int32_t *tap_offsets, int64_t chunk_words, const ortx_bf16_direct_pending *pending, float *scratch) {
+    direct_tiles_products(mt, nt, taps, chunks, w, w_panel, x, tap_offsets, chunk_words);
+    if (pending->valid) direct_store(pending);
+    direct_tiles_stored(mt, nt, scratch);
 }
 
 ORTX_TARGET_AMX_BF16 static void direct_finish_amx_bf16(ortx_bf16_direct_pending *pending) {
@@ -321,23 +307,14 @@ ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chu
         if (pending->valid) direct_store(pending);
         pending->valid = 0;
     }
-    if (mt == 2 && vectors == 2) {
-        direct_tiles_products(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
-        if (pending->valid) direct_store(pending);
-        direct_tiles_stored(2, 2, scratch);
-    } else if (mt == 2) {
-        direct_tiles_products(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
-        if (pending->valid) direct_store(pending);
-        direct_tiles_stored(2, 1, scratch);
-    } else if (vectors == 2) {
-        direct_tiles_products(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
-        if (pending->valid) direct_store(pending);
-        direct_tiles_stored(1, 2, scratch);
-    } else {
-        direct_tiles_products(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words);
-        if (pending->valid) direct_store(pending);
-        direct_tiles_stored(1, 1, scratch);
-    }
+    if (mt == 2 && vectors == 2)
+        direct_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+    else if (mt == 2)
+        direct_step(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+    else if (vectors == 2)
+        direct_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+    else
+        direct_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
     pending->valid = 1;
     pending->which = which;
     pending->vectors = vectors;

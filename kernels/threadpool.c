@@ -138,13 +138,9 @@ static int64_t claim(segment *s, int from_back) {
  * row bands), so it mostly reads what it wrote in the step before, from its own core's cache; a shared counter
  * handed out tasks in arrival order and moved half of every tensor between the cores. */
 static void run_tasks(pool *p, int threads, int thread_index) {
-    for (int64_t index; (index = claim(&segments[thread_index], 0)) >= 0;) {
-        p->task(p->context, index, thread_index);
-        atomic_fetch_add(&p->done, 1);
-    }
-    for (int k = 1; k < threads; k++) {
-        segment *other = &segments[(thread_index + k) % threads];
-        for (int64_t index; (index = claim(other, 1)) >= 0;) {
+    for (int k = 0; k < threads; k++) {  /* k 0: its own segment, from the front */
+        segment *s = &segments[(thread_index + k) % threads];
+        for (int64_t index; (index = claim(s, k > 0)) >= 0;) {
             p->task(p->context, index, thread_index);
             atomic_fetch_add(&p->done, 1);
         }

@@ -62,20 +62,24 @@ static const float ortx_erf_big[9] = {1.6355436400772305e-06f, -4.59926595794968
                                       -0.6318756341934204f, -1.1302002668380737f, 0.00031093755387701094f};
 
 /* AVX2 ------------------------------------------------------------------------------------------------------ */
-ORTX_TARGET_AVX2 static inline __m256 ortx_exp_avx2(__m256 x) {
-    __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(ORTX_EXP_LOWEST)),
-                                   _mm256_set1_ps(ORTX_EXP_HIGHEST));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(clamped, _mm256_set1_ps(ORTX_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_HI), clamped);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_LO), r);
+/* exp's core on a clamped x: n = round(x log2 e) and e^r (r = x - n ln2), Cephes' polynomial; the callers scale. */
+ORTX_TARGET_AVX2 static inline __m256 ortx_exp_core_avx2(__m256 x, __m256 *n) {
+    *n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ORTX_LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(ORTX_LN2_HI), x);
+    r = _mm256_fnmadd_ps(*n, _mm256_set1_ps(ORTX_LN2_LO), r);
     __m256 p = _mm256_set1_ps(ORTX_EXP_P0);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P1));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P2));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P3));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P4));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P5));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    return _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+}
+
+ORTX_TARGET_AVX2 static inline __m256 ortx_exp_avx2(__m256 x) {
+    __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(ORTX_EXP_LOWEST)),
+                                   _mm256_set1_ps(ORTX_EXP_HIGHEST));
+    __m256 n, p = ortx_exp_core_avx2(clamped, &n);
     __m256i ni = _mm256_cvtps_epi32(n);
     __m256i half = _mm256_srai_epi32(ni, 1);
     __m256i rest = _mm256_sub_epi32(ni, half);
@@ -114,17 +118,7 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_tanh_avx2(__m256 x) {
 /* exp on erf's Q range [-18, 0.001] (see the top): ortx_exp_avx2's bits without its clamps, NaN blend and
  * two-factor scaling. */
 ORTX_TARGET_AVX2 static inline __m256 ortx_exp_erf_range_avx2(__m256 q) {
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(q, _mm256_set1_ps(ORTX_LOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_HI), q);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(ORTX_LN2_LO), r);
-    __m256 p = _mm256_set1_ps(ORTX_EXP_P0);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P1));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(ORTX_EXP_P5));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256 n, p = ortx_exp_core_avx2(q, &n);
     __m256i scale = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
 }
@@ -170,20 +164,25 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_log_avx2(__m256 x) {
 }
 
 /* AVX-512: the same algorithms, operation for operation. ----------------------------------------------------- */
-ORTX_TARGET_AVX512 static inline __m512 ortx_exp_avx512(__m512 x) {
-    __m512 clamped = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(ORTX_EXP_LOWEST)),
-                                   _mm512_set1_ps(ORTX_EXP_HIGHEST));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(clamped, _mm512_set1_ps(ORTX_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_HI), clamped);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_LO), r);
+/* ortx_exp_core_avx2 on 16 lanes. */
+ORTX_TARGET_AVX512 static inline __m512 ortx_exp_core_avx512(__m512 x, __m512 *n) {
+    *n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(ORTX_LOG2E)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(ORTX_LN2_HI), x);
+    r = _mm512_fnmadd_ps(*n, _mm512_set1_ps(ORTX_LN2_LO), r);
     __m512 p = _mm512_set1_ps(ORTX_EXP_P0);
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P1));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P2));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P3));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P4));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P5));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+}
+
+ORTX_TARGET_AVX512 static inline __m512 ortx_exp_avx512(__m512 x) {
+    __m512 clamped = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(ORTX_EXP_LOWEST)),
+                                   _mm512_set1_ps(ORTX_EXP_HIGHEST));
+    __m512 n, p = ortx_exp_core_avx512(clamped, &n);
     __m512i ni = _mm512_cvtps_epi32(n);
     __m512i half = _mm512_srai_epi32(ni, 1);
     __m512i rest = _mm512_sub_epi32(ni, half);
@@ -221,17 +220,7 @@ ORTX_TARGET_AVX512 static inline __m512 ortx_tanh_avx512(__m512 x) {
 
 /* exp on erf's Q range: ortx_exp_avx512's bits, the scaling by 2^n one vscalefps. */
 ORTX_TARGET_AVX512 static inline __m512 ortx_exp_erf_range_avx512(__m512 q) {
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(q, _mm512_set1_ps(ORTX_LOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_HI), q);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(ORTX_LN2_LO), r);
-    __m512 p = _mm512_set1_ps(ORTX_EXP_P0);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P1));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P2));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P3));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P4));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(ORTX_EXP_P5));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    __m512 n, p = ortx_exp_core_avx512(q, &n);
     return _mm512_scalef_ps(p, n);
 }
 
