@@ -49,6 +49,14 @@ typedef struct ortx_depthwise_isa {
      * (no tiles), in the operation order of rows + unpack, so the results are bitwise those of the tiled path. */
     void (*plane_rows)(const ortx_conv_params *p, const float *x, const float *weights, float bias,
                        const float *residual, float *y, int64_t oy0, int64_t rows);
+    /* Lanes-16 ISAs only (NULL on AVX2): count pixels of a blocked (NCHWc) output in place, y[i * 16 + l] =
+     * act(y[i * 16 + l] + residual[i * 16 + l]) (no residual when NULL): conv2d_depthwise_nchwc_f32's epilogue. */
+    void (*finish)(const ortx_conv_params *p, float *y, int64_t count, const float *residual);
+    /* Or, where the ISA has it (NULL: the tiled path), conv2d_depthwise_nchwc_f32's output rows [oy0, oy0 + rows)
+     * of one blocked channel block straight from its blocked input x (no tile), with the 16 biases, the residual
+     * (NULL: none) and the activation; returns 0 without writing when it does not take the conv's shape. */
+    int (*blocked_rows)(const ortx_conv_params *p, const float *x, const float *weights, const float *bias,
+                        const float *residual, float *y, int64_t oy0, int64_t rows);
 } ortx_depthwise_isa;
 
 /* Whether plane_rows applies: 3x3, dilation 1, pad_left 1, at least 16 output columns, and stride 1 with
@@ -65,6 +73,49 @@ extern const ortx_depthwise_isa ortx_depthwise_portable, ortx_depthwise_avx2, or
 /* Workspace floats of conv2d_depthwise_f32 for `threads` threads (any ISA). */
 int64_t ortx_depthwise_workspace_floats(const ortx_conv_params *p, int threads);
 void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+
+/* The blocked layout (NCHWc, conv_nchwc.c): a [N, C, H, W] tensor stored as [N][ceil(C / 16)][H][W][16], channel
+ * c of pixel i at ((n * blocks + c / 16) * H * W + i) * 16 + c % 16. The lanes of the last block past C ("pad
+ * lanes") hold anything: every kernel that reads a blocked tensor ignores them. Kernels on it keep 16 channels in
+ * one vector, so pointwise and depthwise convs need no transposes between them (ONNX Runtime's NCHWc idea). */
+#define ORTX_NCHWC_LANES 16
+static inline int64_t ortx_nchwc_blocks(int64_t channels) { return (channels + 15) / 16; }
+/* The depthwise table whose lanes are 16 (AVX-512 when selected, else portable) for the blocked kernels. */
+const ortx_depthwise_isa *ortx_nchwc_depthwise_isa(void);
+void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                     int num_threads);
+void ortx_reorder_to_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_reorder_from_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* The pointwise conv on blocked tensors (conv_pointwise_nchwc.c). Weights are packed as [ceil(Cout / 64)][Cin][64]
+ * (64 output channels, 4 blocks, per input channel; zeros past Cout) and the bias as ceil(Cout / 64) * 64 floats.
+ * A tile computes `pixels` (1..ORTX_POINTWISE_PIXELS) consecutive pixels x `blocks` (1..4) output blocks over all
+ * Cin input channels: y[b][i] = act(bias[b] + sum over c of w[c][b] * x[c / 16][i][c % 16] (c ascending, one
+ * multiply-add each) + residual[b][i]); x, y and residual point at the tile's first pixel in their first block,
+ * plane = H * W pixels apart per block. */
+#define ORTX_POINTWISE_PIXELS 6
+typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
+                                             const float *x, const float *w, const float *bias, const float *residual,
+                                             float *y, int activation, float param0, float param1);
+extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512;
+void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* A dense conv from NCHW input to a blocked output (conv_to_nchwc.c), for the few-channel stem in front of a run
+ * of blocked convs. Weights packed as [Cin * KH * KW][ceil(Cout / 16) * 16] (tap-major, zeros past Cout), bias as
+ * ceil(Cout / 16) * 16 floats. Per ISA: `tile` computes `pixels` consecutive output pixels of one output row x
+ * `blocks` (1..4) output blocks whose taps all lie inside the input, from x at the tile's first tap (input pixel
+ * (oy * sh - pad_top, ox * sw - pad_left) of channel 0), tap k reading x + tap_offsets[k] + i * sw for pixel i;
+ * w and bias at the first block, ldw floats per tap; y at the tile's first pixel in its first block. `border`
+ * computes one output pixel (oy, ox) of all blocks, skipping taps outside the input. */
+#define ORTX_TO_NCHWC_ACCUMULATORS 24
+typedef struct ortx_to_nchwc_isa {
+    void (*tile)(const ortx_conv_params *p, int64_t pixels, int64_t blocks, const float *x, const int32_t *tap_offsets,
+                 const float *w, int64_t ldw, const float *bias, float *y);
+    void (*border)(const ortx_conv_params *p, const float *x, const float *w, const float *bias, int64_t oy,
+                   int64_t ox, float *y);
+} ortx_to_nchwc_isa;
+extern const ortx_to_nchwc_isa ortx_to_nchwc_avx512;
+/* Pixels per tile for `blocks` output blocks: ORTX_TO_NCHWC_ACCUMULATORS / blocks (24, 12, 8, 6). */
+static inline int64_t ortx_to_nchwc_tile_pixels(int64_t blocks) { return ORTX_TO_NCHWC_ACCUMULATORS / blocks; }
+void ortx_conv2d_to_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
@@ -218,5 +269,10 @@ void ortx_conv2d_f32_ref(const int64_t *ints, const float *floats, void *const *
 void ortx_conv2d_pixel_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_transpose2d_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads);
+void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads);
+void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 #endif

@@ -75,13 +75,26 @@ static void unpack_portable(const ortx_conv_params *p, const float *out, int64_t
         }
 }
 
-const ortx_depthwise_isa ortx_depthwise_portable = {16, pack_portable, rows_portable, unpack_portable, NULL};
+static void finish_portable(const ortx_conv_params *p, float *y, int64_t count, const float *residual) {
+    for (int64_t i = 0; i < count * 16; i++) {
+        float value = y[i];
+        if (residual) value += residual[i];
+        y[i] = ortx_activation_scalar((int)p->activation, value, p->param0, p->param1);
+    }
+}
+
+const ortx_depthwise_isa ortx_depthwise_portable = {16, pack_portable, rows_portable, unpack_portable, NULL,
+                                                    finish_portable};
 
 static const ortx_depthwise_isa *const isa_table[] = {
     [ORTX_ISA_PORTABLE] = &ortx_depthwise_portable,
     [ORTX_ISA_AVX2] = &ortx_depthwise_avx2,
     [ORTX_ISA_AVX512] = &ortx_depthwise_avx512,
 };
+
+const ortx_depthwise_isa *ortx_nchwc_depthwise_isa(void) {
+    return ortx_selected_isa() == ORTX_ISA_AVX512 ? &ortx_depthwise_avx512 : &ortx_depthwise_portable;
+}
 
 /* The tiles of one task: padded input width (pixels), output rows per band, floats of each tile at that band. */
 typedef struct depthwise_layout {
@@ -215,4 +228,64 @@ void ortx_conv2d_depthwise_f32(const int64_t *ints, const float *floats, void *c
     depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
                          scratch_floats(&p, &layout), tile_cleared};
     ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_task, &job);
+}
+
+/* conv2d_depthwise_nchwc_f32 on blocked tensors (conv.h's NCHWc), with conv2d_depthwise_f32's tasks and bands and
+ * buffers ([X, W, Y, workspace, bias, residual]; X, Y and the residual blocked, W and bias as given). Where the ISA's
+ * blocked_rows takes the shape (AVX-512: 3x3 and 5x5 at stride 1 or 2), each band is computed from the blocked
+ * input rows in place; otherwise the tiled form, whose "pack" is one copy per input row (a blocked row already
+ * holds 16 channels per pixel), with `rows` writing the band straight into Y's block and `finish` adding the
+ * residual and activating in place. Both sum each output's taps in the same order (out-of-image taps skipped or
+ * added as zero products). */
+static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
+    const depthwise_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const depthwise_layout *t = &job->layout;
+    const int64_t C = p->in_channels, H = p->in_height, W = p->in_width, OH = p->out_height, OW = p->out_width;
+    const int64_t taps = p->kernel_height * p->kernel_width, tile_row = t->tile_width * 16;
+    int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
+    int64_t c0 = block * 16, channels = min64(16, C - c0);
+    int64_t oy0 = band * t->band_rows, rows = min64(t->band_rows, OH - oy0);
+    int64_t first = oy0 * p->stride_height - p->pad_top, in_rows = band_input_rows(p, rows);
+    int64_t lo = min64(in_rows, max64(0, -first)), hi = max64(lo, min64(in_rows, H - first));
+    float *tile = job->workspace + thread * job->scratch, *weights = tile + t->in_floats + t->out_floats;
+    float *bias = weights + round16(taps * 16);
+    for (int64_t tap = 0; tap < taps; tap++)
+        for (int64_t l = 0; l < 16; l++) weights[tap * 16 + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
+    for (int64_t l = 0; l < 16; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
+    int64_t y_offset = ((n * t->blocks + block) * OH + oy0) * OW * 16;
+    const float *residual = p->has_residual ? job->residual + y_offset : NULL;
+    if (job->isa->blocked_rows &&  /* straight from the blocked rows: no tile */
+        job->isa->blocked_rows(p, job->X + (n * t->blocks + block) * H * W * 16, weights, bias,
+                               residual ? residual - oy0 * OW * 16 : NULL, job->Y + y_offset - oy0 * OW * 16, oy0,
+                               rows))
+        return;
+    if (!job->tile_cleared[thread]) {
+        memset(tile, 0, t->in_floats * sizeof(float));
+        job->tile_cleared[thread] = 1;
+    }
+    memset(tile, 0, lo * tile_row * sizeof(float));
+    memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
+    const float *x = job->X + ((n * t->blocks + block) * H + first) * W * 16;
+    for (int64_t r = lo; r < hi; r++)
+        memcpy(tile + r * tile_row + p->pad_left * 16, x + r * W * 16, W * 16 * sizeof(float));
+    job->isa->rows(p, tile, tile_row, rows, weights, bias, job->Y + y_offset);
+    job->isa->finish(p, job->Y + y_offset, rows * OW, residual);
+}
+
+void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                     int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
+    double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
+    if (macs < 256.0 * 1024) threads = 1;
+    const ortx_depthwise_isa *isa = ortx_nchwc_depthwise_isa();
+    int64_t blocks = ortx_nchwc_blocks(p.in_channels);
+    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
+    depthwise_layout layout = layout_of(&p, 16, threads > 1 ? (wanted + pieces - 1) / pieces : 1);
+    int tile_cleared[threads];
+    memset(tile_cleared, 0, sizeof(tile_cleared));
+    depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
+                         scratch_floats(&p, &layout), tile_cleared};
+    ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_nchwc_task, &job);
 }

@@ -175,7 +175,7 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
                     programs[position] = check_segment(
                         lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
                                                        num_threads=num_threads, precision=precision,
-                                                       sparse_policy=policy),
+                                                       sparse_policy=policy, blocked=BLOCKED_LAYOUT),
                         sparse_policy, segment.inputs, segment.outputs, num_threads)
                 else:
                     device_programs[position] = by_name[segment.device].backend_module().compile(
@@ -425,6 +425,12 @@ def _decline_given_back(decisions: dict[str, Decision], given_back: dict) -> dic
 # 96x160x160 0.55 / 0.58 and at 96x40x40 0.72 / 0.86; the BERT-like encoder has no chain (identical programs). In
 # bf16 sessions (precision "bf16", 2 threads, in-process A/B) det 0.92, rec 0.97, MobileNetV2-style 0.99.
 ELEMENTWISE_CHAINS = True
+
+# Runs of 1x1 and depthwise convs (with the stem before them and elementwise ops between them) on blocked NCHWc
+# tensors in OrtxEP's CPU segments (ortx.ep.lowering.blocked_layout): on since session 15. In-process A/B against
+# the same sessions on NCHW kernels, 2 threads, this Zen 4 (benchmarks/blocked_layout.py): MobileNetV2-style 0.74-0.76,
+# PP-OCR cls 0.78, rec 0.91-0.94, det 0.94-0.95; models without such runs compile the same steps.
+BLOCKED_LAYOUT = True
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

@@ -52,8 +52,14 @@ void ortx_conv2d_pixel_rows_f32_ref(const int64_t *ints, const float *floats, vo
     conv2d_ref(ints, floats, buffers, ORTX_GEMM_NR);
 }
 
-void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)num_threads;
+/* Element (n, c, y, x) of an [N, C, H, W] tensor in NCHW, or blocked (conv.h's NCHWc). */
+static int64_t tensor_index(int blocked, int64_t n, int64_t c, int64_t y, int64_t x, int64_t C, int64_t H,
+                            int64_t W) {
+    if (!blocked) return ((n * C + c) * H + y) * W + x;
+    return (((n * ortx_nchwc_blocks(C) + c / 16) * H + y) * W + x) * 16 + c % 16;
+}
+
+static void depthwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int blocked) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     const float *X = buffers[0], *W = buffers[1], *bias = buffers[4], *residual = buffers[5];
     float *Y = buffers[2];
@@ -68,11 +74,44 @@ void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, voi
                             int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                             if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                             acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] *
-                                   X[((n * p.in_channels + c) * p.in_height + iy) * p.in_width + ix];
+                                   X[tensor_index(blocked, n, c, iy, ix, p.in_channels, p.in_height, p.in_width)];
                         }
-                    int64_t index = ((n * p.out_channels + c) * p.out_height + oy) * p.out_width + ox;
+                    int64_t index = tensor_index(blocked, n, c, oy, ox, p.out_channels, p.out_height, p.out_width);
                     Y[index] = finish(&p, acc, residual, index);
                 }
+}
+
+void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    depthwise_ref(ints, floats, buffers, 0);
+}
+
+/* conv2d_depthwise_f32's sums on blocked X, Y and residual (pad lanes not written). */
+void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads) {
+    (void)num_threads;
+    depthwise_ref(ints, floats, buffers, 1);
+}
+
+/* conv_pointwise_nchwc_f32 (conv_pointwise_nchwc.c's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending
+ * of W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. */
+void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    (void)num_threads;
+    int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
+    const float *X = buffers[0], *W = buffers[1], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
+    float *Y = buffers[3];
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t co = 0; co < out_channels; co++)
+            for (int64_t i = 0; i < pixels; i++) {
+                float acc = bias[co];
+                for (int64_t ci = 0; ci < in_channels; ci++)
+                    acc += W[(co / 64 * in_channels + ci) * 64 + co % 64] *
+                           X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
+                int64_t index = tensor_index(1, n, co, 0, i, out_channels, 1, pixels);
+                if (residual) acc += residual[index];
+                Y[index] = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
+            }
 }
 
 /* Y[n, co, oy, ox] = bias[co] + sum over (ci, iy, ix, ky, kx) with oy = iy*sh - pt + ky*dh and
@@ -106,4 +145,31 @@ void ortx_conv_transpose2d_f32_ref(const int64_t *ints, const float *floats, voi
             int64_t base = (n * p.out_channels + co) * p.out_height * p.out_width;
             for (int64_t i = 0; i < p.out_height * p.out_width; i++) y[i] = finish(&p, y[i], residual, base + i);
         }
+}
+
+/* conv2d_to_nchwc_f32 (conv_to_nchwc.c's layouts): the dense conv of NCHW X with tap-major packed weights
+ * ([Cin*KH*KW][ceil(Cout/16)*16]) and packed bias, written to blocked Y; pad lanes not written. */
+void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *packed = buffers[1], *bias = buffers[3];
+    float *Y = buffers[2];
+    const int64_t ldw = ortx_nchwc_blocks(p.out_channels) * 16;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++)
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = bias[co];
+                    for (int64_t ci = 0, k = 0; ci < p.in_channels; ci++)
+                        for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                            for (int64_t kx = 0; kx < p.kernel_width; kx++, k++) {
+                                int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                                int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                                if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                                acc += packed[k * ldw + co] *
+                                       X[tensor_index(0, n, ci, iy, ix, p.in_channels, p.in_height, p.in_width)];
+                            }
+                    Y[tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width)] =
+                        ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
+                }
 }

@@ -10,7 +10,8 @@ import onnx
 import onnx_ir as ir
 
 from ortx import _kernels
-from ortx.ep.lowering import LOWERINGS
+from ortx.ep.lowering import LOWERINGS, blocked_layout
+from ortx.ep.lowering.conv import conv_plan_or_none
 from ortx.ep.lowering._values import NotStatic, numpy_dtype, size_bytes, static_shape
 from ortx.ep.lowering.layout import lower_alias
 from ortx.ep.partition import node_inputs
@@ -70,18 +71,22 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
 
 
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
-                    precision: str = "fp32", sparse_policy=None) -> CompiledProgram:
+                    precision: str = "fp32", sparse_policy=None, blocked: bool = True) -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
     in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
     ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels). `sparse_policy`:
-    ortx.tune.sparse_choice's per-layer dense/sparse choice (None: its prior alone)."""
+    ortx.tune.sparse_choice's per-layer dense/sparse choice (None: its prior alone). `blocked`: runs of 1x1 and
+    depthwise convs on blocked tensors where ortx.ep.lowering.blocked_layout finds them (False: NCHW kernels only)."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
             raise NotClaimable(f"node {node.name!r} ({node.op_type}): {reason}")
     builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads, precision=precision,
                              sparse_policy=sparse_policy)
-    for node in memory_ordered(nodes, inputs, outputs):
+    order = memory_ordered(nodes, inputs, outputs)
+    if blocked:
+        builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
+    for node in order:
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]
         try:

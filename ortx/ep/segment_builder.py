@@ -15,7 +15,8 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx import _kernels
-from ortx.ep.lowering._values import constant_value, size_bytes
+from ortx.ep.lowering._values import constant_value, size_bytes, static_shape
+from ortx.ep.lowering.blocked_layout import blocked_nbytes
 from ortx.ep.precision import PRECISIONS
 from ortx.memory.inplace import InPlaceReuse, find_in_place
 from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
@@ -58,6 +59,11 @@ class SegmentBuilder:
         self._step_nodes: list[str] = []
         self._status: BufferRef | None = None
         self.current_node = ""
+        # ortx.ep.lowering.blocked_layout: the nodes lowered on blocked (NCHWc) tensors, and per tensor its blocked
+        # buffer; tensors produced blocked whose NCHW form no step has asked for yet
+        self.blocked_nodes: frozenset[ir.Node] = frozenset()
+        self._blocked: dict[str, BufferRef] = {}
+        self._plain_pending: dict[str, ir.Value] = {}
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
                 self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
@@ -72,6 +78,11 @@ class SegmentBuilder:
         ref = self._by_value.get(value.name)
         if ref is not None:
             return ref
+        if value.name in self._plain_pending:  # produced blocked: reorder to NCHW once, before this first reader
+            del self._plain_pending[value.name]
+            ref = self._by_value[value.name] = self._new(ARENA, -1, size_bytes(value), value.name)
+            self._emit_reorder("reorder_from_nchwc_f32", value, self._blocked[value.name], ref)
+            return ref
         array = constant_value(value)
         if array is not None:
             ref = self.add_constant(array, label=value.name)
@@ -79,6 +90,37 @@ class SegmentBuilder:
             ref = self._new(ARENA, -1, size_bytes(value), value.name)
         self._by_value[value.name] = ref
         return ref
+
+    def blocked_buffer(self, value: ir.Value) -> BufferRef:
+        """A 4-D float32 tensor in the blocked layout: its producer's blocked output, or a reorder of its NCHW form
+        (once per tensor; the first blocked reader emits it)."""
+        ref = self._blocked.get(value.name)
+        if ref is None:
+            ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
+                                                        f"{value.name}:nchwc")
+            self._emit_reorder("reorder_to_nchwc_f32", value, self.buffer(value), ref)
+        return ref
+
+    def produce_blocked(self, value: ir.Value) -> BufferRef:
+        """The blocked buffer a blocked node writes `value` into; its NCHW form is made only when asked for."""
+        ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
+                                                    f"{value.name}:nchwc")
+        self._plain_pending[value.name] = value
+        return ref
+
+    def finish_blocked(self, value: ir.Value) -> None:
+        """After the producing step: a segment output gets its NCHW form now (no later step reads it)."""
+        if value.name in self._output_names:
+            del self._plain_pending[value.name]
+            self._emit_reorder("reorder_from_nchwc_f32", value, self._blocked[value.name], self._by_value[value.name])
+
+    def blocked_elements(self, value: ir.Value) -> int:
+        """Floats of a 4-D float32 tensor in the blocked layout, pad lanes included."""
+        return blocked_nbytes(static_shape(value)) // 4
+
+    def _emit_reorder(self, kernel: str, value: ir.Value, source: BufferRef, target: BufferRef) -> None:
+        batch, channels, height, width = static_shape(value)
+        self.emit(kernel, [batch, channels, height * width], [], [source, target])
 
     def add_constant(self, array: np.ndarray, *, label: str = "constant") -> BufferRef:
         """A read-only buffer kept alive by the program (initializers, packed weights, tables)."""

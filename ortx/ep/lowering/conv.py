@@ -22,7 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx import _kernels
-from ortx.ep.lowering import band, sparse
+from ortx.ep.lowering import band, blocked_layout, sparse
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
@@ -338,9 +338,22 @@ def _conv_buffers(node: ir.Node, builder, plan: ConvPlan) -> tuple:
             builder.buffer(node.inputs[3]) if plan.has_residual else None)
 
 
+def conv_plan_or_none(node: ir.Node) -> ConvPlan | None:
+    """The plan of a Conv/FusedConv this module lowers, else None (ortx.ep.lowering.blocked_layout's question)."""
+    if (node.domain if node.domain != "ai.onnx" else "", node.op_type) not in (("", "Conv"), ("ai.ortx", "FusedConv")):
+        return None
+    try:
+        return _conv_plan(node)
+    except (Declined, NotStatic):
+        return None
+
+
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
-    if plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
+    if node in builder.blocked_nodes:  # a run of 1x1 and depthwise convs on blocked tensors
+        workspace = int(_sizes("conv_sizes_f32", [1, *plan.ints, builder.num_threads])[0]) if plan.depthwise else 0
+        blocked_layout.lower_blocked_conv(node, builder, plan, workspace)
+    elif plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
     elif builder.precision == "bf16":
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")

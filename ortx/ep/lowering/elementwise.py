@@ -138,8 +138,32 @@ def check_unary(node: ir.Node) -> str | None:
     return parameters if isinstance(parameters, str) else None
 
 
+def blocked_operands(node: ir.Node, builder, indices) -> tuple[list, list, object, tuple[int, ...]]:
+    """For a node of a blocked run (ortx.ep.lowering.blocked_layout): the buffers and shapes of inputs `indices` and
+    of the output as flat views of the blocked tensors, where every operand is either output-shaped (its blocked
+    buffer, pad lanes included: each element is computed on its own, so pad lanes only ever meet pad lanes) or a
+    single element (its buffer as stored, broadcast)."""
+    out = node.outputs[0]
+    count = builder.blocked_elements(out)
+    refs, shapes = [], []
+    for index in indices:
+        value = node.inputs[index]
+        if static_shape(value) == static_shape(out):
+            refs.append(builder.blocked_buffer(value))
+            shapes.append((count,))
+        else:
+            refs.append(builder.buffer(value))
+            shapes.append((1,))
+    return refs, shapes, builder.produce_blocked(out), (count,)
+
+
 def lower_unary(node: ir.Node, builder) -> None:
     code, p0, p1 = unary_parameters(node)
+    if node in builder.blocked_nodes:
+        (x,), _, y, (count,) = blocked_operands(node, builder, [0])
+        builder.emit("unary_f32", [code, count], [p0, p1], [x, y])
+        builder.finish_blocked(node.outputs[0])
+        return
     count = element_count(node.outputs[0])
     if count:
         builder.emit("unary_f32", [code, count], [p0, p1],
@@ -212,6 +236,11 @@ def check_binary(node: ir.Node) -> str | None:
 
 def lower_binary(node: ir.Node, builder) -> None:
     a, b, out = node.inputs[0], node.inputs[1], node.outputs[0]
+    if node in builder.blocked_nodes:  # Add/Sub/Mul/Div only (blocked_layout's roles)
+        (a_ref, b_ref), (a_shape, b_shape), out_ref, out_shape = blocked_operands(node, builder, [0, 1])
+        _emit_binary(builder, node.op_type, a_ref, a_shape, b_ref, b_shape, out_ref, out_shape, "float32")
+        builder.finish_blocked(out)
+        return
     exponent = constant_value(b) if node.op_type == "Pow" else None
     if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) == 2.0 \
             and static_shape(out) == static_shape(a):
@@ -355,7 +384,13 @@ def lower_elementwise_chain(node: ir.Node, builder) -> None:
     program = _chain_program(node)
     inputs = len(node.inputs)
     destinations, temps = _chain_temps(program, inputs)
-    dims, strides = broadcast_layout_many([static_shape(value) for value in node.inputs], static_shape(out))
+    if node in builder.blocked_nodes:
+        refs, shapes, out_ref, out_shape = blocked_operands(node, builder, range(inputs))
+    else:
+        refs = [builder.buffer(value) for value in node.inputs]
+        shapes = [static_shape(value) for value in node.inputs]
+        out_ref, out_shape = builder.buffer(out), static_shape(out)
+    dims, strides = broadcast_layout_many(shapes, out_shape)
     ints = [inputs, len(program), temps, len(dims), *dims]
     for operand_strides in strides:
         ints += operand_strides
@@ -365,8 +400,9 @@ def lower_elementwise_chain(node: ir.Node, builder) -> None:
     for op, (kind, code, a, b, p0, p1) in enumerate(program):
         ints += [kind, code, destinations[op], where.get(a, a), where.get(b, b) if b >= 0 else -1]
         floats += [p0, p1]
-    builder.emit("elementwise_chain_f32", ints, floats,
-                 [*(builder.buffer(value) for value in node.inputs), builder.buffer(out)])
+    builder.emit("elementwise_chain_f32", ints, floats, [*refs, out_ref])
+    if node in builder.blocked_nodes:
+        builder.finish_blocked(out)
 
 
 # Comparisons and Where ---------------------------------------------------------------------------------------------

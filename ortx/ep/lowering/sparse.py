@@ -159,17 +159,24 @@ def _choose(node, builder, kind: str, shape_text: str, weights: np.ndarray):
     return choice if choice.engine == "sparse" else None
 
 
-def try_sparse_conv(node, builder, plan, buffers) -> bool:
-    """plan: conv.ConvPlan of a non-depthwise fp32 conv; buffers: X, Y, bias (or None), residual (or None)."""
+def sparse_conv_choice(node, builder, plan):
+    """ortx.tune.sparse_choice's choice for a non-depthwise fp32 conv when it is the sparse kernel, else None."""
     ints = plan.ints
     if ints[15] != 1:  # Case grouped: not covered by sparse_conv2d_f32
-        return False
+        return None
     weights = plan.weights.reshape(ints[4], -1)
     shape_text = "x".join(map(str, ints[:4])) + "|" + "x".join(map(str, (ints[4], *plan.weights.shape[1:]))) + \
         "|" + ",".join(map(str, ints[9:15]))
-    choice = _choose(node, builder, "conv", shape_text, weights)
+    return _choose(node, builder, "conv", shape_text, weights)
+
+
+def try_sparse_conv(node, builder, plan, buffers) -> bool:
+    """plan: conv.ConvPlan of a non-depthwise fp32 conv; buffers: X, Y, bias (or None), residual (or None)."""
+    choice = sparse_conv_choice(node, builder, plan)
     if choice is None:
         return False
+    ints = plan.ints
+    weights = plan.weights.reshape(ints[4], -1)
     panels = panel_count(0, list(ints) + [builder.num_threads])
     emit_sparse_conv(builder, node.name, ints, plan.params, pack_blocked_csr(weights, choice.block_rows, panels),
                      buffers)

@@ -1,0 +1,122 @@
+"""Blocked (NCHWc) runs of 1x1 and depthwise convs: OrtxEP with them against OrtxEP on NCHW kernels, and ORT.
+
+Usage: python benchmarks/blocked_layout.py [--runs 20] [--threads 2] [--models mobilenetv2,cls,rec,det,resnet18,bert]
+                                           [--quiet-wait 120] [--no-write]
+"blocked" is OrtxEP compiled with ortx.pipeline.BLOCKED_LAYOUT on (sessions' default since session 15), "NCHW" with it
+off, everything else equal (tuning off). Runs interleaved in blocks after warm-up (benchmarks/int8.py's
+`interleaved`), medians; ratio = blocked / NCHW. The steps column counts the blocked session's blocked conv steps
+and its reorders. Writes BENCHMARKS.md's "Blocked layout" section.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import datetime
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+
+import ortx  # noqa: E402
+import ortx.pipeline  # noqa: E402
+from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks.int8 import interleaved  # noqa: E402
+from benchmarks.memory import models  # noqa: E402
+
+HEADING = "Blocked layout (issue #4)"
+BLOCKED_KERNELS = ("conv2d_to_nchwc_f32", "conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32")
+REORDERS = ("reorder_to_nchwc_f32", "reorder_from_nchwc_f32")
+
+
+@contextlib.contextmanager
+def blocked_set(on: bool):
+    """OrtxEP sessions built inside compile with blocked runs on or off (ortx.pipeline.BLOCKED_LAYOUT)."""
+    default = ortx.pipeline.BLOCKED_LAYOUT
+    ortx.pipeline.BLOCKED_LAYOUT = on
+    try:
+        yield
+    finally:
+        ortx.pipeline.BLOCKED_LAYOUT = default
+
+
+def kernel_counts(session) -> collections.Counter:
+    compiled = next(reversed(session._compiled.values()))
+    return collections.Counter(listing.kernel for step in compiled.plan.steps
+                               for listing in getattr(getattr(step, "program", None), "steps", ()))
+
+
+def cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def measure(label: str, path: str, feeds: dict, threads: int, runs: int) -> str:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    provider_options = [{"input_shapes": {name: array.shape for name, array in feeds.items()}, "tuning": "off"}, {}]
+    engines = {"ORT": onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])}
+    for name, on in (("NCHW", False), ("blocked", True)):
+        with blocked_set(on):
+            engines[name] = ortx.InferenceSession(path, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                                  provider_options=provider_options)
+    outputs = {name: session.run(None, feeds)[0] for name, session in engines.items()}
+    counts = kernel_counts(engines["blocked"])
+    blocked_steps, reorders = sum(counts[k] for k in BLOCKED_KERNELS), sum(counts[k] for k in REORDERS)
+    error = float(np.max(np.abs(outputs["blocked"] - outputs["ORT"])))
+    similarity = cosine(outputs["blocked"], outputs["ORT"])
+    load = load_average()
+    times = interleaved(engines, feeds, runs)
+    ratio = times["blocked"] / times["NCHW"]
+    print(f"  {label}: ORT {times['ORT']:.3f} ms, OrtxEP NCHW {times['NCHW']:.3f}, blocked {times['blocked']:.3f} "
+          f"({ratio:.2f}x), {blocked_steps} blocked steps, {reorders} reorders", flush=True)
+    return (f"| {label} | {blocked_steps} / {reorders} | {times['ORT']:.3f} | {times['NCHW']:.3f} | "
+            f"{times['blocked']:.3f} | {ratio:.2f} | {times['NCHW'] / times['ORT']:.2f} | "
+            f"{times['blocked'] / times['ORT']:.2f} | {error:.1e} | {similarity:.6f} | {load:.1f} |")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default="mobilenetv2,cls,rec,det,resnet18,bert")
+    parser.add_argument("--quiet-wait", type=float, default=0.0, help="before each row, wait up to this many "
+                        "seconds for load average < 1.0")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        for name, path, shape in models([key for key in args.models.split(",") if key], directory):
+            wait_for_quiet(args.quiet_wait)
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            feeds = {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}
+            rows.append(measure(name, path, feeds, args.threads, args.runs))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
+            f"interleaved in blocks after warm-up, seeded random inputs, tuning off. \"blocked\" is OrtxEP with "
+            f"ortx.pipeline.BLOCKED_LAYOUT on (sessions' default), \"NCHW\" with it off, everything else equal; "
+            f"steps = the blocked session's blocked conv steps / reorders; error and cosine: the blocked session's "
+            f"first output against ORT's. Load = 1-minute load average (2 cores, shared). Written by "
+            f"`python benchmarks/blocked_layout.py`.\n\n"
+            "| model | steps | ORT ms | OrtxEP NCHW ms | OrtxEP blocked ms | blocked / NCHW | NCHW / ORT | "
+            "blocked / ORT | max abs err vs ORT | cosine vs ORT | load |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+    print(body)
+    if not args.no_write:
+        write_section(args.output, HEADING, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

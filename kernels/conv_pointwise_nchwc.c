@@ -1,0 +1,83 @@
+/* conv_pointwise_nchwc_f32: a 1x1, stride-1, unpadded, ungrouped conv on blocked tensors (conv.h's NCHWc).
+ *
+ * ints = [batch, in_channels, out_channels, pixels (H * W), has_residual, activation, threads];
+ * floats = [param0, param1]; buffers = [X (blocked), W (packed, conv.h), bias (packed), Y (blocked), residual
+ * (blocked; Y when has_residual is 0)].
+ *
+ * Why: in NCHW the 1x1 conv is a GEMM whose vector dimension runs over pixels, which 7x7 and 14x14 maps fill
+ * badly (49 pixels: 64 lanes), or over output channels after a transpose (conv_pixel_rows.c, two extra passes).
+ * Blocked, a tile is ORTX_POINTWISE_PIXELS pixels x 4 blocks of 16 output channels held in 24 registers: per input
+ * channel, 4 weight vectors and 6 broadcast input values feed 24 multiply-adds, with no packing and no transpose.
+ * Tasks are (image, group of 4 output blocks, run of pixel tiles), group-major so a thread's tiles share the
+ * group's weights (Cin x 256 bytes, in L2) and a thread writes the same output blocks the depthwise conv after it
+ * reads first. Every output is summed in the same order whatever the split, so results do not depend on threads.
+ * Known limits: no K blocking (Cin = 960: 240 KB of weights per group stream from L2 for every tile).
+ */
+#include "activation.h"
+#include "conv.h"
+#include "ortx_kernels.h"
+#include "threadpool.h"
+
+static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static void tile_portable(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane, const float *x,
+                          const float *w, const float *bias, const float *residual, float *y, int activation,
+                          float param0, float param1) {
+    for (int64_t i = 0; i < pixels; i++)
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t l = 0; l < 16; l++) {
+                float acc = bias[b * 16 + l];
+                for (int64_t c = 0; c < in_channels; c++)
+                    acc += w[c * 64 + b * 16 + l] * x[(c / 16 * plane + i) * 16 + c % 16];
+                int64_t at = (b * plane + i) * 16 + l;
+                if (residual) acc += residual[at];
+                y[at] = ortx_activation_scalar(activation, acc, param0, param1);
+            }
+}
+
+typedef struct pointwise_job {
+    ortx_pointwise_nchwc_tile_fn tile;
+    int64_t in_channels, out_channels, pixels, groups, runs, tiles_per_run;
+    const float *X, *W, *bias, *residual;
+    float *Y;
+    int activation;
+    float param0, param1;
+} pointwise_job;
+
+static void pointwise_task(void *context, int64_t task, int thread) {
+    (void)thread;
+    const pointwise_job *job = context;
+    const int64_t plane = job->pixels, in_blocks = ortx_nchwc_blocks(job->in_channels);
+    const int64_t out_blocks = ortx_nchwc_blocks(job->out_channels);
+    int64_t run = task % job->runs, group = task / job->runs % job->groups, n = task / (job->runs * job->groups);
+    int64_t blocks = min64(4, out_blocks - group * 4);
+    const float *x = job->X + n * in_blocks * plane * 16, *w = job->W + group * job->in_channels * 64;
+    int64_t y_base = (n * out_blocks + group * 4) * plane * 16;
+    int64_t first = run * job->tiles_per_run * ORTX_POINTWISE_PIXELS;
+    int64_t last = min64(plane, first + job->tiles_per_run * ORTX_POINTWISE_PIXELS);
+    for (int64_t i = first; i < last; i += ORTX_POINTWISE_PIXELS)
+        job->tile(min64(ORTX_POINTWISE_PIXELS, last - i), blocks, job->in_channels, plane, x + i * 16, w,
+                  job->bias + group * 64, job->residual ? job->residual + y_base + i * 16 : NULL,
+                  job->Y + y_base + i * 16, job->activation, job->param0, job->param1);
+}
+
+void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
+    int threads = (int)max64(1, min64(num_threads, ints[6]));
+    /* small convs (< 256K multiply-adds, ~5 us on one core) stay on one thread */
+    if ((double)batch * in_channels * out_channels * pixels < 256.0 * 1024) threads = 1;
+    int64_t groups = (ortx_nchwc_blocks(out_channels) + 3) / 4;
+    int64_t tiles = (pixels + ORTX_POINTWISE_PIXELS - 1) / ORTX_POINTWISE_PIXELS;
+    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = batch * groups;
+    int64_t runs = threads > 1 ? min64(tiles, (wanted + pieces - 1) / pieces) : 1;
+    int64_t tiles_per_run = (tiles + runs - 1) / runs;
+    runs = (tiles + tiles_per_run - 1) / tiles_per_run;
+    pointwise_job job = {
+        ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_pointwise_nchwc_tile_avx512 : tile_portable,
+        in_channels, out_channels, pixels, groups, runs, tiles_per_run,
+        buffers[0], buffers[1], buffers[2], ints[4] ? buffers[4] : NULL, buffers[3],
+        (int)ints[5], floats[0], floats[1],
+    };
+    ortx_parallel_for(threads, batch * groups * runs, pointwise_task, &job);
+}

@@ -1,0 +1,65 @@
+/* AVX-512 tile of conv_pointwise_nchwc_f32 (conv_pointwise_nchwc.c): up to 6 pixels x 4 output blocks in 24 zmm
+ * accumulators, started at the bias; per input channel 4 weight vectors and one broadcast per pixel (an embedded
+ * {1to16} operand of the multiply-add). Tile sizes are compile-time constants (always_inline + switch), so every
+ * accumulator stays in a register. */
+#include "activation_avx512.h"
+#include "conv.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
+    const int P, const int B, int64_t in_channels, int64_t plane, const float *x, const float *w, const float *bias,
+    const float *residual, float *y, int activation, float param0, float param1) {
+    __m512 acc[ORTX_POINTWISE_PIXELS][4];
+    for (int b = 0; b < B; b++) {
+        __m512 start = _mm512_loadu_ps(bias + 16 * b);
+        for (int i = 0; i < P; i++) acc[i][b] = start;
+    }
+    for (int64_t c0 = 0; c0 < in_channels; c0 += 16) {
+        const float *xb = x + c0 * plane;  /* block c0 / 16 at the tile's first pixel */
+        const int64_t count = in_channels - c0 < 16 ? in_channels - c0 : 16;
+        const float *wc = w + c0 * 64;
+        for (int64_t c = 0; c < count; c++, wc += 64) {
+            __m512 wv[4];
+            for (int b = 0; b < B; b++) wv[b] = _mm512_loadu_ps(wc + 16 * b);
+            for (int i = 0; i < P; i++) {
+                __m512 xv = _mm512_set1_ps(xb[i * 16 + c]);
+                for (int b = 0; b < B; b++) acc[i][b] = _mm512_fmadd_ps(xv, wv[b], acc[i][b]);
+            }
+        }
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < P; i++) {
+            __m512 v = acc[i][b];
+            const int64_t at = (b * plane + i) * 16;
+            if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
+            _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
+        }
+}
+
+#define TILE_BLOCKS(P)                                                                                           \
+    switch (blocks) {                                                                                            \
+        case 4: tile_fixed(P, 4, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
+        case 3: tile_fixed(P, 3, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
+        case 2: tile_fixed(P, 2, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
+        default: tile_fixed(P, 1, in_channels, plane, x, w, bias, residual, y, activation, param0, param1);      \
+    }
+
+ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
+                                          const float *x, const float *w, const float *bias, const float *residual,
+                                          float *y, int activation, float param0, float param1) {
+    switch (pixels) {
+        case 6: TILE_BLOCKS(6) break;
+        case 5: TILE_BLOCKS(5) break;
+        case 4: TILE_BLOCKS(4) break;
+        case 3: TILE_BLOCKS(3) break;
+        case 2: TILE_BLOCKS(2) break;
+        default: TILE_BLOCKS(1)
+    }
+}
+
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512 = tile_avx512;
+#else
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512 = NULL;
+#endif

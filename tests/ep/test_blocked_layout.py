@@ -1,0 +1,156 @@
+"""Runs of convs on blocked tensors (ortx.ep.lowering.blocked_layout): which nodes the planner takes, where the
+reorders go, and whole graphs against onnxruntime on fresh random inputs (float32 tolerance: the blocked kernels
+sum in another order than ORT's).
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ortx
+from ortx import _kernels
+from ortx.model_io import to_ort_bytes
+from tests import _models
+from tests.tolerances import MODEL_MAX_ABS_FRACTION, MODEL_MIN_COSINE, assert_close, cosine
+
+PROVIDERS = ["OrtxEP", "CPUExecutionProvider"]
+BLOCKED_KERNELS = {"conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32", "conv2d_to_nchwc_f32"}
+needs_avx512 = pytest.mark.skipif(_kernels.cpu_isa() != "avx512", reason="blocked runs are planned on AVX-512 only")
+
+
+def _options(threads: int = 2) -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    return options
+
+
+def _kernel_counts(session) -> collections.Counter:
+    from ortx.ep.runtime import ClaimedStep
+
+    return collections.Counter(step.kernel for compiled in session._compiled.values()
+                               for claimed in compiled.plan.steps if isinstance(claimed, ClaimedStep)
+                               for step in claimed.program.steps)
+
+
+def _run_both(model, feeds, threads=2, **options):
+    reference = onnxruntime.InferenceSession(to_ort_bytes(model), _options(threads),
+                                             providers=["CPUExecutionProvider"]).run(None, feeds)
+    session = ortx.InferenceSession(model, _options(threads), providers=PROVIDERS, provider_options=[options, {}])
+    return reference, session.run(None, feeds), session
+
+
+def _random(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+@needs_avx512
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+def test_mobilenetv2_runs_blocked_from_stem_to_the_last_conv(batch, threads):
+    """The stem writes blocked (no reorder in), every 1x1 and depthwise conv with its residual Adds runs blocked,
+    and one reorder brings the last conv's output back for GlobalAveragePool; channel counts 16 and 24 leave
+    partial blocks."""
+    model = _models.mobilenetv2_style(batch=batch, size=64, seed=3)
+    feeds = {"input": _random((batch, 3, 64, 64), 4)}
+    (expected,), (actual,), session = _run_both(model, feeds, threads)
+    assert_close(actual, expected)
+    counts = _kernel_counts(session)
+    assert counts["conv2d_to_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 0
+    assert counts["reorder_from_nchwc_f32"] == 1
+    assert counts["conv2d_depthwise_nchwc_f32"] == 17 and counts["conv_pointwise_nchwc_f32"] == 34
+    assert counts["gemm_f32"] == 1 and "conv2d_depthwise_f32" not in counts
+
+
+def _graph(nodes, inputs, outputs, initializers):
+    model = helper.make_model(helper.make_graph(nodes, "blocked", inputs, outputs, initializer=initializers),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    return model
+
+
+def _weights(name, shape, seed):
+    return numpy_helper.from_array(_random(shape, seed) * np.float32(1.0 / np.sqrt(np.prod(shape[1:]))), name)
+
+
+@needs_avx512
+@pytest.mark.parametrize("threads", [1, 2])
+def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(threads):
+    """1x1 conv -> Mul by a scalar -> Add of a scalar -> HardSwish -> depthwise 3x3 -> Add of the 1x1's output
+    (a full-tensor operand) -> 1x1 conv. The depthwise output is also a graph output and feeds MaxPool (NCHW), so
+    it is reordered back once; the last conv's output is a graph output (reordered at once)."""
+    c_in, hidden, c_out = 24, 40, 20
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+        helper.make_node("Mul", ["a", "scale"], ["b"], name="scale"),
+        helper.make_node("Add", ["b", "shift"], ["c"], name="shift"),
+        helper.make_node("HardSwish", ["c"], ["d"], name="act"),
+        helper.make_node("Conv", ["d", "w2"], ["e"], name="depthwise", group=hidden, pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["e", "a"], ["f"], name="residual"),
+        helper.make_node("Conv", ["f", "w3", "b3"], ["y"], name="project"),
+        helper.make_node("MaxPool", ["e"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    initializers = [_weights("w1", (hidden, c_in, 1, 1), 1), _weights("w2", (hidden, 1, 3, 3), 2),
+                    _weights("w3", (c_out, hidden, 1, 1), 3), numpy_helper.from_array(_random((c_out,), 4), "b3"),
+                    numpy_helper.from_array(np.array(0.75, np.float32), "scale"),
+                    numpy_helper.from_array(np.array([0.25], np.float32), "shift")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 13, 17])],
+                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+                    for name, shape in (("y", [1, c_out, 13, 17]), ("e", [1, hidden, 13, 17]),
+                                        ("pooled", [1, hidden, 6, 8]))],
+                   initializers)
+    feeds = {"x": _random((1, c_in, 13, 17), 5)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    for want, got in zip(expected, actual):
+        assert_close(got, want)
+    counts = _kernel_counts(session)
+    assert counts["conv_pointwise_nchwc_f32"] == 2 and counts["conv2d_depthwise_nchwc_f32"] == 1
+    assert counts["reorder_to_nchwc_f32"] == 1  # x, the graph input
+    assert counts["reorder_from_nchwc_f32"] == 2  # e (graph output, read by MaxPool too) and y
+
+
+@needs_avx512
+def test_a_lone_pointwise_conv_stays_nchw():
+    """No blocked neighbour: the NCHW kernels, no reorders."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="pointwise"),
+             helper.make_node("MaxPool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 13, 13])],
+                   [_weights("w", (64, 32, 1, 1), 6)])
+    (expected,), (actual,), session = _run_both(model, {"x": _random((1, 32, 14, 14), 7)})
+    assert_close(actual, expected)
+    assert not set(_kernel_counts(session)) & (BLOCKED_KERNELS | {"reorder_to_nchwc_f32", "reorder_from_nchwc_f32"})
+
+
+def test_bf16_and_other_isas_keep_nchw():
+    """Precision bf16 runs its 1x1 convs as bf16 GEMMs; below AVX-512 the blocked kernels would be portable loops."""
+    model = _models.mobilenetv2_style(size=32, seed=5)
+    feeds = {"input": _random((1, 3, 32, 32), 8)}
+    if _kernels.cpu_has_avx512_bf16():
+        _, _, session = _run_both(model, feeds, precision="bf16")
+        assert not set(_kernel_counts(session)) & BLOCKED_KERNELS
+    previous = _kernels.selected_isa()
+    try:
+        _kernels.force_isa("avx2")
+        (expected,), (actual,), session = _run_both(model, feeds)
+        assert_close(actual, expected)
+        assert not set(_kernel_counts(session)) & BLOCKED_KERNELS
+    finally:
+        _kernels.force_isa(previous)
+
+
+@needs_avx512
+def test_packaged_ppocr_cls_matches_onnxruntime_with_blocked_runs():
+    """PP-OCR cls (MobileNetV3-style: SE blocks, HardSwish) on fresh random input: runs blocked, model bar."""
+    import onnx
+
+    from ortx.demo import packaged_model_path
+
+    model = onnx.load(packaged_model_path("cls"))
+    feeds = {model.graph.input[0].name: _random((1, 3, 48, 192), 9)}
+    (expected, *_), (actual, *_), session = _run_both(model, feeds)
+    assert cosine(actual, expected) >= MODEL_MIN_COSINE
+    assert np.abs(actual - expected).max() <= MODEL_MAX_ABS_FRACTION * np.abs(expected).max()
+    assert _kernel_counts(session)["conv2d_depthwise_nchwc_f32"] > 0

@@ -1,0 +1,224 @@
+"""The blocked-layout kernels (kernels/conv.h's NCHWc): reorder_to/from_nchwc_f32, conv_pointwise_nchwc_f32 and
+conv2d_depthwise_nchwc_f32 against numpy sums and their reference kernels, for each ISA this CPU has, 1 and 2
+threads; channel counts with a partial last block, pixel counts that are not multiples of the 6-pixel tile, and
+output channels that leave a partial group of 4 blocks. Pad lanes are never compared (no kernel promises them).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortx import _kernels
+from tests.tolerances import TOLERANCES
+
+ISA_ORDER = ("portable", "avx2", "avx512")
+RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+F32 = TOLERANCES[np.dtype(np.float32)]
+ACTIVATIONS = {"none": (0, (0.0, 0.0)), "relu": (1, (0.0, 0.0)), "clip": (3, (0.0, 6.0)),
+               "hard_swish": (6, (0.0, 0.0)), "hard_sigmoid": (5, (0.2, 0.5))}
+
+
+@pytest.fixture(params=RUNNABLE_ISAS)
+def isa(request):
+    assert _kernels.force_isa(request.param) == request.param
+    yield request.param
+    _kernels.force_isa(_kernels.cpu_isa())
+
+
+def random(shape, seed):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def to_blocked(x: np.ndarray) -> np.ndarray:
+    """[N, C, H, W] -> [N, C/16, H, W, 16] (pad lanes NaN: a kernel that read them would show it)."""
+    n, c, h, w = x.shape
+    blocks = (c + 15) // 16
+    padded = np.full((n, blocks * 16, h, w), np.nan, np.float32)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, blocks, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def from_blocked(y: np.ndarray, channels: int) -> np.ndarray:
+    n, blocks, h, w, _ = y.shape
+    return np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, h, w)[:, :channels])
+
+
+def activate(value, code, params):
+    if code == 1:
+        return np.maximum(value, 0)
+    if code == 3:
+        return np.clip(value, *params)
+    if code == 5:
+        return np.clip(params[0] * value + params[1], 0, 1)
+    if code == 6:
+        return value * np.clip(value / 6 + 0.5, 0, 1)
+    return value
+
+
+def assert_close(actual, expected):
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(actual, expected, rtol=F32["rtol"], atol=F32["atol"] + F32["rtol"] * scale)
+
+
+@pytest.mark.parametrize("shape", [(1, 3, 5, 7), (2, 16, 4, 4), (1, 40, 9, 513), (1, 32, 112, 112)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reorders_round_trip_exactly(isa, shape, threads):
+    x = random(shape, 1)
+    n, c, h, w = shape
+    blocked = np.full((n, (c + 15) // 16, h, w, 16), np.nan, np.float32)
+    _kernels.call("reorder_to_nchwc_f32", [n, c, h * w], [], [x, blocked], num_threads=threads)
+    expected = to_blocked(x)
+    expected[np.isnan(expected)] = 0.0  # reorder_to_nchwc_f32 writes its pad lanes as zeros
+    np.testing.assert_array_equal(blocked, expected)
+    back = np.empty_like(x)
+    _kernels.call("reorder_from_nchwc_f32", [n, c, h * w], [], [blocked, back], num_threads=threads)
+    np.testing.assert_array_equal(back, x)
+
+
+def pack_pointwise(weights: np.ndarray, bias: np.ndarray):
+    """conv.h's packing: [ceil(Cout/64)][Cin][64] weights, ceil(Cout/64)*64 biases (zeros past Cout)."""
+    cout, cin = weights.shape
+    groups = (cout + 63) // 64
+    padded = np.zeros((groups * 64, cin), np.float32)
+    padded[:cout] = weights
+    packed_bias = np.zeros(groups * 64, np.float32)
+    packed_bias[:cout] = bias
+    return np.ascontiguousarray(padded.reshape(groups, 64, cin).transpose(0, 2, 1)), packed_bias
+
+
+def run_pointwise(x, weights, bias, residual, activation, threads, use_ref=False):
+    n, cin, h, w = x.shape
+    cout = weights.shape[0]
+    code, params = ACTIVATIONS[activation]
+    packed, packed_bias = pack_pointwise(weights, bias)
+    y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
+    buffers = [to_blocked(x), packed, packed_bias, y, to_blocked(residual) if residual is not None else y]
+    _kernels.call("conv_pointwise_nchwc_f32", [n, cin, cout, h * w, int(residual is not None), code, threads],
+                  list(params), buffers, num_threads=threads, use_ref=use_ref)
+    return from_blocked(y, cout)
+
+
+POINTWISE_CASES = [  # (N, Cin, Cout, H, W)
+    (1, 16, 96, 11, 13), (1, 24, 40, 7, 7), (2, 3, 17, 5, 3), (1, 160, 960, 7, 7), (1, 576, 96, 14, 14),
+    (1, 33, 130, 1, 1),
+]
+
+
+@pytest.mark.parametrize("case", POINTWISE_CASES, ids=[str(c) for c in POINTWISE_CASES])
+@pytest.mark.parametrize("activation,residual", [("none", False), ("clip", False), ("relu", True),
+                                                 ("hard_swish", True), ("hard_sigmoid", False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_matches_numpy_and_reference(isa, case, activation, residual, threads):
+    n, cin, cout, h, w = case
+    x, weights, bias = random((n, cin, h, w), 2), random((cout, cin), 3) * 0.2, random(cout, 4)
+    extra = random((n, cout, h, w), 5) if residual else None
+    code, params = ACTIVATIONS[activation]
+    expected = np.einsum("oc,nchw->nohw", weights.astype(np.float64), x.astype(np.float64)) + bias[:, None, None]
+    if residual:
+        expected = expected + extra
+    expected = activate(expected, code, params).astype(np.float32)
+    fast = run_pointwise(x, weights, bias, extra, activation, threads)
+    assert_close(fast, expected)
+    np.testing.assert_array_equal(fast, run_pointwise(x, weights, bias, extra, activation, threads))
+    assert_close(run_pointwise(x, weights, bias, extra, activation, threads, use_ref=True), expected)
+
+
+def conv_ints(x_shape, kernel, stride, pads, dilation, has_residual, activation, threads):
+    n, c, h, w = x_shape
+    oh = (h + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
+    return [n, c, h, w, c, oh, ow, kernel, kernel, stride, stride, pads[0], pads[1], dilation, dilation, c, 1,
+            int(has_residual), activation, threads], (oh, ow)
+
+
+DEPTHWISE_CASES = [  # (N, C, H, W, kernel, stride, pads, dilation)
+    (1, 32, 112, 112, 3, 1, (1, 1, 1, 1), 1), (1, 96, 112, 112, 3, 2, (1, 1, 1, 1), 1),
+    (1, 24, 9, 11, 3, 1, (1, 1, 1, 1), 1), (2, 20, 7, 7, 5, 1, (2, 2, 2, 2), 1),
+    (1, 40, 14, 13, 5, 2, (2, 2, 1, 1), 1), (1, 17, 10, 10, 3, 1, (2, 2, 2, 2), 2), (1, 960, 7, 7, 3, 1, (1,) * 4, 1),
+    (1, 24, 12, 20, 5, 2, (2, 2, 2, 2), 1), (1, 16, 9, 12, 5, 1, (2, 2, 2, 2), 1), (1, 16, 6, 30, 3, 2, (0, 0, 1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[str(c) for c in DEPTHWISE_CASES])
+@pytest.mark.parametrize("activation,residual", [("clip", False), ("none", True), ("hard_swish", False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_nchwc_matches_the_nchw_kernel(isa, case, activation, residual, threads):
+    """The blocked form sums each output's taps as conv2d_depthwise_f32 does: equal to its NCHW result (which
+    test_conv.py checks against onnxruntime) within float32's tolerance, and to the reference kernel. On AVX-512,
+    outputs at least 8 columns wide at 3x3 or 5x5, stride 1 or 2, take the rows-in-place form (border columns,
+    rows at the image's edges, asymmetric pads); the others the tiled form."""
+    n, c, h, w, kernel, stride, pads, dilation = case
+    code, params = ACTIVATIONS[activation]
+    ints, (oh, ow) = conv_ints((n, c, h, w), kernel, stride, pads, dilation, residual, code, threads)
+    x, weights, bias = random((n, c, h, w), 6), random((c, 1, kernel, kernel), 7), random(c, 8)
+    extra = random((n, c, oh, ow), 9) if residual else np.zeros((n, c, oh, ow), np.float32)
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_f32", [1, *ints], [], [sizes])
+    plain = np.empty((n, c, oh, ow), np.float32)
+    workspace = np.empty(max(int(sizes[0]), 4), np.float32)
+    _kernels.call("conv2d_depthwise_f32", ints, list(params), [x, weights, plain, workspace, bias, extra],
+                  num_threads=threads)
+
+    def blocked(use_ref):
+        y = np.full((n, (c + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("conv2d_depthwise_nchwc_f32", ints, list(params),
+                      [to_blocked(x), weights, y, workspace, bias, to_blocked(extra)], num_threads=threads,
+                      use_ref=use_ref)
+        return from_blocked(y, c)
+
+    fast = blocked(False)
+    assert_close(fast, plain)
+    assert_close(blocked(True), plain)
+    np.testing.assert_array_equal(fast, blocked(False))
+
+
+def pack_to_nchwc(weights: np.ndarray, bias: np.ndarray):
+    """conv.h's packing of conv2d_to_nchwc_f32: [Cin*KH*KW][ceil(Cout/16)*16] weights, the bias padded alike."""
+    cout = weights.shape[0]
+    width = (cout + 15) // 16 * 16
+    packed = np.zeros((weights[0].size, width), np.float32)
+    packed[:, :cout] = weights.reshape(cout, -1).T
+    packed_bias = np.zeros(width, np.float32)
+    packed_bias[:cout] = bias
+    return packed, packed_bias
+
+
+TO_NCHWC_CASES = [  # (N, Cin, H, W, Cout, kernel, stride, pads)
+    (1, 3, 224, 224, 32, 3, 2, (1, 1, 1, 1)), (1, 3, 48, 320, 16, 3, 2, (1, 1, 1, 1)),
+    (2, 3, 31, 57, 64, 7, 2, (3, 3, 3, 3)), (1, 4, 30, 40, 40, 3, 1, (1, 1, 1, 1)), (1, 2, 9, 9, 17, 3, 1, (0,) * 4),
+    (1, 3, 60, 70, 96, 5, 2, (2, 1, 2, 1)), (1, 1, 3, 100, 8, 3, 1, (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", TO_NCHWC_CASES, ids=[str(c) for c in TO_NCHWC_CASES])
+@pytest.mark.parametrize("activation", ["clip", "hard_swish", "none"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conv_to_nchwc_matches_numpy_and_reference(isa, case, activation, threads):
+    """Tiles (24 accumulators, the row's last tile moved left) and border pixels, with Cout leaving partial groups
+    of 4 blocks (17, 40, 96) and rows too short for a tile (7x7 stride 2 on 57 columns: 23 interior columns)."""
+    n, cin, h, w, cout, kernel, stride, pads = case
+    code, params = ACTIVATIONS[activation]
+    x, weights, bias = random((n, cin, h, w), 10), random((cout, cin, kernel, kernel), 11), random(cout, 12)
+    ints = [n, cin, h, w, cout, 0, 0, kernel, kernel, stride, stride, pads[0], pads[1], 1, 1, 1, 1, 0, code, threads]
+    oh = (h + pads[0] + pads[2] - kernel) // stride + 1
+    ow = (w + pads[1] + pads[3] - kernel) // stride + 1
+    ints[5], ints[6] = oh, ow
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    expected = np.zeros((n, cout, oh, ow))
+    for ky in range(kernel):
+        for kx in range(kernel):
+            patch = padded[:, :, ky:ky + stride * (oh - 1) + 1:stride, kx:kx + stride * (ow - 1) + 1:stride]
+            expected += np.einsum("oc,nchw->nohw", weights[:, :, ky, kx], patch)
+    expected = activate(expected + bias[:, None, None], code, params).astype(np.float32)
+    packed, packed_bias = pack_to_nchwc(weights, bias)
+
+    def run(use_ref):
+        y = np.full((n, (cout + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("conv2d_to_nchwc_f32", ints, list(params), [x, packed, y, packed_bias], num_threads=threads,
+                      use_ref=use_ref)
+        return from_blocked(y, cout)
+
+    fast = run(False)
+    assert_close(fast, expected)
+    assert_close(run(True), expected)
+    np.testing.assert_array_equal(fast, run(False))
