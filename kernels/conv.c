@@ -550,5 +550,6 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv_pointwise_nchwc_f32", ortx_conv_pointwise_nchwc_f32, ortx_conv_pointwise_nchwc_f32_ref},
     {"conv2d_depthwise_nchwc_f32", ortx_conv2d_depthwise_nchwc_f32, ortx_conv2d_depthwise_nchwc_f32_ref},
     {"conv2d_to_nchwc_f32", ortx_conv2d_to_nchwc_f32, ortx_conv2d_to_nchwc_f32_ref},
+    {"global_avgpool_nchwc_f32", ortx_global_avgpool_nchwc_f32, ortx_global_avgpool_nchwc_f32_ref},
     {NULL, NULL, NULL},
 };

@@ -86,6 +86,10 @@ void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, v
                                      int num_threads);
 void ortx_reorder_to_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_reorder_from_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_global_avgpool_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                   int num_threads);
+void ortx_global_avgpool_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads);
 /* The pointwise conv on blocked tensors (conv_pointwise_nchwc.c). Weights are packed as [ceil(Cout / 64)][Cin][64]
  * (64 output channels, 4 blocks, per input channel; zeros past Cout) and the bias as ceil(Cout / 64) * 64 floats.
  * A tile computes `pixels` (1..ORTX_POINTWISE_PIXELS) consecutive pixels x `blocks` (1..4) output blocks over all

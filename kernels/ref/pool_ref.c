@@ -2,6 +2,7 @@
  * kernels/pool.c (same ints/buffers layout, documented in kernels/pool_internal.h). */
 #include <float.h>
 
+#include "conv.h"
 #include "ortx_kernels.h"
 #include "pool_internal.h"
 
@@ -76,4 +77,19 @@ void ortx_global_maxpool_f32_ref(const int64_t *ints, const float *floats, void 
     (void)floats;
     (void)num_threads;
     global_ref(ints, buffers, 1);
+}
+
+/* global_avgpool_nchwc_f32 (kernels/conv_nchwc.c): each block's lanes averaged over its pixels, summed in double. */
+void ortx_global_avgpool_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    const float *x = buffers[0];
+    float *y = buffers[1];
+    for (int64_t block = 0; block < ints[0]; block++)
+        for (int64_t l = 0; l < 16; l++) {
+            double sum = 0.0;
+            for (int64_t i = 0; i < ints[1]; i++) sum += x[(block * ints[1] + i) * 16 + l];
+            y[block * 16 + l] = (float)(sum / (double)ints[1]);
+        }
 }

@@ -112,6 +112,41 @@ def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(thread
 
 
 @needs_avx512
+@pytest.mark.parametrize("batch", [1, 2])
+def test_squeeze_and_excitation_stays_blocked(batch):
+    """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a
+    per-channel [N, C, 1, 1] operand) -> Add of a constant [1, C, 1, 1] shift -> Relu -> 1x1: one run, no reorder
+    inside (the constant shift is reordered once per run, like an input)."""
+    channels, squeezed = 40, 10
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["d"], name="depthwise", group=channels, pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["d"], ["g"], name="squeeze"),
+        helper.make_node("Conv", ["g", "w1", "b1"], ["s1"], name="reduce"),
+        helper.make_node("Relu", ["s1"], ["s2"], name="relu"),
+        helper.make_node("Conv", ["s2", "w2", "b2"], ["s3"], name="expand"),
+        helper.make_node("HardSigmoid", ["s3"], ["gate"], name="gate"),
+        helper.make_node("Mul", ["d", "gate"], ["e"], name="excite"),
+        helper.make_node("Add", ["e", "shift"], ["e2"], name="shift"),
+        helper.make_node("Relu", ["e2"], ["f"], name="relu2"),
+        helper.make_node("Conv", ["f", "w3"], ["y"], name="project"),
+    ]
+    initializers = [_weights("wd", (channels, 1, 3, 3), 11), _weights("w1", (squeezed, channels, 1, 1), 12),
+                    numpy_helper.from_array(_random((squeezed,), 13), "b1"),
+                    _weights("w2", (channels, squeezed, 1, 1), 14),
+                    numpy_helper.from_array(_random((channels,), 15), "b2"),
+                    numpy_helper.from_array(_random((1, channels, 1, 1), 16), "shift"),
+                    _weights("w3", (24, channels, 1, 1), 17)]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, 11, 9])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 24, 11, 9])], initializers)
+    (expected,), (actual,), session = _run_both(model, {"x": _random((batch, channels, 11, 9), 18)})
+    assert_close(actual, expected)
+    counts = _kernel_counts(session)
+    assert counts["global_avgpool_nchwc_f32"] == 1 and counts["conv2d_depthwise_nchwc_f32"] == 1
+    assert counts["reorder_to_nchwc_f32"] == 2  # x, and the constant shift (a per-channel operand)
+    assert counts["reorder_from_nchwc_f32"] == 1  # y
+
+
+@needs_avx512
 def test_a_lone_pointwise_conv_stays_nchw():
     """No blocked neighbour: the NCHW kernels, no reorders."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="pointwise"),

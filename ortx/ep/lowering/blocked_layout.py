@@ -13,9 +13,10 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
    kernels' ISA is AVX-512 (elsewhere the blocked kernels are the portable loops, slower than the NCHW kernels). A
    tensor is a *blocked edge* when its producer writes blocked, every consumer reads blocked and takes it in a
    blocked role (a conv's X or FusedConv's residual, an elementwise node's output-shaped operand), and it is not a
-   segment output. Blocked edges join nodes into runs; a run with a 1x1 or depthwise conv is lowered blocked
-   (a stem or elementwise nodes alone gain nothing), so a reorder is paid only where such a run meets the rest of
-   the graph, never around a lone conv.
+   segment output. Blocked edges join nodes into runs; a run with a 1x1 or depthwise conv on a map of more than
+   one pixel is lowered blocked (a stem, elementwise nodes or a squeeze-and-excitation block's convs alone gain
+   nothing: PP-OCRv4 det's neck had a run of those that cost a 9.8 MB reorder), so a reorder is paid only where
+   such a run meets the rest of the graph, never around a lone conv.
    Elementwise nodes whose operands are output-shaped or single elements (unary ops, Add/Sub/Mul/Div,
    ElementwiseChain) read and write blocked tensors too (flat, pad lanes included), so PP-LCNet's affine blocks
    and residual Adds do not cut a run. Measured on this Zen 4 at 2 threads, whole models against the same session
@@ -61,8 +62,9 @@ BLOCKED_BINARY = ("Add", "Sub", "Mul", "Div")
 
 
 def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
-    """The inputs an elementwise node reads as blocked tensors (its output-shaped float32 operands), when every
-    other operand is a single element and the output is 4-D; else None."""
+    """The inputs an elementwise node reads as blocked tensors (output-shaped float32 operands and per-channel ones,
+    elementwise.channel_operand), when every other operand is a single element and the output is 4-D; else None. A
+    GlobalAveragePool reads its input blocked (global_avgpool_nchwc_f32)."""
     domain = node.domain if node.domain != "ai.onnx" else ""
     if domain == "" and node.op_type in elementwise.UNARY_CODES or (
             domain == elementwise.CONTRIB_DOMAIN and node.op_type in elementwise.CONTRIB_UNARY_CODES):
@@ -71,6 +73,8 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         data = (0, 1)
     elif (domain, node.op_type) == ("ai.ortx", "ElementwiseChain"):
         data = tuple(range(len(node.inputs)))
+    elif domain == "" and node.op_type == "GlobalAveragePool":
+        data = (0,)
     else:
         return None
     try:
@@ -80,10 +84,13 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         shapes = [static_shape(node.inputs[index]) for index in data]
     except (NotStatic, TypeError, AttributeError):
         return None
-    if any(shape != out_shape and int(np.prod(shape, dtype=np.int64)) != 1 for shape in shapes):
-        return None
-    full = tuple(index for index, shape in zip(data, shapes) if shape == out_shape)
-    return full or None
+    if node.op_type == "GlobalAveragePool":
+        return (0,) if len(shapes[0]) == 4 else None
+    blocked = tuple(index for index, shape in zip(data, shapes)
+                    if shape == out_shape or elementwise.channel_operand(shape, out_shape))
+    if len(blocked) + sum(int(np.prod(shape, dtype=np.int64)) == 1 for shape in shapes) < len(shapes):
+        return None  # an operand broadcast some other way
+    return blocked if any(shapes[data.index(index)] == out_shape for index in blocked) else None
 
 
 def _role(node: ir.Node, builder, plan_of) -> str | None:
@@ -148,8 +155,10 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
                 run_of.setdefault(node, node)
                 run_of.setdefault(reader, reader)
                 run_of[run(reader)] = run(node)
-    # a run gains only through its 1x1 and depthwise convs: a stem and elementwise nodes alone are kept NCHW
-    useful = {run(node) for node in run_of if _elementwise_inputs(node) is None and roles[node] == "both"}
+    # a run gains only through its 1x1 and depthwise convs on maps of more than one pixel: a stem, elementwise
+    # nodes and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
+    useful = {run(node) for node in run_of if _elementwise_inputs(node) is None and roles[node] == "both"
+              and np.prod(plan_of(node).ints[5:7]) > 1}
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen

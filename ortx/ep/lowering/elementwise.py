@@ -138,30 +138,40 @@ def check_unary(node: ir.Node) -> str | None:
     return parameters if isinstance(parameters, str) else None
 
 
+def channel_operand(shape, out_shape) -> bool:
+    """Whether an operand of `shape` is a per-channel vector broadcast over the pixels of a 4-D `out_shape` ([N or
+    1, C, 1, 1] against [N, C, H, W]): blocked, it is [N or 1][blocks][1][16], broadcast along the pixels."""
+    return (len(shape) == 4 and shape[0] in (1, out_shape[0]) and shape[1] == out_shape[1]
+            and tuple(shape[2:]) == (1, 1))
+
+
 def blocked_operands(node: ir.Node, builder, indices) -> tuple[list, list, object, tuple[int, ...]]:
     """For a node of a blocked run (ortx.ep.lowering.blocked_layout): the buffers and shapes of inputs `indices` and
-    of the output as flat views of the blocked tensors, where every operand is either output-shaped (its blocked
-    buffer, pad lanes included: each element is computed on its own, so pad lanes only ever meet pad lanes) or a
-    single element (its buffer as stored, broadcast)."""
+    of the output as views of the blocked tensors, [N, blocks, H*W, 16], pad lanes included (each element is
+    computed on its own, so pad lanes only ever meet pad lanes). An operand is output-shaped (its blocked buffer),
+    per-channel ([N or 1, C, 1, 1]: its blocked buffer, [N or 1, blocks, 1, 16]) or a single element (its buffer
+    as stored, broadcast)."""
     out = node.outputs[0]
-    count = builder.blocked_elements(out)
+    batch, channels, height, width = static_shape(out)
+    blocks = -(-channels // 16)
     refs, shapes = [], []
     for index in indices:
         value = node.inputs[index]
-        if static_shape(value) == static_shape(out):
+        shape = static_shape(value)
+        if shape == static_shape(out) or channel_operand(shape, static_shape(out)):
             refs.append(builder.blocked_buffer(value))
-            shapes.append((count,))
+            shapes.append((shape[0], blocks, shape[2] * shape[3], 16))
         else:
             refs.append(builder.buffer(value))
-            shapes.append((1,))
-    return refs, shapes, builder.produce_blocked(out), (count,)
+            shapes.append((1, 1, 1, 1))
+    return refs, shapes, builder.produce_blocked(out), (batch, blocks, height * width, 16)
 
 
 def lower_unary(node: ir.Node, builder) -> None:
     code, p0, p1 = unary_parameters(node)
     if node in builder.blocked_nodes:
-        (x,), _, y, (count,) = blocked_operands(node, builder, [0])
-        builder.emit("unary_f32", [code, count], [p0, p1], [x, y])
+        (x,), _, y, out_shape = blocked_operands(node, builder, [0])
+        builder.emit("unary_f32", [code, int(np.prod(out_shape))], [p0, p1], [x, y])
         builder.finish_blocked(node.outputs[0])
         return
     count = element_count(node.outputs[0])

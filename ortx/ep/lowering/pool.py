@@ -139,6 +139,11 @@ def check_global(node: ir.Node) -> str | None:
 def _lower_global(kernel: str):
     def lower(node: ir.Node, builder) -> None:
         shape = static_shape(node.inputs[0])
+        if node in builder.blocked_nodes:  # only GlobalAveragePool joins blocked runs (ortx.ep.lowering.blocked_layout)
+            builder.emit("global_avgpool_nchwc_f32", [shape[0] * -(-shape[1] // 16), int(np.prod(shape[2:]))], [],
+                         [builder.blocked_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
+            builder.finish_blocked(node.outputs[0])
+            return
         ints = [shape[0] * shape[1], int(np.prod(shape[2:]))]
         builder.emit(kernel, ints, [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
 
