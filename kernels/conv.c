@@ -548,6 +548,7 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"reorder_to_nchwc_f32", ortx_reorder_to_nchwc_f32, ortx_reorder_to_nchwc_f32},
     {"reorder_from_nchwc_f32", ortx_reorder_from_nchwc_f32, ortx_reorder_from_nchwc_f32},
     {"conv_pointwise_nchwc_f32", ortx_conv_pointwise_nchwc_f32, ortx_conv_pointwise_nchwc_f32_ref},
+    {"conv_pointwise_nchwc_bf16", ortx_conv_pointwise_nchwc_bf16, ortx_conv_pointwise_nchwc_bf16_ref},
     {"conv2d_depthwise_nchwc_f32", ortx_conv2d_depthwise_nchwc_f32, ortx_conv2d_depthwise_nchwc_f32_ref},
     {"conv2d_to_nchwc_f32", ortx_conv2d_to_nchwc_f32, ortx_conv2d_to_nchwc_f32_ref},
     {"global_avgpool_nchwc_f32", ortx_global_avgpool_nchwc_f32, ortx_global_avgpool_nchwc_f32_ref},

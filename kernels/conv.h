@@ -98,10 +98,17 @@ void ortx_global_avgpool_nchwc_f32_ref(const int64_t *ints, const float *floats,
  * plane = H * W pixels apart per block. */
 #define ORTX_POINTWISE_PIXELS 6
 typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
-                                             const float *x, const float *w, const float *bias, const float *residual,
-                                             float *y, int activation, float param0, float param1);
-extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512;
+                                             const float *x, const void *w, const float *bias, const float *residual,
+                                             float *y, int activation, float param0, float param1, uint32_t *scratch);
+extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512, ortx_pointwise_nchwc_tile_avx512_bf16;
 void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* conv_pointwise_nchwc_bf16: the same conv with bf16 operands and fp32 sums (ortx/ep/precision.py's bf16): weights
+ * packed as [ceil(Cout / 64)][ceil(Cin / 2)][64][2] bf16 (input channels 2q, 2q + 1 of an output channel adjacent,
+ * zeros past Cin and Cout), each tile's input rounded to bf16 pairs in `scratch` (ORTX_POINTWISE_PIXELS x
+ * ortx_pointwise_bf16_pair_words(Cin) words per thread, buffers[5]); per pair, the odd product then the even one
+ * (vdpbf16ps's order). */
+static inline int64_t ortx_pointwise_bf16_pair_words(int64_t in_channels) { return (in_channels + 31) / 32 * 16; }
+void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* A dense conv from NCHW input to a blocked output (conv_to_nchwc.c), for the few-channel stem in front of a run
  * of blocked convs. Weights packed as [Cin * KH * KW][ceil(Cout / 16) * 16] (tap-major, zeros past Cout), bias as
  * ceil(Cout / 16) * 16 floats. Per ISA: `tile` computes `pixels` consecutive output pixels of one output row x
@@ -277,6 +284,8 @@ void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *float
                                          int num_threads);
 void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads);
+void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads);
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 #endif

@@ -15,6 +15,7 @@
  */
 #include "activation.h"
 #include "conv.h"
+#include "gemm_bf16.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
@@ -22,8 +23,10 @@ static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static void tile_portable(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane, const float *x,
-                          const float *w, const float *bias, const float *residual, float *y, int activation,
-                          float param0, float param1) {
+                          const void *weights, const float *bias, const float *residual, float *y, int activation,
+                          float param0, float param1, uint32_t *scratch) {
+    (void)scratch;
+    const float *w = weights;
     for (int64_t i = 0; i < pixels; i++)
         for (int64_t b = 0; b < blocks; b++)
             for (int64_t l = 0; l < 16; l++) {
@@ -36,33 +39,64 @@ static void tile_portable(int64_t pixels, int64_t blocks, int64_t in_channels, i
             }
 }
 
+/* The bf16 tile without AVX512_BF16: each operand rounded as vcvtne2ps2bf16 rounds, per pair the odd product then
+ * the even one, in fp32 (products whose result is denormal are not flushed, as vdpbf16ps flushes them). */
+static void tile_portable_bf16(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane, const float *x,
+                               const void *weights, const float *bias, const float *residual, float *y,
+                               int activation, float param0, float param1, uint32_t *scratch) {
+    (void)scratch;
+    const uint16_t *w = weights;
+    const int64_t pairs = (in_channels + 1) / 2;
+    for (int64_t i = 0; i < pixels; i++)
+        for (int64_t b = 0; b < blocks; b++)
+            for (int64_t l = 0; l < 16; l++) {
+                float acc = bias[b * 16 + l];
+                for (int64_t q = 0; q < pairs; q++)
+                    for (int64_t half = 1; half >= 0; half--) {
+                        int64_t c = 2 * q + half;
+                        if (c >= in_channels) continue;
+                        float xv = ortx_bf16_to_float(ortx_bf16_from_float(x[(c / 16 * plane + i) * 16 + c % 16]));
+                        acc += ortx_bf16_to_float(w[(q * 64 + b * 16 + l) * 2 + half]) * xv;
+                    }
+                int64_t at = (b * plane + i) * 16 + l;
+                if (residual) acc += residual[at];
+                y[at] = ortx_activation_scalar(activation, acc, param0, param1);
+            }
+}
+
 typedef struct pointwise_job {
     ortx_pointwise_nchwc_tile_fn tile;
-    int64_t in_channels, out_channels, pixels, groups, runs, tiles_per_run;
-    const float *X, *W, *bias, *residual;
+    int64_t in_channels, out_channels, pixels, groups, runs, tiles_per_run, weights_per_group, scratch_words;
+    const float *X, *bias, *residual;
+    const char *W;
     float *Y;
+    uint32_t *scratch;
     int activation;
     float param0, param1;
 } pointwise_job;
 
 static void pointwise_task(void *context, int64_t task, int thread) {
-    (void)thread;
     const pointwise_job *job = context;
     const int64_t plane = job->pixels, in_blocks = ortx_nchwc_blocks(job->in_channels);
     const int64_t out_blocks = ortx_nchwc_blocks(job->out_channels);
     int64_t run = task % job->runs, group = task / job->runs % job->groups, n = task / (job->runs * job->groups);
     int64_t blocks = min64(4, out_blocks - group * 4);
-    const float *x = job->X + n * in_blocks * plane * 16, *w = job->W + group * job->in_channels * 64;
+    const float *x = job->X + n * in_blocks * plane * 16;
+    const char *w = job->W + group * job->weights_per_group;
+    uint32_t *scratch = job->scratch ? job->scratch + thread * job->scratch_words : NULL;
     int64_t y_base = (n * out_blocks + group * 4) * plane * 16;
     int64_t first = run * job->tiles_per_run * ORTX_POINTWISE_PIXELS;
     int64_t last = min64(plane, first + job->tiles_per_run * ORTX_POINTWISE_PIXELS);
     for (int64_t i = first; i < last; i += ORTX_POINTWISE_PIXELS)
         job->tile(min64(ORTX_POINTWISE_PIXELS, last - i), blocks, job->in_channels, plane, x + i * 16, w,
                   job->bias + group * 64, job->residual ? job->residual + y_base + i * 16 : NULL,
-                  job->Y + y_base + i * 16, job->activation, job->param0, job->param1);
+                  job->Y + y_base + i * 16, job->activation, job->param0, job->param1, scratch);
 }
 
-void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+/* weights_per_group: bytes of one group's packed weights; scratch: per-thread words (bf16) or NULL. */
+static void pointwise(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
+                      ortx_pointwise_nchwc_tile_fn tile, int64_t weights_per_group, uint32_t *scratch,
+                      int64_t scratch_words) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int threads = (int)max64(1, min64(num_threads, ints[6]));
     /* small convs (< 256K multiply-adds, ~5 us on one core) stay on one thread */
@@ -74,10 +108,23 @@ void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, voi
     int64_t tiles_per_run = (tiles + runs - 1) / runs;
     runs = (tiles + tiles_per_run - 1) / tiles_per_run;
     pointwise_job job = {
-        ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_pointwise_nchwc_tile_avx512 : tile_portable,
-        in_channels, out_channels, pixels, groups, runs, tiles_per_run,
-        buffers[0], buffers[1], buffers[2], ints[4] ? buffers[4] : NULL, buffers[3],
+        tile, in_channels, out_channels, pixels, groups, runs, tiles_per_run, weights_per_group, scratch_words,
+        buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], scratch,
         (int)ints[5], floats[0], floats[1],
     };
     ortx_parallel_for(threads, batch * groups * runs, pointwise_task, &job);
+}
+
+void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    pointwise(ints, floats, buffers, num_threads,
+              ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_pointwise_nchwc_tile_avx512 : tile_portable,
+              ints[1] * 64 * (int64_t)sizeof(float), NULL, 0);
+}
+
+void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                    int num_threads) {
+    int fast = ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16();
+    int64_t words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
+    pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
+              (ints[1] + 1) / 2 * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
 }

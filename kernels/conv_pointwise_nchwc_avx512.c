@@ -47,8 +47,11 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
     }
 
 ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
-                                          const float *x, const float *w, const float *bias, const float *residual,
-                                          float *y, int activation, float param0, float param1) {
+                                          const float *x, const void *weights, const float *bias,
+                                          const float *residual, float *y, int activation, float param0, float param1,
+                                          uint32_t *scratch) {
+    (void)scratch;
+    const float *w = weights;
     switch (pixels) {
         case 6: TILE_BLOCKS(6) break;
         case 5: TILE_BLOCKS(5) break;

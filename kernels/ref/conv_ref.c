@@ -3,6 +3,7 @@
 #include "../activation.h"
 #include "../conv.h"
 #include "../gemm.h"
+#include "../gemm_bf16.h"
 
 static float finish(const ortx_conv_params *p, float value, const float *residual, int64_t index) {
     if (p->has_residual) value += residual[index];
@@ -172,4 +173,32 @@ void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void
                     Y[tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width)] =
                         ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
                 }
+}
+
+/* conv_pointwise_nchwc_bf16 (conv.h's packing): as conv_pointwise_nchwc_f32_ref with both operands rounded to bf16
+ * and, per pair of input channels, the odd product added before the even one. */
+void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads) {
+    (void)num_threads;
+    int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
+    int64_t pairs = (in_channels + 1) / 2;
+    const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
+    const uint16_t *W = buffers[1];
+    float *Y = buffers[3];
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t co = 0; co < out_channels; co++)
+            for (int64_t i = 0; i < pixels; i++) {
+                float acc = bias[co];
+                for (int64_t q = 0; q < pairs; q++)
+                    for (int64_t half = 1; half >= 0; half--) {
+                        int64_t ci = 2 * q + half;
+                        if (ci >= in_channels) continue;
+                        float x = X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
+                        acc += ortx_bf16_to_float(W[((co / 64 * pairs + q) * 64 + co % 64) * 2 + half]) *
+                               ortx_bf16_to_float(ortx_bf16_from_float(x));
+                    }
+                int64_t index = tensor_index(1, n, co, 0, i, out_channels, 1, pixels);
+                if (residual) acc += residual[index];
+                Y[index] = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
+            }
 }

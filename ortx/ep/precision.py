@@ -5,7 +5,8 @@ whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Co
 whose kernel equals its stride without padding, from 64 input channels per group) with bf16 operands and fp32
 accumulation; every other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics,
 depthwise convs, other transposed convs, attention's activation x activation products, and the epilogues (bias,
-residual, activation), which run on the fp32 accumulators.
+residual, activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
+(ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order.
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

@@ -15,7 +15,7 @@ import ortx
 from ortx import _kernels
 from ortx.model_io import to_ort_bytes
 from tests import _models
-from tests.tolerances import MODEL_MAX_ABS_FRACTION, MODEL_MIN_COSINE, assert_close, cosine
+from tests.tolerances import BF16_MODEL_MIN_COSINE, MODEL_MAX_ABS_FRACTION, MODEL_MIN_COSINE, assert_close, cosine
 
 PROVIDERS = ["OrtxEP", "CPUExecutionProvider"]
 BLOCKED_KERNELS = {"conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32", "conv2d_to_nchwc_f32"}
@@ -159,13 +159,34 @@ def test_a_lone_pointwise_conv_stays_nchw():
     assert not set(_kernel_counts(session)) & (BLOCKED_KERNELS | {"reorder_to_nchwc_f32", "reorder_from_nchwc_f32"})
 
 
-def test_bf16_and_other_isas_keep_nchw():
-    """Precision bf16 runs its 1x1 convs as bf16 GEMMs; below AVX-512 the blocked kernels would be portable loops."""
+@pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
+def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
+    """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the
+    stem stays a bf16 conv (so one reorder enters the run). The same bf16 definition as the NCHW bf16 kernels, so
+    as accurate against fp32 as they are (this random-weight model at 64x64: cosine 0.9970 both ways, below issue
+    #5's 0.999, which the packaged models' benchmark judges), and as close to their output as reassociation allows."""
+    import ortx.pipeline
+
+    model = _models.mobilenetv2_style(size=64, seed=5)
+    feeds = {"input": _random((1, 3, 64, 64), 8)}
+    (expected,), (actual,), session = _run_both(model, feeds, precision="bf16")
+    ortx.pipeline.BLOCKED_LAYOUT = False
+    try:
+        (_,), (nchw,), _ = _run_both(model, feeds, precision="bf16")
+    finally:
+        ortx.pipeline.BLOCKED_LAYOUT = True
+    assert cosine(actual, expected) >= cosine(nchw, expected) - 1e-3
+    assert cosine(actual, nchw) >= BF16_MODEL_MIN_COSINE
+    counts = _kernel_counts(session)
+    assert counts["conv_pointwise_nchwc_bf16"] == 34 and counts["conv2d_depthwise_nchwc_f32"] == 17
+    assert counts["conv2d_bf16"] == 1 and counts["reorder_to_nchwc_f32"] == 1
+    assert "conv_pointwise_nchwc_f32" not in counts
+
+
+def test_other_isas_keep_nchw():
+    """Below AVX-512 the blocked kernels would be portable loops: NCHW kernels only."""
     model = _models.mobilenetv2_style(size=32, seed=5)
     feeds = {"input": _random((1, 3, 32, 32), 8)}
-    if _kernels.cpu_has_avx512_bf16():
-        _, _, session = _run_both(model, feeds, precision="bf16")
-        assert not set(_kernel_counts(session)) & BLOCKED_KERNELS
     previous = _kernels.selected_isa()
     try:
         _kernels.force_isa("avx2")

@@ -241,3 +241,44 @@ def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):
 
     assert_close(run(False), expected)
     assert_close(run(True), expected)
+
+
+def run_pointwise_bf16(x, weights, bias, residual, activation, threads, use_ref=False):
+    from ortx.ep.lowering.blocked_layout import pack_pointwise_bf16
+
+    n, cin, h, w = x.shape
+    cout = weights.shape[0]
+    code, params = ACTIVATIONS[activation]
+    packed, packed_bias = pack_pointwise_bf16(weights, bias)
+    y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
+    scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
+    buffers = [to_blocked(x), packed, packed_bias, y, to_blocked(residual) if residual is not None else y, scratch]
+    _kernels.call("conv_pointwise_nchwc_bf16", [n, cin, cout, h * w, int(residual is not None), code, threads],
+                  list(params), buffers, num_threads=threads, use_ref=use_ref)
+    return from_blocked(y, cout)
+
+
+@pytest.mark.parametrize("case", POINTWISE_CASES + [(1, 17, 40, 3, 5)], ids=[str(c) for c in POINTWISE_CASES + [
+    (1, 17, 40, 3, 5)]])
+@pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_bf16_matches_the_bf16_definition(isa, case, activation, residual, threads):
+    """Against ortx.ep.precision's bf16 reference (operands rounded to bf16, fp32 sums): the reassociation
+    tolerance (float32's), for the vdpbf16ps tile, the portable tile and the reference kernel; odd Cin (17, 33)
+    leaves a half pair."""
+    from ortx.ep.precision import bf16_matmul
+
+    n, cin, cout, h, w = case
+    x, weights, bias = random((n, cin, h, w), 20), random((cout, cin), 21) * 0.2, random(cout, 22)
+    extra = random((n, cout, h, w), 23) if residual else None
+    code, params = ACTIVATIONS[activation]
+    flat = x.transpose(1, 0, 2, 3).reshape(cin, -1)
+    expected = (bf16_matmul(weights, flat).reshape(cout, n, h, w).transpose(1, 0, 2, 3).astype(np.float64)
+                + bias[:, None, None])
+    if residual:
+        expected = expected + extra
+    expected = activate(expected, code, params).astype(np.float32)
+    fast = run_pointwise_bf16(x, weights, bias, extra, activation, threads)
+    assert_close(fast, expected)
+    np.testing.assert_array_equal(fast, run_pointwise_bf16(x, weights, bias, extra, activation, threads))
+    assert_close(run_pointwise_bf16(x, weights, bias, extra, activation, threads, use_ref=True), expected)

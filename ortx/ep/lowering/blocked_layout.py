@@ -28,11 +28,14 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
    from NCHW where the producer was not blocked, once per tensor) and its output goes to
    `builder.produce_blocked`; the builder reorders it back to NCHW only if a non-blocked consumer or the segment's
    outputs need it.
-Limits: fp32 only (precision bf16 keeps NCHW: its pointwise convs are bf16 GEMMs); dense convs from more channels
-(3x3 convs of ResNet-style blocks) neither read nor write blocked tensors, so a run ends at them.
+Under precision bf16 the 1x1 convs run conv_pointwise_nchwc_bf16 (bf16 operands, fp32 sums, as the option
+defines; the depthwise convs stay fp32 as in NCHW) and there is no blocked stem (it stays a bf16 conv).
+Limits: dense convs from more channels (3x3 convs of ResNet-style blocks) neither read nor write blocked tensors,
+so a run ends at them.
 """
 from __future__ import annotations
 
+import collections
 import logging
 
 import numpy as np
@@ -41,8 +44,10 @@ import onnx_ir as ir
 from ortx import _kernels
 from ortx.ep.lowering import elementwise, sparse
 from ortx.ep.lowering._values import NotStatic, constant_value, numpy_dtype, present, static_shape
+from ortx.ep.precision import bf16_bits
 
 LANES = 16
+POINTWISE_PIXELS = 6  # kernels/conv.h's ORTX_POINTWISE_PIXELS
 logger = logging.getLogger(__name__)
 
 
@@ -55,6 +60,9 @@ def is_pointwise(plan) -> bool:
             and (out_height, out_width) == (height, width))
 
 
+# Under precision bf16 a run is kept only when most of its 1x1 convs' multiply-adds are on maps of at most this
+# many pixels (see blocked_nodes).
+BF16_SMALL_MAP_PIXELS = 784
 STEM_MAX_CHANNELS = 4  # dense convs from at most this many channels may write blocked outputs (a network's stem)
 
 
@@ -106,10 +114,10 @@ def _role(node: ir.Node, builder, plan_of) -> str | None:
     if bias is not None and constant_value(bias) is None:
         return None  # the blocked kernels pack the bias with the weights
     if is_pointwise(plan):
-        return "both" if sparse.sparse_conv_choice(node, builder, plan) is None else None
+        return "both" if builder.precision == "bf16" or sparse.sparse_conv_choice(node, builder, plan) is None else None
     group, has_residual = plan.ints[15], plan.has_residual
-    if group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual:
-        return "writes"
+    if group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual and builder.precision == "fp32":
+        return "writes"  # (under bf16 the stem stays a bf16 conv, as the precision option defines)
     return None
 
 
@@ -119,10 +127,11 @@ def _blocked_inputs(node: ir.Node) -> tuple[int, ...]:
 
 
 def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
-    """Step 1: the nodes to lower on blocked tensors (empty off AVX-512 and under precision bf16); a set of the
-    node objects, since a graph's node names may be empty.
+    """Step 1: the nodes to lower on blocked tensors (empty off AVX-512, and under precision bf16 unless the bf16
+    GEMMs' path is avx512_bf16: on AMX the NCHW bf16 GEMMs' tiles are not measured against the blocked 1x1 conv's
+    vdpbf16ps); a set of the node objects, since a graph's node names may be empty.
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
-    if builder.precision != "fp32" or _kernels.selected_isa() != "avx512":
+    if _kernels.selected_isa() != "avx512" or (builder.precision == "bf16" and _kernels.bf16_isa() != "avx512_bf16"):
         return frozenset()
     nodes = list(nodes)
     roles = {node: role for node in nodes if (role := _role(node, builder, plan_of)) is not None}
@@ -159,6 +168,18 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     # nodes and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
     useful = {run(node) for node in run_of if _elementwise_inputs(node) is None and roles[node] == "both"
               and np.prod(plan_of(node).ints[5:7]) > 1}
+    if builder.precision == "bf16":
+        # measured (2 threads, in-process A/B against the NCHW bf16 kernels): MobileNetV2-style 0.76-0.92 but
+        # PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps, where the NCHW bf16 GEMM is as
+        # fast and the reorders are not paid back; rec 0.98-1.06
+        small, total = collections.Counter(), collections.Counter()
+        for node in run_of:
+            plan = plan_of(node) if _elementwise_inputs(node) is None else None
+            if plan is not None and not plan.depthwise and roles[node] == "both":
+                macs = float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
+                total[run(node)] += macs
+                small[run(node)] += macs if np.prod(plan.ints[5:7]) <= BF16_SMALL_MAP_PIXELS else 0.0
+        useful = {name for name in useful if small[name] >= 0.5 * total[name]}
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen
@@ -181,6 +202,17 @@ def pack_pointwise(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.nda
     if bias is not None:
         packed_bias[:out_channels] = bias
     return np.ascontiguousarray(padded.reshape(groups, 64, in_channels).transpose(0, 2, 1)), packed_bias
+
+
+def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's packing of conv_pointwise_nchwc_bf16: [ceil(Cout/64)][ceil(Cin/2)][64][2] bf16 weights (the two
+    input channels of a pair adjacent), and the fp32 bias as pack_pointwise's; zeros past Cin and Cout."""
+    out_channels, in_channels = weights.shape
+    groups, pairs = -(-out_channels // 64), -(-in_channels // 2)
+    padded = np.zeros((groups * 64, pairs * 2), np.float32)
+    padded[:out_channels, :in_channels] = weights
+    packed = bf16_bits(padded).reshape(groups, 64, pairs, 2).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(packed), pack_pointwise(weights, bias)[1]
 
 
 def pack_to_nchwc(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -224,12 +256,16 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     else:
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
-        packed, packed_bias = pack_pointwise(plan.weights.reshape(out_channels, in_channels), bias)
-        builder.emit("conv_pointwise_nchwc_f32",
+        weights = plan.weights.reshape(out_channels, in_channels)
+        bf16 = builder.precision == "bf16"
+        packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(weights, bias)
+        buffers = [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
+                   builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
+                   residual if residual is not None else y]
+        if bf16:  # the tiles' input as bf16 pairs, per thread (conv.h's ortx_pointwise_bf16_pair_words)
+            words = POINTWISE_PIXELS * -(-in_channels // 32) * 16
+            buffers.append(builder.workspace(4 * words * builder.num_threads, label="bf16_pairs"))
+        builder.emit("conv_pointwise_nchwc_bf16" if bf16 else "conv_pointwise_nchwc_f32",
                      [batch, in_channels, out_channels, height * width, int(residual is not None), plan.activation,
-                      builder.num_threads],
-                     list(plan.params),
-                     [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
-                      builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
-                      residual if residual is not None else y])
+                      builder.num_threads], list(plan.params), buffers)
     builder.finish_blocked(node.outputs[0])

@@ -1,0 +1,79 @@
+/* AVX512_BF16 tile of conv_pointwise_nchwc_bf16 (conv_pointwise_nchwc.c): the tile's input pixels are first rounded
+ * to bf16 channel pairs in the thread's scratch (one vcvtne2ps2bf16 per 32 channels of a pixel, lanes past Cin
+ * zeroed: a blocked tensor's pad lanes hold anything), then per pair 4 weight vectors (16 output channels x 2 input
+ * channels each) and one broadcast pair word per pixel feed up to 24 vdpbf16ps accumulators, started at the bias.
+ * Epilogue as the fp32 tile's. */
+#include "activation_avx512.h"
+#include "conv.h"
+
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_fixed(
+    const int P, const int B, int64_t in_channels, int64_t plane, const float *x, const uint16_t *w,
+    const float *bias, const float *residual, float *y, int activation, float param0, float param1,
+    uint32_t *scratch) {
+    const int64_t words = ortx_pointwise_bf16_pair_words(in_channels), pairs = (in_channels + 1) / 2;
+    for (int i = 0; i < P; i++)
+        for (int64_t c0 = 0; c0 < in_channels; c0 += 32) {
+            int64_t left = in_channels - c0;
+            __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1u);
+            __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
+            __m512 lo = _mm512_maskz_loadu_ps(low, x + (c0 / 16 * plane + i) * 16);
+            __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + ((c0 / 16 + 1) * plane + i) * 16) : _mm512_setzero_ps();
+            _mm512_storeu_si512(scratch + i * words + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        }
+    __m512 acc[ORTX_POINTWISE_PIXELS][4];
+    for (int b = 0; b < B; b++) {
+        __m512 start = _mm512_loadu_ps(bias + 16 * b);
+        for (int i = 0; i < P; i++) acc[i][b] = start;
+    }
+    for (int64_t q = 0; q < pairs; q++) {
+        __m512bh wv[4];
+        for (int b = 0; b < B; b++) wv[b] = (__m512bh)_mm512_loadu_si512(w + (q * 64 + b * 16) * 2);
+        for (int i = 0; i < P; i++) {
+            __m512bh xv = (__m512bh)_mm512_set1_epi32((int32_t)scratch[i * words + q]);
+            for (int b = 0; b < B; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, wv[b]);
+        }
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < P; i++) {
+            __m512 v = acc[i][b];
+            const int64_t at = (b * plane + i) * 16;
+            if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
+            _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
+        }
+}
+
+#define TILE_BLOCKS(P)                                                                                           \
+    switch (blocks) {                                                                                            \
+        case 4: tile_fixed(P, 4, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
+                           scratch); break;                                                                      \
+        case 3: tile_fixed(P, 3, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
+                           scratch); break;                                                                      \
+        case 2: tile_fixed(P, 2, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
+                           scratch); break;                                                                      \
+        default: tile_fixed(P, 1, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,        \
+                            scratch);                                                                            \
+    }
+
+ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,
+                                                    int64_t plane, const float *x, const void *weights,
+                                                    const float *bias, const float *residual, float *y,
+                                                    int activation, float param0, float param1,
+                                                    uint32_t *scratch) {
+    const uint16_t *w = weights;
+    switch (pixels) {
+        case 6: TILE_BLOCKS(6) break;
+        case 5: TILE_BLOCKS(5) break;
+        case 4: TILE_BLOCKS(4) break;
+        case 3: TILE_BLOCKS(3) break;
+        case 2: TILE_BLOCKS(2) break;
+        default: TILE_BLOCKS(1)
+    }
+}
+
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512_bf16 = tile_avx512_bf16;
+#else
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512_bf16 = NULL;
+#endif
