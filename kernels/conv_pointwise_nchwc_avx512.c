@@ -2,8 +2,7 @@
  * accumulators, started at the bias; per input channel 4 weight vectors and one broadcast per pixel (an embedded
  * {1to16} operand of the multiply-add). Tile sizes are compile-time constants (always_inline + switch), so every
  * accumulator stays in a register. */
-#include "activation_avx512.h"
-#include "conv.h"
+#include "conv_pointwise_nchwc_tile.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
@@ -29,22 +28,8 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
             }
         }
     }
-    for (int b = 0; b < B; b++)
-        for (int i = 0; i < P; i++) {
-            __m512 v = acc[i][b];
-            const int64_t at = (b * plane + i) * 16;
-            if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
-            _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
-        }
+    ortx_pointwise_store_tile(P, B, acc, plane, residual, y, activation, param0, param1);
 }
-
-#define TILE_BLOCKS(P)                                                                                           \
-    switch (blocks) {                                                                                            \
-        case 4: tile_fixed(P, 4, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
-        case 3: tile_fixed(P, 3, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
-        case 2: tile_fixed(P, 2, in_channels, plane, x, w, bias, residual, y, activation, param0, param1); break; \
-        default: tile_fixed(P, 1, in_channels, plane, x, w, bias, residual, y, activation, param0, param1);      \
-    }
 
 ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
                                           const float *x, const void *weights, const float *bias,
@@ -52,14 +37,9 @@ ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64
                                           uint32_t *scratch) {
     (void)scratch;
     const float *w = weights;
-    switch (pixels) {
-        case 6: TILE_BLOCKS(6) break;
-        case 5: TILE_BLOCKS(5) break;
-        case 4: TILE_BLOCKS(4) break;
-        case 3: TILE_BLOCKS(3) break;
-        case 2: TILE_BLOCKS(2) break;
-        default: TILE_BLOCKS(1)
-    }
+#define TILE(P, B) tile_fixed(P, B, in_channels, plane, x, w, bias, residual, y, activation, param0, param1)
+    ORTX_POINTWISE_DISPATCH(TILE)
+#undef TILE
 }
 
 const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512 = tile_avx512;

@@ -3,8 +3,7 @@
  * zeroed: a blocked tensor's pad lanes hold anything), then per pair 4 weight vectors (16 output channels x 2 input
  * channels each) and one broadcast pair word per pixel feed up to 24 vdpbf16ps accumulators, started at the bias.
  * Epilogue as the fp32 tile's. */
-#include "activation_avx512.h"
-#include "conv.h"
+#include "conv_pointwise_nchwc_tile.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
@@ -36,26 +35,8 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_f
             for (int b = 0; b < B; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, wv[b]);
         }
     }
-    for (int b = 0; b < B; b++)
-        for (int i = 0; i < P; i++) {
-            __m512 v = acc[i][b];
-            const int64_t at = (b * plane + i) * 16;
-            if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
-            _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
-        }
+    ortx_pointwise_store_tile(P, B, acc, plane, residual, y, activation, param0, param1);
 }
-
-#define TILE_BLOCKS(P)                                                                                           \
-    switch (blocks) {                                                                                            \
-        case 4: tile_fixed(P, 4, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
-                           scratch); break;                                                                      \
-        case 3: tile_fixed(P, 3, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
-                           scratch); break;                                                                      \
-        case 2: tile_fixed(P, 2, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,         \
-                           scratch); break;                                                                      \
-        default: tile_fixed(P, 1, in_channels, plane, x, w, bias, residual, y, activation, param0, param1,        \
-                            scratch);                                                                            \
-    }
 
 ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,
                                                     int64_t plane, const float *x, const void *weights,
@@ -63,14 +44,10 @@ ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blo
                                                     int activation, float param0, float param1,
                                                     uint32_t *scratch) {
     const uint16_t *w = weights;
-    switch (pixels) {
-        case 6: TILE_BLOCKS(6) break;
-        case 5: TILE_BLOCKS(5) break;
-        case 4: TILE_BLOCKS(4) break;
-        case 3: TILE_BLOCKS(3) break;
-        case 2: TILE_BLOCKS(2) break;
-        default: TILE_BLOCKS(1)
-    }
+#define TILE(P, B) \
+    tile_fixed(P, B, in_channels, plane, x, w, bias, residual, y, activation, param0, param1, scratch)
+    ORTX_POINTWISE_DISPATCH(TILE)
+#undef TILE
 }
 
 const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512_bf16 = tile_avx512_bf16;

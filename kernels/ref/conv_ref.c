@@ -94,25 +94,42 @@ void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *float
     depthwise_ref(ints, floats, buffers, 1);
 }
 
-/* conv_pointwise_nchwc_f32 (conv_pointwise_nchwc.c's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending
- * of W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. */
-void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
-                                       int num_threads) {
-    (void)num_threads;
+/* conv_pointwise_nchwc_f32 and _bf16 (conv.h's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending of
+ * W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. bf16: both
+ * operands rounded to bf16 and, per pair of input channels, the odd product added before the even one. */
+static void pointwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int bf16) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
-    const float *X = buffers[0], *W = buffers[1], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
+    int64_t pairs = (in_channels + 1) / 2;
+    const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
     float *Y = buffers[3];
     for (int64_t n = 0; n < batch; n++)
         for (int64_t co = 0; co < out_channels; co++)
             for (int64_t i = 0; i < pixels; i++) {
                 float acc = bias[co];
-                for (int64_t ci = 0; ci < in_channels; ci++)
-                    acc += W[(co / 64 * in_channels + ci) * 64 + co % 64] *
-                           X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
+                for (int64_t q = 0; q < pairs; q++)
+                    for (int64_t step = 0; step < 2; step++) {
+                        int64_t ci = 2 * q + (bf16 ? 1 - step : step);
+                        if (ci >= in_channels) continue;
+                        float x = X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
+                        if (bf16) {
+                            const uint16_t *W = buffers[1];
+                            acc += ortx_bf16_to_float(W[((co / 64 * pairs + q) * 64 + co % 64) * 2 + ci % 2]) *
+                                   ortx_bf16_to_float(ortx_bf16_from_float(x));
+                        } else {
+                            const float *W = buffers[1];
+                            acc += W[(co / 64 * in_channels + ci) * 64 + co % 64] * x;
+                        }
+                    }
                 int64_t index = tensor_index(1, n, co, 0, i, out_channels, 1, pixels);
                 if (residual) acc += residual[index];
                 Y[index] = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
             }
+}
+
+void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    (void)num_threads;
+    pointwise_ref(ints, floats, buffers, 0);
 }
 
 /* Y[n, co, oy, ox] = bias[co] + sum over (ci, iy, ix, ky, kx) with oy = iy*sh - pt + ky*dh and
@@ -175,30 +192,8 @@ void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void
                 }
 }
 
-/* conv_pointwise_nchwc_bf16 (conv.h's packing): as conv_pointwise_nchwc_f32_ref with both operands rounded to bf16
- * and, per pair of input channels, the odd product added before the even one. */
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
     (void)num_threads;
-    int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
-    int64_t pairs = (in_channels + 1) / 2;
-    const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
-    const uint16_t *W = buffers[1];
-    float *Y = buffers[3];
-    for (int64_t n = 0; n < batch; n++)
-        for (int64_t co = 0; co < out_channels; co++)
-            for (int64_t i = 0; i < pixels; i++) {
-                float acc = bias[co];
-                for (int64_t q = 0; q < pairs; q++)
-                    for (int64_t half = 1; half >= 0; half--) {
-                        int64_t ci = 2 * q + half;
-                        if (ci >= in_channels) continue;
-                        float x = X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
-                        acc += ortx_bf16_to_float(W[((co / 64 * pairs + q) * 64 + co % 64) * 2 + half]) *
-                               ortx_bf16_to_float(ortx_bf16_from_float(x));
-                    }
-                int64_t index = tensor_index(1, n, co, 0, i, out_channels, 1, pixels);
-                if (residual) acc += residual[index];
-                Y[index] = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
-            }
+    pointwise_ref(ints, floats, buffers, 1);
 }

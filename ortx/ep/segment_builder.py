@@ -6,6 +6,9 @@ planner needs nothing but the emitted steps. A fallible kernel (one that can fai
 with an index out of range) gets the segment's status record appended as its last buffer: one arena buffer shared
 by the segment's fallible steps, live from the first to the last (the runner reads it right after each). In `finish()`, an output may take the bytes of an input that dies at
 its step (ortx.memory.inplace: elementwise kernels, exact aliasing only); the merged buffers are planned as one.
+A tensor of a blocked run (ortx.ep.lowering.blocked_layout) has a second buffer in the blocked layout; reorders
+between the two are emitted where a step first needs the form it lacks (blocked_buffer, and buffer() after
+produce_blocked).
 """
 from __future__ import annotations
 
@@ -113,10 +116,6 @@ class SegmentBuilder:
         if value.name in self._output_names:
             del self._plain_pending[value.name]
             self._emit_reorder("reorder_from_nchwc_f32", value, self._blocked[value.name], self._by_value[value.name])
-
-    def blocked_elements(self, value: ir.Value) -> int:
-        """Floats of a 4-D float32 tensor in the blocked layout, pad lanes included."""
-        return blocked_nbytes(static_shape(value)) // 4
 
     def _emit_reorder(self, kernel: str, value: ir.Value, source: BufferRef, target: BufferRef) -> None:
         batch, channels, height, width = static_shape(value)

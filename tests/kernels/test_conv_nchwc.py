@@ -75,26 +75,36 @@ def test_reorders_round_trip_exactly(isa, shape, threads):
     np.testing.assert_array_equal(back, x)
 
 
-def pack_pointwise(weights: np.ndarray, bias: np.ndarray):
-    """conv.h's packing: [ceil(Cout/64)][Cin][64] weights, ceil(Cout/64)*64 biases (zeros past Cout)."""
+def pack_pointwise(weights: np.ndarray, bias: np.ndarray, precision: str = "fp32"):
+    """conv.h's packing: fp32 [ceil(Cout/64)][Cin][64] weights, or bf16 [ceil(Cout/64)][ceil(Cin/2)][64][2]; and
+    ceil(Cout/64)*64 fp32 biases (zeros past Cin and Cout)."""
+    from ortx.ep.precision import bf16_bits
+
     cout, cin = weights.shape
-    groups = (cout + 63) // 64
-    padded = np.zeros((groups * 64, cin), np.float32)
-    padded[:cout] = weights
+    groups, depth = (cout + 63) // 64, (cin + 1) // 2 * 2 if precision == "bf16" else cin
+    padded = np.zeros((groups * 64, depth), np.float32)
+    padded[:cout, :cin] = weights
     packed_bias = np.zeros(groups * 64, np.float32)
     packed_bias[:cout] = bias
-    return np.ascontiguousarray(padded.reshape(groups, 64, cin).transpose(0, 2, 1)), packed_bias
+    if precision == "bf16":
+        packed = bf16_bits(padded).reshape(groups, 64, depth // 2, 2).transpose(0, 2, 1, 3)
+    else:
+        packed = padded.reshape(groups, 64, cin).transpose(0, 2, 1)
+    return np.ascontiguousarray(packed), packed_bias
 
 
-def run_pointwise(x, weights, bias, residual, activation, threads, use_ref=False):
+def run_pointwise(x, weights, bias, residual, activation, threads, use_ref=False, precision="fp32"):
     n, cin, h, w = x.shape
     cout = weights.shape[0]
     code, params = ACTIVATIONS[activation]
-    packed, packed_bias = pack_pointwise(weights, bias)
+    packed, packed_bias = pack_pointwise(weights, bias, precision)
     y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
     buffers = [to_blocked(x), packed, packed_bias, y, to_blocked(residual) if residual is not None else y]
-    _kernels.call("conv_pointwise_nchwc_f32", [n, cin, cout, h * w, int(residual is not None), code, threads],
-                  list(params), buffers, num_threads=threads, use_ref=use_ref)
+    if precision == "bf16":  # the per-thread pair scratch: 6 pixels x ceil(Cin/32)*16 words
+        buffers.append(np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32))
+    kernel = "conv_pointwise_nchwc_bf16" if precision == "bf16" else "conv_pointwise_nchwc_f32"
+    _kernels.call(kernel, [n, cin, cout, h * w, int(residual is not None), code, threads], list(params), buffers,
+                  num_threads=threads, use_ref=use_ref)
     return from_blocked(y, cout)
 
 
@@ -243,21 +253,6 @@ def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):
     assert_close(run(True), expected)
 
 
-def run_pointwise_bf16(x, weights, bias, residual, activation, threads, use_ref=False):
-    from ortx.ep.lowering.blocked_layout import pack_pointwise_bf16
-
-    n, cin, h, w = x.shape
-    cout = weights.shape[0]
-    code, params = ACTIVATIONS[activation]
-    packed, packed_bias = pack_pointwise_bf16(weights, bias)
-    y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
-    scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
-    buffers = [to_blocked(x), packed, packed_bias, y, to_blocked(residual) if residual is not None else y, scratch]
-    _kernels.call("conv_pointwise_nchwc_bf16", [n, cin, cout, h * w, int(residual is not None), code, threads],
-                  list(params), buffers, num_threads=threads, use_ref=use_ref)
-    return from_blocked(y, cout)
-
-
 @pytest.mark.parametrize("case", POINTWISE_CASES + [(1, 17, 40, 3, 5)], ids=[str(c) for c in POINTWISE_CASES + [
     (1, 17, 40, 3, 5)]])
 @pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
@@ -278,7 +273,7 @@ def test_pointwise_bf16_matches_the_bf16_definition(isa, case, activation, resid
     if residual:
         expected = expected + extra
     expected = activate(expected, code, params).astype(np.float32)
-    fast = run_pointwise_bf16(x, weights, bias, extra, activation, threads)
+    fast = run_pointwise(x, weights, bias, extra, activation, threads, precision="bf16")
     assert_close(fast, expected)
-    np.testing.assert_array_equal(fast, run_pointwise_bf16(x, weights, bias, extra, activation, threads))
-    assert_close(run_pointwise_bf16(x, weights, bias, extra, activation, threads, use_ref=True), expected)
+    np.testing.assert_array_equal(fast, run_pointwise(x, weights, bias, extra, activation, threads, precision="bf16"))
+    assert_close(run_pointwise(x, weights, bias, extra, activation, threads, use_ref=True, precision="bf16"), expected)
