@@ -183,6 +183,26 @@ def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     assert "conv_pointwise_nchwc_f32" not in counts
 
 
+@pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
+@pytest.mark.parametrize("size,blocked", [(28, True), (40, False)])
+def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
+    """1x1 -> depthwise -> 1x1 at size x size: under bf16 the run is kept at 28x28 (784 pixels,
+    BF16_SMALL_MAP_PIXELS) and left to the NCHW bf16 kernels at 40x40; fp32 keeps both."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+             helper.make_node("Conv", ["a", "w2"], ["b"], name="depthwise", group=64, pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["b", "w3"], ["y"], name="project")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, size, size])],
+                   [_weights("w1", (64, 32, 1, 1), 19), _weights("w2", (64, 1, 3, 3), 20),
+                    _weights("w3", (32, 64, 1, 1), 21)])
+    feeds = {"x": _random((1, 32, size, size), 22)}
+    (expected,), (actual,), session = _run_both(model, feeds, precision="bf16")
+    assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
+    assert (_kernel_counts(session)["conv_pointwise_nchwc_bf16"] == 2) == blocked
+    _, _, fp32_session = _run_both(model, feeds)
+    assert _kernel_counts(fp32_session)["conv_pointwise_nchwc_f32"] == 2
+
+
 def test_other_isas_keep_nchw():
     """Below AVX-512 the blocked kernels would be portable loops: NCHW kernels only."""
     model = _models.mobilenetv2_style(size=32, seed=5)
