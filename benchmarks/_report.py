@@ -1,6 +1,8 @@
 """BENCHMARKS.md is shared by several benchmark scripts: each owns one `## ` section and replaces only it."""
 from __future__ import annotations
 
+import collections
+import contextlib
 import os
 import re
 import tempfile
@@ -45,3 +47,24 @@ def wait_for_quiet(limit_seconds: float) -> float:
     while load_average() >= 1.0 and time.time() < deadline:
         time.sleep(5)
     return load_average()
+
+
+@contextlib.contextmanager
+def pipeline_flag(name: str, on: bool):
+    """OrtxEP sessions built inside compile with the module switch ortx.pipeline.<name> (ELEMENTWISE_CHAINS,
+    BLOCKED_LAYOUT) set to `on`; the default comes back after."""
+    import ortx.pipeline
+
+    default = getattr(ortx.pipeline, name)
+    setattr(ortx.pipeline, name, on)
+    try:
+        yield
+    finally:
+        setattr(ortx.pipeline, name, default)
+
+
+def kernel_counts(session) -> collections.Counter:
+    """How many steps of each kernel an OrtxEP session's latest compiled shapes run on its CPU segments."""
+    compiled = next(reversed(session._compiled.values()))
+    return collections.Counter(listing.kernel for step in compiled.plan.steps
+                               for listing in getattr(getattr(step, "program", None), "steps", ()))

@@ -10,8 +10,6 @@ and its reorders. Writes BENCHMARKS.md's "Blocked layout" section.
 from __future__ import annotations
 
 import argparse
-import collections
-import contextlib
 import datetime
 import os
 import subprocess
@@ -26,31 +24,14 @@ import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-import ortx.pipeline  # noqa: E402
-from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import (kernel_counts, load_average, pipeline_flag, wait_for_quiet,  # noqa: E402
+                               write_section)
 from benchmarks.int8 import interleaved  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 
 HEADING = "Blocked layout (issue #4)"
 BLOCKED_KERNELS = ("conv2d_to_nchwc_f32", "conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32")
 REORDERS = ("reorder_to_nchwc_f32", "reorder_from_nchwc_f32")
-
-
-@contextlib.contextmanager
-def blocked_set(on: bool):
-    """OrtxEP sessions built inside compile with blocked runs on or off (ortx.pipeline.BLOCKED_LAYOUT)."""
-    default = ortx.pipeline.BLOCKED_LAYOUT
-    ortx.pipeline.BLOCKED_LAYOUT = on
-    try:
-        yield
-    finally:
-        ortx.pipeline.BLOCKED_LAYOUT = default
-
-
-def kernel_counts(session) -> collections.Counter:
-    compiled = next(reversed(session._compiled.values()))
-    return collections.Counter(listing.kernel for step in compiled.plan.steps
-                               for listing in getattr(getattr(step, "program", None), "steps", ()))
 
 
 def cosine(a, b) -> float:
@@ -64,7 +45,7 @@ def measure(label: str, path: str, feeds: dict, threads: int, runs: int) -> str:
     provider_options = [{"input_shapes": {name: array.shape for name, array in feeds.items()}, "tuning": "off"}, {}]
     engines = {"ORT": onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])}
     for name, on in (("NCHW", False), ("blocked", True)):
-        with blocked_set(on):
+        with pipeline_flag("BLOCKED_LAYOUT", on):
             engines[name] = ortx.InferenceSession(path, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                                   provider_options=provider_options)
     outputs = {name: session.run(None, feeds)[0] for name, session in engines.items()}

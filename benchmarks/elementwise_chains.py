@@ -7,14 +7,13 @@ Usage: python benchmarks/elementwise_chains.py [--runs 20] [--threads 2] [--mode
    arena and not into a fresh output array (whose page faults would dominate).
 2. Whole models (benchmarks/memory.py's models): the same ORT and OrtxEP sessions as benchmarks/run.py (tuning off).
 "Chains" is OrtxEP compiled with ortx.pipeline.ELEMENTWISE_CHAINS on (sessions' default since session 14),
-"unfused" with it off (`chains_set`), everything else equal. Runs interleaved in blocks after warm-up
-(benchmarks/int8.py's `interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's "Elementwise
-chains" section.
+"unfused" with it off (benchmarks/_report.py's `pipeline_flag`), everything else equal. Runs interleaved in blocks
+after warm-up (benchmarks/int8.py's `interleaved`), medians; ratios are chains / unfused. Writes BENCHMARKS.md's
+"Elementwise chains" section.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import subprocess
@@ -30,23 +29,12 @@ import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import ortx  # noqa: E402
-import ortx.pipeline  # noqa: E402
-from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import (kernel_counts, load_average, pipeline_flag, wait_for_quiet,  # noqa: E402
+                               write_section)
 from benchmarks.int8 import interleaved  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 
 HEADING = "Elementwise chains (issue #4)"
-
-
-@contextlib.contextmanager
-def chains_set(on: bool):
-    """OrtxEP sessions built inside compile with elementwise chains on or off (ortx.pipeline.ELEMENTWISE_CHAINS)."""
-    default = ortx.pipeline.ELEMENTWISE_CHAINS
-    ortx.pipeline.ELEMENTWISE_CHAINS = on
-    try:
-        yield
-    finally:
-        ortx.pipeline.ELEMENTWISE_CHAINS = default
 
 
 def neck_model(channels: int, size: int) -> onnx.ModelProto:
@@ -73,19 +61,13 @@ def sessions(path_or_bytes, shapes: dict, threads: int) -> dict:
     options.intra_op_num_threads = threads
     provider_options = [{"input_shapes": shapes, "tuning": "off"}, {}]
     result = {"ORT": onnxruntime.InferenceSession(path_or_bytes, options, providers=["CPUExecutionProvider"])}
-    with chains_set(False):
+    with pipeline_flag("ELEMENTWISE_CHAINS", False):
         result["unfused"] = ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                                   provider_options=provider_options)
-    with chains_set(True):
+    with pipeline_flag("ELEMENTWISE_CHAINS", True):
         result["chains"] = ortx.InferenceSession(path_or_bytes, options, providers=["OrtxEP", "CPUExecutionProvider"],
                                                  provider_options=provider_options)
     return result
-
-
-def chain_steps(session) -> int:
-    compiled = next(reversed(session._compiled.values()))
-    return sum(1 for step in compiled.plan.steps for listing in getattr(getattr(step, "program", None), "steps", ())
-               if listing.kernel == "elementwise_chain_f32")
 
 
 def measure(label: str, path_or_bytes, feeds: dict, threads: int, runs: int) -> str:
@@ -96,9 +78,10 @@ def measure(label: str, path_or_bytes, feeds: dict, threads: int, runs: int) -> 
     load = load_average()
     times = interleaved(engines, feeds, runs)
     ratio = times["chains"] / times["unfused"]
+    chain_steps = kernel_counts(engines["chains"])["elementwise_chain_f32"]
     print(f"  {label}: ORT {times['ORT']:.3f} ms, OrtxEP unfused {times['unfused']:.3f}, chains {times['chains']:.3f} "
-          f"({ratio:.2f}x), {chain_steps(engines['chains'])} chain steps", flush=True)
-    return (f"| {label} | {chain_steps(engines['chains'])} | {times['ORT']:.3f} | {times['unfused']:.3f} | "
+          f"({ratio:.2f}x), {chain_steps} chain steps", flush=True)
+    return (f"| {label} | {chain_steps} | {times['ORT']:.3f} | {times['unfused']:.3f} | "
             f"{times['chains']:.3f} | {ratio:.2f} | {times['chains'] / times['ORT']:.2f} | {error:.1e} | "
             f"{'yes' if same else 'no'} | {load:.1f} |")
 

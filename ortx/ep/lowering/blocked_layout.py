@@ -101,11 +101,11 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
     return blocked if any(shapes[data.index(index)] == out_shape for index in blocked) else None
 
 
-def _role(node: ir.Node, builder, plan_of) -> str | None:
-    """"both" for a node that reads and writes blocked tensors, "writes" for a stem, None for the rest."""
-    if _elementwise_inputs(node) is not None:
+def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
+    """"both" for a node that reads and writes blocked tensors, "writes" for a stem, None for the rest; plan: its
+    ConvPlan (None: not a conv), elementwise_inputs: _elementwise_inputs(node)."""
+    if elementwise_inputs is not None:
         return "both"
-    plan = plan_of(node)
     if plan is None:
         return None
     if plan.depthwise:
@@ -121,11 +121,6 @@ def _role(node: ir.Node, builder, plan_of) -> str | None:
     return None
 
 
-def _blocked_inputs(node: ir.Node) -> tuple[int, ...]:
-    elementwise_inputs = _elementwise_inputs(node)
-    return elementwise_inputs if elementwise_inputs is not None else (0, 3)  # a conv's X and residual
-
-
 def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     """Step 1: the nodes to lower on blocked tensors (empty off AVX-512, and under precision bf16 unless the bf16
     GEMMs' path is avx512_bf16: on AMX the NCHW bf16 GEMMs' tiles are not measured against the blocked 1x1 conv's
@@ -134,9 +129,14 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     if _kernels.selected_isa() != "avx512" or (builder.precision == "bf16" and _kernels.bf16_isa() != "avx512_bf16"):
         return frozenset()
     nodes = list(nodes)
-    roles = {node: role for node in nodes if (role := _role(node, builder, plan_of)) is not None}
+    inputs_of = {node: _elementwise_inputs(node) for node in nodes}  # each node's questions asked once
+    plans = {node: plan_of(node) for node in nodes if inputs_of[node] is None}
+    roles = {node: role for node in nodes
+             if (role := _role(node, builder, plans.get(node), inputs_of[node])) is not None}
     if not roles:
         return frozenset()
+    # the inputs a blocked reader takes blocked: an elementwise node's, or a conv's X and residual
+    blocked_inputs = {node: inputs_of[node] if inputs_of[node] is not None else (0, 3) for node in roles}
     consumers: dict[int, list[tuple[ir.Node, int]]] = {}  # by id(value)
     for node in nodes:
         for index, value in enumerate(node.inputs):
@@ -159,23 +159,23 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
         readers = consumers.get(id(value), [])
         if id(value) in output_values or not readers:
             continue
-        if all(roles.get(reader) == "both" and index in _blocked_inputs(reader) for reader, index in readers):
+        if all(roles.get(reader) == "both" and index in blocked_inputs[reader] for reader, index in readers):
             for reader, _ in readers:
                 run_of.setdefault(node, node)
                 run_of.setdefault(reader, reader)
                 run_of[run(reader)] = run(node)
     # a run gains only through its 1x1 and depthwise convs on maps of more than one pixel: a stem, elementwise
     # nodes and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
-    useful = {run(node) for node in run_of if _elementwise_inputs(node) is None and roles[node] == "both"
-              and np.prod(plan_of(node).ints[5:7]) > 1}
+    convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"]  # 1x1, depthwise
+    useful = {run(node) for node in convs if np.prod(plans[node].ints[5:7]) > 1}
     if builder.precision == "bf16":
         # measured (2 threads, in-process A/B against the NCHW bf16 kernels): MobileNetV2-style 0.76-0.92 but
         # PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps, where the NCHW bf16 GEMM is as
         # fast and the reorders are not paid back; rec 0.98-1.06
         small, total = collections.Counter(), collections.Counter()
-        for node in run_of:
-            plan = plan_of(node) if _elementwise_inputs(node) is None else None
-            if plan is not None and not plan.depthwise and roles[node] == "both":
+        for node in convs:
+            plan = plans[node]
+            if not plan.depthwise:
                 macs = float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
                 total[run(node)] += macs
                 small[run(node)] += macs if np.prod(plan.ints[5:7]) <= BF16_SMALL_MAP_PIXELS else 0.0
