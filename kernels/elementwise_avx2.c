@@ -43,10 +43,7 @@ ORTX_TARGET_AVX2 __attribute__((always_inline)) static inline __m256 unary_vecto
         case ORTX_UNARY_EXP: return ortx_exp_avx2(x);
         case ORTX_UNARY_LOG: return ortx_log_avx2(x);
         case ORTX_UNARY_ERF: return ortx_erf_avx2(x);
-        case ORTX_UNARY_GELU: {
-            __m256 e = ortx_erf_avx2(_mm256_mul_ps(x, _mm256_set1_ps((float)M_SQRT1_2)));
-            return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, e));
-        }
+        case ORTX_UNARY_GELU: return ortx_gelu_avx2(x);
         case ORTX_UNARY_GELU_TANH: {
             __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
             __m256 inner = _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f),

@@ -27,10 +27,7 @@ ORTX_TARGET_AVX512 __attribute__((always_inline)) static inline __m512 unary_vec
         case ORTX_UNARY_EXP: return ortx_exp_avx512(x);
         case ORTX_UNARY_LOG: return ortx_log_avx512(x);
         case ORTX_UNARY_ERF: return ortx_erf_avx512(x);
-        case ORTX_UNARY_GELU: {
-            __m512 e = ortx_erf_avx512(_mm512_mul_ps(x, _mm512_set1_ps((float)M_SQRT1_2)));
-            return _mm512_mul_ps(_mm512_mul_ps(half, x), _mm512_add_ps(one, e));
-        }
+        case ORTX_UNARY_GELU: return ortx_gelu_avx512(x);
         case ORTX_UNARY_GELU_TANH: {
             __m512 cube = _mm512_mul_ps(_mm512_mul_ps(x, x), x);
             __m512 inner = _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f),

@@ -11,6 +11,11 @@
  *   Q stays in [-18, 0.001] on [0, 3.925] (and |x| is clamped there), so its exp skips exp's clamps, NaN blend
  *   and two-factor scaling: the same bits (every scaling exact, results normal), ~10 fewer operations a vector.
  *   (Fits: numpy lstsq on Chebyshev nodes, coefficients rounded to float32, errors measured on 2e5 float32 points.)
+ * gelu: 0.5 x (1 + erf(x / sqrt 2)) as x - 0.5 x E for x > 0 and 0.5 x E else (-0 stays -0), E = erfc(|x| / sqrt 2) =
+ *   exp(G(|x|)), G a degree-10 weighted least-squares fit of log(erfc(a / sqrt 2)) on [0, 5.5507884] (weights erfc,
+ *   so the error is absolute in E); beyond 5.5507884 (E < 2^-27) gelu is x above 0 and 0 * x below. One polynomial
+ *   and one exp, no erf: 1 + erf never cancels. Error at most 1.7 |x| 2^-24 against float64 on [-12, 12] (11 ulp
+ *   where |gelu| > 0.01), below the erf route's (2.3 |x| 2^-24, 50 ulp), in ~30 operations a vector, not ~42.
  * sigmoid: 1 / (1 + e^{-x}) with a true division.
  * log: Cephes logf. x = m 2^e with m in [sqrt(1/2), sqrt 2) (denormals first scaled by 2^23); f = m - 1;
  *   log(1 + f) = f - f^2/2 + f^3 P(f), P Cephes' degree-8 minimax polynomial; e ln2 added with ln2 split hi/lo.
@@ -60,6 +65,12 @@ static const float ortx_erf_small[6] = {-0.0006024051108397543f, 0.0050007677637
 static const float ortx_erf_big[9] = {1.6355436400772305e-06f, -4.599265957949683e-05f, 0.0005959683912806213f,
                                       -0.004754324443638325f, 0.026402311399579048f, -0.11004017293453217f,
                                       -0.6318756341934204f, -1.1302002668380737f, 0.00031093755387701094f};
+
+#define ORTX_GELU_SATURATE 5.5507884f
+static const float ortx_gelu_log_erfc[11] = {
+    -4.168519751601707e-08f, 1.0086720294566476e-06f, -1.086182237486355e-05f, 6.674551696050912e-05f,
+    -0.00022731887293048203f, 4.739430369227193e-05f, 0.004777729976922274f, -0.036334555596113205f,
+    -0.318310022354126f, -0.7978845834732056f, -2.929284939612309e-11f};
 
 /* AVX2 ------------------------------------------------------------------------------------------------------ */
 /* exp's core on a clamped x: n = round(x log2 e) and e^r (r = x - n ln2), Cephes' polynomial; the callers scale. */
@@ -138,6 +149,20 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_erf_avx2(__m256 x) {
     __m256 y = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, _mm256_set1_ps(ORTX_ERF_SPLIT), _CMP_LT_OQ));
     y = _mm256_or_ps(y, _mm256_and_ps(sign_mask, x));
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* gelu (see the top); NaN propagates through x - 0.5 x E and 0.5 x E. */
+ORTX_TARGET_AVX2 static inline __m256 ortx_gelu_avx2(__m256 x) {
+    __m256 a = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    __m256 t = _mm256_min_ps(a, _mm256_set1_ps(ORTX_GELU_SATURATE));
+    __m256 g = _mm256_set1_ps(ortx_gelu_log_erfc[0]);
+    for (int k = 1; k < 11; k++) g = _mm256_fmadd_ps(g, t, _mm256_set1_ps(ortx_gelu_log_erfc[k]));
+    __m256 half = _mm256_mul_ps(_mm256_set1_ps(0.5f), x);
+    __m256 e = _mm256_mul_ps(half, ortx_exp_erf_range_avx2(g));
+    __m256 positive = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ); /* -0: 0.5 x E = -0 */
+    __m256 y = _mm256_blendv_ps(e, _mm256_sub_ps(x, e), positive);
+    __m256 saturated = _mm256_cmp_ps(a, _mm256_set1_ps(ORTX_GELU_SATURATE), _CMP_GE_OQ);
+    return _mm256_blendv_ps(y, _mm256_blendv_ps(_mm256_mul_ps(x, _mm256_setzero_ps()), x, positive), saturated);
 }
 
 ORTX_TARGET_AVX2 static inline __m256 ortx_log_avx2(__m256 x) {
@@ -239,6 +264,21 @@ ORTX_TARGET_AVX512 static inline __m512 ortx_erf_avx512(__m512 x) {
     __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(ORTX_ERF_SPLIT), _CMP_LT_OQ), big, small);
     y = _mm512_or_ps(y, _mm512_and_ps(_mm512_set1_ps(-0.0f), x));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+/* gelu (see the top): ortx_gelu_avx2 operation for operation. */
+ORTX_TARGET_AVX512 static inline __m512 ortx_gelu_avx512(__m512 x) {
+    __m512 a = _mm512_abs_ps(x);
+    __m512 t = _mm512_min_ps(a, _mm512_set1_ps(ORTX_GELU_SATURATE));
+    __m512 g = _mm512_set1_ps(ortx_gelu_log_erfc[0]);
+    for (int k = 1; k < 11; k++) g = _mm512_fmadd_ps(g, t, _mm512_set1_ps(ortx_gelu_log_erfc[k]));
+    __m512 half = _mm512_mul_ps(_mm512_set1_ps(0.5f), x);
+    __m512 e = _mm512_mul_ps(half, ortx_exp_erf_range_avx512(g));
+    __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+    __m512 y = _mm512_mask_blend_ps(positive, e, _mm512_sub_ps(x, e));
+    __mmask16 saturated = _mm512_cmp_ps_mask(a, _mm512_set1_ps(ORTX_GELU_SATURATE), _CMP_GE_OQ);
+    return _mm512_mask_blend_ps(saturated, y,
+                                _mm512_mask_blend_ps(positive, _mm512_mul_ps(x, _mm512_setzero_ps()), x));
 }
 
 ORTX_TARGET_AVX512 static inline __m512 ortx_log_avx512(__m512 x) {

@@ -136,6 +136,32 @@ def test_unary_transcendental_within_ulp_of_float64(isa, name):
     np.testing.assert_array_equal(y[overflow], expected[overflow].astype(np.float32))
 
 
+def test_gelu_error_is_within_its_bound_of_float64(isa):
+    """vector_math.h's gelu (one polynomial for log erfc and one exp, no erf; the portable path is libm's erff):
+    error at most 2 |x| 2^-24 everywhere
+    (1.7 measured on [-12, 12]: absolute near the negative tail, where gelu is ~0 and 1 + erf underflows relative
+    accuracy) and at most 12 ulp where |gelu| > 0.01; NaN stays NaN, +inf is +inf, -inf is NaN (the reference's
+    0.5 * -inf * (1 + erf(-inf)))."""
+    x = _wide_inputs(np.random.default_rng(4))
+    x = x[np.isfinite(x) & (np.abs(x) < 1e30)]  # 0.5 x overflows nothing below; the wide range covers saturation
+    y = np.empty_like(x)
+    _kernels.call("unary_f32", [UNARY_CODES["gelu"], x.size], [0, 0], [x, y])
+    expected = _float64_unary("gelu", x)
+    error = np.abs(y.astype(np.float64) - expected)
+    bound = 2.0 * np.abs(x.astype(np.float64)) * 2.0 ** -24 + 2.0 ** -149  # + a denormal step for 0.5 x's rounding
+    nonzero = x != 0
+    assert np.all(error[nonzero] <= bound[nonzero]), f"gelu on {isa}: x={x[nonzero][np.argmax(error[nonzero] - bound[nonzero])]}"
+    assert np.array_equal(y[~nonzero], x[~nonzero]) and np.array_equal(np.signbit(y[~nonzero]), np.signbit(x[~nonzero]))
+    if isa != "portable":  # libm's 0.5 x (1 + erff(x / sqrt 2)) cancels in 1 + erf below 0 (46 ulp at -2.63)
+        large = np.abs(expected) > 0.01
+        ulp = error[large] / np.spacing(np.abs(expected[large]).astype(np.float32))
+        assert ulp.max() <= 12, f"gelu on {isa}: {ulp.max():.1f} ulp at x={x[large][ulp.argmax()]}"
+    special = np.array([np.nan, np.inf, -np.inf], np.float32)
+    out = np.empty_like(special)
+    _kernels.call("unary_f32", [UNARY_CODES["gelu"], 3], [0, 0], [special, out])
+    assert np.isnan(out[0]) and out[1] == np.inf and np.isnan(out[2])
+
+
 @pytest.mark.skipif("avx512" not in RUNNABLE_ISAS or "avx2" not in RUNNABLE_ISAS, reason="needs AVX2 and AVX-512")
 @pytest.mark.parametrize("name", sorted(UNARY_CODES))
 def test_transcendental_unaries_agree_bitwise_across_isas(name):
