@@ -7,6 +7,7 @@
 
 #include "gemm_avx2.h"
 #include "isa.h"
+#include "vector_math.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
@@ -32,6 +33,8 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 ortx_acti
             __m512 y = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
             return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(y, zero), one));
         }
+        case ORTX_ACT_GELU:  /* vector_math.h's, the AVX2 one's bits on 16 lanes */
+            return ortx_gelu_avx512(v);
         default: {  /* sigmoid, tanh: the AVX2 exp on each half (not inlined: calls keep the accumulators live) */
             __m256 lo = _mm512_castps512_ps256(v);
             __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include "activation.h"
+#include "vector_math.h"
 
 /* exp on 8 lanes: Cephes expf (range reduction by ln 2, degree-5 polynomial), max relative error ~2e-7. */
 ORTX_TARGET_AVX2 static inline __m256 exp_avx2(__m256 x) {
@@ -54,6 +55,8 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_activation_avx2(__m256 x, int activat
             __m256 e = exp_avx2(_mm256_add_ps(clamped, clamped));
             return _mm256_div_ps(_mm256_sub_ps(e, one), _mm256_add_ps(e, one));
         }
+        case ORTX_ACT_GELU:
+            return ortx_gelu_avx2(x);
         default:
             return x;
     }

@@ -22,8 +22,14 @@ from tests.tolerances import assert_close
 
 ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
+def _gelu(v):
+    from math import erf
+
+    return 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2)))
+
+
 ACTIVATIONS = {0: None, 1: lambda v: np.maximum(v, 0), 3: lambda v: np.clip(v, -0.5, 0.75),
-               4: lambda v: 1 / (1 + np.exp(-v))}
+               4: lambda v: 1 / (1 + np.exp(-v)), 8: _gelu}
 
 
 @pytest.fixture(params=RUNNABLE_ISAS)
@@ -95,7 +101,7 @@ def _gemm(a, csr, bias, activation, threads, use_ref, residual=None):
 @pytest.mark.parametrize("block_rows, panels", [(1, 1), (4, 1), (1, 3), (4, 5)])
 @pytest.mark.parametrize("M, K, N, zeros, activation", [
     (1, 7, 5, 0.5, 0), (63, 33, 18, 0.9, 1), (65, 64, 31, 0.7, 3), (130, 21, 70, 0.95, 4), (17, 50, 16, 1.0, 1),
-    (8, 300, 9, 0.0, 0)])
+    (8, 300, 9, 0.0, 0), (70, 96, 40, 0.9, 8)])
 def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation, block_rows, panels):
     rng = np.random.default_rng(M + K + N)
     weights_t = sparse_matrix(N, K, zeros, seed=M, empty_row=0 if N > 2 else None, dense_row=N - 1 if N > 2 else None)
@@ -115,7 +121,7 @@ def test_sparse_gemm_matches_numpy_and_reference(isa, M, K, N, zeros, activation
 
 
 @pytest.mark.parametrize("block_rows, panels", [(1, 1), (4, 3)])
-@pytest.mark.parametrize("M, K, N, activation", [(130, 40, 37, 0), (64, 300, 16, 1), (5, 17, 70, 3)])
+@pytest.mark.parametrize("M, K, N, activation", [(130, 40, 37, 0), (64, 300, 16, 1), (5, 17, 70, 3), (66, 30, 20, 8)])
 def test_sparse_gemm_residual_epilogue(isa, M, K, N, activation, block_rows, panels):
     """FusedMatMul's residual in the kernel (added after the transposed store, then the activation)."""
     rng = np.random.default_rng(M * N)

@@ -47,7 +47,7 @@ def test_bias_and_residual_fold_into_the_gemm_epilogue(bias, residual):
     proto = from_text(_model(bias=bias, residual=residual))
     model = _ir(_model(bias=bias, residual=residual))
     report = fuse_matmul_epilogue(model)
-    assert report.counts == {"biases_fused": 1, "residuals_fused": int(residual is not None)}
+    assert report.counts == {"biases_fused": 1, "residuals_fused": int(residual is not None), "activations_fused": 0}
     assert [op for op in op_types(model) if op not in ("Constant", "Identity")] == ["FusedMatMul"]
     node = next(node for node in model.graph if node.op_type == "FusedMatMul")
     assert node.domain == "ai.ortx" and len(node.inputs) == (4 if residual else 3)
@@ -63,7 +63,7 @@ def test_bias_and_residual_fold_into_the_gemm_epilogue(bias, residual):
 def test_a_broadcast_residual_leaves_its_add_and_a_bias_per_row_does_not_fuse():
     model = _ir(_model(residual="Add (B, b)"))  # b: a [12] row, not the output's shape
     report = fuse_matmul_epilogue(model)
-    assert report.counts == {"biases_fused": 1, "residuals_fused": 0}
+    assert report.counts == {"biases_fused": 1, "residuals_fused": 0, "activations_fused": 0}
     assert [op for op in op_types(model) if op != "Constant"] == ["FusedMatMul", "Add"]
     model = _ir(_model(bias_shape="5,1"))
     report = fuse_matmul_epilogue(model)
@@ -101,4 +101,94 @@ def test_sparse_weights_keep_bias_and_residual():
         kernels = [step.kernel for item in session._compiled.values() for segment in item.plan.steps
                    for step in segment.program.steps]
         assert kernels == ["sparse_gemm_f32"]  # the residual in the CSR kernel's epilogue
+        assert_close(session.run(None, feeds)[0], expected)
+
+
+def _activation_model(op_type: str, *, residual: bool, domain: str = "", attributes=None, sparse: bool = False,
+                      clip_bounds=None):
+    """X[1, 40, 64] @ W[64, 48] + b (+ Z) -> activation: a transformer FFN's first projection and its Gelu."""
+    import onnx
+
+    rng = np.random.default_rng(5)
+    weights = rng.standard_normal((64, 48)).astype(np.float32) / 8
+    if sparse:
+        weights *= rng.random((64, 48)) < 0.1
+    nodes = [onnx.helper.make_node("MatMul", ["X", "W"], ["P"]), onnx.helper.make_node("Add", ["P", "b"], ["B"])]
+    if residual:
+        nodes.append(onnx.helper.make_node("Add", ["B", "Z"], ["S"]))
+    extra = []
+    initializers = [onnx.numpy_helper.from_array(weights, "W"),
+                    onnx.numpy_helper.from_array(rng.standard_normal(48).astype(np.float32), "b")]
+    if clip_bounds is not None:
+        extra = ["lo", "hi"]
+        initializers += [onnx.numpy_helper.from_array(np.float32(bound), name)
+                         for bound, name in zip(clip_bounds, extra)]
+    nodes.append(onnx.helper.make_node(op_type, ["S" if residual else "B", *extra], ["Y"], domain=domain,
+                                       **(attributes or {})))
+    inputs = [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 40, 64])]
+    if residual:
+        inputs.append(onnx.helper.make_tensor_value_info("Z", onnx.TensorProto.FLOAT, [1, 40, 48]))
+    graph = onnx.helper.make_graph(nodes, "projection", inputs,
+                                   [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 40, 48])],
+                                   initializers)
+    opsets = [onnx.helper.make_opsetid("", 20)] + ([onnx.helper.make_opsetid(domain, 1)] if domain else [])
+    proto = onnx.helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    name_nodes(proto)
+    return onnx.shape_inference.infer_shapes(proto)  # the fusion reads the product's static shape
+
+
+def _kernels_of(session) -> list[str]:
+    return [step.kernel for item in session._compiled.values() for segment in item.plan.steps
+            for step in segment.program.steps]
+
+
+ACTIVATION_CASES = [("Relu", "", {}, None, ["gemm_f32"]), ("LeakyRelu", "", {"alpha": 0.3}, None, ["gemm_f32"]),
+                    ("Clip", "", {}, (-0.5, 0.7), ["gemm_f32"]), ("Sigmoid", "", {}, None, ["gemm_f32", "unary_f32"]),
+                    ("Tanh", "", {}, None, ["gemm_f32", "unary_f32"]), ("Gelu", "", {}, None, ["gemm_f32", "unary_f32"]),
+                    ("Gelu", "com.microsoft", {}, None, ["gemm_f32", "unary_f32"])]
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["bias", "bias+residual"])
+@pytest.mark.parametrize("op_type, domain, attributes, clip_bounds, kernels", ACTIVATION_CASES,
+                         ids=[f"{case[1]}{'.' if case[1] else ''}{case[0]}" for case in ACTIVATION_CASES])
+def test_the_activation_after_the_epilogue_folds_in(op_type, domain, attributes, clip_bounds, kernels, residual):
+    """The template's activations run in the dense GEMM's epilogue; the exp-based ones (Sigmoid, Tanh, Gelu) as an
+    in-place unary step after it, so the GEMM keeps its tuning records."""
+    proto = _activation_model(op_type, residual=residual, domain=domain, attributes=attributes,
+                              clip_bounds=clip_bounds)
+    model = to_ir(proto)
+    report = fuse_matmul_epilogue(model)
+    assert report.counts == {"biases_fused": 1, "residuals_fused": int(residual), "activations_fused": 1}
+    node = next(node for node in model.graph if node.op_type == "FusedMatMul")
+    assert node.attributes.get_string("activation") == op_type
+    assert len(node.metadata_props["ortx.fused_from"].split(",")) == 3 + int(residual)
+    params = list(node.attributes["activation_params"].value) if "activation_params" in node.attributes else []
+    assert params == pytest.approx({"LeakyRelu": [0.3], "Clip": [-0.5, 0.7]}.get(op_type, []))
+    feeds = feeds_for(proto)
+    expected = run_ort(proto, feeds)[0]
+    for threads in (1, 2):
+        session = ortx_session(proto, threads)
+        assert _kernels_of(session) == kernels
+        assert_close(session.run(None, feeds)[0], expected)
+    assert_close(_on_ortx_ep(model, feeds, use_reference_kernels=True), expected)
+
+
+def test_a_tanh_gelu_is_left_to_its_own_step():
+    proto = _activation_model("Gelu", residual=False, attributes={"approximate": "tanh"})
+    model = to_ir(proto)
+    report = fuse_matmul_epilogue(model)
+    assert report.counts["activations_fused"] == 0 and report.counts["biases_fused"] == 1
+    assert [op for op in op_types(model)] == ["FusedMatMul", "Gelu"]
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["bias", "bias+residual"])
+def test_sparse_weights_run_the_gelu_in_the_csr_epilogue(residual):
+    """90% zero weights: one sparse_gemm_f32 step adds the bias (and the residual) and applies the Gelu."""
+    proto = _activation_model("Gelu", residual=residual, sparse=True)
+    feeds = feeds_for(proto)
+    expected = run_ort(proto, feeds)[0]
+    for threads in (1, 2):
+        session = ortx_session(proto, threads)
+        assert _kernels_of(session) == ["sparse_gemm_f32"]
+        assert [row.sparse for row in session.assignment if row.op_type == "MatMul"] == [True]
         assert_close(session.run(None, feeds)[0], expected)

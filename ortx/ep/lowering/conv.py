@@ -495,8 +495,8 @@ def lower_gemm(node: ir.Node, builder) -> None:
                residual_strides=residual_strides, residual_scale=beta, precision=precision)
 
 
-def _matmul_plan(node: ir.Node) -> dict:
-    _require_attributes(node, set())
+def _matmul_plan(node: ir.Node, attributes: frozenset[str] = frozenset()) -> dict:
+    _require_attributes(node, set(attributes))
     _require_float32(node, range(len(node.inputs)))
     a_shape, b_shape = static_shape(node.inputs[0]), static_shape(node.inputs[1])
     if not a_shape or not b_shape:
@@ -558,10 +558,36 @@ def lower_matmul(node: ir.Node, builder) -> None:
                b_strides=(N, 1), output=output, a_offsets=a_offsets, b_offsets=b_offsets, precision=precision)
 
 
+# FusedMatMul's activations: FusedConv's codes and Gelu (kernels/activation.h ORTX_ACT_GELU), with the unary_f32 code
+# of each for the dense GEMMs that run it as a step of its own (see lower_fused_matmul).
+MATMUL_ACTIVATIONS = {**ACTIVATIONS, "Gelu": 8}
+UNARY_CODE_OF_ACTIVATION = {**{code: code for code in ACTIVATIONS.values()}, 8: 28}
+# The activations the generated GEMM's template has (ortx/codegen/gemm.py ACTIVATIONS): a dense FusedMatMul runs
+# these in its GEMM's epilogue and the others (the exp-based ones) as an in-place unary_f32 step after it, so its
+# GEMM keeps tuned schedules; the sparse kernel's epilogue takes them all.
+TEMPLATE_ACTIVATIONS = frozenset({1, 2, 3, 5, 6})
+
+
+def _fused_matmul_activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
+    name = attribute(node, "activation", None)
+    if name is None:
+        return 0, (0.0, 0.0)
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    if name not in MATMUL_ACTIVATIONS:
+        raise Declined(f"activation {name!r} not supported")
+    params = [float(v) for v in attribute(node, "activation_params", [])]
+    defaults = ACTIVATION_DEFAULTS.get(name, ())
+    if params and len(params) != len(defaults):
+        raise Declined(f"activation {name} takes {len(defaults)} activation_params, got {len(params)}")
+    params = (list(params or defaults) + [0.0, 0.0])[:2]
+    return MATMUL_ACTIVATIONS[name], (params[0], params[1])
+
+
 def _fused_matmul_plan(node: ir.Node) -> dict:
     """ai.ortx::FusedMatMul (ortx/passes/fuse_matmul_epilogue.py): MatMul by constant 2-D weights, + bias row
-    (+ residual of the output's shape)."""
-    plan = _matmul_plan(node)
+    (+ residual of the output's shape), then an activation."""
+    plan = _matmul_plan(node, frozenset({"activation", "activation_params"}))
+    plan["activation"] = _fused_matmul_activation(node)
     weights, bias = constant_value(node.inputs[1]), constant_value(node.inputs[2])
     if weights is None or weights.ndim != 2:
         raise Declined("the weights are not a constant 2-D tensor")
@@ -580,16 +606,22 @@ def lower_fused_matmul(node: ir.Node, builder) -> None:
     weights = np.asarray(constant_value(node.inputs[1]), dtype=np.float32)
     bias = np.asarray(constant_value(node.inputs[2]), dtype=np.float32).reshape(N)
     a, output, residual = builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]), present(node, 3)
+    activation, activation_params = plan["activation"]
     if builder.precision == "fp32" and sparse.try_sparse_gemm(
             node, builder, M, weights.T, a, output, bias,
-            builder.buffer(residual) if residual is not None else None):
-        return  # Case sparse: the CSR kernel adds the bias and the residual
+            builder.buffer(residual) if residual is not None else None, activation, activation_params):
+        return  # Case sparse: the CSR kernel adds the bias and the residual and applies the activation
+    in_epilogue = builder.precision == "fp32" and activation in TEMPLATE_ACTIVATIONS
     packed = _pack(weights[None], N, K, 1, N, 1, precision=builder.precision)
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1),
                b=builder.add_constant(packed, label=f"{node.name}:B"), b_packed=True, b_strides=(N, 1), output=output,
                bias_mode=2, bias=builder.add_constant(bias, label=f"{node.name}:bias"),
                residual=builder.buffer(residual) if residual is not None else None,
-               residual_strides=(N, 1, 0), precision=builder.precision)
+               residual_strides=(N, 1, 0), activation=activation if in_epilogue else 0,
+               activation_params=activation_params if in_epilogue else (0.0, 0.0), precision=builder.precision)
+    if activation and not in_epilogue:  # Case dense, exp-based activation: in place, as the unfused graph ran it
+        builder.emit("unary_f32", [UNARY_CODE_OF_ACTIVATION[activation], M * N], list(activation_params),
+                     [output, output])
 
 
 LOWERINGS = {

@@ -183,10 +183,12 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
     return True
 
 
-def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None, residual=None) -> bool:
-    """Y[M, N] = A[M, K] @ W (+ bias[N]) (+ residual[M, N]) with weights_t = W^T (N x K, alpha folded in), A
+def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None, residual=None, activation: int = 0,
+                    activation_params=(0.0, 0.0)) -> bool:
+    """Y[M, N] = act(A[M, K] @ W (+ bias[N]) (+ residual[M, N])) with weights_t = W^T (N x K, alpha folded in), A
     row-major. `bias`: a buffer, or a numpy array stored as a constant only when the sparse kernel is chosen (a dense
-    lowering that follows must not carry an unused copy); `residual`: a buffer laid out as Y, or None."""
+    lowering that follows must not carry an unused copy); `residual`: a buffer laid out as Y, or None; `activation`:
+    a kernels/activation.h code."""
     N, K = weights_t.shape
     choice = _choose(node, builder, "gemm", f"{M}x{K}x{N}", weights_t)
     if choice is None:
@@ -195,5 +197,5 @@ def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=Non
         bias = builder.add_constant(bias, label=f"{node.name}:bias")
     panels = panel_count(1, [M, N, K, builder.num_threads])
     emit_sparse_gemm(builder, node.name, M, pack_blocked_csr(weights_t, choice.block_rows, panels), a, y, bias,
-                     residual=residual)
+                     activation, activation_params, residual=residual)
     return True
