@@ -150,13 +150,17 @@ class DeviceSettings:
 
 def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_threads: int,
                      jit: Options | None = None, tuning: "TuningSettings | None" = None, precision: str = "fp32",
-                     devices: DeviceSettings | None = None, sparse_policy=None):
+                     devices: DeviceSettings | None = None, sparse_policy=None, layout_policy=None):
     """Places (ortx.ep.placement), partitions and lowers: CPU segments through compile_segment, other devices'
     through their backend's compile. A node whose CPU lowering raises is declined with the error, a segment another
     device fails to compile is kept off that device, and we try again. With `jit` (and jit.jit set), each CPU
     segment is then also compiled to C (ortx.codegen.jit), with the per-step thread counts `tuning` tunes or finds
-    recorded (ortx.tune.step_threads). Returns (segments, CPU programs, device programs, placement)."""
+    recorded (ortx.tune.step_threads). `layout_policy` (ortx.tune.layout_choice) keeps a CPU segment's blocked runs
+    or compiles it on NCHW kernels. Returns (segments, CPU programs, device programs, placement)."""
+    from ortx.tune.layout_choice import LayoutPolicy
     from ortx.tune.sparse_choice import check_segment
+
+    layout_policy = layout_policy or LayoutPolicy()
 
     devices = devices or DeviceSettings()
     by_name = {device.name: device for device in devices.devices}
@@ -167,16 +171,19 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
         segments = partition(model.graph, placed.labels)
         programs, device_programs = {}, {}
         failed = False
+        layout_policy.choices.clear()  # a retry after a compile error decides again
         for position, segment in enumerate(segments):
             if segment.device == ORT:
                 continue
             try:
                 if segment.device == CPU:
-                    programs[position] = check_segment(
-                        lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
-                                                       num_threads=num_threads, precision=precision,
-                                                       sparse_policy=policy, blocked=BLOCKED_LAYOUT),
-                        sparse_policy, segment.inputs, segment.outputs, num_threads)
+                    programs[position] = layout_policy.choose(
+                        lambda blocked: check_segment(
+                            lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
+                                                           num_threads=num_threads, precision=precision,
+                                                           sparse_policy=policy, blocked=blocked and BLOCKED_LAYOUT),
+                            sparse_policy, segment.inputs, segment.outputs, num_threads),
+                        segment.nodes, segment.inputs, segment.outputs, num_threads, precision)
                 else:
                     device_programs[position] = by_name[segment.device].backend_module().compile(
                         segment.nodes, segment.inputs, segment.outputs, num_threads=num_threads)
@@ -222,6 +229,16 @@ def _sparse_policy(jit: Options | None, tuning: "TuningSettings | None"):
     if tuning.sparse == "off":
         return ForcedPolicy(SparseChoice("dense", source="option"))
     return SparsePolicy("quick" if tuning.sparse == "measure" else tuning.mode, tuning.database_path, jit)
+
+
+def _layout_policy(jit: Options | None, tuning: "TuningSettings | None"):
+    """Blocked runs or NCHW kernels per segment (ortx.tune.layout_choice): measured now for tuning "quick"/"full",
+    recorded for "cached", else the blocked runs the planner found."""
+    from ortx.tune.layout_choice import LayoutPolicy
+
+    if tuning is None:
+        return LayoutPolicy("off")
+    return LayoutPolicy(tuning.mode, tuning.database_path, jit)
 
 
 def _step_threads(programs: dict, segments: list[Segment], num_threads: int, jit: Options,
@@ -305,9 +322,12 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
         choices = _choose_engines(compiled, model, standard, ort, tuning)
         given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
         if given_back:
+            first_layouts = compiled.assignment.layout_choices  # also those of segments now given back
             compiled, _, _ = _compile(prepared, input_shapes, ort, num_threads=num_threads, claim=claim,
                                       use_reference_kernels=use_reference_kernels, jit=jit, given_back=given_back,
                                       tuning=tuning, precision=precision, devices=devices)
+            compiled.assignment.layout_choices = tuple(dict.fromkeys(first_layouts
+                                                                     + compiled.assignment.layout_choices))
         compiled.assignment.engine_choices = tuple(choices)
     return_free_pages()  # the lowering's temporaries (a collection here measured no lower peak)
     compiled.compile_seconds = time.perf_counter() - start
@@ -356,8 +376,10 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         decisions = {name: Decision(d.node, d.op_type, False, "OrtxEP not requested") for name, d in decisions.items()}
     release_freed_memory(model)  # what specialising and fusing dropped, before the weights are packed
     sparse_policy = _sparse_policy(jit, tuning)  # one for every compile below: it measures a layer once
+    layout_policy = _layout_policy(jit, tuning)
     segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
-                                                                   precision, devices if claim else None, sparse_policy)
+                                                                   precision, devices if claim else None, sparse_policy,
+                                                                   layout_policy)
     declined = _ortx_nodes_left_to_ort(segments)
     if declined and model is not standard:
         # a compile error declined a node OrtxEP's fusions made: plain ORT cannot run it, so compile the graph as it
@@ -368,7 +390,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
         decisions = _decline_given_back(assign(model.graph), given_back)
         segments, programs, device_programs, placed = _compile_claimed(model, decisions, num_threads, jit, tuning,
                                                                        precision, devices if claim else None,
-                                                                       sparse_policy)
+                                                                       sparse_policy, layout_policy)
         declined = _ortx_nodes_left_to_ort(segments)
     if declined:
         raise RuntimeError(f"OrtxEP could not compile node {declined[0].name!r} ({ORTX_DOMAIN}::"
@@ -399,6 +421,7 @@ def _compile(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], 
                              _bf16_nodes(programs), _sparse_nodes(programs), placed)
     assignment.sparse_choices = tuple(getattr(sparse_policy, "decisions", {}).values()) + tuple(
         getattr(sparse_policy, "segment_checks", ()))
+    assignment.layout_choices = tuple(layout_policy.choices)
     compiled = CompiledModel(plan, assignment, prepared.reports + reports, time.perf_counter() - start)
     return compiled, model, standard
 

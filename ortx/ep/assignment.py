@@ -31,6 +31,7 @@ class Assignment(tuple):
         self.segments = segments
         self.engine_choices = ()  # ortx.tune.engine_choice.EngineChoice per claimed segment, when tuning is on
         self.sparse_choices = ()  # ortx.tune.sparse_choice.SparseDecision per layer with enough zeros to consider
+        self.layout_choices = ()  # ortx.tune.layout_choice.LayoutChoice per CPU segment with blocked runs
         self.graph = None  # ortx.ep.render.PartitionGraph of the compiled graph: nodes, devices, edges with bytes
         self.capability = {}  # compiled node -> {device: "" (can run it) or the reason it cannot}
         return self
@@ -97,6 +98,8 @@ class Assignment(tuple):
                                      if self.sparse_nodes() else ""))
         for decision in self.sparse_choices:
             lines.append(f"sparse choice {decision.describe()}")
+        for choice in self.layout_choices:
+            lines.append(choice.describe())
         for choice in self.engine_choices:
             lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
                          f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")

@@ -113,6 +113,7 @@ def render_tuning(tuning, budget_seconds: float | None, seconds: float) -> str:
     lines.extend(f"  note: {note}" for note in tuning.notes)
     for threads in tuning.segment_threads:
         lines.append(f"segment from {threads.first_node}, per-step threads: {threads.describe}")
+    lines.extend(choice.describe() for choice in tuning.layout_choices)
     if not tuning.engine_choices:
         lines.append("OrtxEP claims no segment of this model: nothing to measure against ORT")
     for choice in tuning.engine_choices:

@@ -229,7 +229,7 @@ def _record(database, fingerprint: str, key: str, measured: dict[SparseChoice, l
                                       source, created))
 
 
-def _random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]:
+def random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]:
     """Arrays on 64-byte lines for `inputs` (standard normal from rng) then `outputs`, and their addresses."""
     from ortx.ep.lowering._values import numpy_dtype, static_shape
     from ortx.memory.lifetimes import aligned_empty
@@ -243,7 +243,7 @@ def _random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]
     return arrays, np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
 
 
-def _time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds: int, runs: int) -> dict:
+def time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds: int, runs: int) -> dict:
     """Per key of `programs` (key -> compiled program), the median ms of each round; programs alternate run by run,
     each on its own 64-byte aligned arena, after one warm-up run."""
     from ortx.memory.lifetimes import aligned_empty
@@ -275,7 +275,7 @@ def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[Spa
     inputs = [value for value in node.inputs if value is not None and constant_value(value) is None]
     outputs = [node.outputs[0]]
     rng = np.random.default_rng(0)
-    tensors, externals = _random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
+    tensors, externals = random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
     candidates = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
                   SparseChoice("sparse", 4, "forced"))
     programs, results = {}, {}
@@ -283,11 +283,11 @@ def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[Spa
         try:
             compiled = compile_segment([node], inputs, outputs, num_threads=num_threads,
                                        sparse_policy=ForcedPolicy(choice))
-            _time_rounds({choice: compiled}, externals, num_threads, 0, 0)  # runs once: a failure is data
+            time_rounds({choice: compiled}, externals, num_threads, 0, 0)  # runs once: a failure is data
             programs[choice] = compiled
         except Exception as error:  # noqa: BLE001  (recorded as the candidate's failure)
             results[dataclasses.replace(choice, source="measured")] = f"{type(error).__name__}: {error}"
-    for choice, values in _time_rounds(programs, externals, num_threads, rounds, runs).items():
+    for choice, values in time_rounds(programs, externals, num_threads, rounds, runs).items():
         results[dataclasses.replace(choice, source="measured")] = values
     return results
 
@@ -332,9 +332,9 @@ def check_segment(compile_with, policy, inputs: list[ir.Value], outputs: list[ir
         return program  # random integers could be out-of-range indices
     dense = compile_with(ForcedPolicy(SparseChoice("dense", source="segment check")))
     rng = np.random.default_rng(0)
-    tensors, externals = _random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
+    tensors, externals = random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
     rounds, runs = QUICK if policy.mode == "quick" else FULL
-    times = _time_rounds({"sparse": program, "dense": dense}, externals, num_threads, rounds, runs)
+    times = time_rounds({"sparse": program, "dense": dense}, externals, num_threads, rounds, runs)
     check = SegmentCheck(program.step_nodes[0] if program.step_nodes else "", sparse_nodes, tuple(times["sparse"]),
                          tuple(times["dense"]))
     policy.segment_checks.append(check)

@@ -15,8 +15,9 @@ one time budget by the task scheduler, then, per segment, the schedule validated
    schedules are validated against the prebuilt kernel (gemm_tasks, step 4).
 4. Choose: compile again with tuning "quick"/"full" but no more search: tuned GEMMs go where their records beat
    the prebuilt kernel (gemm_steps), each segment's recorded thread counts are validated end to end against the
-   default, and the segment is measured against ORT running the same nodes (ortx.tune.engine_choice); all
-   recorded, so later sessions (tuning "cached") apply them.
+   default, each segment with blocked runs is timed against the same segment on NCHW kernels
+   (ortx.tune.layout_choice), and the segment is measured against ORT running the same nodes
+   (ortx.tune.engine_choice); all recorded, so later sessions (tuning "cached") apply them.
 Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
 inside a build where the other tasks of its round also run their candidate (step_threads' limit), a GEMM alone
 on its own operands (gemm_tasks' limit); conv steps other than conv2d_f32 of one image and one group have no
@@ -37,7 +38,7 @@ from ortx.config import Options
 from ortx.ep.options import sub_session_options
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
-from ortx.tune import engine_choice, gemm_tasks, step_threads
+from ortx.tune import engine_choice, gemm_tasks, layout_choice, step_threads
 from ortx.tune.fingerprint import HardwareFingerprint, current
 from ortx.tune.records import TuningDatabase
 from ortx.tune.runner import MeasureResult, TimingSettings
@@ -89,7 +90,8 @@ class ModelTuning:
     choose_seconds: float  # step 4
     search_budget_seconds: float | None  # what step 3 was given
     notes: tuple[str, ...]  # segments without tasks, and why
-    signatures: frozenset[str]  # every record signature of this model (engine, segment and step records)
+    signatures: frozenset[str]  # every record signature of this model (engine, layout, segment and step records)
+    layout_choices: tuple = ()  # ortx.tune.layout_choice.LayoutChoice per segment with blocked runs (step 4)
 
 
 def _ort_settings(num_threads: int) -> pipeline.OrtSettings:
@@ -117,12 +119,15 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
     """Step 4's time, estimated: compiling twice (again, and once more when a segment goes back to ORT) plus one
     C build for a validated schedule, and the runs it makes of the whole model's worth of segments: the
     validation's default and tuned builds, then OrtxEP and ORT per segment (engine_choice's runs, blocks and
-    warm-ups), each of the `segments` blocks' idle and warm-in."""
+    warm-ups), each of the `segments` blocks' idle and warm-in; and the layout choice's blocked and NCHW runs
+    (layout_choice: a segment without blocked runs makes none, so this over-reserves for those)."""
     validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
     choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups and timed runs (warm-ins: the time term below)
+    rounds, runs = layout_choice.QUICK if mode == "quick" else layout_choice.FULL
+    layout_runs = 2 * (1 + rounds * runs)
     blocks = 2 * segments * -(-engine_runs // BLOCK)
-    return (3 * compile_seconds + (validation_runs + choice_runs) * untuned_ms / 1e3
+    return (3 * compile_seconds + (validation_runs + choice_runs + layout_runs) * untuned_ms / 1e3
             + blocks * (SETTLE_S + WARM_IN_S))
 
 
@@ -268,8 +273,9 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
             first = untuned.plan.steps[position].node_names
             threads.append(SegmentThreads(position, first[0] if first else f"segment {position}", changed,
                                           default_ms, tuned_ms, applied))
-    signatures = frozenset(segment_tasks.signatures | {choice.signature for choice in choices})
+    layouts = tuple(tuned.assignment.layout_choices)
+    signatures = frozenset(segment_tasks.signatures | {choice.signature for choice in choices + layouts})
     return ModelTuning(report, tuple(tuple(segment_tasks.segments[task.signature]) for task in tasks),
                        tuple(threads), choices,
                        untuned_ms, compile_seconds, search_seconds, time.perf_counter() - choose_start,
-                       search_budget, tuple(segment_tasks.notes), signatures)
+                       search_budget, tuple(segment_tasks.notes), signatures, layouts)

@@ -160,7 +160,7 @@ def test_segment_check_keeps_sparse_only_when_the_whole_segment_is_faster(tmp_pa
         timed.append(sorted(programs))
         return {"sparse": sparse_ms, "dense": [1.0, 1.0, 1.0]}
 
-    monkeypatch.setattr(sparse_choice, "_time_rounds", fake_rounds)
+    monkeypatch.setattr(sparse_choice, "time_rounds", fake_rounds)
     policy = SparsePolicy("cached", str(tmp_path / "tuning.sqlite"))  # not measuring: no check, no dense compile
     compile_with = lambda chosen: compile_segment(nodes, inputs, outputs, num_threads=2, sparse_policy=chosen)  # noqa
     program = sparse_choice.check_segment(compile_with, policy, inputs, outputs, 2)

@@ -1,0 +1,126 @@
+"""Blocked (NCHWc) runs or NCHW kernels per CPU segment, whichever measured faster here (issue #4: a layout that
+pays off on one model can cost on another; never keep the slower one once it is measured).
+
+1. compile_segment plans blocked runs from op types and shapes alone (ortx.ep.lowering.blocked_layout). Where the
+   runs are short or end at dense convs that need NCHW, the reorders can cost more than the runs save: PP-OCR det's
+   runs end at each of its 3x3 convs and ran 1.05-1.06x the NCHW program's time on the Zen 4 host
+   (benchmarks/blocked_layout.py, 2 threads), while MobileNetV2-style, cls and rec gained 6-30%.
+2. A segment whose program holds blocked steps (a kernel with "nchwc" in its name) has a choice. Its signature is
+   ortx.tune.engine_choice's (ops, attributes, shapes, thread count, precision). Records: template LAYOUT_TEMPLATE,
+   schedule {"layout": "blocked" | "nchw", "round": i}, one row per layout and round, one `created` per measurement.
+3. Tuning "quick"/"full" without a record: the segment is also compiled on NCHW kernels and both programs are timed
+   in rounds on seeded random inputs, alternating run by run (sparse_choice.time_rounds, sparse_choice.QUICK/FULL),
+   and recorded. NCHW is chosen only when it was faster by more than MARGIN in every round of the latest
+   measurement (the blocked runs are the planner's default and usually win); "cached" reads the records; without
+   one, or with tuning "off", the blocked program stays.
+Limits: a segment is timed alone (its neighbours' cache state is not there); segments with non-float inputs are
+not measured (random integers could be out-of-range indices) and keep the blocked program.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+
+import numpy as np
+
+from ortx.tune.engine_choice import segment_signature
+from ortx.tune.fingerprint import kernels_build
+from ortx.tune.sparse_choice import FULL, QUICK, random_tensors, time_rounds
+
+logger = logging.getLogger(__name__)
+
+LAYOUT_TEMPLATE = f"layout-choice-1|kernels={kernels_build()}"  # a rebuild measures again
+LAYOUTS = ("blocked", "nchw")
+MARGIN = 0.02
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutChoice:
+    """The decision for one segment with blocked steps; rounds are () when nothing was measured or recorded."""
+
+    first_node: str
+    signature: str  # ortx.tune.engine_choice.segment_signature of the segment
+    layout: str  # "blocked" or "nchw"
+    blocked_ms: tuple[float, ...]
+    nchw_ms: tuple[float, ...]
+    source: str  # "measured", "records", "no records", "not measured: ..."
+
+    def describe(self) -> str:
+        if not self.blocked_ms or not self.nchw_ms:
+            return f"layout of the segment from {self.first_node}: blocked ({self.source})"
+        rounds = lambda values: "/".join(f"{ms:.3f}" for ms in values)  # noqa: E731
+        return (f"layout of the segment from {self.first_node}: blocked {rounds(self.blocked_ms)} ms vs NCHW "
+                f"{rounds(self.nchw_ms)} ms ({self.source}) -> {self.layout}")
+
+
+def has_blocked_steps(program) -> bool:
+    return any("nchwc" in step.kernel for step in program.steps)
+
+
+def _chosen(blocked_ms, nchw_ms) -> str:
+    paired = list(zip(blocked_ms, nchw_ms))
+    return "nchw" if paired and all(nchw < blocked * (1 - MARGIN) for blocked, nchw in paired) else "blocked"
+
+
+def _latest(records) -> dict[str, tuple[float, ...]]:
+    """Per layout, its rounds' ms of the latest measurement holding both layouts ({} if none)."""
+    usable = [r for r in records if r.status == "ok" and r.schedule.get("layout") in LAYOUTS]
+    for created in sorted({r.created for r in usable}, reverse=True):
+        rows = sorted((r for r in usable if r.created == created), key=lambda r: r.schedule.get("round", 0))
+        by_layout = {layout: tuple(r.median_ms for r in rows if r.schedule["layout"] == layout) for layout in LAYOUTS}
+        if all(by_layout.values()):
+            return by_layout
+    return {}
+
+
+@dataclasses.dataclass
+class LayoutPolicy:
+    mode: str = "off"  # tuning mode (ortx.tune.engine_choice.MODES)
+    database_path: str | None = None
+    options: object = None  # ortx.config.Options for the fingerprint's compiler
+    choices: list = dataclasses.field(default_factory=list)  # LayoutChoice per segment with blocked steps
+
+    def choose(self, compile_with, nodes, inputs, outputs, num_threads: int, precision: str = "fp32"):
+        """`compile_with(blocked: bool)` -> CompiledProgram; returns the program to run (see the module)."""
+        program = compile_with(True)
+        if self.mode == "off" or not has_blocked_steps(program):
+            return program
+        first = nodes[0].name if nodes else ""
+        key = segment_signature(nodes, num_threads, precision)
+        readable = self.database_path and (self.mode != "cached" or os.path.exists(self.database_path))
+        if not readable:
+            self.choices.append(LayoutChoice(first, key, "blocked", (), (), "no records"))
+            return program
+        from ortx.tune.fingerprint import current
+        from ortx.tune.records import TuningDatabase, TuningRecord
+
+        with TuningDatabase(self.database_path) as database:
+            fingerprint = database.add_fingerprint(current(self.options))
+            rounds, source, nchw = _latest(database.records(key, fingerprint, LAYOUT_TEMPLATE)), "records", None
+            if not rounds and self.mode in ("quick", "full"):
+                if not all(v.dtype is not None and np.dtype(v.dtype.numpy()).kind == "f" for v in inputs):
+                    self.choices.append(LayoutChoice(first, key, "blocked", (), (), "not measured: non-float inputs"))
+                    return program
+                nchw = compile_with(False)
+                tensors, externals = random_tensors(inputs, outputs, np.random.default_rng(0))  # keeps them alive
+                times = time_rounds({"blocked": program, "nchw": nchw}, externals, num_threads,
+                                    *(QUICK if self.mode == "quick" else FULL))
+                created = time.time()
+                for layout, values in times.items():
+                    for index, ms in enumerate(values):
+                        database.add(TuningRecord(key, fingerprint, LAYOUT_TEMPLATE,
+                                                  {"layout": layout, "round": index}, "ok", ms, "",
+                                                  f"layout_choice:{self.mode}", created))
+                rounds, source = {layout: tuple(values) for layout, values in times.items()}, "measured"
+        if not rounds:
+            self.choices.append(LayoutChoice(first, key, "blocked", (), (), "no records"))
+            return program
+        choice = LayoutChoice(first, key, _chosen(rounds["blocked"], rounds["nchw"]), rounds["blocked"],
+                              rounds["nchw"], source)
+        self.choices.append(choice)
+        logger.debug("ortx layout choice: %s", choice.describe())
+        if choice.layout == "blocked":
+            return program
+        return nchw if nchw is not None else compile_with(False)
