@@ -151,8 +151,9 @@ def _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad):
     return begins, sizes
 
 
-def _activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
-    if node.op_type != "FusedConv":
+def _activation(node: ir.Node, codes: dict[str, int] = ACTIVATIONS) -> tuple[int, tuple[float, float]]:
+    """(kernels/activation.h code, parameters) of a FusedConv's or FusedMatMul's activation attributes."""
+    if node.op_type not in ("FusedConv", "FusedMatMul"):
         return 0, (0.0, 0.0)
     name = attribute(node, "activation", None)
     if name is None:
@@ -160,14 +161,14 @@ def _activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
     name = name.decode() if isinstance(name, bytes) else str(name)
     if name == "":  # the fusion pass writes "" for a residual Add with no activation
         return 0, (0.0, 0.0)
-    if name not in ACTIVATIONS:
+    if name not in codes:
         raise Declined(f"activation {name!r} not supported")
     params = [float(v) for v in attribute(node, "activation_params", [])]
-    defaults = ACTIVATION_DEFAULTS[name]
+    defaults = ACTIVATION_DEFAULTS.get(name, ())
     if params and len(params) != len(defaults):
         raise Declined(f"activation {name} takes {len(defaults)} activation_params, got {len(params)}")
     params = (list(params or defaults) + [0.0, 0.0])[:2]
-    return ACTIVATIONS[name], (params[0], params[1])
+    return codes[name], (params[0], params[1])
 
 
 def _conv_plan(node: ir.Node) -> ConvPlan:
@@ -568,26 +569,11 @@ UNARY_CODE_OF_ACTIVATION = {**{code: code for code in ACTIVATIONS.values()}, 8: 
 TEMPLATE_ACTIVATIONS = frozenset({1, 2, 3, 5, 6})
 
 
-def _fused_matmul_activation(node: ir.Node) -> tuple[int, tuple[float, float]]:
-    name = attribute(node, "activation", None)
-    if name is None:
-        return 0, (0.0, 0.0)
-    name = name.decode() if isinstance(name, bytes) else str(name)
-    if name not in MATMUL_ACTIVATIONS:
-        raise Declined(f"activation {name!r} not supported")
-    params = [float(v) for v in attribute(node, "activation_params", [])]
-    defaults = ACTIVATION_DEFAULTS.get(name, ())
-    if params and len(params) != len(defaults):
-        raise Declined(f"activation {name} takes {len(defaults)} activation_params, got {len(params)}")
-    params = (list(params or defaults) + [0.0, 0.0])[:2]
-    return MATMUL_ACTIVATIONS[name], (params[0], params[1])
-
-
 def _fused_matmul_plan(node: ir.Node) -> dict:
     """ai.ortx::FusedMatMul (ortx/passes/fuse_matmul_epilogue.py): MatMul by constant 2-D weights, + bias row
     (+ residual of the output's shape), then an activation."""
     plan = _matmul_plan(node, frozenset({"activation", "activation_params"}))
-    plan["activation"] = _fused_matmul_activation(node)
+    plan["activation"] = _activation(node, MATMUL_ACTIVATIONS)
     weights, bias = constant_value(node.inputs[1]), constant_value(node.inputs[2])
     if weights is None or weights.ndim != 2:
         raise Declined("the weights are not a constant 2-D tensor")
