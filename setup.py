@@ -4,6 +4,7 @@ ISA-specific files (*_avx2.c, *_avx512.c) select their instruction set with targ
 file, so every file is compiled with the same portable flags and the choice happens at run time in dispatch.c.
 """
 import glob
+import hashlib
 import os
 import shutil
 import sys
@@ -39,15 +40,30 @@ _PREFIX_MAPS = [f"-ffile-prefix-map={os.path.dirname(os.path.abspath(__file__))}
                 f"-ffile-prefix-map={numpy.get_include()}=numpy-include",
                 f"-ffile-prefix-map={sysconfig.get_paths()['include']}=python-include"]
 
+COMPILE_ARGS = ["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function"]
+MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+
+
+def _kernels_source_hash() -> str:
+    """The C kernels' identity for tuning records (kernels/dispatch.c ortx_kernels_source): their sources, headers
+    and flags, not the Cython layer, which another Cython or numpy (pip's isolated build) generates differently."""
+    digest = hashlib.sha256()
+    for path in [s for s in sources if s.endswith(".c")] + headers:
+        digest.update(path.encode() + b"\0")
+        with open(path, "rb") as handle:
+            digest.update(handle.read() + b"\0")
+    digest.update(repr((COMPILE_ARGS, MACROS)).encode())
+    return digest.hexdigest()[:16]
+
+
 extension = Extension(
     "ortx._kernels",
     sources=sources,
     depends=headers,
     include_dirs=["kernels", numpy.get_include()],
-    extra_compile_args=["-O3", "-std=gnu11", "-pthread", "-fno-strict-aliasing", "-Wno-unused-function",
-                        *_PREFIX_MAPS],
+    extra_compile_args=[*COMPILE_ARGS, *_PREFIX_MAPS],
     extra_link_args=["-pthread"],
-    define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+    define_macros=[*MACROS, ("ORTX_KERNELS_SOURCE", f'"{_kernels_source_hash()}"')],
 )
 
 setup(ext_modules=cythonize([extension], language_level=3, compiler_directives={"boundscheck": False}))

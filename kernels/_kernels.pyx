@@ -34,6 +34,7 @@ cdef extern from "ortx_kernels.h":
     int ortx_allow_amx(int allow) nogil
     int ortx_allow_winograd(int allow) nogil
     const char *ortx_bf16_isa_name() nogil
+    const char *ortx_kernels_source() nogil
     int ortx_kernel_count() nogil
     const ortx_kernel_entry *ortx_kernel_at(int index) nogil
     int ortx_program_run(const ortx_program *program, char *arena, void *const *constants, void *const *externals,
@@ -102,6 +103,12 @@ def allow_winograd(allow):
     """Tests: False keeps 3x3 stride-1 convs on the direct kernels (the Winograd shape rule declines them); returns
     the previous setting. Affects lowerings made after the call."""
     return bool(ortx_allow_winograd(1 if allow else 0))
+
+
+def kernels_source():
+    """"<hash>|<compiler>": the hash setup.py took of the C kernels' sources and flags ("unknown" when the build did
+    not pass one), and the compiler version that built them (ortx.tune.fingerprint.kernels_build)."""
+    return ortx_kernels_source().decode()
 
 
 def bf16_isa():

@@ -16,6 +16,20 @@ static const ortx_kernel_entry *const families[] = {
     ortx_family_attention, /* multi-head attention on head-interleaved rows (issue #4) */
 };
 
+/* The build's identity for tuning records (ortx.tune.fingerprint.kernels_build): setup.py passes a hash of the C
+ * kernels' sources and compile flags, and the compiler that built them is appended. Not the library's bytes: those
+ * also hold the Cython layer, which pip's isolated build (another Cython, numpy) generated differently from an
+ * in-place build of the same C, so their records were never shared. */
+#ifndef ORTX_KERNELS_SOURCE
+#define ORTX_KERNELS_SOURCE "unknown"
+#endif
+#ifdef __VERSION__
+#define ORTX_KERNELS_COMPILER __VERSION__
+#else
+#define ORTX_KERNELS_COMPILER "unknown compiler"
+#endif
+const char *ortx_kernels_source(void) { return ORTX_KERNELS_SOURCE "|" ORTX_KERNELS_COMPILER; }
+
 /* Flattened once; _kernels.pyx calls ortx_kernel_count() at import, before any thread can run a program. */
 #define ORTX_MAX_KERNELS 1024
 static const ortx_kernel_entry *flat_table[ORTX_MAX_KERNELS];

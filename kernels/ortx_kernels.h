@@ -74,6 +74,7 @@ int ortx_allow_amx(int allow);  /* tests: 0 runs the vdpbf16ps path on an AMX CP
 int ortx_allow_winograd(int allow);
 int ortx_amx_allowed(void);
 const char *ortx_bf16_isa_name(void);  /* the bf16 family's path: "amx_bf16", "avx512_bf16" or "portable" */
+const char *ortx_kernels_source(void);  /* "<hash of the C sources and flags>|<compiler version>" */
 
 /* Kernel table (flattened families). */
 int ortx_kernel_count(void);

@@ -105,11 +105,16 @@ def current(options=None) -> HardwareFingerprint:
 
 @functools.lru_cache(maxsize=None)
 def kernels_build() -> str:
-    """A short hash of the prebuilt kernel library this process loaded. Records of the prebuilt kernels' times (the
-    engine choice, step thread counts, the prebuilt GEMM baseline, sparse crossovers) carry it in their template,
-    so a rebuilt or upgraded ortx measures again instead of deciding from another build's times."""
+    """A short hash of the prebuilt kernels this process loaded: of their C sources, flags and compiler as the build
+    recorded them (_kernels.kernels_source), else of the library's bytes. Records of the prebuilt kernels' times (the
+    engine choice, step thread counts, the prebuilt GEMM baseline, sparse crossovers, layout choices) carry it in
+    their template, so a rebuilt or upgraded ortx measures again instead of deciding from another build's times,
+    while an in-place build and a `pip install -e` build of the same C share their records."""
     from ortx import _kernels
 
+    source = _kernels.kernels_source() if hasattr(_kernels, "kernels_source") else "unknown"
+    if not source.startswith("unknown"):
+        return hashlib.sha256(source.encode()).hexdigest()[:12]
     try:
         return hashlib.sha256(Path(_kernels.__file__).read_bytes()).hexdigest()[:12]
     except OSError:  # a library that cannot be read back: its records are never shared with another build
