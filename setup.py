@@ -33,9 +33,9 @@ sources = [s for s in sources if not s.endswith("kernels/_kernels.c")]
 # mixed objects compiled against two versions of a struct (seen: a segfault after gemm_bf16.h's ISA table changed).
 headers = sorted(glob.glob("kernels/*.h")) + sorted(glob.glob("kernels/ref/*.h"))
 
-# The library's bytes key the tuning records of the prebuilt kernels (ortx.tune.fingerprint.kernels_build), so they
-# must not depend on where the build ran: debug info names the checkout and, under pip's build isolation, a random
-# temporary numpy. Mapped to fixed names, two checkouts of one commit build the same bytes.
+# The library's bytes should not depend on where the build ran (they are ortx.tune.fingerprint.kernels_build's key
+# when a build passed no ORTX_KERNELS_SOURCE): debug info names the checkout and, under pip's build isolation, a
+# random temporary numpy. Mapped to fixed names, two checkouts of one commit and one environment build the same bytes.
 _PREFIX_MAPS = [f"-ffile-prefix-map={os.path.dirname(os.path.abspath(__file__))}=.",
                 f"-ffile-prefix-map={numpy.get_include()}=numpy-include",
                 f"-ffile-prefix-map={sysconfig.get_paths()['include']}=python-include"]
