@@ -5,8 +5,11 @@ import collections
 import contextlib
 import os
 import re
+import subprocess
 import tempfile
 import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def write_section(path: str, heading: str, body: str) -> None:
@@ -22,6 +25,12 @@ def write_section(path: str, heading: str, body: str) -> None:
     with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as handle:
         handle.write(text.rstrip("\n") + "\n")
     os.replace(handle.name, path)
+
+
+def head_commit() -> str:
+    """The short hash of the checkout's HEAD: the commit a table was measured on (read it before anything runs)."""
+    return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
 
 
 def host() -> str:
@@ -68,3 +77,16 @@ def kernel_counts(session) -> collections.Counter:
     compiled = next(reversed(session._compiled.values()))
     return collections.Counter(listing.kernel for step in compiled.plan.steps
                                for listing in getattr(getattr(step, "program", None), "steps", ()))
+
+
+def model_feeds(keys: list[str], directory: str, rng):
+    """(name, path, feeds) per model key (benchmarks.memory.models; built ones are written to `directory`), the feeds
+    uniform in [-1, 1) for its first input."""
+    import numpy as np
+    import onnx
+
+    from benchmarks.memory import models
+
+    for name, path, shape in models(keys, directory):
+        input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+        yield name, path, {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}

@@ -15,7 +15,6 @@ import argparse
 import datetime
 import importlib.util
 import os
-import subprocess
 import sys
 import time
 
@@ -28,7 +27,7 @@ import onnxruntime  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import load_average, write_section  # noqa: E402
+from benchmarks._report import head_commit, load_average, write_section  # noqa: E402
 from benchmarks.int8 import interleaved  # noqa: E402
 from ortx import _kernels  # noqa: E402
 
@@ -115,8 +114,7 @@ def main() -> int:
     if args.baseline:
         baseline = load_kernels(args.baseline)
         kernel_rows = [kernel_row(op_type, shape, count, baseline) for op_type, shape in CASES for count in threads]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     body = (f"Measured {datetime.date.today()} on commit {commit}, kernel ISA {_kernels.cpu_isa()}, median of "
             f"{args.runs} runs interleaved in blocks after warm-up, inputs standard normal x 1.5 (seed 0). One-node "
             "models, OrtxEP (tuning off) vs ORT CPU, the same thread count; ratio = OrtxEP / ORT; max abs err = "

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 import onnx  # noqa: E402
 
-from benchmarks._report import host, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import compare  # noqa: E402
@@ -97,8 +96,7 @@ def main() -> int:
                 line += f", {other.name} {other.median_ms:.2f} ms"
             print(line + f", cosine {result.cosine:.6f}", flush=True)
     threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, bf16 path {_kernels.bf16_isa()}, {threads} for every "

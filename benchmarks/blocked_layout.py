@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -20,14 +19,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import (kernel_counts, load_average, pipeline_flag, wait_for_quiet,  # noqa: E402
-                               write_section)
+from benchmarks._report import (head_commit, kernel_counts, load_average, model_feeds, pipeline_flag,  # noqa: E402
+                               wait_for_quiet, write_section)
 from benchmarks.int8 import interleaved  # noqa: E402
-from benchmarks.memory import models  # noqa: E402
 
 HEADING = "Blocked layout (issue #4)"
 BLOCKED_KERNELS = ("conv2d_to_nchwc_f32", "conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32")
@@ -76,13 +73,10 @@ def main() -> int:
     rng = np.random.default_rng(0)
     rows = []
     with tempfile.TemporaryDirectory() as directory:
-        for name, path, shape in models([key for key in args.models.split(",") if key], directory):
+        for name, path, feeds in model_feeds([key for key in args.models.split(",") if key], directory, rng):
             wait_for_quiet(args.quiet_wait)
-            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
-            feeds = {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}
             rows.append(measure(name, path, feeds, args.threads, args.runs))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
             f"interleaved in blocks after warm-up, seeded random inputs, tuning off. \"blocked\" is OrtxEP with "
             f"ortx.pipeline.BLOCKED_LAYOUT on (sessions' default), \"NCHW\" with it off, everything else equal; "

@@ -20,7 +20,6 @@ import datetime
 import glob
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import ortx  # noqa: E402
 from tests import _models  # noqa: E402
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import head_commit, write_section  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from ortx.measure import BLOCK, switch_over  # noqa: E402
 from ortx.model_io import to_ort_bytes  # noqa: E402
@@ -209,8 +208,7 @@ SILERO_NOTE = (
 
 
 def section(rows: list[dict], args, parts: dict | None = None, repeats: list[dict] | None = None) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     powers = [row for row in rows if row["name"].startswith("DFT") and "16000" not in row["name"]]
     front = [row for row in rows if row["name"].startswith("log-mel")]
     lines = [

@@ -19,7 +19,6 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import host, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from benchmarks.kernels import wait_for_quiet  # noqa: E402
 from benchmarks.quantize import ort_quantize_static  # noqa: E402
@@ -110,8 +109,7 @@ def main() -> int:
     parser.add_argument("--quiet-wait", type=float, default=120.0,
                         help="seconds to wait, before timing each model, for the shared host to be idle for 2 s")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()  # the code measured: read before anything runs
+    commit = head_commit()  # the code measured: read before anything runs
     rows = []
     with tempfile.TemporaryDirectory() as directory:
         keys = args.models.split(",")

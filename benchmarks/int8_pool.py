@@ -18,7 +18,6 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,7 +27,7 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import head_commit, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.int8 import _options, inputs, interleaved  # noqa: E402
 from benchmarks.kernels import block_medians  # noqa: E402
 from ortx import _kernels  # noqa: E402
@@ -109,8 +108,7 @@ def main() -> int:
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     lines = [f"Measured {datetime.date.today()} on commit {commit} by `python benchmarks/int8_pool.py`, "
              f"{args.threads} threads, kernel ISA {_kernels.selected_isa()}. Kernels: the int8 kernel against the "
              "float steps it replaced (DequantizeLinear, fp32 pool, QuantizeLinear), timed in alternating blocks, "

@@ -382,13 +382,11 @@ def bench_layers(thread_counts, rounds, runs, write, quiet_wait, layer_set="resn
     """Every conv shape of the layer set through OrtxEP vs ORT (ortx.measure.compare), per thread count; first
     waits up to quiet_wait seconds for the 1-minute load to drop below 1."""
     import datetime
-    import subprocess
 
-    from benchmarks._report import load_average, wait_for_quiet, write_section
+    from benchmarks._report import head_commit, load_average, wait_for_quiet, write_section
     from ortx.measure import compare
     print(f"load before: {wait_for_quiet(quiet_wait) if quiet_wait else load_average():.2f}", flush=True)
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    head = head_commit()
     lines = ["| layer | x in model | threads | ORT ms | OrtxEP ms | OrtxEP/ORT median (range) | OrtxEP GFLOP/s | "
              "max rel err | load |", "|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)

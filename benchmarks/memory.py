@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 import onnx  # noqa: E402
 
 import ortx.memory  # noqa: E402
-from benchmarks._report import host, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from ortx.demo import PACKAGED_MODELS, packaged_model_path  # noqa: E402
 from ortx.model_io import load, to_ort_bytes  # noqa: E402
 from tests import _models  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> int:
     args = parser.parse_args()
     lines = [
         f"Measured {datetime.date.today()} on commit "
-        f"{subprocess.run(['git', '-C', ROOT, 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True).stdout.strip()}"
+        f"{head_commit()}"
         f", {host()}, {args.threads} threads. Activation memory in MiB: naive = "
         "one buffer per activation tensor; ORT-style = same-size reuse after last use (a model of ORT's planner, "
         "not its arena); ortx plan = the OrtxEP session arena (kernel workspaces included), lower bound = most "

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import head_commit, write_section  # noqa: E402
 from benchmarks.int8 import inputs  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx.npu.params import DEFAULT_PARAMS  # noqa: E402
@@ -92,8 +91,7 @@ def main() -> int:
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     params = DEFAULT_PARAMS
     rows, sections = [], []
     with tempfile.TemporaryDirectory() as directory:

@@ -19,7 +19,6 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
 import ortx.pipeline  # noqa: E402
-from benchmarks._report import load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import head_commit, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx.parallel.processes import ProcessPipeline  # noqa: E402
 
@@ -95,8 +94,7 @@ def ratio_text(result: dict, label: str) -> str:
 
 
 def section(results: list[dict], args) -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     loads = [value for result in results for value in result["load"]]
     lines = [
         f"`python benchmarks/pipeline.py --micro-batches {args.micro_batches} --rounds {args.rounds}` on {commit}, "

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnxruntime  # noqa: E402
 
-from benchmarks._report import write_section  # noqa: E402
+from benchmarks._report import head_commit, write_section  # noqa: E402
 from benchmarks.digits import (INPUT, batches, export_fp32, logits_ort, logits_ortx, torch_and_split,  # noqa: E402
                                train)
 
@@ -164,10 +164,8 @@ def main() -> int:
     print("\n".join(checks))
     if args.no_write:
         return 0
-    import subprocess
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {platform.machine()}, onnxruntime "
             f"{onnxruntime.__version__}, torch {torch.__version__}; command: `python benchmarks/pruning.py` "
             f"({seconds:.0f} s, 1 thread). The digits CNN of 'Quantization accuracy (digits)' (same split and "

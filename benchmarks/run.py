@@ -14,7 +14,6 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -23,7 +22,7 @@ sys.path.insert(0, ROOT)
 
 import onnx  # noqa: E402
 
-from benchmarks._report import host, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from benchmarks.memory import models, peak_rss_mib  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import compare  # noqa: E402
@@ -59,7 +58,7 @@ def main() -> int:
     median = statistics.median(r.ratio for r, _, _, _ in rows)
     cnn_ratios = [r.ratio for r, _, _, key in rows if key in CNN_KEYS]
     cnn_median = statistics.median(cnn_ratios) if len(cnn_ratios) == len(CNN_KEYS) else None
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = head_commit()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, {args.threads} thread{'s' if args.threads != 1 else ''} for both engines, OrtxEP tuning "

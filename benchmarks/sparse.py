@@ -17,9 +17,7 @@ import argparse
 import datetime
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +27,7 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import host, load_average, wait_for_quiet, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, load_average, wait_for_quiet, write_section  # noqa: E402
 from benchmarks.memory import BUILT  # noqa: E402
 from ortx import _kernels  # noqa: E402
 from ortx.measure import BLOCK, random_feeds, switch_over  # noqa: E402
@@ -116,8 +114,7 @@ def main() -> int:
                   f"dense/sparse {medians['dense'] / medians['sparse']:.2f}x), {result['sparse_layers']} of "
                   f"{result['products']} products sparse, load {before:.2f}->{result['load'][1]:.2f}", flush=True)
             rows.append(result)
-    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = head_commit()
     loads = [value for row in rows for value in row["load"]]
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, kernel ISA {_kernels.selected_isa()}, {args.threads} "
