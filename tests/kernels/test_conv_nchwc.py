@@ -108,6 +108,15 @@ def run_pointwise(x, weights, bias, residual, activation, threads, use_ref=False
     return from_blocked(y, cout)
 
 
+def check_fast_and_reference(run, expected):
+    """run(use_ref) -> output: the fast kernel matches `expected` and gives the same bits on a second call; the
+    reference kernel matches too."""
+    fast = run(False)
+    assert_close(fast, expected)
+    np.testing.assert_array_equal(fast, run(False))
+    assert_close(run(True), expected)
+
+
 POINTWISE_CASES = [  # (N, Cin, Cout, H, W)
     (1, 16, 96, 11, 13), (1, 24, 40, 7, 7), (2, 3, 17, 5, 3), (1, 160, 960, 7, 7), (1, 576, 96, 14, 14),
     (1, 33, 130, 1, 1),
@@ -127,10 +136,8 @@ def test_pointwise_matches_numpy_and_reference(isa, case, activation, residual, 
     if residual:
         expected = expected + extra
     expected = activate(expected, code, params).astype(np.float32)
-    fast = run_pointwise(x, weights, bias, extra, activation, threads)
-    assert_close(fast, expected)
-    np.testing.assert_array_equal(fast, run_pointwise(x, weights, bias, extra, activation, threads))
-    assert_close(run_pointwise(x, weights, bias, extra, activation, threads, use_ref=True), expected)
+    check_fast_and_reference(lambda use_ref: run_pointwise(x, weights, bias, extra, activation, threads, use_ref),
+                             expected)
 
 
 def conv_ints(x_shape, kernel, stride, pads, dilation, has_residual, activation, threads):
@@ -177,10 +184,7 @@ def test_depthwise_nchwc_matches_the_nchw_kernel(isa, case, activation, residual
                       use_ref=use_ref)
         return from_blocked(y, c)
 
-    fast = blocked(False)
-    assert_close(fast, plain)
-    assert_close(blocked(True), plain)
-    np.testing.assert_array_equal(fast, blocked(False))
+    check_fast_and_reference(blocked, plain)
 
 
 def pack_to_nchwc(weights: np.ndarray, bias: np.ndarray):
@@ -229,10 +233,7 @@ def test_conv_to_nchwc_matches_numpy_and_reference(isa, case, activation, thread
                       use_ref=use_ref)
         return from_blocked(y, cout)
 
-    fast = run(False)
-    assert_close(fast, expected)
-    assert_close(run(True), expected)
-    np.testing.assert_array_equal(fast, run(False))
+    check_fast_and_reference(run, expected)
 
 
 @pytest.mark.parametrize("shape", [(1, 40, 7, 9), (2, 16, 1, 1), (1, 200, 96, 96)])
@@ -273,7 +274,5 @@ def test_pointwise_bf16_matches_the_bf16_definition(isa, case, activation, resid
     if residual:
         expected = expected + extra
     expected = activate(expected, code, params).astype(np.float32)
-    fast = run_pointwise(x, weights, bias, extra, activation, threads, precision="bf16")
-    assert_close(fast, expected)
-    np.testing.assert_array_equal(fast, run_pointwise(x, weights, bias, extra, activation, threads, precision="bf16"))
-    assert_close(run_pointwise(x, weights, bias, extra, activation, threads, use_ref=True, precision="bf16"), expected)
+    check_fast_and_reference(lambda use_ref: run_pointwise(x, weights, bias, extra, activation, threads, use_ref,
+                                                           precision="bf16"), expected)
