@@ -81,46 +81,54 @@ class LayoutPolicy:
     database_path: str | None = None
     options: object = None  # ortx.config.Options for the fingerprint's compiler
     choices: list = dataclasses.field(default_factory=list)  # LayoutChoice per segment with blocked steps
+    _fingerprint: object = dataclasses.field(default=None, repr=False)
 
     def choose(self, compile_with, nodes, inputs, outputs, num_threads: int, precision: str = "fp32"):
-        """`compile_with(blocked: bool)` -> CompiledProgram; returns the program to run (see the module)."""
-        program = compile_with(True)
-        if self.mode == "off" or not has_blocked_steps(program):
-            return program
-        first = nodes[0].name if nodes else ""
-        key = segment_signature(nodes, num_threads, precision)
-        readable = self.database_path and (self.mode != "cached" or os.path.exists(self.database_path))
-        if not readable:
-            self.choices.append(LayoutChoice(first, key, "blocked", (), (), "no records"))
-            return program
+        """`compile_with(blocked: bool)` -> CompiledProgram; returns the program to run (see the module). A recorded
+        choice compiles only the layout it names."""
+        if self.mode == "off":
+            return compile_with(True)
+        first, key = (nodes[0].name if nodes else ""), segment_signature(nodes, num_threads, precision)
+        if not self.database_path or (self.mode == "cached" and not os.path.exists(self.database_path)):
+            return self._unmeasured(compile_with(True), first, key, "no records")
         from ortx.tune.fingerprint import current
         from ortx.tune.records import TuningDatabase, TuningRecord
 
         with TuningDatabase(self.database_path) as database:
-            fingerprint = database.add_fingerprint(current(self.options))
-            rounds, source, nchw = _latest(database.records(key, fingerprint, LAYOUT_TEMPLATE)), "records", None
-            if not rounds and self.mode in ("quick", "full"):
-                if not all(v.dtype is not None and np.dtype(v.dtype.numpy()).kind == "f" for v in inputs):
-                    self.choices.append(LayoutChoice(first, key, "blocked", (), (), "not measured: non-float inputs"))
-                    return program
-                nchw = compile_with(False)
-                tensors, externals = random_tensors(inputs, outputs, np.random.default_rng(0))  # keeps them alive
-                times = time_rounds({"blocked": program, "nchw": nchw}, externals, num_threads,
-                                    *(QUICK if self.mode == "quick" else FULL))
-                created = time.time()
-                for layout, values in times.items():
-                    for index, ms in enumerate(values):
-                        database.add(TuningRecord(key, fingerprint, LAYOUT_TEMPLATE,
-                                                  {"layout": layout, "round": index}, "ok", ms, "",
-                                                  f"layout_choice:{self.mode}", created))
-                rounds, source = {layout: tuple(values) for layout, values in times.items()}, "measured"
-        if not rounds:
-            self.choices.append(LayoutChoice(first, key, "blocked", (), (), "no records"))
-            return program
+            if self._fingerprint is None:
+                self._fingerprint = current(self.options)
+            fingerprint = database.add_fingerprint(self._fingerprint)
+            rounds = _latest(database.records(key, fingerprint, LAYOUT_TEMPLATE))
+            if rounds:
+                return self._decided(compile_with, None, None, first, key, rounds, "records")
+            program = compile_with(True)
+            if self.mode not in ("quick", "full") or not has_blocked_steps(program):
+                return self._unmeasured(program, first, key, "no records")
+            if not all(v.dtype is not None and np.dtype(v.dtype.numpy()).kind == "f" for v in inputs):
+                return self._unmeasured(program, first, key, "not measured: non-float inputs")
+            nchw = compile_with(False)
+            tensors, externals = random_tensors(inputs, outputs, np.random.default_rng(0))  # keeps them alive
+            times = time_rounds({"blocked": program, "nchw": nchw}, externals, num_threads,
+                                *(QUICK if self.mode == "quick" else FULL))
+            created = time.time()
+            for layout, values in times.items():
+                for index, ms in enumerate(values):
+                    database.add(TuningRecord(key, fingerprint, LAYOUT_TEMPLATE, {"layout": layout, "round": index},
+                                              "ok", ms, "", f"layout_choice:{self.mode}", created))
+        rounds = {layout: tuple(values) for layout, values in times.items()}
+        return self._decided(compile_with, program, nchw, first, key, rounds, "measured")
+
+    def _unmeasured(self, program, first: str, key: str, source: str):
+        """The blocked program, noted as a choice only when it has blocked steps."""
+        if has_blocked_steps(program):
+            self.choices.append(LayoutChoice(first, key, "blocked", (), (), source))
+        return program
+
+    def _decided(self, compile_with, blocked, nchw, first: str, key: str, rounds: dict, source: str):
+        """The chosen layout's program: the one given, else compiled now."""
         choice = LayoutChoice(first, key, _chosen(rounds["blocked"], rounds["nchw"]), rounds["blocked"],
                               rounds["nchw"], source)
         self.choices.append(choice)
         logger.debug("ortx layout choice: %s", choice.describe())
-        if choice.layout == "blocked":
-            return program
-        return nchw if nchw is not None else compile_with(False)
+        program = blocked if choice.layout == "blocked" else nchw
+        return program if program is not None else compile_with(choice.layout == "blocked")

@@ -59,10 +59,12 @@ def test_measured_then_recorded_then_read_back(tmp_path, monkeypatch, blocked_ms
         rows = db.records(None, None, LAYOUT_TEMPLATE)
     assert sorted((row.schedule["layout"], row.schedule["round"]) for row in rows) == [
         (layout, index) for layout in ("blocked", "nchw") for index in range(3)]
-    for mode in ("cached", "quick"):  # a record exists: neither mode measures again
-        policy = LayoutPolicy(mode, database)
-        program = policy.choose(compile_with, nodes, inputs, outputs, 2)
+    for mode in ("cached", "quick"):  # a record exists: neither mode measures again, and only one layout compiles
+        policy, compiled = LayoutPolicy(mode, database), []
+        program = policy.choose(lambda blocked: compiled.append(blocked) or compile_with(blocked), nodes, inputs,
+                                outputs, 2)
         assert calls == [["blocked", "nchw"]] and has_blocked_steps(program) == (chosen == "blocked")
+        assert compiled == [chosen == "blocked"]
         assert policy.choices[0].source == "records" and policy.choices[0].layout == chosen
     policy = LayoutPolicy("quick", database)  # another thread count is another segment signature
     policy.choose(lambda blocked: compile_segment(nodes, inputs, outputs, num_threads=1, blocked=blocked),
