@@ -79,14 +79,29 @@ def kernel_counts(session) -> collections.Counter:
                                for listing in getattr(getattr(step, "program", None), "steps", ()))
 
 
-def model_feeds(keys: list[str], directory: str, rng):
-    """(name, path, feeds) per model key (benchmarks.memory.models; built ones are written to `directory`), the feeds
-    uniform in [-1, 1) for its first input."""
+def row_arguments(parser, models: str) -> None:
+    """The options of a benchmark that measures one table row per model: --runs, --threads, --models (default
+    `models`), --quiet-wait, --output, --no-write."""
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--models", default=models)
+    parser.add_argument("--quiet-wait", type=float, default=0.0, help="before each row, wait up to this many "
+                        "seconds for load average < 1.0")
+    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
+    parser.add_argument("--no-write", action="store_true")
+
+
+def model_feeds(keys: str, rng, quiet_wait: float = 0.0):
+    """(name, path, feeds) per comma-separated model key (benchmarks.memory.models; built ones live in a temporary
+    directory until the loop ends), the feeds uniform in [-1, 1) for its first input; before each, waits up to
+    `quiet_wait` s for a quiet host."""
     import numpy as np
     import onnx
 
     from benchmarks.memory import models
 
-    for name, path, shape in models(keys, directory):
-        input_name = onnx.load(path, load_external_data=False).graph.input[0].name
-        yield name, path, {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}
+    with tempfile.TemporaryDirectory() as directory:
+        for name, path, shape in models([key for key in keys.split(",") if key], directory):
+            wait_for_quiet(quiet_wait)
+            input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            yield name, path, {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}

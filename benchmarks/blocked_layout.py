@@ -13,7 +13,6 @@ import argparse
 import datetime
 import os
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -22,8 +21,8 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import (head_commit, kernel_counts, load_average, model_feeds, pipeline_flag,  # noqa: E402
-                               wait_for_quiet, write_section)
+from benchmarks._report import (head_commit, kernel_counts, load_average, model_feeds,  # noqa: E402
+                               pipeline_flag, row_arguments, write_section)
 from benchmarks.int8 import interleaved  # noqa: E402
 
 HEADING = "Blocked layout (issue #4)"
@@ -62,20 +61,12 @@ def measure(label: str, path: str, feeds: dict, threads: int, runs: int) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--models", default="mobilenetv2,cls,rec,det,resnet18,bert")
-    parser.add_argument("--quiet-wait", type=float, default=0.0, help="before each row, wait up to this many "
-                        "seconds for load average < 1.0")
-    parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
-    parser.add_argument("--no-write", action="store_true")
+    row_arguments(parser, "mobilenetv2,cls,rec,det,resnet18,bert")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     rows = []
-    with tempfile.TemporaryDirectory() as directory:
-        for name, path, feeds in model_feeds([key for key in args.models.split(",") if key], directory, rng):
-            wait_for_quiet(args.quiet_wait)
-            rows.append(measure(name, path, feeds, args.threads, args.runs))
+    for name, path, feeds in model_feeds(args.models, rng, args.quiet_wait):
+        rows.append(measure(name, path, feeds, args.threads, args.runs))
     commit = head_commit()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "
             f"interleaved in blocks after warm-up, seeded random inputs, tuning off. \"blocked\" is OrtxEP with "
