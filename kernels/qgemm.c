@@ -70,6 +70,27 @@ void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, co
     }
 }
 
+void ortx_qgemm_sparse_micro_portable(const ortx_qsparse *w, int64_t panel, int64_t m0, int64_t rows,
+                                      const uint8_t *b, int64_t block_stride, int64_t blocks,
+                                      const int64_t *quad_offsets, int accumulate, int32_t *acc) {
+    const int NB = ORTX_QGEMM_NB;
+    const int32_t *row_ptr = w->row_ptr + panel * w->rows + m0;
+    for (int64_t i = 0; i < blocks; i++)
+        for (int64_t r = 0; r < rows; r++) {
+            int32_t *row = acc + (i * ORTX_QGEMM_MR + r) * NB;
+            if (!accumulate)
+                for (int j = 0; j < NB; j++) row[j] = 0;
+            for (int32_t e = row_ptr[r]; e < row_ptr[r + 1]; e++) {
+                const int8_t *q = w->values + 4 * (int64_t)e;
+                const uint8_t *bq = b + i * block_stride + quad_offsets[w->cols[e]];
+                for (int j = 0; j < NB; j++) {
+                    const uint8_t *x = bq + j * 4;
+                    row[j] += x[0] * q[0] + x[1] * q[1] + x[2] * q[2] + x[3] * q[3];
+                }
+            }
+        }
+}
+
 void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
                                   uint8_t *out) {
     (void)readable;
@@ -111,6 +132,7 @@ void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *pla
 }
 
 const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ortx_qgemm_micro_portable,
+                                                .sparse_micro = ortx_qgemm_sparse_micro_portable,
                                                 .pack_run = ortx_qgemm_pack_run_portable,
                                                 .epilogue = ortx_qgemm_epilogue_portable,
                                                 .depthwise_row = ortx_qdepthwise_row_portable};
@@ -119,6 +141,7 @@ const ortx_qgemm_isa ortx_qgemm_isa_portable = {.name = "portable", .micro = ort
 
 typedef struct geometry {
     int64_t cin_g, cout_g, K, k4, pixels, blocks, panels, m_chunks;
+    int64_t span, units;  /* blocks per task (1; the sparse kernel ORTX_QSPARSE_SPAN) and tasks' block groups */
     int64_t plane_height, plane_width;  /* the planes packing reads: padded copies, or the input itself */
     int planes_copied, direct;
     int64_t planes_bytes, thread_bytes, packed_bytes;
@@ -127,16 +150,18 @@ typedef struct geometry {
     int64_t image_bytes; /* direct mode: one image's channel-quad planes */
 } geometry;
 
-static geometry geometry_of(const ortx_qconv_params *p, int threads) {
+static geometry geometry_of(const ortx_qconv_params *p, int threads, int64_t span) {
     geometry g;
+    g.span = span;
     g.cin_g = p->in_channels / p->group;
     g.cout_g = p->out_channels / p->group;
     g.K = p->input_kind == 1 ? p->in_channels : g.cin_g * p->kernel_height * p->kernel_width;
     g.k4 = (g.K + 3) / 4;
     g.pixels = p->input_kind == 1 ? p->out_width : p->out_height * p->out_width;
     g.blocks = (g.pixels + ORTX_QGEMM_NB - 1) / ORTX_QGEMM_NB;
+    g.units = (g.blocks + span - 1) / span;
     g.panels = (g.cout_g + ORTX_QGEMM_MR - 1) / ORTX_QGEMM_MR;
-    int64_t tasks = p->batch * p->group * g.blocks;
+    int64_t tasks = p->batch * p->group * g.units;
     g.m_chunks = tasks >= 2 * threads ? 1 : min64(g.panels, (2 * threads + tasks - 1) / tasks);
     g.plane_height = p->in_height;
     g.plane_width = p->in_width;
@@ -159,7 +184,8 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
         g.k4 = ortx_qconv_depth_quads(p);
         g.pixels = p->out_height * g.plane_width;  /* virtual pixels */
         g.blocks = (g.pixels + ORTX_QGEMM_NB - 1) / ORTX_QGEMM_NB;
-        tasks = p->batch * g.blocks;
+        g.units = (g.blocks + span - 1) / span;
+        tasks = p->batch * g.units;
         g.m_chunks = tasks >= 2 * threads ? 1 : min64(g.panels, (2 * threads + tasks - 1) / tasks);
         g.planes_copied = 1;
         g.image_bytes = (p->in_channels + 3) / 4 * g.plane_height * g.plane_width * 4;
@@ -168,16 +194,19 @@ static geometry geometry_of(const ortx_qconv_params *p, int threads) {
         g.planes_end = g.planes_bytes;
     }
     g.tap_bytes = ortx_round_up(8 * g.K, 64) + ortx_round_up(8 * g.k4, 64);
-    /* per thread: the packed block (+ pack_run's 64-byte spill, into the tile), the tile, and 64 bytes that the
-     * epilogue's 16-lane loads may read past a tile row started mid-row (direct mode) */
+    /* per thread: the packed blocks (+ pack_run's 64-byte spill, into the next block or the tile), the tile of
+     * span blocks, and 64 bytes that the epilogue's 16-lane loads may read past a tile row started mid-row (direct
+     * mode) */
     g.packed_bytes = g.direct ? 0 : ortx_round_up(g.k4 * ORTX_QGEMM_NB * 4, 64);
-    g.thread_bytes = g.packed_bytes + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB + 128;
+    g.thread_bytes = span * (g.packed_bytes + 4 * ORTX_QGEMM_MR * ORTX_QGEMM_NB) + 128;
+    if (span > 1)  /* the sparse kernel's tile holds every row panel of the task's chunk (sums between K panels) */
+        g.thread_bytes = span * (g.packed_bytes + 4 * g.panels * ORTX_QGEMM_MR * ORTX_QGEMM_NB) + 128;
     return g;
 }
 
-static int64_t workspace_bytes(const ortx_qconv_params *p) {
+static int64_t workspace_bytes(const ortx_qconv_params *p, int64_t span) {
     int threads = (int)max64(1, p->num_threads);
-    geometry g = geometry_of(p, threads);
+    geometry g = geometry_of(p, threads, span);
     return g.planes_bytes + g.tap_bytes + threads * g.thread_bytes + 64;
 }
 
@@ -193,6 +222,7 @@ typedef struct job {
     uint8_t mask;            /* xor applied while packing (int8 input read in place: matrix input) */
     uint8_t zero_u;          /* the input zero point as uint8 */
     const int8_t *weights;
+    const ortx_qsparse *sparse; /* sparse_qconv2d_i8: the CSR weights (weights unused); NULL for the dense kernel */
     const int32_t *bias;
     const float *multiplier;
     void *output;
@@ -325,61 +355,92 @@ static void pack_matrix_block(const job *j, int64_t p0, int64_t cols, uint8_t *d
 
 /* Steps 2-3: one task ---------------------------------------------------------------------------------------------- */
 
+/* One block's runs of real output pixels: (tile column, output pixel, length); one unless direct mode, whose
+ * virtual pixels past out_width are dropped. */
+typedef struct block_runs {
+    int64_t column[ORTX_QGEMM_NB], pixel[ORTX_QGEMM_NB], length[ORTX_QGEMM_NB], count;
+} block_runs;
+
+static void runs_of_block(const job *j, int64_t p0, int64_t cols, block_runs *runs) {
+    const ortx_qconv_params *p = j->p;
+    const geometry *g = &j->g;
+    runs->count = 0;
+    if (!g->direct) {
+        runs->column[0] = 0, runs->pixel[0] = p0, runs->length[0] = cols, runs->count = 1;
+        return;
+    }
+    for (int64_t v = p0; v < p0 + cols;) {
+        int64_t oh = v / g->plane_width, ow = v % g->plane_width;
+        int64_t length = min64(g->plane_width - ow, p0 + cols - v);
+        if (ow < p->out_width) {
+            runs->column[runs->count] = v - p0;
+            runs->pixel[runs->count] = oh * p->out_width + ow;
+            runs->length[runs->count++] = min64(length, p->out_width - ow);
+        }
+        v += length;
+    }
+}
+
 static void run_task(void *context, int64_t task, int thread_index) {
     const job *j = context;
     const ortx_qconv_params *p = j->p;
     const geometry *g = &j->g;
     int64_t chunk = task % g->m_chunks, rest = task / g->m_chunks;
-    int64_t block = rest % g->blocks;
-    rest /= g->blocks;
+    int64_t unit = rest % g->units;
+    rest /= g->units;
     int64_t group = rest % p->group, n = rest / p->group;
-    int64_t p0 = block * ORTX_QGEMM_NB, cols = min64(ORTX_QGEMM_NB, g->pixels - p0);
+    int64_t first_block = unit * g->span, blocks = min64(g->span, g->blocks - first_block);
     uint8_t *packed = j->thread_space + thread_index * g->thread_bytes;
-    int32_t *tile = (int32_t *)(packed + g->packed_bytes);
-    const uint8_t *b = packed;
-    /* the block's runs of real output pixels: (tile column, output pixel, length); one unless direct mode */
-    int64_t run_column[ORTX_QGEMM_NB], run_pixel[ORTX_QGEMM_NB], run_length[ORTX_QGEMM_NB], runs = 0;
-    if (g->direct) {
-        b = j->planes + n * g->image_bytes + p0 * 4;
-        for (int64_t v = p0; v < p0 + cols;) {
-            int64_t oh = v / g->plane_width, ow = v % g->plane_width;
-            int64_t length = min64(g->plane_width - ow, p0 + cols - v);
-            if (ow < p->out_width) {
-                run_column[runs] = v - p0;
-                run_pixel[runs] = oh * p->out_width + ow;
-                run_length[runs++] = min64(length, p->out_width - ow);
-            }
-            v += length;
-        }
-    } else {
-        if (p->input_kind == 1) pack_matrix_block(j, n * g->pixels + p0, cols, packed);
-        else pack_image_block(j, n, group, p0, cols, packed);
-        run_column[0] = 0, run_pixel[0] = p0, run_length[0] = cols, runs = 1;
+    int32_t *tile = (int32_t *)(packed + g->span * g->packed_bytes);
+    /* block i's B: packed + i * block_stride, or (direct mode) the planes at its first virtual pixel */
+    const uint8_t *b = g->direct ? j->planes + n * g->image_bytes + first_block * ORTX_QGEMM_NB * 4 : packed;
+    int64_t block_stride = g->direct ? ORTX_QGEMM_NB * 4 : g->packed_bytes;
+    block_runs runs[ORTX_QSPARSE_SPAN];
+    for (int64_t i = 0; i < blocks; i++) {
+        int64_t p0 = (first_block + i) * ORTX_QGEMM_NB, cols = min64(ORTX_QGEMM_NB, g->pixels - p0);
+        if (!g->direct && p->input_kind == 1) pack_matrix_block(j, n * g->pixels + p0, cols, packed + i * block_stride);
+        else if (!g->direct) pack_image_block(j, n, group, p0, cols, packed + i * block_stride);
+        runs_of_block(j, p0, cols, &runs[i]);
     }
     int64_t first = chunk * g->panels / g->m_chunks, last = (chunk + 1) * g->panels / g->m_chunks;
-    int64_t panel_bytes = g->k4 * ORTX_QGEMM_MR * 4;
+    int64_t panel_bytes = g->k4 * ORTX_QGEMM_MR * 4, tile_ints = ORTX_QGEMM_MR * ORTX_QGEMM_NB;
+    if (j->sparse) {  /* every row panel over one K panel of B, then the next (qgemm.h), then the epilogues */
+        for (int64_t k_panel = 0; k_panel < ortx_qsparse_panels(g->k4); k_panel++)
+            for (int64_t panel = first; panel < last; panel++) {
+                int64_t m0 = group * g->cout_g + panel * ORTX_QGEMM_MR;
+                int64_t rows = min64(ORTX_QGEMM_MR, g->cout_g - panel * ORTX_QGEMM_MR);
+                j->isa->sparse_micro(j->sparse, k_panel, m0, rows, b, block_stride, blocks, j->quad_offsets,
+                                     k_panel > 0, tile + (panel - first) * g->span * tile_ints);
+            }
+    }
     for (int64_t panel = first; panel < last; panel++) {
-        j->isa->micro(g->k4, j->weights + (group * g->panels + panel) * panel_bytes, b, j->quad_offsets, tile);
         int64_t m0 = group * g->cout_g + panel * ORTX_QGEMM_MR;
         int64_t rows = min64(ORTX_QGEMM_MR, g->cout_g - panel * ORTX_QGEMM_MR);
-        for (int64_t r = 0; r < runs; r++)
-            j->isa->epilogue(p, tile + run_column[r], rows, run_length[r], j->bias + m0, j->multiplier + m0,
-                             j->output, ortx_qconv_output_index(p, n, m0, run_pixel[r]), j->residual, j->p0, j->p1);
+        int32_t *tiles = tile;
+        if (j->sparse) tiles = tile + (panel - first) * g->span * tile_ints;
+        else j->isa->micro(g->k4, j->weights + (group * g->panels + panel) * panel_bytes, b, j->quad_offsets, tile);
+        for (int64_t i = 0; i < blocks; i++)
+            for (int64_t r = 0; r < runs[i].count; r++)
+                j->isa->epilogue(p, tiles + i * tile_ints + runs[i].column[r], rows, runs[i].length[r], j->bias + m0,
+                                 j->multiplier + m0, j->output, ortx_qconv_output_index(p, n, m0, runs[i].pixel[r]),
+                                 j->residual, j->p0, j->p1);
     }
 }
 
 /* qconv2d_i8: ints ORTX_QCONV_INTS (qgemm.h's ortx_qconv_params, in order); floats: activation p0, p1;
  * buffers: 0 x (uint8/int8), 1 packed weights, 2 bias_eff int32 [Cout], 3 multiplier f32 [Cout], 4 output,
  * 5 workspace (qconv_sizes_i8), 6 residual (float output with has_residual). */
-static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+static void run_qconv(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
+                      const ortx_qsparse *sparse) {
     ortx_qconv_params p = ortx_qconv_params_read(ints);
     int threads = (int)max64(1, min64(num_threads, max64(1, p.num_threads)));
     job j;
     j.p = &p;
     j.isa = select_isa();
-    j.g = geometry_of(&p, (int)max64(1, p.num_threads));
+    j.g = geometry_of(&p, (int)max64(1, p.num_threads), sparse ? ORTX_QSPARSE_SPAN : 1);
     j.x = buffers[0];
     j.weights = buffers[1];
+    j.sparse = sparse;
     j.bias = buffers[2];
     j.multiplier = buffers[3];
     j.output = buffers[4];
@@ -419,8 +480,21 @@ static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *bu
                             &j);
         j.planes = j.planes_out;
     }
-    int64_t tasks = p.batch * p.group * j.g.blocks * j.g.m_chunks;
+    int64_t tasks = p.batch * p.group * j.g.units * j.g.m_chunks;
     ortx_parallel_for(threads, tasks, run_task, &j);
+}
+
+static void qconv2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    run_qconv(ints, floats, buffers, num_threads, NULL);
+}
+
+/* sparse_qconv2d_i8 (issue #9): qconv2d_i8 with the weights as quad CSR (qgemm.h's ortx_qsparse) instead of packed
+ * panels; the same ints, workspace (qconv_sizes_i8) and arithmetic, so the same bits. Buffers: 0 x, 1 values
+ * (int8 [4 * stored quads]), 2 bias_eff, 3 multiplier, 4 output, 5 workspace, 6 residual, 7 cols (int32 [stored
+ * quads]), 8 row_ptr (int32 [Cout + 1]). */
+static void sparse_qconv2d_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_qsparse sparse = {.values = buffers[1], .cols = buffers[7], .row_ptr = buffers[8], .rows = ints[4]};
+    run_qconv(ints, floats, buffers, num_threads, &sparse);
 }
 
 /* qdepthwise2d_i8: qconv2d_i8's ints and buffers for group == in == out channels (weights in qgemm.h's packed
@@ -515,14 +589,17 @@ static void qdepthwise2d_i8(const int64_t *ints, const float *floats, void *cons
     ortx_parallel_for(threads, p.batch * p.in_channels, depthwise_plane, &j);
 }
 
-/* qconv_sizes_i8: ints as qconv2d_i8; buffers: 0 int64[2] out: workspace bytes, packed weight bytes. */
+/* qconv_sizes_i8: ints as qconv2d_i8; buffers: 0 int64[4] out: workspace bytes, packed weight bytes, the
+ * workspace bytes of sparse_qconv2d_i8 (its tasks hold ORTX_QSPARSE_SPAN blocks) and its quads per K panel. */
 static void qconv_sizes_i8(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
     (void)num_threads;
     ortx_qconv_params p = ortx_qconv_params_read(ints);
-    geometry g = geometry_of(&p, (int)max64(1, p.num_threads));
+    geometry g = geometry_of(&p, (int)max64(1, p.num_threads), 1);
     int64_t *out = buffers[0];
-    out[0] = workspace_bytes(&p);
+    out[0] = workspace_bytes(&p, 1);
+    out[2] = workspace_bytes(&p, ORTX_QSPARSE_SPAN);
+    out[3] = ORTX_QSPARSE_PANEL_QUADS;
     if (p.group > 1 && p.group == p.in_channels && p.group == p.out_channels && p.input_kind == 0) {
         int64_t height, width, thread_bytes;
         depthwise_geometry(&p, &height, &width, &thread_bytes);
@@ -611,6 +688,7 @@ static void qgemm_isa(const int64_t *ints, const float *floats, void *const *buf
 
 const ortx_kernel_entry ortx_family_qgemm[] = {
     {"qconv2d_i8", qconv2d_i8, ortx_qconv2d_i8_ref},
+    {"sparse_qconv2d_i8", sparse_qconv2d_i8, ortx_sparse_qconv2d_i8_ref},
     {"qdepthwise2d_i8", qdepthwise2d_i8, ortx_qconv2d_i8_ref},
     {"qconv_sizes_i8", qconv_sizes_i8, qconv_sizes_i8},
     {"qconv_pack_weights_i8", qconv_pack_weights_i8, qconv_pack_weights_i8},

@@ -71,9 +71,46 @@ typedef void (*ortx_qgemm_epilogue_fn)(const ortx_qconv_params *p, const int32_t
 typedef void (*ortx_qdepthwise_row_fn)(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
                                        const int32_t *taps, int64_t oh, int32_t *acc);
 
+/* Sparse weights (sparse_qconv2d_i8, issue #9): CSR over quads of k, in the packed K order of the dense layout
+ * (ortx_qconv_weight_k), cut into `panels` consecutive ranges of ORTX_QSPARSE_PANEL_QUADS quads (ortx_qsparse_panels;
+ * the last may be narrower). Row m (absolute output channel, of M = out_channels) owns in panel p the entries
+ * row_ptr[p * M + m] .. row_ptr[p * M + m + 1] - 1 (row_ptr has panels * M + 1 entries); entry e is quad cols[e]
+ * (absolute) with the four int8 weights values[4e .. 4e + 3]; a quad is stored when any of its four is nonzero.
+ * A 4-wide block along k is VNNI's unit: one vpdpbusd per stored quad and 16 pixels, the B rows as the dense
+ * micro-kernel reads them (b + quad_offsets[q]), so packing, direct mode and the epilogue are the dense kernel's.
+ * Each B line feeds one vpdpbusd per row that stores its quad, so a task runs every row of its chunk over one panel
+ * (ORTX_QSPARSE_SPAN blocks x the panel's quads, 32 KiB: L1) before the next, the int32 sums held in the task's
+ * tile between panels, as the fp32 sparse kernels do (kernels/sparse.h). Measured on the 2-core Zen 4 host (one
+ * thread, 90% zeros, 34% of quads stored; time / the dense qconv2d_i8's): one block per task and no K panels
+ * 0.71-0.89; four blocks 0.67-0.91 (K = 1024's 128 KiB of B left L1); + 64 KiB panels 0.66-0.83; 32 KiB
+ * 0.67-0.79; 24 KiB 0.72-0.95 (the sums' reloads between panels, from L2, grew). */
+typedef struct ortx_qsparse {
+    const int8_t *values;
+    const int32_t *cols;
+    const int32_t *row_ptr;
+    int64_t rows;  /* M: the stride of row_ptr between panels */
+} ortx_qsparse;
+
+/* Blocks of pixels per sparse task: a stored quad's broadcast and column look-up serve 4 blocks' B loads. */
+#define ORTX_QSPARSE_SPAN 4
+#define ORTX_QSPARSE_PANEL_QUADS 64  /* 4 blocks x 64 quads x 128 bytes = 32 KiB of B per panel */
+
+static inline int64_t ortx_qsparse_panels(int64_t k4) {
+    return k4 <= ORTX_QSPARSE_PANEL_QUADS ? 1 : (k4 + ORTX_QSPARSE_PANEL_QUADS - 1) / ORTX_QSPARSE_PANEL_QUADS;
+}
+
+/* int32 tiles of `rows` <= MR consecutive rows from m0 for `blocks` <= ORTX_QSPARSE_SPAN blocks of NB pixels, over
+ * panel `panel`'s quads: block i's B at b + i * block_stride, its tile at acc + i * MR * NB (row stride NB):
+ * acc[i * MR * NB + r * NB + j] (+)= sum over row m0 + r's stored quads q in the panel of the u8 x s8 products of
+ * the quad's weights and block i's B quad q, pixel j; `accumulate` adds to the tile, else overwrites it. */
+typedef void (*ortx_qgemm_sparse_micro_fn)(const ortx_qsparse *w, int64_t panel, int64_t m0, int64_t rows,
+                                           const uint8_t *b, int64_t block_stride, int64_t blocks,
+                                           const int64_t *quad_offsets, int accumulate, int32_t *acc);
+
 typedef struct ortx_qgemm_isa {
     const char *name;
     ortx_qgemm_micro_fn micro;
+    ortx_qgemm_sparse_micro_fn sparse_micro;
     ortx_qgemm_pack_run_fn pack_run;
     ortx_qgemm_epilogue_fn epilogue;
     ortx_qdepthwise_row_fn depthwise_row;
@@ -86,6 +123,9 @@ extern const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi;  /* VNNI + VBMI packing 
 
 void ortx_qgemm_micro_portable(int64_t k4, const int8_t *a, const uint8_t *b, const int64_t *quad_offsets,
                                int32_t *acc);
+void ortx_qgemm_sparse_micro_portable(const ortx_qsparse *w, int64_t panel, int64_t m0, int64_t rows,
+                                      const uint8_t *b, int64_t block_stride, int64_t blocks,
+                                      const int64_t *quad_offsets, int accumulate, int32_t *acc);
 void ortx_qdepthwise_row_portable(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
                                   const int32_t *taps, int64_t oh, int32_t *acc);
 void ortx_qgemm_pack_run_portable(const uint8_t *const source[4], int64_t stride, int64_t count, int64_t readable,
@@ -123,6 +163,8 @@ void ortx_dequantize_linear(const void *q, int64_t count, int kind, int32_t zero
 
 /* Reference kernel (kernels/ref/qgemm_ref.c): the same ABI as qconv2d_i8, naive loops. */
 void ortx_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* sparse_qconv2d_i8's: the CSR scattered into the dense packed layout, then ortx_qconv2d_i8_ref. */
+void ortx_sparse_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 static inline ortx_qconv_params ortx_qconv_params_read(const int64_t *ints) {
     ortx_qconv_params p;

@@ -49,6 +49,95 @@ ORTX_TARGET_AVX512_VNNI static void micro_avx512_vnni(int64_t k4, const int8_t *
 #undef ORTX_QGEMM_STORE
 }
 
+/* Sparse tiles (qgemm.h's ortx_qsparse). A stored quad costs one broadcast and its column's offset; with four blocks
+ * (128 pixels) those serve eight 64-byte B loads and vpdpbusd into eight accumulators per row (eight independent
+ * chains). Fewer blocks (a map's last task) run block by block, a row's quads two at a time into two pairs of
+ * accumulators (four chains). */
+ORTX_TARGET_AVX512_VNNI static void sparse_block_avx512_vnni(const ortx_qsparse *w, const int32_t *row_ptr,
+                                                             int64_t rows, const uint8_t *b,
+                                                             const int64_t *quad_offsets, int accumulate,
+                                                             int32_t *acc) {
+    for (int64_t r = 0; r < rows; r++) {
+        __m512i d0 = _mm512_setzero_si512(), d1 = d0, c0 = d0, c1 = d0;
+        if (accumulate) {
+            c0 = _mm512_loadu_si512(acc + r * ORTX_QGEMM_NB);
+            c1 = _mm512_loadu_si512(acc + r * ORTX_QGEMM_NB + 16);
+        }
+        int64_t e = row_ptr[r], end = row_ptr[r + 1];
+        for (; e + 2 <= end; e += 2) {
+            const uint8_t *bq = b + quad_offsets[w->cols[e]], *bp = b + quad_offsets[w->cols[e + 1]];
+            int32_t quad, pair;
+            memcpy(&quad, w->values + 4 * e, 4);
+            memcpy(&pair, w->values + 4 * e + 4, 4);
+            __m512i wq = _mm512_set1_epi32(quad), wp = _mm512_set1_epi32(pair);
+            c0 = _mm512_dpbusd_epi32(c0, _mm512_loadu_si512(bq), wq);
+            c1 = _mm512_dpbusd_epi32(c1, _mm512_loadu_si512(bq + 64), wq);
+            d0 = _mm512_dpbusd_epi32(d0, _mm512_loadu_si512(bp), wp);
+            d1 = _mm512_dpbusd_epi32(d1, _mm512_loadu_si512(bp + 64), wp);
+        }
+        if (e < end) {
+            const uint8_t *bq = b + quad_offsets[w->cols[e]];
+            int32_t quad;
+            memcpy(&quad, w->values + 4 * e, 4);
+            __m512i wq = _mm512_set1_epi32(quad);
+            c0 = _mm512_dpbusd_epi32(c0, _mm512_loadu_si512(bq), wq);
+            c1 = _mm512_dpbusd_epi32(c1, _mm512_loadu_si512(bq + 64), wq);
+        }
+        _mm512_storeu_si512(acc + r * ORTX_QGEMM_NB, _mm512_add_epi32(c0, d0));
+        _mm512_storeu_si512(acc + r * ORTX_QGEMM_NB + 16, _mm512_add_epi32(c1, d1));
+    }
+}
+
+_Static_assert(ORTX_QSPARSE_SPAN == 4, "sparse_micro_avx512_vnni's wide path is written for four blocks");
+
+ORTX_TARGET_AVX512_VNNI static void sparse_micro_avx512_vnni(const ortx_qsparse *w, int64_t panel, int64_t m0,
+                                                             int64_t rows, const uint8_t *b, int64_t block_stride,
+                                                             int64_t blocks, const int64_t *quad_offsets,
+                                                             int accumulate, int32_t *acc) {
+    const int64_t tile = ORTX_QGEMM_MR * ORTX_QGEMM_NB;
+    const int32_t *row_ptr = w->row_ptr + panel * w->rows + m0;
+    if (blocks != 4) {
+        for (int64_t i = 0; i < blocks; i++)
+            sparse_block_avx512_vnni(w, row_ptr, rows, b + i * block_stride, quad_offsets, accumulate,
+                                     acc + i * tile);
+        return;
+    }
+    const int64_t s1 = block_stride, s2 = 2 * block_stride, s3 = 3 * block_stride;
+    for (int64_t r = 0; r < rows; r++) {
+        int32_t *row = acc + r * ORTX_QGEMM_NB;
+        __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+        __m512i c31 = c00;
+        if (accumulate) {
+            c00 = _mm512_loadu_si512(row), c01 = _mm512_loadu_si512(row + 16);
+            c10 = _mm512_loadu_si512(row + tile), c11 = _mm512_loadu_si512(row + tile + 16);
+            c20 = _mm512_loadu_si512(row + 2 * tile), c21 = _mm512_loadu_si512(row + 2 * tile + 16);
+            c30 = _mm512_loadu_si512(row + 3 * tile), c31 = _mm512_loadu_si512(row + 3 * tile + 16);
+        }
+        for (int64_t e = row_ptr[r], end = row_ptr[r + 1]; e < end; e++) {
+            const uint8_t *bq = b + quad_offsets[w->cols[e]];
+            int32_t quad;
+            memcpy(&quad, w->values + 4 * e, 4);
+            __m512i wq = _mm512_set1_epi32(quad);
+            c00 = _mm512_dpbusd_epi32(c00, _mm512_loadu_si512(bq), wq);
+            c01 = _mm512_dpbusd_epi32(c01, _mm512_loadu_si512(bq + 64), wq);
+            c10 = _mm512_dpbusd_epi32(c10, _mm512_loadu_si512(bq + s1), wq);
+            c11 = _mm512_dpbusd_epi32(c11, _mm512_loadu_si512(bq + s1 + 64), wq);
+            c20 = _mm512_dpbusd_epi32(c20, _mm512_loadu_si512(bq + s2), wq);
+            c21 = _mm512_dpbusd_epi32(c21, _mm512_loadu_si512(bq + s2 + 64), wq);
+            c30 = _mm512_dpbusd_epi32(c30, _mm512_loadu_si512(bq + s3), wq);
+            c31 = _mm512_dpbusd_epi32(c31, _mm512_loadu_si512(bq + s3 + 64), wq);
+        }
+        _mm512_storeu_si512(row, c00);
+        _mm512_storeu_si512(row + 16, c01);
+        _mm512_storeu_si512(row + tile, c10);
+        _mm512_storeu_si512(row + tile + 16, c11);
+        _mm512_storeu_si512(row + 2 * tile, c20);
+        _mm512_storeu_si512(row + 2 * tile + 16, c21);
+        _mm512_storeu_si512(row + 3 * tile, c30);
+        _mm512_storeu_si512(row + 3 * tile + 16, c31);
+    }
+}
+
 /* 16 pixels of one source: bytes t*stride for t < 16. */
 ORTX_TARGET_AVX512 static inline __m128i sixteen(const uint8_t *source, int64_t stride) {
     if (!source) return _mm_setzero_si128();
@@ -356,14 +445,17 @@ ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_par
 }
 
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = micro_avx512_vnni,
+                                                   .sparse_micro = sparse_micro_avx512_vnni,
                                                    .pack_run = pack_run_avx512, .epilogue = epilogue_avx512,
                                                    .depthwise_row = depthwise_row_avx512};
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = micro_avx512_vnni,
+                                                   .sparse_micro = sparse_micro_avx512_vnni,
                                                    .pack_run = pack_run_vbmi, .epilogue = epilogue_avx512,
                                                    .depthwise_row = depthwise_row_vbmi};
 
 #else
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .micro = ortx_qgemm_micro_portable,
+                                                   .sparse_micro = ortx_qgemm_sparse_micro_portable,
                                                    .pack_run = ortx_qgemm_pack_run_portable,
                                                    .epilogue = ortx_qgemm_epilogue_portable,
                                                    .depthwise_row = ortx_qdepthwise_row_portable};
@@ -377,6 +469,7 @@ int64_t ortx_dequantize_avx512(const void *q, int64_t count, int is_signed, int3
     return 0;
 }
 const ortx_qgemm_isa ortx_qgemm_isa_avx512_vnni = {.name = "avx512_vnni", .micro = ortx_qgemm_micro_portable,
+                                                   .sparse_micro = ortx_qgemm_sparse_micro_portable,
                                                    .pack_run = ortx_qgemm_pack_run_portable,
                                                    .epilogue = ortx_qgemm_epilogue_portable,
                                                    .depthwise_row = ortx_qdepthwise_row_portable};

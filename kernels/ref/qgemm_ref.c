@@ -2,6 +2,7 @@
  * weights read through qgemm.h's packed layout, and the scalar requantization of qgemm.h. */
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "../qgemm.h"
 
@@ -59,4 +60,32 @@ __attribute__((optimize("fp-contract=off"))) void ortx_qconv2d_i8_ref(const int6
             }
         }
     }
+}
+
+/* sparse_qconv2d_i8's oracle: every stored quad of every K panel written element by element into the dense packed
+ * layout (qgemm.h), then the dense oracle on it (buffers 7 cols and 8 row_ptr, as the fast kernel). */
+void ortx_sparse_qconv2d_i8_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_qconv_params p = ortx_qconv_params_read(ints);
+    const int8_t *values = buffers[1];
+    const int32_t *cols = buffers[7], *row_ptr = buffers[8];
+    int64_t cout_g = p.out_channels / p.group, k4 = ortx_qconv_depth_quads(&p);
+    int64_t panels = (cout_g + ORTX_QGEMM_MR - 1) / ORTX_QGEMM_MR, panel_bytes = k4 * ORTX_QGEMM_MR * 4;
+    int8_t *packed = calloc((size_t)(p.group * panels * panel_bytes + 1), 1);
+    if (!packed) return;
+    int64_t k_panels = ortx_qsparse_panels(k4);
+    for (int64_t m = 0; m < p.out_channels; m++) {
+        int64_t g = m / cout_g, mg = m % cout_g;
+        int8_t *panel = packed + (g * panels + mg / ORTX_QGEMM_MR) * panel_bytes + (mg % ORTX_QGEMM_MR) * 4;
+        for (int64_t k_panel = 0; k_panel < k_panels; k_panel++) {
+            const int32_t *range = row_ptr + k_panel * p.out_channels + m;
+            for (int32_t e = range[0]; e < range[1]; e++)
+                for (int i = 0; i < 4; i++)
+                    panel[(int64_t)cols[e] * ORTX_QGEMM_MR * 4 + i] = values[4 * (int64_t)e + i];
+        }
+    }
+    void *dense_buffers[9];
+    for (int i = 0; i < 9; i++) dense_buffers[i] = buffers[i];
+    dense_buffers[1] = packed;
+    ortx_qconv2d_i8_ref(ints, floats, dense_buffers, num_threads);
+    free(packed);
 }

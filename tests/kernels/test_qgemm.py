@@ -10,6 +10,7 @@ import pytest
 
 from ortx import _kernels
 from ortx.ep.lowering.qdq import QConvPlan, effective_bias, pack_weights, qconv_sizes
+from ortx.ep.lowering.sparse import pack_quad_csr
 from ortx.quantization.integer import (INT_RANGES, conv_accumulators, dequantize, quantize, requantization_multiplier,
                                        requantize)
 
@@ -49,8 +50,9 @@ def quantized(rng, shape, dtype, low=None, high=None):
 
 def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, strides=(1, 1), pads=(0, 0, 0, 0),
               dilations=(1, 1), out_size, residual=None, activation=0, threads=1, use_ref=False, gemm=False, group=1,
-              activation_params=(0.0, 0.0)):
-    """Calls qconv2d_i8 as the lowering does; conv: qx [N, C, H, W], qw [M, C, KH, KW]; gemm: qx [rows, K]."""
+              activation_params=(0.0, 0.0), sparse=False):
+    """Calls qconv2d_i8 as the lowering does (sparse: sparse_qconv2d_i8 on the weights as quad CSR); conv: qx
+    [N, C, H, W], qw [M, C, KH, KW]; gemm: qx [rows, K]."""
     signed = int(qx.dtype == np.int8)
     out_kind = {"uint8": 0, "int8": 1, "float32": 2}[y_dtype]
     if gemm:
@@ -71,11 +73,15 @@ def run_qconv(qx, zx, qw, bias, multiplier, *, y_dtype, zy=0, qmin=0, qmax=0, st
     sizes = qconv_sizes(ints)
     packed = pack_weights(plan.weights, ints, sizes)
     y = np.full(out_shape, 7, dtype=y_dtype)
-    workspace = np.empty(int(sizes[0]) + 64, np.uint8)
+    workspace = np.empty(int(sizes[2 if sparse else 0]) + 64, np.uint8)
     residual_buffer = residual if residual is not None else y
-    _kernels.call(plan.kernel, ints, list(activation_params),
-                  [np.ascontiguousarray(qx), packed, effective_bias(plan), multiplier, y, workspace, residual_buffer],
-                  num_threads=threads, use_ref=use_ref)
+    buffers = [np.ascontiguousarray(qx), packed, effective_bias(plan), multiplier, y, workspace, residual_buffer]
+    kernel = plan.kernel
+    if sparse:
+        csr = pack_quad_csr(packed, channels, group, int(sizes[3]))
+        kernel, buffers[1] = "sparse_qconv2d_i8", csr.values
+        buffers += [csr.cols, csr.row_ptr]
+    _kernels.call(kernel, ints, list(activation_params), buffers, num_threads=threads, use_ref=use_ref)
     return y
 
 

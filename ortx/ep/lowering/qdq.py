@@ -182,23 +182,36 @@ def effective_bias(plan: QConvPlan) -> np.ndarray:
 
 
 def qconv_sizes(ints: list[int]) -> np.ndarray:
-    sizes = np.zeros(2, np.int64)
+    """[workspace bytes, packed weight bytes, sparse_qconv2d_i8's workspace bytes, its quads per K panel] for the
+    qconv2d_i8 call `ints`."""
+    sizes = np.zeros(4, np.int64)
     _kernels.call("qconv_sizes_i8", ints, [], [sizes])
     return sizes
 
 
 def lower_qconv(node: ir.Node, builder) -> None:
+    """qconv2d_i8 / qdepthwise2d_i8, or sparse_qconv2d_i8 when ortx.tune.sparse_choice picks it for the layer."""
+    from ortx.ep.lowering.sparse import emit_sparse_qconv, pack_quad_csr, sparse_qconv_choice
+
     plan = _qconv_plan(node)
     ints = qconv_ints(plan, builder.num_threads)
     sizes = qconv_sizes(ints)
-    weights = builder.add_constant(pack_weights(plan.weights, ints, sizes), label=f"{node.name}:packed_weights")
+    packed = pack_weights(plan.weights, ints, sizes)
+    sparse = sparse_qconv_choice(node, builder, ints, plan.weights) is not None
     bias = builder.add_constant(effective_bias(plan), label=f"{node.name}:bias_int32")
     multiplier = builder.add_constant(plan.multiplier, label=f"{node.name}:multiplier")
     output = builder.buffer(node.outputs[0])
-    workspace = builder.workspace(max(int(sizes[0]), 64), label="qconv")
+    workspace = builder.workspace(max(int(sizes[2 if sparse else 0]), 64), label="qconv")
     residual = builder.buffer(node.inputs[8]) if plan.residual else output
+    x = builder.buffer(node.inputs[0])
+    if sparse:
+        emit_sparse_qconv(builder, node.name, ints, plan.activation_params,
+                          pack_quad_csr(packed, int(ints[4]), int(ints[15]), int(sizes[3])),
+                          [x, bias, multiplier, output, workspace, residual])
+        return
+    weights = builder.add_constant(packed, label=f"{node.name}:packed_weights")
     builder.emit(plan.kernel, ints, list(plan.activation_params),
-                 [builder.buffer(node.inputs[0]), weights, bias, multiplier, output, workspace, residual])
+                 [x, weights, bias, multiplier, output, workspace, residual])
 
 
 # QuantizeLinear / DequantizeLinear -----------------------------------------------------------------------------

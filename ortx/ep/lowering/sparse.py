@@ -4,6 +4,8 @@ kernel's (sparse_sizes_f32), so a panel of B rows stays in L2.
 
 Conv -> sparse_conv2d_f32 (group 1, fp32; epilogues bias, residual, activation as the dense conv);
 Gemm (constant B, no general C) and MatMul (one constant 2-D B) -> sparse_gemm_f32 on W^T.
+ai.ortx::QConv (int8, ortx/ep/lowering/qdq.py) -> sparse_qconv2d_i8 on the weights as quad CSR (QuadCsr: VNNI's
+4-wide k blocks, in the dense packed K order).
 Depthwise, grouped and transposed convs, bf16 and products of two activations always stay dense.
 """
 from __future__ import annotations
@@ -82,7 +84,67 @@ def unpack_blocked_csr(csr: BlockedCsr) -> np.ndarray:
     return dense.transpose(0, 2, 1).reshape(-1, csr.depth)[:csr.rows]
 
 
-def add_csr(builder, csr: BlockedCsr, label: str):
+QGEMM_MR = 8  # kernels/qgemm.h ORTX_QGEMM_MR: rows per panel of the dense packed int8 weights
+
+
+@dataclasses.dataclass(frozen=True)
+class QuadCsr:
+    """int8 weights of `rows` output channels as CSR over quads of k in the dense kernel's packed K order, in K panels
+    of `panel_quads` quads (kernels/qgemm.h ortx_qsparse): row m holds in panel p entries
+    row_ptr[p * rows + m]:row_ptr[p * rows + m + 1], entry e is quad cols[e] with weights values[4e:4e + 4]."""
+    rows: int
+    quads: int  # K4: quads per row, stored or not
+    values: np.ndarray  # int8 [stored * 4]
+    cols: np.ndarray  # int32 [stored]
+    row_ptr: np.ndarray  # int32 [panels * rows + 1]
+    panel_quads: int = 128
+
+    @property
+    def panels(self) -> int:
+        return max(1, -(-self.quads // self.panel_quads))
+
+    @property
+    def stored_density(self) -> float:
+        """Multiply-adds the kernel runs per dense multiply-add (zeros inside stored quads included)."""
+        return self.cols.size / max(self.rows * self.quads, 1)
+
+
+def pack_quad_csr(packed: np.ndarray, out_channels: int, group: int = 1, panel_quads: int = 128) -> QuadCsr:
+    """Quad CSR of weights packed by qconv_pack_weights_i8 ([group][panels][K4][MR][4], rows past each group's
+    channels zero) in K panels of `panel_quads` (qconv_sizes_i8's fourth size); a quad is kept when any of its four
+    weights is nonzero."""
+    cout_g = out_channels // group
+    panels = -(-cout_g // QGEMM_MR)
+    quads = packed.size // max(group * panels * QGEMM_MR * 4, 1)
+    if packed.size != group * panels * quads * QGEMM_MR * 4:
+        raise ValueError(f"quad CSR: {packed.size} packed bytes are not {group} groups of {panels} panels of "
+                         f"[K4][{QGEMM_MR}][4]")
+    by_row = packed.reshape(group, panels, quads, QGEMM_MR, 4).transpose(0, 1, 3, 2, 4)
+    by_row = by_row.reshape(group, panels * QGEMM_MR, quads, 4)[:, :cout_g].reshape(out_channels, quads, 4)
+    keep = np.any(by_row != 0, axis=2)
+    k_panels = max(1, -(-quads // panel_quads))
+    counts, cols, values = [], [], []
+    for panel in range(k_panels):
+        start = panel * panel_quads
+        panel_keep = keep[:, start:start + panel_quads]
+        counts.append(panel_keep.sum(axis=1))
+        cols.append(np.nonzero(panel_keep)[1] + start)
+        values.append(by_row[:, start:start + panel_quads][panel_keep].reshape(-1))
+    row_ptr = np.zeros(k_panels * out_channels + 1, np.int32)
+    np.cumsum(np.concatenate(counts), out=row_ptr[1:])
+    return QuadCsr(out_channels, quads, np.ascontiguousarray(np.concatenate(values), dtype=np.int8),
+                   np.concatenate(cols).astype(np.int32), row_ptr, panel_quads)
+
+
+def unpack_quad_csr(csr: QuadCsr) -> np.ndarray:
+    """[rows, K4, 4] int8 quads (the round trip of pack_quad_csr; not stored quads are zero)."""
+    quads = np.zeros((csr.rows, csr.quads, 4), np.int8)
+    row_of = np.repeat(np.arange(csr.row_ptr.size - 1) % max(csr.rows, 1), np.diff(csr.row_ptr))
+    quads[row_of, csr.cols] = csr.values.reshape(-1, 4)
+    return quads
+
+
+def add_csr(builder, csr: BlockedCsr | QuadCsr, label: str):
     """The three constant buffers of a packed weight (values, cols, row_ptr); one spare element each so an all-zero
     matrix still has addresses."""
     return [builder.add_constant(np.append(array, np.zeros(1, array.dtype)), label=f"{label}:{name}")
@@ -144,6 +206,15 @@ def emit_sparse_gemm(builder, node_name: str, M: int, csr: BlockedCsr, a, y, bia
                                            residual if residual is not None else y])
 
 
+def emit_sparse_qconv(builder, node_name: str, ints, params, csr: QuadCsr, buffers) -> None:
+    """sparse_qconv2d_i8 with qconv2d_i8's ints and workspace size; buffers: x, bias_eff, multiplier, output,
+    workspace, residual (qconv2d_i8's, without the packed weights)."""
+    x, bias, multiplier, output, workspace, residual = buffers
+    values, cols, row_ptr = add_csr(builder, csr, f"{node_name}:quad_csr")
+    builder.emit("sparse_qconv2d_i8", list(ints), list(params),
+                 [x, values, bias, multiplier, output, workspace, residual, cols, row_ptr])
+
+
 # The lowerings' entry points: each returns False (emitting nothing) when the layer stays dense. ----------------
 
 def _policy(builder):
@@ -181,6 +252,15 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
     emit_sparse_conv(builder, node.name, ints, plan.params, pack_blocked_csr(weights, choice.block_rows, panels),
                      buffers)
     return True
+
+
+def sparse_qconv_choice(node, builder, ints, weights: np.ndarray):
+    """The choice for an int8 conv/GEMM (qconv2d_i8's ints, weights [group, M/group, K]) when it is the sparse
+    kernel, else None; depthwise convs stay dense."""
+    if ints[15] != 1:
+        return None
+    shape_text = "x".join(map(str, ints[:16])) + f"|in{ints[17]}out{ints[18]}"
+    return _choose(node, builder, "qconv", shape_text, weights)
 
 
 def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None, residual=None, activation: int = 0,
