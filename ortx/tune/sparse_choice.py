@@ -1,13 +1,15 @@
 """Dense or sparse kernels per layer with constant weights, from the crossover measured on this machine (issue #9).
 
 1. Candidates: a layer whose weights have at least MIN_ZEROS zeros (below that a CSR multiply-add, a broadcast and
-   an indexed load per nonzero, cannot beat the packed dense GEMM); others stay dense without a look-up.
+   an indexed load per nonzero, cannot beat the packed dense GEMM); others stay dense without a look-up. For int8
+   layers (kind "qconv", sparse_qconv2d_i8) the fraction is of all-zero quads of k, the kernel's unit: 90% zeros
+   scattered at random leave 34% of quads stored.
 2. Signature: "sparse|<kind>|<shape>|z<zero fraction, 2 decimals>|t<threads>"; records (ortx.tune.records) hold
    one row per engine and round, schedule {"engine": "dense", "round": i} or {"engine": "sparse", "block_rows": R,
    "round": i}, all rows of one measurement with the same `created`, under this machine's fingerprint and template
    SPARSE_TEMPLATE.
-3. Tuning "quick"/"full": the layer is compiled alone as dense, CSR (R=1) and 4x1-blocked CSR (R=4) programs and
-   timed as a session runs them (arena and tensors on 64-byte lines, ortx.memory.lifetimes.aligned_empty), in
+3. Tuning "quick"/"full": the layer is compiled alone as dense, CSR (R=1) and 4x1-blocked CSR (R=4) programs (int8:
+   dense and quad CSR) and timed as a session runs them (arena and tensors on 64-byte lines, ortx.memory.lifetimes.aligned_empty), in
    QUICK/FULL rounds; within a round the candidates alternate run by run, and each round's median is recorded.
 4. Choice ("cached", "quick", "full"): the layer's own latest measurement decides. The sparse engine with the lowest
    median over rounds wins only when in every round it ran below MARGIN x dense's time of the same round: the
@@ -15,7 +17,8 @@
    picked sparse for BERT-like layers the session then ran slower, issue #9). Without its own records, records of
    the same shape at other zero fractions give the crossover: sparse when sparse won at a fraction <= this one,
    dense when dense won at a fraction >= this one.
-5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more.
+5. No record at all (and tuning "off"): the conservative prior, sparse CSR only at PRIOR_MIN_ZEROS zeros or more
+   (int8: PRIOR_MIN_ZERO_QUADS of the quads).
 6. Segment check (measuring modes only, check_segment): a segment with sparse layers is timed in rounds against the
    same segment all dense, and runs all dense unless faster in every round.
 Every layer considered is kept in SparsePolicy.decisions (the choice, its source and the rounds' times), each check
@@ -45,6 +48,9 @@ MIN_ZEROS = 0.3
 # Measured on this box (2-core Zen 4, AVX-512, benchmarks/sparse.py): sparse won most layers from ~70% zeros; the
 # prior waits for 80%, so a layer without records is only made sparse where it very likely pays.
 PRIOR_MIN_ZEROS = 0.8
+# int8 (kernels/qgemm.h, 2 threads, five ResNet/BERT-like layer shapes): quad CSR against qconv2d_i8 at 41% of quads
+# zero 0.93-1.19, 52% 0.83-1.06, 66% 0.71-0.91, 82% 0.56-0.78; the prior waits for 60%.
+PRIOR_MIN_ZERO_QUADS = 0.6
 SPARSE_TEMPLATE = f"sparse_f32:4|kernels={kernels_build()}"  # 4: rows per round (3: one median per engine)
 QUICK, FULL = (3, 7), (5, 9)  # (rounds, timed runs per candidate and round)
 MARGIN = 0.9
@@ -132,12 +138,14 @@ class SparsePolicy:
                 if self.mode in ("quick", "full") and key not in self._measured:
                     self._measured.add(key)
                     rounds_and_runs = QUICK if self.mode == "quick" else FULL
-                    _record(database, fingerprint, key, measure(node, num_threads, *rounds_and_runs),
+                    _record(database, fingerprint, key, measure(node, num_threads, *rounds_and_runs,
+                                                                candidates=candidates_of(kind)),
                             f"sparse_choice:{self.mode}")
                 rounds = latest_rounds(database.records(key, fingerprint, SPARSE_TEMPLATE))
                 recorded = recorded_choice(database, fingerprint, kind, shape_text, zeros, num_threads)
+        prior = PRIOR_MIN_ZERO_QUADS if kind == "qconv" else PRIOR_MIN_ZEROS
         choice = recorded if recorded is not None else (
-            SparseChoice("sparse", 1, "prior") if zeros >= PRIOR_MIN_ZEROS else DENSE)
+            SparseChoice("sparse", 1, "prior") if zeros >= prior else DENSE)
         self.decisions[node.name] = SparseDecision(
             node.name, zeros, choice, tuple((engine.label, tuple(ms for _, ms in sorted(by_round.items())))
                                             for engine, by_round in rounds.items()), _winner(rounds)[1])
@@ -229,8 +237,15 @@ def _record(database, fingerprint: str, key: str, measured: dict[SparseChoice, l
                                       source, created))
 
 
+def candidates_of(kind: str) -> tuple[SparseChoice, ...]:
+    """The programs step 3 times: dense and the sparse block heights the kind's kernel has (int8: quads only)."""
+    dense, csr = SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced")
+    return (dense, csr) if kind == "qconv" else (dense, csr, SparseChoice("sparse", 4, "forced"))
+
+
 def random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]:
-    """Arrays on 64-byte lines for `inputs` (standard normal from rng) then `outputs`, and their addresses."""
+    """Arrays on 64-byte lines for `inputs` (standard normal from rng; integers over the whole range for integer
+    dtypes, the quantized activations of int8 layers) then `outputs`, and their addresses."""
     from ortx.ep.lowering._values import numpy_dtype, static_shape
     from ortx.memory.lifetimes import aligned_empty
 
@@ -239,7 +254,11 @@ def random_tensors(inputs, outputs, rng) -> tuple[list[np.ndarray], np.ndarray]:
         shape, dtype = static_shape(value), numpy_dtype(value)
         arrays.append(aligned_empty(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize).view(dtype).reshape(shape))
     for array in arrays[:len(inputs)]:
-        array[...] = rng.standard_normal(array.shape)
+        if array.dtype.kind in "iu":
+            info = np.iinfo(array.dtype)
+            array[...] = rng.integers(info.min, info.max, array.shape, dtype=array.dtype, endpoint=True)
+        else:
+            array[...] = rng.standard_normal(array.shape)
     return arrays, np.array([array.__array_interface__["data"][0] for array in arrays], np.uint64)
 
 
@@ -264,9 +283,10 @@ def time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds:
     return medians
 
 
-def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[SparseChoice, list[float] | str]:
-    """Per candidate (dense, CSR, 4x1-blocked CSR programs of the node alone), the median ms of each of `rounds`
-    rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run gets its
+def measure(node: ir.Node, num_threads: int, rounds: int, runs: int,
+            candidates: tuple[SparseChoice, ...] | None = None) -> dict[SparseChoice, list[float] | str]:
+    """Per candidate (by default dense, CSR, 4x1-blocked CSR programs of the node alone), the median ms of each of
+    `rounds` rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run gets its
     error message instead. Arena and tensors start on 64-byte lines, as in a session (ortx.ep.runtime.RunContext;
     ORT's tensors): on numpy's 16-byte alignment the sparse kernels ran up to 2x slower than in the session."""
     from ortx.ep.compile_nodes import compile_segment
@@ -276,8 +296,7 @@ def measure(node: ir.Node, num_threads: int, rounds: int, runs: int) -> dict[Spa
     outputs = [node.outputs[0]]
     rng = np.random.default_rng(0)
     tensors, externals = random_tensors(inputs, outputs, rng)  # tensors: kept alive for the addresses
-    candidates = (SparseChoice("dense", 1, "forced"), SparseChoice("sparse", 1, "forced"),
-                  SparseChoice("sparse", 4, "forced"))
+    candidates = candidates or candidates_of("conv")
     programs, results = {}, {}
     for choice in candidates:
         try:

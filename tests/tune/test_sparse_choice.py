@@ -235,3 +235,31 @@ def test_sparse_option_is_validated():
     assert parse_providers(providers, [{}, {}]).ortx.tuning_settings().sparse == "auto"
     with pytest.raises(ValueError, match=r"'sparse'.*expected one of auto, measure, off, got 'always'"):
         parse_providers(providers, [{"sparse": "always"}, {}])
+
+
+def test_int8_session_runs_quad_csr_layers_with_the_dense_kernels_bits(tmp_path):
+    """A 90%-pruned ResNet-style model quantized to QDQ: with the prior, OrtxEP runs its int8 layers with at least
+    66% all-zero quads on sparse_qconv2d_i8, and the output equals the all-dense int8 session's bit for bit (integer
+    sums are exact) and ORT's within int8 tolerance; "measure" times dense and quad CSR only."""
+    from ortx.quantization import quantize
+
+    rng = np.random.default_rng(1)
+    model = _pruned(_models.resnet18_style(size=32), 0.9)
+    quantized, _ = quantize(model, {"input": rng.standard_normal((4, 3, 32, 32)).astype(np.float32)})
+    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    providers = ["OrtxEP", "CPUExecutionProvider"]
+    sessions = {sparse: ortx.InferenceSession(quantized, providers=providers, provider_options=[
+        {"tuning": "off", "jit": "off", "sparse": sparse, "jit_cache_dir": str(tmp_path)}, {}])
+        for sparse in ("auto", "off", "measure")}
+    outputs = {sparse: session.run(None, {"input": x})[0] for sparse, session in sessions.items()}
+    sparse = sessions["auto"].assignment.sparse_nodes()
+    qconvs = [row.name for row in sessions["auto"].assignment if row.precision == "int8"]
+    assert sparse and set(sparse) <= set(qconvs)
+    assert sessions["off"].assignment.sparse_nodes() == ()
+    np.testing.assert_array_equal(outputs["auto"], outputs["off"])
+    np.testing.assert_array_equal(outputs["measure"], outputs["off"])
+    expected = onnxruntime.InferenceSession(quantized.SerializeToString(),
+                                            providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+    np.testing.assert_allclose(outputs["auto"], expected, atol=0.05 * np.abs(expected).max())
+    decisions = [item for item in sessions["measure"].assignment.sparse_choices if isinstance(item, SparseDecision)]
+    assert decisions and all({label for label, _ in decision.times} == {"dense", "CSR"} for decision in decisions)

@@ -197,7 +197,8 @@ def lower_qconv(node: ir.Node, builder) -> None:
     ints = qconv_ints(plan, builder.num_threads)
     sizes = qconv_sizes(ints)
     packed = pack_weights(plan.weights, ints, sizes)
-    sparse = sparse_qconv_choice(node, builder, ints, plan.weights) is not None
+    csr = pack_quad_csr(packed, int(ints[4]), int(ints[15]), int(sizes[3])) if plan.ints[15] == 1 else None
+    sparse = csr is not None and sparse_qconv_choice(node, builder, ints, csr) is not None
     bias = builder.add_constant(effective_bias(plan), label=f"{node.name}:bias_int32")
     multiplier = builder.add_constant(plan.multiplier, label=f"{node.name}:multiplier")
     output = builder.buffer(node.outputs[0])
@@ -205,8 +206,7 @@ def lower_qconv(node: ir.Node, builder) -> None:
     residual = builder.buffer(node.inputs[8]) if plan.residual else output
     x = builder.buffer(node.inputs[0])
     if sparse:
-        emit_sparse_qconv(builder, node.name, ints, plan.activation_params,
-                          pack_quad_csr(packed, int(ints[4]), int(ints[15]), int(sizes[3])),
+        emit_sparse_qconv(builder, node.name, ints, plan.activation_params, csr,
                           [x, bias, multiplier, output, workspace, residual])
         return
     weights = builder.add_constant(packed, label=f"{node.name}:packed_weights")

@@ -223,10 +223,12 @@ def _policy(builder):
     return builder.sparse_policy if getattr(builder, "sparse_policy", None) is not None else SparsePolicy("off")
 
 
-def _choose(node, builder, kind: str, shape_text: str, weights: np.ndarray):
+def _choose(node, builder, kind: str, shape_text: str, weights: np.ndarray | None, zeros: float | None = None):
+    """zeros: the fraction the choice goes by (default: of `weights`' elements)."""
     from ortx.tune.sparse_choice import zero_fraction
 
-    choice = _policy(builder).choose(node, kind, shape_text, zero_fraction(weights), builder.num_threads)
+    zeros = zero_fraction(weights) if zeros is None else zeros
+    choice = _policy(builder).choose(node, kind, shape_text, zeros, builder.num_threads)
     return choice if choice.engine == "sparse" else None
 
 
@@ -254,13 +256,13 @@ def try_sparse_conv(node, builder, plan, buffers) -> bool:
     return True
 
 
-def sparse_qconv_choice(node, builder, ints, weights: np.ndarray):
-    """The choice for an int8 conv/GEMM (qconv2d_i8's ints, weights [group, M/group, K]) when it is the sparse
-    kernel, else None; depthwise convs stay dense."""
+def sparse_qconv_choice(node, builder, ints, csr: QuadCsr):
+    """The choice for an int8 conv/GEMM (qconv2d_i8's ints, its weights as quad CSR) when it is the sparse kernel,
+    else None; it goes by the fraction of all-zero quads; depthwise and grouped convs stay dense."""
     if ints[15] != 1:
         return None
     shape_text = "x".join(map(str, ints[:16])) + f"|in{ints[17]}out{ints[18]}"
-    return _choose(node, builder, "qconv", shape_text, weights)
+    return _choose(node, builder, "qconv", shape_text, None, 1.0 - csr.stored_density)
 
 
 def try_sparse_gemm(node, builder, M: int, weights_t: np.ndarray, a, y, bias=None, residual=None, activation: int = 0,
