@@ -1,7 +1,8 @@
 """Pruned models on sparse kernels (issue #9): OrtxEP sparse vs OrtxEP dense vs ORT dense, side by side in one run.
 
 Usage: python benchmarks/sparse.py [--runs 20] [--threads 2] [--models resnet18,mobilenetv2,bert]
-                                   [--sparsities 0.5,0.7,0.9] [--quiet-wait 120] [--output BENCHMARKS.md]
+                                   [--sparsities 0.5,0.7,0.9] [--precision fp32|int8] [--quiet-wait 120]
+                                   [--output BENCHMARKS.md]
 Each model is pruned per layer by magnitude (ortx.passes.prune_weights, unstructured, scope "layer", its default
 min_elements) to each sparsity; the same pruned weights then run on three sessions: ORT CPU, OrtxEP with
 sparse="off" (every layer dense) and OrtxEP with sparse="measure" (each candidate layer timed dense vs CSR vs 4x1 CSR
@@ -10,6 +11,12 @@ segment holding those layers beat the same segment all dense in every round: ort
 sparse choice differs. Runs are interleaved in blocks of 4 after warm-up (ortx.measure's scheme, an uncounted
 warm-in per block, after ortx.measure.SETTLE_S idle); medians. Quote only runs at host load < 1.0 (the script waits up to --quiet-wait s
 for it and prints the load before and after each model).
+--precision int8: the pruned model is then quantized on 8 random calibration samples, the same for both
+quantizers: ortx.quantize (QDQ, uint8 activations, per-channel int8 weights) for the OrtxEP sessions, which run its
+QConv layers on qconv2d_i8 (dense) or sparse_qconv2d_i8 (quad CSR; the choice times dense and quad CSR), and ORT's
+own quantize_static (U8S8, per-channel; benchmarks/quantize.py) for ORT, whose CPU EP fuses its QDQ pattern into
+QLinearConv and leaves ortx's Conv-Relu-Q as dequantized fp32 convs (measured 1.5x its fp32 time on
+ResNet-18-style); the table goes to its own section.
 """
 from __future__ import annotations
 
@@ -37,12 +44,27 @@ from ortx.pipeline import ir_to_proto, proto_to_ir  # noqa: E402
 from ortx.tune.sparse_choice import SegmentCheck  # noqa: E402
 
 HEADING = "Sparse kernels on pruned models (issue #9)"
+HEADING_INT8 = "Sparse int8 kernels on pruned models (issue #9)"
+CALIBRATION_SAMPLES = 8
 
 
 def pruned(proto, sparsity: float):
     model = proto_to_ir(proto)
     report = prune_weights(model, sparsity=sparsity)
     return ir_to_proto(model), report
+
+
+def quantized(proto, threads: int):
+    """(ortx.quantize's QDQ model, ORT quantize_static's U8S8 QDQ model) of single-input `proto`, both calibrated
+    on the same CALIBRATION_SAMPLES uniform [-1, 1) inputs."""
+    from benchmarks.quantize import ort_quantize_static
+    from ortx.quantization import quantize
+
+    probe = onnxruntime.InferenceSession(to_ort_bytes(proto), providers=["CPUExecutionProvider"])
+    (name, shape), = [(arg.name, arg.shape) for arg in probe.get_inputs()]
+    samples = np.random.default_rng(100).uniform(-1, 1, (CALIBRATION_SAMPLES, *shape[1:])).astype(np.float32)
+    model, _ = quantize(proto, {name: samples}, threads=threads)
+    return model, ort_quantize_static(proto, name, samples)
 
 
 def _median_blocks(sessions: dict, feeds: dict, runs: int) -> dict[str, float]:
@@ -61,13 +83,16 @@ def _median_blocks(sessions: dict, feeds: dict, runs: int) -> dict[str, float]:
             {name: min(values) for name, values in times.items()})
 
 
-def measure_model(key: str, sparsity: float, threads: int, runs: int):
+def measure_model(key: str, sparsity: float, threads: int, runs: int, precision: str = "fp32"):
     name, builder, _ = BUILT[key]
     proto, report = pruned(builder(), sparsity)
+    ort_proto = proto
+    if precision == "int8":
+        proto, ort_proto = quantized(proto, threads)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     providers = ["OrtxEP", "CPUExecutionProvider"]
-    ort = onnxruntime.InferenceSession(to_ort_bytes(proto), options, providers=["CPUExecutionProvider"])
+    ort = onnxruntime.InferenceSession(to_ort_bytes(ort_proto), options, providers=["CPUExecutionProvider"])
     dense = ortx.InferenceSession(proto, options, providers=providers,
                                   provider_options=[{"tuning": "off", "sparse": "off"}, {}])
     start = time.perf_counter()
@@ -78,10 +103,11 @@ def measure_model(key: str, sparsity: float, threads: int, runs: int):
     sparse.run(None, feeds)
     creation = time.perf_counter() - start
     assignment = sparse.assignment
-    products = [row for row in assignment if row.op_type in ("Conv", "Gemm", "MatMul") and row.provider == "OrtxEP"]
-    errors = {}
+    products = [row for row in assignment if row.op_type in ("Conv", "Gemm", "MatMul") and row.provider == "OrtxEP"
+                and (precision != "int8" or row.precision == "int8")]
+    errors, outputs = {}, {}
     for label, session in (("dense", dense), ("sparse", sparse)):
-        out = session.run(None, feeds)[0]
+        outputs[label] = out = session.run(None, feeds)[0]
         errors[label] = float(np.max(np.abs(out - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
     medians, minima = _median_blocks({"ort": ort, "dense": dense, "sparse": sparse}, feeds, runs)
     return dict(name=name, sparsity=sparsity, zeros=report.counts.get("weights_zeroed", 0), medians=medians,
@@ -89,7 +115,7 @@ def measure_model(key: str, sparsity: float, threads: int, runs: int):
                 sparse_layers=len(assignment.sparse_nodes()), products=len(products), errors=errors,
                 rejected=sum(1 for item in assignment.sparse_choices
                              if isinstance(item, SegmentCheck) and not item.kept),
-                creation_s=creation)
+                creation_s=creation, same_bits=bool(np.array_equal(outputs["dense"], outputs["sparse"])))
 
 
 def main() -> int:
@@ -98,6 +124,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models", default="resnet18,mobilenetv2,bert")
     parser.add_argument("--sparsities", default="0.5,0.7,0.9")
+    parser.add_argument("--precision", choices=("fp32", "int8"), default="fp32")
     parser.add_argument("--quiet-wait", type=float, default=120.0)
     parser.add_argument("--output", default=os.path.join(ROOT, "BENCHMARKS.md"))
     parser.add_argument("--no-write", action="store_true", help="print only")
@@ -106,7 +133,7 @@ def main() -> int:
     for key in args.models.split(","):
         for sparsity in (float(s) for s in args.sparsities.split(",")):
             before = wait_for_quiet(args.quiet_wait)
-            result = measure_model(key, sparsity, args.threads, args.runs)
+            result = measure_model(key, sparsity, args.threads, args.runs, args.precision)
             result["load"] = (before, load_average())
             medians = result["medians"]
             print(f"{result['name']} {sparsity:.0%}: ORT {medians['ort']:.2f} ms, OrtxEP dense {medians['dense']:.2f}, "
@@ -114,12 +141,52 @@ def main() -> int:
                   f"dense/sparse {medians['dense'] / medians['sparse']:.2f}x), {result['sparse_layers']} of "
                   f"{result['products']} products sparse, load {before:.2f}->{result['load'][1]:.2f}", flush=True)
             rows.append(result)
-    commit = head_commit()
+    lines = table(rows, args) if args.precision == "fp32" else table_int8(rows, args)
+    print("\n".join(lines))
+    if not args.no_write:
+        write_section(args.output, HEADING if args.precision == "fp32" else HEADING_INT8, "\n".join(lines))
+    return 0
+
+
+def _measured_line(rows, args) -> str:
     loads = [value for row in rows for value in row["load"]]
+    return (f"Measured {datetime.date.today()} on commit {head_commit()}, {host()}, kernel ISA "
+            f"{_kernels.selected_isa()}, {args.threads} threads for every engine, host load "
+            f"{min(loads):.2f}-{max(loads):.2f} (1-min average, before/after each model); "
+            f"`python benchmarks/sparse.py --runs {args.runs}" + (" --precision int8" if args.precision == "int8"
+                                                                 else "") + "`.")
+
+
+def table_int8(rows, args) -> list[str]:
     lines = [
-        f"Measured {datetime.date.today()} on commit {commit}, {host()}, kernel ISA {_kernels.selected_isa()}, {args.threads} "
-        f"threads for every engine, host load {min(loads):.2f}-{max(loads):.2f} (1-min average, before/after each "
-        f"model); `python benchmarks/sparse.py --runs {args.runs}`. Weights pruned per layer by magnitude "
+        _measured_line(rows, args) + " Weights pruned per layer by magnitude (ortx.passes.prune_weights, layers of "
+        f">= 1024 weights), then quantized by ortx.quantize (QDQ, uint8 activations, per-channel int8 weights, "
+        f"{CALIBRATION_SAMPLES} random calibration samples) for OrtxEP, by ORT's quantize_static (U8S8, per-channel, "
+        "same samples) for ORT (its CPU EP runs ortx's Conv-Relu-Q pattern as dequantized fp32 convs); OrtxEP dense = sparse='off' (qconv2d_i8), OrtxEP sparse = sparse='measure' (each candidate int8 "
+        "layer timed qconv2d_i8 vs sparse_qconv2d_i8's quad CSR at session creation, then the segment check), both "
+        "tuning 'off'. Medians of interleaved blocks; speed-up = ORT ms / OrtxEP sparse ms. 'same bits': the sparse "
+        "session's output equals the dense one's exactly (integer sums are exact); the error is against ORT's int8 output (two quantizers' rounding apart).",
+        "",
+        "| model | sparsity | ORT int8 ms | OrtxEP int8 dense ms | OrtxEP int8 sparse ms | vs ORT | vs OrtxEP dense | "
+        "vs ORT (min) | sparse layers | same bits | max rel err vs ORT | creation s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        medians = row["medians"]
+        lines.append(f"| {row['name']} | {row['sparsity']:.0%} | {medians['ort']:.2f} | {medians['dense']:.2f} | "
+                     f"{medians['sparse']:.2f} | {medians['ort'] / medians['sparse']:.2f}x | "
+                     f"{medians['dense'] / medians['sparse']:.2f}x | "
+                     f"{row['minima']['ort'] / row['minima']['sparse']:.2f}x | "
+                     f"{row['sparse_layers']}/{row['products']}"
+                     f"{' (segment check: dense)' if row['rejected'] else ''} | "
+                     f"{'yes' if row['same_bits'] else 'no'} | {row['errors']['sparse']:.1e} | "
+                     f"{row['creation_s']:.1f} |")
+    return lines
+
+
+def table(rows, args) -> list[str]:
+    lines = [
+        _measured_line(rows, args) + " Weights pruned per layer by magnitude "
         "(ortx.passes.prune_weights, layers of >= 1024 weights); OrtxEP sparse = provider option sparse='measure' "
         "(each candidate layer timed dense / CSR / 4x1 CSR at session creation in rounds, sparse where it beat 0.9x "
         "dense in every round and its segment beat the segment all dense in every round), OrtxEP dense = "
@@ -141,10 +208,7 @@ def main() -> int:
                      f"{row['sparse_layers']}/{row['products']}"
                      f"{' (segment check: dense)' if row['rejected'] else ''} | "
                      f"{row['errors']['sparse']:.1e} | {row['creation_s']:.1f} |")
-    print("\n".join(lines))
-    if not args.no_write:
-        write_section(args.output, HEADING, "\n".join(lines))
-    return 0
+    return lines
 
 
 if __name__ == "__main__":
