@@ -1,6 +1,8 @@
 /* conv2d_bf16: dense and grouped 2-D convolution with bf16 operands and fp32 accumulation (gemm_bf16.h's
  * numerics), float32 NCHW in and out, with conv2d_f32's fused epilogue Y = act(conv(X, W) + bias + residual).
  *
+ * Case R: small output maps where ortx_conv_rows_bf16_applies run the pixel-rows form (conv_bf16_rows.c): vectors
+ *   along output channels, so no lane computes a dropped column.
  * Case 0: convs where ortx_conv_direct_bf16_applies (few dropped columns) run the direct form
  *   (conv_bf16_direct.c): the input rounded once into channel-pair planes that the micro-kernel reads in place.
  * Otherwise, per image and group, ortx_bgemm multiplies the prepacked bf16 weights (A, M = Cout/g,
@@ -137,8 +139,8 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, N = p.out_height * p.out_width;
     int64_t plane = p.in_height * p.in_width;
-    int direct = ortx_conv_direct_bf16_applies(&p);
-    int pointwise = is_pointwise(&p), from_planes = !direct && use_planes(&p);
+    int rows = ortx_conv_rows_bf16_applies(&p), direct = !rows && ortx_conv_direct_bf16_applies(&p);
+    int pointwise = is_pointwise(&p), from_planes = !rows && !direct && use_planes(&p);
     planes_context planes = {&p, ortx_conv_planes_geometry_of(&p), NULL, NULL, NULL, ortx_bgemm_select_isa(), NULL};
     if (from_planes) {
         float *planes_data = workspace + gemm_floats(&p, threads);
@@ -153,6 +155,10 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             const float *x = X + (n * p.in_channels + g * cin_g) * plane;
             int64_t y_offset = (n * p.out_channels + g * cout_g) * N;
             ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, g, y_offset);
+            if (rows) {  /* Case R (ungrouped) */
+                ortx_conv_rows_bf16(&p, x, weights, Y + y_offset, &epilogue, workspace, threads);
+                continue;
+            }
             if (direct) {  /* Case 0 */
                 ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_packed_elements(&p), Y + y_offset,
                                       &epilogue, workspace, threads, NULL);
@@ -183,6 +189,12 @@ void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const 
     int64_t *out = buffers[0];
     int threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
     int64_t K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
+    if (ortx_conv_rows_bf16_applies(&p)) {
+        out[0] = ortx_conv_rows_bf16_floats(&p) * (int64_t)sizeof(float);
+        out[1] = ortx_conv_rows_bf16_elements(&p);
+        out[2] = 2;
+        return;
+    }
     if (ortx_conv_direct_bf16_applies(&p)) {
         out[0] = ortx_conv_direct_bf16_floats(&p) * (int64_t)sizeof(float);
         out[1] = p.group * ortx_conv_direct_bf16_packed_elements(&p);
@@ -203,6 +215,16 @@ void ortx_conv_pack_bf16(const int64_t *ints, const float *floats, void *const *
     const float *weights = buffers[0];
     uint16_t *dst = buffers[1];
     int64_t cout_g = p.out_channels / p.group, K = p.in_channels / p.group * p.kernel_height * p.kernel_width;
+    if (ortx_conv_rows_bf16_applies(&p)) {
+        int64_t area = p.kernel_height * p.kernel_width;
+        memset(dst, 0, ortx_conv_rows_bf16_elements(&p) * sizeof(uint16_t));
+        for (int64_t m = 0; m < p.out_channels; m++)
+            for (int64_t c = 0; c < p.in_channels; c++)
+                for (int64_t tap = 0; tap < area; tap++)
+                    dst[ortx_conv_rows_bf16_index(&p, m, c, tap)] =
+                        ortx_bf16_from_float(weights[(m * p.in_channels + c) * area + tap]);
+        return;
+    }
     if (ortx_conv_direct_bf16_applies(&p)) {
         ortx_conv_direct_pack_bf16(&p, weights, dst);
         return;

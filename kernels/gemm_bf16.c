@@ -531,6 +531,7 @@ const ortx_kernel_entry ortx_family_bf16[] = {
     {"conv2d_bf16", ortx_conv2d_bf16, ortx_conv2d_bf16_ref},
     {"conv_sizes_bf16", ortx_conv_sizes_bf16, ortx_conv_sizes_bf16},
     {"conv_pack_bf16", ortx_conv_pack_bf16, ortx_conv_pack_bf16},
+    {"conv_bf16_rows_off", ortx_conv_rows_bf16_off, ortx_conv_rows_bf16_off},
     {"conv_transpose2d_bf16", ortx_conv_transpose2d_bf16, ortx_conv_transpose2d_bf16_ref},
     {"conv_transpose_sizes_bf16", ortx_conv_transpose_sizes_bf16, ortx_conv_transpose_sizes_bf16},
     {"conv_transpose_pack_bf16", ortx_conv_transpose_pack_bf16, ortx_conv_transpose_pack_bf16},

@@ -278,6 +278,16 @@ void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, con
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const struct ortx_conv_params *transposed);
 
+/* conv2d_bf16's pixel-rows form (conv_bf16_rows.c): small output maps, vectors along output channels. */
+int ortx_conv_rows_bf16_applies(const struct ortx_conv_params *p);
+int64_t ortx_conv_rows_bf16_floats(const struct ortx_conv_params *p);
+int64_t ortx_conv_rows_bf16_elements(const struct ortx_conv_params *p);
+int64_t ortx_conv_rows_bf16_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
+/* conv_bf16_rows_off (tests; not thread-safe): ints [1 = the form never applies, 0 = as its rule says]. */
+void ortx_conv_rows_bf16_off(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_rows_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
+                         const ortx_gemm_epilogue *epilogue, float *workspace, int threads);
+
 /* conv_transpose2d_bf16 (conv_transpose_bf16.c): a ConvTranspose whose kernel equals its stride (no overlap, no
  * padding), as ortx_conv_direct_bf16 of a 1x1 conv with Cout*KH*KW outputs whose tiles scatter into Y. */
 int ortx_conv_transpose_bf16_applies(const struct ortx_conv_params *p);

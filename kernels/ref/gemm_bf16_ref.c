@@ -54,8 +54,10 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
     float *Y = buffers[2];
     int64_t cin_g = p.in_channels / p.group, cout_g = p.out_channels / p.group;
     int64_t K = cin_g * p.kernel_height * p.kernel_width, area = p.kernel_height * p.kernel_width;
-    int direct = ortx_conv_direct_bf16_applies(&p);  /* the weights' layout (conv_pack_bf16) */
-    int64_t each = direct ? ortx_conv_direct_bf16_packed_elements(&p) : ortx_bgemm_a_elements(cout_g, K);
+    int rows = ortx_conv_rows_bf16_applies(&p);  /* the weights' layout (conv_pack_bf16): rows, direct or GEMM */
+    int direct = !rows && ortx_conv_direct_bf16_applies(&p);
+    int64_t each = rows ? ortx_conv_rows_bf16_elements(&p) :
+                   direct ? ortx_conv_direct_bf16_packed_elements(&p) : ortx_bgemm_a_elements(cout_g, K);
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++) {
             int64_t g = co / cout_g, local = co - g * cout_g;
@@ -70,7 +72,8 @@ void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const 
                                 int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                                 if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                                 int64_t k = (ci * p.kernel_height + ky) * p.kernel_width + kx;
-                                int64_t at = direct ? ortx_conv_direct_bf16_packed_index(&p, local, ci, k % area)
+                                int64_t at = rows ? ortx_conv_rows_bf16_index(&p, local, ci, k % area) :
+                                             direct ? ortx_conv_direct_bf16_packed_index(&p, local, ci, k % area)
                                                     : ortx_bgemm_a_index(local, k, cout_g, K);
                                 float w = ortx_bf16_to_float(weights[at]);
                                 float x = X[((n * p.in_channels + g * cin_g + ci) * p.in_height + iy) * p.in_width + ix];

@@ -340,10 +340,55 @@ def conv_form(cin, cout, size, kernel, stride, pad, group, dilation):
     return int(out[2])
 
 
+@pytest.fixture
+def rows_off():
+    """The pixel-rows form turned off (its small maps take the form they had before it)."""
+    _kernels.call("conv_bf16_rows_off", [1], [], [])
+    yield
+    _kernels.call("conv_bf16_rows_off", [0], [], [])
+
+
 @pytest.mark.parametrize("case", DIRECT_CASES)
-def test_direct_conv_matches_fp32_and_reference(isa, case):
+def test_direct_conv_matches_fp32_and_reference(isa, case, rows_off):
     assert conv_form(*case) == 1, f"{case} does not take the direct form"
     test_conv_matches_fp32_and_reference(isa, case)
+
+
+# The pixel-rows form (kernels/conv_bf16_rows.c, form 2; AVX512_BF16 without AMX): small maps where the direct form
+# drops columns (7x7: 64 lanes for 49 pixels; not 1x1 convs), strided convs, odd channel counts, output channels not a multiple of
+# 16 or 64 (masked last blocks), fewer than 7 pixels in the last tile, a residual.
+ROWS_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
+    (72, 70, 7, 3, 1, 1, 1, 1),    # 7x7 output, 2 panels (the second 6 channels), 7 tiles of 7
+    (33, 130, 14, 3, 2, 1, 1, 1),  # stride 2 to 7x7, odd Cin, 3 panels
+    (16, 40, 9, 3, 2, 1, 1, 1),    # 3x3 stride 2 to 5x5: 25 pixels in tiles of 6 and 7
+    (24, 64, 12, 3, 1, 2, 1, 2),   # dilated, 12x12
+    (20, 17, 5, 5, 1, 2, 1, 1),    # 5x5 taps on a 5x5 map
+]
+
+
+def rows_form_runs():
+    return _kernels.selected_isa() == "avx512" and conv_form(*ROWS_CASES[0]) == 2
+
+
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_rows_conv_matches_fp32_reference_and_the_other_forms_bits(case):
+    if not rows_form_runs():
+        pytest.skip("the pixel-rows form needs AVX512_BF16 without AMX")
+    assert conv_form(*case) == 2, f"{case} does not take the pixel-rows form"
+    test_conv_matches_fp32_and_reference("avx512", case)
+    model = conv_model(*case, seed=sum(case))
+    x = random((2, case[0], case[2], case[2]), 12)
+    rows = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    _kernels.call("conv_bf16_rows_off", [1], [], [])
+    try:
+        form = conv_form(*case)
+        other = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    finally:
+        _kernels.call("conv_bf16_rows_off", [0], [], [])
+    if form == 1:  # the direct form sums the same K pairs in the same order
+        np.testing.assert_array_equal(rows, other)
+    else:
+        assert_close_bf16(rows, other, what=f"rows vs form {form}")
 
 
 @pytest.mark.parametrize("case", UNFOLDED_CASES)
@@ -371,12 +416,24 @@ def numpy_conv_bf16(x, weights, stride, pad, group):
     return y
 
 
+@pytest.mark.parametrize("form", [1, 2])
 @pytest.mark.parametrize("activation", [0, 1, 6])
-def test_direct_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, activation):
+def test_direct_and_rows_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, activation, form):
     """conv2d_bf16 called directly with FusedConv's residual and activation, against numpy on the same rounded
-    operands: the kept lanes of each vector are packed together, so the residual must be read at their outputs."""
+    operands: the direct form packs the kept lanes of each vector together and the pixel-rows form scatters its
+    channel vectors, so the residual must be read at their outputs."""
     cin, cout, size, kernel, stride, pad, group = 11, 19, 13, 3, 1, 1, 1
-    assert conv_form(cin, cout, size, kernel, stride, pad, group, 1) == 1
+    if form == 2 and not (isa == "avx512" and rows_form_runs()):
+        pytest.skip("the pixel-rows form needs AVX512_BF16 without AMX")
+    _kernels.call("conv_bf16_rows_off", [int(form == 1)], [], [])
+    try:
+        assert conv_form(cin, cout, size, kernel, stride, pad, group, 1) == form
+        _epilogue_check(cin, cout, size, kernel, stride, pad, group, activation)
+    finally:
+        _kernels.call("conv_bf16_rows_off", [0], [], [])
+
+
+def _epilogue_check(cin, cout, size, kernel, stride, pad, group, activation):
     x, weights = random((2, cin, size, size), 20), random((cout, cin, kernel, kernel), 21)
     bias, residual = random(cout, 22), random((2, cout, size, size), 23)
     ints = [2, cin, size, size, cout, size, size, kernel, kernel, stride, stride, pad, pad, 1, 1, group, 1, 1,
@@ -394,7 +451,7 @@ def test_direct_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, 
         assert_close(y, expected.astype(np.float32), what=f"threads {threads} ref {use_ref}")
 
 
-def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path():
+def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path(rows_off):
     if not _kernels.cpu_has_avx512_bf16():
         pytest.xfail("no AVX512_BF16 on this CPU: only the portable path runs here")
     case = (9, 16, 23, 3, 2, 1, 1, 1)
