@@ -416,21 +416,21 @@ def numpy_conv_bf16(x, weights, stride, pad, group):
     return y
 
 
-@pytest.mark.parametrize("form", [1, 2])
 @pytest.mark.parametrize("activation", [0, 1, 6])
-def test_direct_and_rows_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, activation, form):
+def test_direct_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, activation, rows_off):
     """conv2d_bf16 called directly with FusedConv's residual and activation, against numpy on the same rounded
-    operands: the direct form packs the kept lanes of each vector together and the pixel-rows form scatters its
-    channel vectors, so the residual must be read at their outputs."""
-    cin, cout, size, kernel, stride, pad, group = 11, 19, 13, 3, 1, 1, 1
-    if form == 2 and not (isa == "avx512" and rows_form_runs()):
+    operands: the kept lanes of each vector are packed together, so the residual must be read at their outputs."""
+    assert conv_form(11, 19, 13, 3, 1, 1, 1, 1) == 1
+    _epilogue_check(11, 19, 13, 3, 1, 1, 1, activation)
+
+
+@pytest.mark.parametrize("activation", [0, 1, 6])
+def test_rows_conv_epilogue_adds_bias_and_residual_before_the_activation(activation):
+    """The same for the pixel-rows form, which scatters its channel vectors (the CPU's own ISA)."""
+    if not rows_form_runs():
         pytest.skip("the pixel-rows form needs AVX512_BF16 without AMX")
-    _kernels.call("conv_bf16_rows_off", [int(form == 1)], [], [])
-    try:
-        assert conv_form(cin, cout, size, kernel, stride, pad, group, 1) == form
-        _epilogue_check(cin, cout, size, kernel, stride, pad, group, activation)
-    finally:
-        _kernels.call("conv_bf16_rows_off", [0], [], [])
+    assert conv_form(11, 19, 13, 3, 1, 1, 1, 1) == 2
+    _epilogue_check(11, 19, 13, 3, 1, 1, 1, activation)
 
 
 def _epilogue_check(cin, cout, size, kernel, stride, pad, group, activation):
