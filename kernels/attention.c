@@ -24,16 +24,21 @@
  *   probability_zero_point, as OrtxEP's quantize_linear_f32 and dequantize_linear_f32 steps would (kind 0: not).
  *   q, k and v may be the same buffer (different offsets).
  * multi_head_attention_sizes_f32: ints = [batch, heads, S, L, D, Dv, threads]; buffers = [out int64[1]]:
- *   out[0] = workspace bytes for `threads` threads.
+ *   out[0] = workspace bytes for `threads` threads (of either kernel).
+ * multi_head_attention_bf16 (OrtxEP's precision "bf16", ortx/ep/precision.py): the same ints, floats, buffers and
+ *   steps with both products on ortx_bgemm: Q_h, K_h, the probabilities and V_h rounded to bf16 as they are
+ *   packed, fp32 sums; the scale (the first product's alpha), the softmax and the probabilities' QDQ stay fp32.
  */
 
 #include "elementwise.h"
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "qgemm.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
 extern void ortx_multi_head_attention_f32_ref(const int64_t *, const float *, void *const *, int);
+extern void ortx_multi_head_attention_bf16_ref(const int64_t *, const float *, void *const *, int);
 
 /* Below this many multiply-adds (both products, all heads) the whole step runs on the calling thread: waking a
  * second thread costs more than it saves (the same bound as ortx_sgemm's, ~60 us on one core). */
@@ -53,11 +58,14 @@ static int64_t row_blocks(int64_t problems, int64_t S, int64_t threads) {
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-/* Floats of one thread's slice: the scores block, then the larger of the two products' packing buffers. */
+/* Floats of one thread's slice: the scores block, then the largest of the two products' packing buffers (fp32 or
+ * bf16: one size serves both kernels). */
 static int64_t slice_floats(int64_t rows, int64_t L, int64_t D, int64_t Dv) {
     int64_t scores = ortx_round_up(rows * L, 16);
-    int64_t packing = max64(ortx_sgemm_workspace_floats(rows, L, D, 0, 0, 1),
-                            ortx_sgemm_workspace_floats(rows, Dv, L, 0, 0, 1));
+    int64_t packing = max64(max64(ortx_sgemm_workspace_floats(rows, L, D, 0, 0, 1),
+                                  ortx_sgemm_workspace_floats(rows, Dv, L, 0, 0, 1)),
+                            max64(ortx_bgemm_workspace_floats(rows, L, D, 1),
+                                  ortx_bgemm_workspace_floats(rows, Dv, L, 1)));
     return scores + ortx_round_up(packing, 16);
 }
 
@@ -82,6 +90,7 @@ typedef struct attention_job {
     const float *q, *k, *v;
     float *y, *workspace;
     int64_t blocks, block_rows, slice;
+    int bf16;  /* multi_head_attention_bf16: the products on ortx_bgemm */
 } attention_job;
 
 static void attention_task(void *context, int64_t task, int thread) {
@@ -99,30 +108,52 @@ static void attention_task(void *context, int64_t task, int thread) {
     const float *k = job->k + ints[7] + b * ints[14] + h * D;
     const float *v = job->v + ints[8] + b * ints[15] + h * Dv;
     float *y = job->y + b * ints[16] + row0 * ints[12] + h * Dv;
-    ortx_gemm_operand a = {q, 0, ints[9], 1, NULL, NULL};
-    ortx_gemm_operand kt = {k, 0, 1, ints[10], NULL, NULL};  /* element (d, l) of K_h^T at k[l*k_row_stride + d] */
     ortx_gemm_epilogue scaled = {.alpha = job->scale, .residual_scale = 1.0f};
-    ortx_sgemm(rows, L, D, &a, &kt, scores, L, &scaled, packing, 1);
+    ortx_gemm_epilogue plain = {.alpha = 1.0f, .residual_scale = 1.0f};
+    if (job->bf16) {
+        ortx_bgemm_operand a = {NULL, q, ints[9], 1, NULL, NULL, NULL};
+        ortx_bgemm_operand kt = {NULL, k, 1, ints[10], NULL, NULL, NULL};
+        ortx_bgemm(rows, L, D, &a, &kt, scores, L, &scaled, packing, 1);
+    } else {
+        ortx_gemm_operand a = {q, 0, ints[9], 1, NULL, NULL};
+        ortx_gemm_operand kt = {k, 0, 1, ints[10], NULL, NULL};  /* element (d, l) of K_h^T at k[l*k_row_stride + d] */
+        ortx_sgemm(rows, L, D, &a, &kt, scores, L, &scaled, packing, 1);
+    }
     for (int64_t r = 0; r < rows; r++) ortx_softmax_row_f32(scores + r * L, scores + r * L, L, 0);
     if (ints[18]) fake_quantize(scores, rows * L, job->probability_scale, (int)ints[18], (int32_t)ints[19]);
+    if (job->bf16) {
+        ortx_bgemm_operand p = {NULL, scores, L, 1, NULL, NULL, NULL};
+        ortx_bgemm_operand vh = {NULL, v, ints[11], 1, NULL, NULL, NULL};
+        ortx_bgemm(rows, Dv, L, &p, &vh, y, ints[12], &plain, packing, 1);
+        return;
+    }
     ortx_gemm_operand p = {scores, 0, L, 1, NULL, NULL};
     ortx_gemm_operand vh = {v, 0, ints[11], 1, NULL, NULL};
-    ortx_gemm_epilogue plain = {.alpha = 1.0f, .residual_scale = 1.0f};
     ortx_sgemm(rows, Dv, L, &p, &vh, y, ints[12], &plain, packing, 1);
 }
 
-static void multi_head_attention_f32(const int64_t *ints, const float *floats, void *const *buffers,
-                                     int num_threads) {
+static void multi_head_attention(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
+                                 int bf16) {
     int64_t batch = ints[0], heads = ints[1], S = ints[2], L = ints[3], D = ints[4], Dv = ints[5];
     int64_t sized = ints[17] < 1 ? 1 : ints[17];
     int64_t blocks = row_blocks(batch * heads, S, sized);
     int64_t block_rows = (S + blocks - 1) / blocks;
     attention_job job = {ints, floats[0], floats[1], buffers[0], buffers[1], buffers[2], buffers[3], buffers[4], blocks,
-                         block_rows, slice_floats(block_rows, L, D, Dv)};
+                         block_rows, slice_floats(block_rows, L, D, Dv), bf16};
     int threads = num_threads < 1 ? 1 : num_threads;
     if (threads > sized) threads = (int)sized;
     if ((double)batch * heads * S * L * (D + Dv) < ORTX_ATTENTION_PARALLEL_MIN) threads = 1;
     ortx_parallel_for(threads, batch * heads * blocks, attention_task, &job);
+}
+
+static void multi_head_attention_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                     int num_threads) {
+    multi_head_attention(ints, floats, buffers, num_threads, 0);
+}
+
+static void multi_head_attention_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                      int num_threads) {
+    multi_head_attention(ints, floats, buffers, num_threads, 1);
 }
 
 static void multi_head_attention_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers,
@@ -138,6 +169,7 @@ static void multi_head_attention_sizes_f32(const int64_t *ints, const float *flo
 
 const ortx_kernel_entry ortx_family_attention[] = {
     {"multi_head_attention_f32", multi_head_attention_f32, ortx_multi_head_attention_f32_ref},
+    {"multi_head_attention_bf16", multi_head_attention_bf16, ortx_multi_head_attention_bf16_ref},
     {"multi_head_attention_sizes_f32", multi_head_attention_sizes_f32, multi_head_attention_sizes_f32},
     {NULL, NULL, NULL},
 };

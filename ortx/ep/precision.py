@@ -3,9 +3,11 @@
 precision="fp32" (the default) runs every kernel in float32. precision="bf16" runs the GEMMs and convolutions
 whose weights are constant (Gemm, MatMul with a constant B, dense and grouped Conv/FusedConv, and ConvTranspose
 whose kernel equals its stride without padding, from 64 input channels per group) with bf16 operands and fp32
-accumulation; every other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics,
-depthwise convs, other transposed convs, attention's activation x activation products, and the epilogues (bias,
-residual, activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
+accumulation, and so do both activation x activation products of a fused MultiHeadAttention step
+(multi_head_attention_bf16: Q, K, the probabilities and V rounded to bf16, the scale and the softmax in fp32); every
+other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics, depthwise convs, other
+transposed convs, the products of an unfused ScaledDotProductAttention, and the epilogues (bias, residual,
+activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
 (ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order.
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:

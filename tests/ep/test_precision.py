@@ -78,7 +78,7 @@ def test_bf16_session_matches_ort_fp32_within_bf16_tolerance(cnn):
     assert cosine(jit, expected) >= BF16_MODEL_MIN_COSINE
 
 
-def test_transformer_block_bf16_keeps_attention_products_fp32():
+def test_transformer_block_bf16_runs_attention_products_in_bf16():
     model = _models.transformer_block(seq=16, dim=64, heads=4)
     session = _session(model, precision="bf16")
     feeds = {arg.name: np.random.default_rng(1).uniform(-1, 1, arg.shape).astype(np.float32)
@@ -91,8 +91,9 @@ def test_transformer_block_bf16_keeps_attention_products_fp32():
     counts = session.assignment.precision_counts()
     assert counts.get("bf16", 0) >= 4, str(session.assignment)  # Q, K, V, output and the MLP's projections
     kernels = {step.kernel for item in session._compiled.values() for step in _claimed_steps(item)}
-    # attention's scores and weighted sum stay fp32 (the fused multi-head attention kernel is fp32 only)
-    assert "multi_head_attention_f32" in kernels and "gemm_bf16" in kernels
+    # the fused multi-head attention's scores and weighted sum in bf16 too (ortx.ep.precision), its softmax fp32
+    assert "multi_head_attention_bf16" in kernels and "gemm_bf16" in kernels
+    assert "multi_head_attention_f32" not in kernels
 
 
 def _claimed_steps(compiled):

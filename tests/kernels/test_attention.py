@@ -8,7 +8,7 @@ import pytest
 
 from ortx import _kernels
 from tests.kernels.test_elementwise import isa, random_normal  # noqa: F401  (isa is a fixture)
-from tests.tolerances import assert_close
+from tests.tolerances import assert_close, assert_close_bf16
 
 # (batch, heads, S, L, D, Dv): BERT-base-like heads, tails of every tile, one row, L != S, D != Dv
 SHAPES = [(1, 4, 128, 128, 64, 64), (2, 3, 37, 53, 19, 23), (1, 2, 1, 7, 3, 5), (3, 1, 13, 1, 8, 8),
@@ -32,7 +32,7 @@ def _reference(q, k, v, heads, scale, grid=None):
     return (probabilities @ vh).transpose(0, 2, 1, 3).reshape(batch, seq, value_width).astype(np.float32)
 
 
-def _run(buffers, offsets, shape, scale, threads, use_ref=False, grid=None):
+def _run(buffers, offsets, shape, scale, threads, use_ref=False, grid=None, kernel="multi_head_attention_f32"):
     """buffers: (q, k, v), each [batch, rows, width]; offsets: where Q, K, V's columns start in them."""
     batch, heads, seq, length, depth, value_depth = shape
     sizes = np.zeros(3, np.int64)
@@ -44,8 +44,8 @@ def _run(buffers, offsets, shape, scale, threads, use_ref=False, grid=None):
     quantize = [0, 0] if grid is None else [1 if grid[3] == "uint8" else 2, grid[4]]
     ints = [*shape, *offsets, *row_strides, heads * value_depth, *batch_strides, seq * heads * value_depth, threads,
             *quantize]
-    _kernels.call("multi_head_attention_f32", ints, [scale, 1.0 if grid is None else grid[0]],
-                  [*buffers, y, workspace], threads, use_ref)
+    _kernels.call(kernel, ints, [scale, 1.0 if grid is None else grid[0]], [*buffers, y, workspace], threads,
+                  use_ref)
     return y
 
 
@@ -99,3 +99,27 @@ def test_probabilities_on_an_int8_grid(isa, shape, dtype, zero):
         np.max(np.abs(v)) / 255 + 1e-5
     np.testing.assert_array_equal(_run((q, k, v), [0, 0, 0], shape, 0.25, 2, grid=grid), one)
     assert not np.allclose(one, _reference(q, k, v, heads, 0.25), atol=1e-4)  # the grid does change the output
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_bf16_attention_matches_fp32_and_its_reference(isa, shape):
+    """multi_head_attention_bf16 (precision "bf16"): both products on bf16 operands, the softmax in fp32; within
+    the bf16 tolerance of the float64 attention and of its reference kernel (which rounds the same operands), packed
+    QKV read in place, 1-3 threads bitwise equal."""
+    batch, heads, seq, length, depth, value_depth = shape
+    rng = np.random.default_rng(23 + sum(shape))
+    q = random_normal(rng, (batch, seq, heads * depth))
+    k = random_normal(rng, (batch, length, heads * depth))
+    v = random_normal(rng, (batch, length, heads * value_depth))
+    scale = 1.0 / np.sqrt(depth)
+    bf16 = "multi_head_attention_bf16"
+    one = _run((q, k, v), [0, 0, 0], shape, scale, 1, kernel=bf16)
+    assert_close_bf16(one, _reference(q, k, v, heads, scale), what=f"{shape}")
+    assert_close_bf16(one, _run((q, k, v), [0, 0, 0], shape, scale, 1, use_ref=True, kernel=bf16), what="ref")
+    for threads in (2, 3):
+        np.testing.assert_array_equal(_run((q, k, v), [0, 0, 0], shape, scale, threads, kernel=bf16), one)
+    if seq == length:
+        packed = np.concatenate([q, k, v], axis=2)
+        widths = [0, heads * depth, 2 * heads * depth]
+        np.testing.assert_array_equal(_run((packed,) * 3, widths, shape, scale, 2, kernel=bf16), one)
+    assert not np.array_equal(one, _run((q, k, v), [0, 0, 0], shape, scale, 1))  # the operands were rounded

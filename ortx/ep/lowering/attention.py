@@ -12,7 +12,8 @@ broadcast, or laid out like the output's) is read in place by the GEMM. float32 
 
 ai.ortx::MultiHeadAttention (ortx/passes/fuse_multi_head_attention.py documents the op) lowers to one
 multi_head_attention_f32 step (kernels/attention.c: per head and block of query rows, both products and the softmax
-on one thread; Q, K, V and Y read and written in place through their row strides, packed QKV through offsets).
+on one thread; Q, K, V and Y read and written in place through their row strides, packed QKV through offsets);
+under precision "bf16" multi_head_attention_bf16, the same step with both products' operands in bf16.
 """
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ def lower_multi_head_attention(node: ir.Node, builder) -> None:
     dtype, probability_scale, zero = _probability_grid(node)
     ints = [B, H, S, L, D, Dv, *plan["offsets"], *plan["row_strides"], H * Dv, *plan["batch_strides"], S * H * Dv,
             builder.num_threads, {None: 0, "uint8": 1, "int8": 2}[dtype], zero]
-    builder.emit("multi_head_attention_f32", ints, [plan["scale"], probability_scale],
+    kernel = "multi_head_attention_bf16" if builder.precision == "bf16" else "multi_head_attention_f32"
+    builder.emit(kernel, ints, [plan["scale"], probability_scale],
                  [q, k, v, builder.buffer(node.outputs[0]), workspace])
 
 
