@@ -442,6 +442,10 @@ static void conv_transpose2d_f32(const int64_t *ints, const float *floats, void 
     float *col = workspace;
     float *gemm_workspace = workspace + (transpose_col_floats(&p) + 15) / 16 * 16;
     ortx_gemm_epilogue plain = {.alpha = 1.0f};
+    /* the tiling case with KW == 2 on AVX-512: straight from X, no col (conv_transpose_avx512.c) */
+    if (transpose_is_tiling(&p) &&
+        ortx_conv_transpose_tiling_avx512(&p, X, packed, bias, residual, Y, workspace, threads))
+        return;
     for (int64_t n = 0; n < p.batch; n++) {
         for (int64_t g = 0; g < p.group; g++) {
             ortx_gemm_operand A = {packed + g * ortx_gemm_packed_a_floats(M, cin_g), 1, 0, 0, NULL, NULL};
@@ -514,6 +518,7 @@ static void conv_sizes_f32(const int64_t *ints, const float *floats, void *const
         int64_t M = cout_g * kernel_area;
         floats_needed = (transpose_col_floats(&p) + 15) / 16 * 16 +
                         ortx_sgemm_workspace_floats(M, p.in_height * p.in_width, cin_g, 1, 0, threads);
+        floats_needed = max64(floats_needed, ortx_conv_transpose_tiling_floats(&p));
         out[1] = p.group * ortx_gemm_packed_a_floats(M, cin_g);
     }
     out[0] = floats_needed * (int64_t)sizeof(float);

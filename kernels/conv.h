@@ -180,6 +180,14 @@ void ortx_conv_direct_tile_portable(int64_t K, int64_t k_begin, int64_t k_end, c
 void ortx_conv_direct_tile_avx2(int64_t K, int64_t k_begin, int64_t k_end, const float *weights, int64_t m_padded,
                                 int64_t row0, const float *x, const int32_t *offsets, const float *partial, float *c,
                                 int64_t ldc, int64_t rows, const struct ortx_gemm_epilogue *epilogue, int64_t col0);
+/* conv_transpose2d_f32's tiling case (kernel == stride, no padding) with KW == 2 on AVX-512, straight from X
+ * (conv_transpose_avx512.c): returns 0 (nothing written) where it does not apply; workspace: at least
+ * ortx_conv_transpose_tiling_floats floats (its unpacked weights). */
+int ortx_conv_transpose_tiling_avx512(const ortx_conv_params *p, const float *x, const float *packed,
+                                      const float *bias, const float *residual, float *y, float *workspace,
+                                      int threads);
+int64_t ortx_conv_transpose_tiling_floats(const ortx_conv_params *p);
+
 /* 12 x 32 (conv_avx512.c); x86 only. */
 void ortx_conv_direct_tile_avx512(int64_t K, int64_t k_begin, int64_t k_end, const float *weights,
                                   int64_t m_padded, int64_t row0, const float *x, const int32_t *offsets,

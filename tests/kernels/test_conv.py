@@ -349,8 +349,11 @@ TRANSPOSE_CASES = [
     ((1, 4, 7, 9), (4, 3, 4, 4), dict(strides=[2, 2], output_shape=[15, 18])),
     ((1, 5, 30), (5, 3, 4), dict(strides=[2], pads=[1, 1])),
     ((1, 64, 24, 30), (64, 16, 2, 2), dict(strides=[2, 2])),  # large enough for 2 threads
-    # kernel == stride (each output pixel one tap: Y assembled row by row from col blocks of input rows)
+    # kernel == stride (each output pixel one tap: Y assembled row by row from col blocks of input rows; with
+    # KW == 2 on AVX-512 written straight from X, conv_transpose_avx512.c: channel blocks of 4, 16-pixel steps)
     ((1, 8, 70, 200), (8, 1, 2, 2), dict(strides=[2, 2])),  # one output channel: one block, split by rows
+    ((1, 6, 5, 33), (6, 3, 2, 2), dict(strides=[2, 2], group=2)),  # groups, 3 channels of a block of 4, tail 1
+    ((2, 5, 6, 17), (5, 7, 3, 2), dict(strides=[3, 2])),  # KH 3, KW 2; two images, 2 blocks (4 + 3)
     ((2, 8, 45, 190), (8, 9, 3, 3), dict(strides=[3, 3])),  # kernel 3: M 81, W 190: row blocks 17, 17, 11
 ]
 
