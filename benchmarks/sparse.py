@@ -162,26 +162,33 @@ def table_int8(rows, args) -> list[str]:
         _measured_line(rows, args) + " Weights pruned per layer by magnitude (ortx.passes.prune_weights, layers of "
         f">= 1024 weights), then quantized by ortx.quantize (QDQ, uint8 activations, per-channel int8 weights, "
         f"{CALIBRATION_SAMPLES} random calibration samples) for OrtxEP, by ORT's quantize_static (U8S8, per-channel, "
-        "same samples) for ORT (its CPU EP runs ortx's Conv-Relu-Q pattern as dequantized fp32 convs); OrtxEP dense = sparse='off' (qconv2d_i8), OrtxEP sparse = sparse='measure' (each candidate int8 "
-        "layer timed qconv2d_i8 vs sparse_qconv2d_i8's quad CSR at session creation, then the segment check), both "
-        "tuning 'off'. Medians of interleaved blocks; speed-up = ORT ms / OrtxEP sparse ms. 'same bits': the sparse "
-        "session's output equals the dense one's exactly (integer sums are exact); the error is against ORT's int8 output (two quantizers' rounding apart).",
+        "same samples) for ORT (its CPU EP runs ortx's Conv-Relu-Q pattern as dequantized fp32 convs); OrtxEP "
+        "dense = sparse='off' (qconv2d_i8), OrtxEP sparse = sparse='measure' (each candidate int8 layer timed "
+        "qconv2d_i8 vs sparse_qconv2d_i8's quad CSR at session creation, then the segment check), both tuning "
+        "'off'. Medians of interleaved blocks; speed-up = ORT ms / OrtxEP sparse ms. 'same bits': the sparse "
+        "session's output equals the dense one's exactly (integer sums are exact); the error is against ORT's int8 "
+        "output (two quantizers' rounding apart).",
         "",
         "| model | sparsity | ORT int8 ms | OrtxEP int8 dense ms | OrtxEP int8 sparse ms | vs ORT | vs OrtxEP dense | "
         "vs ORT (min) | sparse layers | same bits | max rel err vs ORT | creation s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        medians = row["medians"]
-        lines.append(f"| {row['name']} | {row['sparsity']:.0%} | {medians['ort']:.2f} | {medians['dense']:.2f} | "
-                     f"{medians['sparse']:.2f} | {medians['ort'] / medians['sparse']:.2f}x | "
-                     f"{medians['dense'] / medians['sparse']:.2f}x | "
-                     f"{row['minima']['ort'] / row['minima']['sparse']:.2f}x | "
-                     f"{row['sparse_layers']}/{row['products']}"
-                     f"{' (segment check: dense)' if row['rejected'] else ''} | "
-                     f"{'yes' if row['same_bits'] else 'no'} | {row['errors']['sparse']:.1e} | "
-                     f"{row['creation_s']:.1f} |")
+        lines.append(f"{_ratio_cells(row)} | {_layers_cell(row)} | {'yes' if row['same_bits'] else 'no'} | "
+                     f"{row['errors']['sparse']:.1e} | {row['creation_s']:.1f} |")
     return lines
+
+
+def _ratio_cells(row) -> str:
+    """The cells both tables open with: model, sparsity, the three medians, vs ORT, vs dense, vs ORT (min)."""
+    medians = row["medians"]
+    return (f"| {row['name']} | {row['sparsity']:.0%} | {medians['ort']:.2f} | {medians['dense']:.2f} | "
+            f"{medians['sparse']:.2f} | {medians['ort'] / medians['sparse']:.2f}x | "
+            f"{medians['dense'] / medians['sparse']:.2f}x | {row['minima']['ort'] / row['minima']['sparse']:.2f}x")
+
+
+def _layers_cell(row) -> str:
+    return f"{row['sparse_layers']}/{row['products']}" + (" (segment check: dense)" if row["rejected"] else "")
 
 
 def table(rows, args) -> list[str]:
@@ -199,15 +206,8 @@ def table(rows, args) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        medians = row["medians"]
-        lines.append(f"| {row['name']} | {row['sparsity']:.0%} | {medians['ort']:.2f} | {medians['dense']:.2f} | "
-                     f"{medians['sparse']:.2f} | {medians['ort'] / medians['sparse']:.2f}x | "
-                     f"{medians['dense'] / medians['sparse']:.2f}x | "
-                     f"{row['minima']['ort'] / row['minima']['sparse']:.2f}x | "
-                     f"{row['minima']['dense'] / row['minima']['sparse']:.2f}x | "
-                     f"{row['sparse_layers']}/{row['products']}"
-                     f"{' (segment check: dense)' if row['rejected'] else ''} | "
-                     f"{row['errors']['sparse']:.1e} | {row['creation_s']:.1f} |")
+        lines.append(f"{_ratio_cells(row)} | {row['minima']['dense'] / row['minima']['sparse']:.2f}x | "
+                     f"{_layers_cell(row)} | {row['errors']['sparse']:.1e} | {row['creation_s']:.1f} |")
     return lines
 
 

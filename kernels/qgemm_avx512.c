@@ -49,6 +49,13 @@ ORTX_TARGET_AVX512_VNNI static void micro_avx512_vnni(int64_t k4, const int8_t *
 #undef ORTX_QGEMM_STORE
 }
 
+/* Entry e's four weights on every 32-bit lane. */
+ORTX_TARGET_AVX512_VNNI static inline __m512i stored_quad(const ortx_qsparse *w, int64_t e) {
+    int32_t quad;
+    memcpy(&quad, w->values + 4 * e, 4);
+    return _mm512_set1_epi32(quad);
+}
+
 /* Sparse tiles (qgemm.h's ortx_qsparse). A stored quad costs one broadcast and its column's offset; with four blocks
  * (128 pixels) those serve eight 64-byte B loads and vpdpbusd into eight accumulators per row (eight independent
  * chains). Fewer blocks (a map's last task) run block by block, a row's quads two at a time into two pairs of
@@ -66,10 +73,7 @@ ORTX_TARGET_AVX512_VNNI static void sparse_block_avx512_vnni(const ortx_qsparse 
         int64_t e = row_ptr[r], end = row_ptr[r + 1];
         for (; e + 2 <= end; e += 2) {
             const uint8_t *bq = b + quad_offsets[w->cols[e]], *bp = b + quad_offsets[w->cols[e + 1]];
-            int32_t quad, pair;
-            memcpy(&quad, w->values + 4 * e, 4);
-            memcpy(&pair, w->values + 4 * e + 4, 4);
-            __m512i wq = _mm512_set1_epi32(quad), wp = _mm512_set1_epi32(pair);
+            __m512i wq = stored_quad(w, e), wp = stored_quad(w, e + 1);
             c0 = _mm512_dpbusd_epi32(c0, _mm512_loadu_si512(bq), wq);
             c1 = _mm512_dpbusd_epi32(c1, _mm512_loadu_si512(bq + 64), wq);
             d0 = _mm512_dpbusd_epi32(d0, _mm512_loadu_si512(bp), wp);
@@ -77,9 +81,7 @@ ORTX_TARGET_AVX512_VNNI static void sparse_block_avx512_vnni(const ortx_qsparse 
         }
         if (e < end) {
             const uint8_t *bq = b + quad_offsets[w->cols[e]];
-            int32_t quad;
-            memcpy(&quad, w->values + 4 * e, 4);
-            __m512i wq = _mm512_set1_epi32(quad);
+            __m512i wq = stored_quad(w, e);
             c0 = _mm512_dpbusd_epi32(c0, _mm512_loadu_si512(bq), wq);
             c1 = _mm512_dpbusd_epi32(c1, _mm512_loadu_si512(bq + 64), wq);
         }
@@ -115,9 +117,7 @@ ORTX_TARGET_AVX512_VNNI static void sparse_micro_avx512_vnni(const ortx_qsparse 
         }
         for (int64_t e = row_ptr[r], end = row_ptr[r + 1]; e < end; e++) {
             const uint8_t *bq = b + quad_offsets[w->cols[e]];
-            int32_t quad;
-            memcpy(&quad, w->values + 4 * e, 4);
-            __m512i wq = _mm512_set1_epi32(quad);
+            __m512i wq = stored_quad(w, e);
             c00 = _mm512_dpbusd_epi32(c00, _mm512_loadu_si512(bq), wq);
             c01 = _mm512_dpbusd_epi32(c01, _mm512_loadu_si512(bq + 64), wq);
             c10 = _mm512_dpbusd_epi32(c10, _mm512_loadu_si512(bq + s1), wq);

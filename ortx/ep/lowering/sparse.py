@@ -61,18 +61,25 @@ def pack_blocked_csr(matrix: np.ndarray, block_rows: int = 1, panels: int = 1) -
     padded = np.zeros((padded_rows, depth), np.float32)
     padded[:rows] = matrix
     blocks = padded.reshape(-1, block_rows, depth).transpose(0, 2, 1)  # [block row, column, R]
-    keep = np.any(blocks != 0, axis=2)
+    values, cols, row_ptr = _panel_csr(blocks, width, panels)
+    return BlockedCsr(rows, depth, block_rows, values.astype(np.float32), cols, row_ptr, panels)
+
+
+def _panel_csr(units: np.ndarray, width: int, panels: int):
+    """(values, cols, row_ptr) of units [rows, columns, unit size] in `panels` column panels of `width` columns,
+    keeping the units with any nonzero: panel p of row i owns entries row_ptr[p*rows + i]:row_ptr[p*rows + i + 1],
+    columns absolute, values the kept units' elements in order."""
+    keep = np.any(units != 0, axis=2)
     counts, cols, values = [], [], []
     for panel in range(panels):
         start = panel * width
         panel_keep = keep[:, start:start + width]
         counts.append(panel_keep.sum(axis=1))
         cols.append(np.nonzero(panel_keep)[1] + start)
-        values.append(blocks[:, start:start + width][panel_keep].reshape(-1))
+        values.append(units[:, start:start + width][panel_keep].reshape(-1))
     row_ptr = np.zeros(panels * keep.shape[0] + 1, np.int32)
     np.cumsum(np.concatenate(counts), out=row_ptr[1:])
-    return BlockedCsr(rows, depth, block_rows, np.ascontiguousarray(np.concatenate(values), dtype=np.float32),
-                      np.concatenate(cols).astype(np.int32), row_ptr, panels)
+    return np.ascontiguousarray(np.concatenate(values)), np.concatenate(cols).astype(np.int32), row_ptr
 
 
 def unpack_blocked_csr(csr: BlockedCsr) -> np.ndarray:
@@ -121,19 +128,8 @@ def pack_quad_csr(packed: np.ndarray, out_channels: int, group: int = 1, panel_q
                          f"[K4][{QGEMM_MR}][4]")
     by_row = packed.reshape(group, panels, quads, QGEMM_MR, 4).transpose(0, 1, 3, 2, 4)
     by_row = by_row.reshape(group, panels * QGEMM_MR, quads, 4)[:, :cout_g].reshape(out_channels, quads, 4)
-    keep = np.any(by_row != 0, axis=2)
-    k_panels = max(1, -(-quads // panel_quads))
-    counts, cols, values = [], [], []
-    for panel in range(k_panels):
-        start = panel * panel_quads
-        panel_keep = keep[:, start:start + panel_quads]
-        counts.append(panel_keep.sum(axis=1))
-        cols.append(np.nonzero(panel_keep)[1] + start)
-        values.append(by_row[:, start:start + panel_quads][panel_keep].reshape(-1))
-    row_ptr = np.zeros(k_panels * out_channels + 1, np.int32)
-    np.cumsum(np.concatenate(counts), out=row_ptr[1:])
-    return QuadCsr(out_channels, quads, np.ascontiguousarray(np.concatenate(values), dtype=np.int8),
-                   np.concatenate(cols).astype(np.int32), row_ptr, panel_quads)
+    values, cols, row_ptr = _panel_csr(by_row, panel_quads, max(1, -(-quads // panel_quads)))
+    return QuadCsr(out_channels, quads, values.astype(np.int8), cols, row_ptr, panel_quads)
 
 
 def unpack_quad_csr(csr: QuadCsr) -> np.ndarray:
