@@ -10,9 +10,11 @@
  *    per pixel feed P x B vdpbf16ps, so the sums are the direct form's, in its order: the same bits.
  * 3. The raw sums are scattered into Y (NCHW) and the fp32 ISA's epilogue runs over the tile's rows x P columns.
  * Threads split (channel panel of 64, pixel tile) tasks, panel-major: a thread's tiles share one panel's weights.
- * Applies (ortx_conv_rows_bf16_applies) with AVX512_BF16 and without the AMX form, to ungrouped convs (not 1x1
- * stride 1) with at least 8 input channels and at most ROWS_MAX_PIXELS outputs where the form they would take
- * otherwise computes > ROWS_WASTE lanes per output (the direct form's dropped columns, the GEMM's 16-pixel panels).
+ * Applies (ortx_conv_rows_bf16_applies) with AVX512_BF16 and without the AMX form, to ungrouped convs larger than
+ * 1x1 with at least 8 input channels and at most ROWS_MAX_PIXELS outputs where the form they would take otherwise
+ * computes > ROWS_WASTE lanes per output (the direct form's dropped columns, the GEMM's 16-pixel panels). Measured
+ * against the direct form on the Zen 4 host (one conv, 2 threads, in-process A/B): ResNet-18-style 512@7 3x3
+ * 0.78x, 256@14 0.89x, 256 -> 512 3x3/2 0.75x its time, 128@28 not taken (1.07 lanes per output).
  */
 #include <string.h>
 
@@ -51,7 +53,8 @@ void ortx_conv_rows_bf16_off(const int64_t *ints, const float *floats, void *con
 }
 
 int ortx_conv_rows_bf16_applies(const ortx_conv_params *p) {
-    if (rows_off || ortx_selected_isa() != ORTX_ISA_AVX512 || !ortx_cpu_has_avx512_bf16() || ortx_bgemm_select_isa()->a_tiles)
+    if (rows_off || ortx_selected_isa() != ORTX_ISA_AVX512 || !ortx_cpu_has_avx512_bf16() ||
+        ortx_bgemm_select_isa()->a_tiles)
         return 0;
     int64_t pixels = p->out_height * p->out_width;
     if (p->group != 1 || p->in_channels < 8 || pixels > ROWS_MAX_PIXELS || p->out_channels < 16 ||
@@ -90,7 +93,7 @@ typedef struct rows_job {
     const uint16_t *weights;
     float *y;
     const ortx_gemm_epilogue *epilogue;
-    int64_t tiles, tile_pixels, panels, pairs, taps, cols;
+    int64_t tiles, panels, pairs, taps, cols;
     int vector_fill;
 } rows_job;
 
@@ -129,7 +132,8 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
             int64_t iy = r - p->pad_top;
             uint32_t *out = job->rows + r * cols * job->pairs + cp;
             /* interior columns [lo, hi): input columns 0 .. W-1 inside the padded row */
-            int64_t lo = iy >= 0 && iy < H ? min64(p->pad_left, cols) : cols, hi = max64(lo, min64(cols, p->pad_left + W));
+            int64_t lo = iy >= 0 && iy < H ? min64(p->pad_left, cols) : cols;
+            int64_t hi = max64(lo, min64(cols, p->pad_left + W));
             int64_t done = lo;
 #if ORTX_HAVE_X86
             if (job->vector_fill && hi > lo)

@@ -9,8 +9,9 @@
    "round": i}, all rows of one measurement with the same `created`, under this machine's fingerprint and template
    SPARSE_TEMPLATE.
 3. Tuning "quick"/"full": the layer is compiled alone as dense, CSR (R=1) and 4x1-blocked CSR (R=4) programs (int8:
-   dense and quad CSR) and timed as a session runs them (arena and tensors on 64-byte lines, ortx.memory.lifetimes.aligned_empty), in
-   QUICK/FULL rounds; within a round the candidates alternate run by run, and each round's median is recorded.
+   dense and quad CSR) and timed as a session runs them (arena and tensors on 64-byte lines,
+   ortx.memory.lifetimes.aligned_empty), in QUICK/FULL rounds; within a round the candidates alternate run by run,
+   and each round's median is recorded.
 4. Choice ("cached", "quick", "full"): the layer's own latest measurement decides. The sparse engine with the lowest
    median over rounds wins only when in every round it ran below MARGIN x dense's time of the same round: the
    margin covers a near tie, the rounds the noise (a shared host slows single rounds by 2x; one median of 11 runs
@@ -286,9 +287,10 @@ def time_rounds(programs: dict, externals: np.ndarray, num_threads: int, rounds:
 def measure(node: ir.Node, num_threads: int, rounds: int, runs: int,
             candidates: tuple[SparseChoice, ...] | None = None) -> dict[SparseChoice, list[float] | str]:
     """Per candidate (by default dense, CSR, 4x1-blocked CSR programs of the node alone), the median ms of each of
-    `rounds` rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run gets its
-    error message instead. Arena and tensors start on 64-byte lines, as in a session (ortx.ep.runtime.RunContext;
-    ORT's tensors): on numpy's 16-byte alignment the sparse kernels ran up to 2x slower than in the session."""
+    `rounds` rounds of `runs` runs, the candidates alternating run by run; a candidate that fails to compile or run
+    gets its error message instead. Arena and tensors start on 64-byte lines, as in a session
+    (ortx.ep.runtime.RunContext; ORT's tensors): on numpy's 16-byte alignment the sparse kernels ran up to 2x slower
+    than in the session."""
     from ortx.ep.compile_nodes import compile_segment
     from ortx.ep.lowering._values import constant_value
 

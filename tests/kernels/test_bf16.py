@@ -355,8 +355,9 @@ def test_direct_conv_matches_fp32_and_reference(isa, case, rows_off):
 
 
 # The pixel-rows form (kernels/conv_bf16_rows.c, form 2; AVX512_BF16 without AMX): small maps where the direct form
-# drops columns (7x7: 64 lanes for 49 pixels; not 1x1 convs), strided convs, odd channel counts, output channels not a multiple of
-# 16 or 64 (masked last blocks), fewer than 7 pixels in the last tile, a residual.
+# drops columns (7x7: 64 lanes for 49 pixels; not 1x1 convs), strided convs, odd channel counts, output channels
+# not a multiple of 16 or 64 (masked last blocks), fewer than 7 pixels in the last tile (the residual: the
+# epilogue test below).
 ROWS_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
     (72, 70, 7, 3, 1, 1, 1, 1),    # 7x7 output, 2 panels (the second 6 channels), 7 tiles of 7
     (33, 130, 14, 3, 2, 1, 1, 1),  # stride 2 to 7x7, odd Cin, 3 panels

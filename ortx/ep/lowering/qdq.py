@@ -192,12 +192,15 @@ def qconv_sizes(ints: list[int]) -> np.ndarray:
 def lower_qconv(node: ir.Node, builder) -> None:
     """qconv2d_i8 / qdepthwise2d_i8, or sparse_qconv2d_i8 when ortx.tune.sparse_choice picks it for the layer."""
     from ortx.ep.lowering.sparse import emit_sparse_qconv, pack_quad_csr, sparse_qconv_choice
+    from ortx.tune.sparse_choice import MIN_ZEROS, zero_fraction
 
     plan = _qconv_plan(node)
     ints = qconv_ints(plan, builder.num_threads)
     sizes = qconv_sizes(ints)
     packed = pack_weights(plan.weights, ints, sizes)
-    csr = pack_quad_csr(packed, int(ints[4]), int(ints[15]), int(sizes[3])) if plan.ints[15] == 1 else None
+    # all-zero quads are at most the zero elements: below MIN_ZEROS of those the choice is dense without a look-up
+    candidate = plan.ints[15] == 1 and zero_fraction(plan.weights) >= MIN_ZEROS
+    csr = pack_quad_csr(packed, int(ints[4]), int(ints[15]), int(sizes[3])) if candidate else None
     sparse = csr is not None and sparse_qconv_choice(node, builder, ints, csr) is not None
     bias = builder.add_constant(effective_bias(plan), label=f"{node.name}:bias_int32")
     multiplier = builder.add_constant(plan.multiplier, label=f"{node.name}:multiplier")
