@@ -1,10 +1,12 @@
 /* conv_transpose2d_f32's tiling case (kernel == stride, KW == 2: the upsampling ConvTranspose of FPN/DB heads such as
  * PP-OCRv4 det's 2x2/2) written straight from the input, on AVX-512: no col buffer, one pass over Y.
  *
- * A task is (image, group, block of 4 output channels, input row y); for each kernel row ky it writes output row
- * y * KH + ky of those channels: per 16 input pixels, 4 channels x 2 taps (kx) in 8 accumulators summed over the
- * group's input channels in ascending order from zero (as the GEMM of the col path sums them), then bias + sum,
- * the residual and the activation; the two taps' vectors are interleaved (vpermt2ps) into 32 consecutive outputs.
+ * A task is (image, group, input row y): it copies row y of the group's channels to a contiguous scratch, then for
+ * each block of 4 output channels and kernel row ky writes output row y * KH + ky of those channels: per 16 input
+ * pixels, 4 channels x 2 taps (kx) in 8 accumulators (a block with one live channel: 1 channel x 64 pixels) summed
+ * over the group's input channels in ascending order from zero (as the GEMM of the col path sums them), then
+ * bias + sum, the residual and the activation; the two taps' vectors are interleaved (vpermt2ps) into 32
+ * consecutive outputs. Measured (2 threads): det's 24 -> 24 at 160x160 0.70 ms, its 24 -> 1 at 320x320 0.28 ms.
  * Why: the col path's GEMM has K = Cin (24 in det: store-bound) and its col (Cout*4 x rows*W) is written, read back
  * and interleaved: PP-OCRv4 det's 24 -> 24 at 160x160 took 1.31 ms (45 GMAC/s) at 2 threads.
  * The weights are unpacked once per call from the GEMM's packed A (row (co*KH + ky)*KW + kx, column ci) into
