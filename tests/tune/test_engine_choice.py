@@ -39,19 +39,21 @@ def test_quick_measures_records_and_cached_reuses_without_measuring(tmp_path):
     model = _models.resnet18_style(size=32)
     measured = session(model, tmp_path, "quick")
     (choice,) = measured.assignment.engine_choices
-    assert choice.source == "measured" and choice.ortx_ms > 0 and choice.ort_ms > 0
+    assert choice.source.startswith("measured") and choice.ortx_ms > 0 and choice.ort_ms > 0
     assert choice.engine == ("ort" if choice.ort_ms < 0.98 * choice.ortx_ms else "ortx")
     check_numerics(measured, model)
     with TuningDatabase(tmp_path / "tuning.sqlite") as database:
         rows = database.records(choice.signature)
-    assert sorted(r.schedule["engine"] for r in rows) == ["ort", "ortx"]
-    assert {r.median_ms for r in rows} == {choice.ortx_ms, choice.ort_ms}
+    processes = 1 if choice.source == "measured" else int(choice.source.split()[2])  # "measured in N processes"
+    assert sorted(r.schedule["engine"] for r in rows) == ["ort"] * processes + ["ortx"] * processes
+    assert min(r.median_ms for r in rows if r.schedule["engine"] == "ortx") == choice.ortx_ms
+    assert min(r.median_ms for r in rows if r.schedule["engine"] == "ort") == choice.ort_ms
     cached = session(model, tmp_path, "cached")
     (again,) = cached.assignment.engine_choices
     assert again.source == "records" and again.engine == choice.engine
     assert (again.ortx_ms, again.ort_ms) == (choice.ortx_ms, choice.ort_ms)
     with TuningDatabase(tmp_path / "tuning.sqlite") as database:
-        assert len(database.records(template=ENGINE_TEMPLATE)) == 2  # nothing measured again
+        assert len(database.records(template=ENGINE_TEMPLATE)) == 2 * processes  # nothing measured again
 
 
 def test_a_segment_recorded_slower_than_ort_goes_back_with_both_times_in_the_assignment(tmp_path):
@@ -168,7 +170,7 @@ def test_a_fused_node_holding_a_graph_pass_fusion_is_measured_on_the_nodes_it_st
     model = conv_decomposed_hardswish_conv()
     sess = session(model, tmp_path, "quick")
     (choice,) = sess.assignment.engine_choices
-    assert choice.source == "measured" and choice.ortx_ms > 0 and choice.ort_ms > 0
+    assert choice.source.startswith("measured") and choice.ortx_ms > 0 and choice.ort_ms > 0
     assert sorted(name.split("_")[1] for name in choice.original_nodes if name.startswith("node_")) == [
         "HardSigmoid", "Mul"]
     assert len(choice.original_nodes) == 4  # two Convs, HardSigmoid, Mul
@@ -189,3 +191,71 @@ def test_records_of_another_kernel_build_do_not_decide(tmp_path):
                                       source="test"))
     (again,) = session(model, tmp_path, "cached").assignment.engine_choices
     assert again.source == "no records" and again.engine == "ortx"
+
+
+def fake_measurements(monkeypatch, first, confirming):
+    """engine_choice's in-process measurement returns `first`; each confirming process the next of `confirming`
+    (None: the process failed). Returns the list of confirmations asked for."""
+    from ortx.tune import engine_choice, engine_confirm
+
+    asked = []
+    monkeypatch.setattr(engine_choice, "_measure", lambda *args: first)
+
+    def confirm(sub_model, shapes, *, threads, runs, precision):
+        asked.append((sub_model, shapes, threads, runs, precision))
+        return confirming[len(asked) - 1]
+
+    monkeypatch.setattr(engine_confirm, "measure_in_fresh_process", confirm)
+    return asked
+
+
+@pytest.mark.parametrize("confirming, engine, source, recorded", [
+    ([(1.0, 1.5)], "ortx", "measured in 2 processes", 4),  # a fresh process runs OrtxEP fast: it stays
+    ([(2.1, 1.1), (1.9, 0.9)], "ort", "measured in 3 processes", 6),  # every process agrees: it goes back
+    ([None], "ort", "measured", 2),  # no confirmation possible: the first measurement decides
+])
+def test_a_give_back_is_confirmed_in_fresh_processes(tmp_path, monkeypatch, confirming, engine, source, recorded):
+    model = _models.mobilenetv2_style(size=32)
+    asked = fake_measurements(monkeypatch, (2.0, 1.0), confirming)
+    (choice,) = session(model, tmp_path, "quick").assignment.engine_choices
+    assert (choice.engine, choice.source) == (engine, source)
+    assert len(asked) == len(confirming)
+    sub_model, shapes, threads, runs, precision = asked[0]
+    assert {i.name for i in sub_model.graph.input} == set(shapes) and threads == 2 and precision == "fp32"
+    assert shapes["input"] == (1, 3, 32, 32) and runs > 1
+    times = [(2.0, 1.0)] + [pair for pair in confirming if pair]
+    assert (choice.ortx_ms, choice.ort_ms) == (min(p[0] for p in times), min(p[1] for p in times))
+    with TuningDatabase(tmp_path / "tuning.sqlite") as database:
+        assert len(database.records(choice.signature, template=ENGINE_TEMPLATE)) == recorded
+    monkeypatch.undo()
+    (cached,) = session(model, tmp_path, "cached").assignment.engine_choices  # records decide the same way
+    assert (cached.engine, cached.ortx_ms, cached.ort_ms) == (engine, choice.ortx_ms, choice.ort_ms)
+
+
+def test_ortx_faster_at_once_asks_no_confirmation(tmp_path, monkeypatch):
+    asked = fake_measurements(monkeypatch, (1.0, 2.0), [])
+    (choice,) = session(_models.mobilenetv2_style(size=32), tmp_path, "quick").assignment.engine_choices
+    assert (choice.engine, choice.source, asked) == ("ortx", "measured", [])
+
+
+def test_the_confirming_process_measures_both_engines(tmp_path):
+    """The real subprocess (python -m ortx.tune.engine_confirm) on a small model: both medians, positive."""
+    from ortx.tune.engine_confirm import measure_in_fresh_process
+
+    model = _models.tiny_conv_relu()
+    shapes = {model.graph.input[0].name: tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)}
+    times = measure_in_fresh_process(model, shapes, threads=2, runs=4, precision="fp32")
+    assert times is not None and all(t > 0 for t in times)
+
+
+def test_a_failing_confirming_process_is_reported_not_trusted(tmp_path, caplog):
+    from onnx import helper
+
+    from ortx.tune.engine_confirm import measure_in_fresh_process
+
+    broken = helper.make_model(helper.make_graph([helper.make_node("NoSuchOp", ["X"], ["Y"])], "broken",
+                                                 [helper.make_tensor_value_info("X", 1, [2])],
+                                                 [helper.make_tensor_value_info("Y", 1, [2])]))
+    with caplog.at_level("WARNING"):
+        assert measure_in_fresh_process(broken, {"X": (2,)}, threads=1, runs=2, precision="fp32") is None
+    assert "confirming process failed" in caplog.text
