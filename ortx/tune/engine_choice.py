@@ -13,9 +13,9 @@
    by ortx.ep.fallback with the options the session gives its sub-sessions; inputs are seeded random values
    (floats in [-1, 1), integers in [0, 10)), never zeros.
 5. A segment goes back to ORT only when ORT's median is below OrtxEP's by more than MARGIN: on a tie it stays.
-   A measurement that says ORT is faster is confirmed in fresh processes first (ortx.tune.engine_confirm: one
-   process can run OrtxEP slower for its whole life); each engine's fastest measurement decides, here and from the
-   records.
+   A measurement that says ORT is faster is confirmed by fresh processes first (ortx.tune.engine_confirm: there
+   are periods in which OrtxEP at 2 threads runs ~1.45x slower); each engine's fastest measurement decides, here
+   and from the records.
 Limits: a segment is timed alone, not with its neighbours (boundary tensors, caches); a segment whose inputs are
 not all numeric tensors, or that holds ai.ortx ops the user's model already had (ORT cannot run them), is never
 measured and stays on OrtxEP.

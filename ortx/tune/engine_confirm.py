@@ -1,18 +1,20 @@
-"""A give-back to ORT confirmed in a fresh process: one process's measurement can be wrong for its whole life.
+"""A give-back to ORT confirmed by a fresh process: one measurement can fall in a period where OrtxEP runs slow.
 
-Why: on the 2-vCPU VMs these numbers come from, about one Python process in four runs OrtxEP's memory-heavy
-kernels ~1.5x slower for its first seconds to tens of seconds (ResNet-18-style, 2 threads: 21.4-22.5 ms against
-14.6-15.3 ms, bimodal; every kernel slower, maxpool 2.8x; a pure-compute thread-pool probe in the same process at
-its normal speed and split, both threads on their own vCPU at 100%; ORT in the same blocks slower by ~3%; seen with
-and without transparent huge pages and with ASLR off, after 12 s idle between processes; a second session built
-later in the same process ran fast and so did the first one again). `ortx tune` measured OrtxEP in such a state
-and gave ResNet-18-style back to ORT, which a separate process then measured 15% slower than OrtxEP.
+Why: on the 2-vCPU VMs these numbers come from, there are periods of seconds to tens of seconds in which OrtxEP at 2
+threads runs ~1.45x slower while ORT, and OrtxEP at 1 thread, keep their speed (ResNet-18-style, one process
+alternating four sessions for 60 s: OrtxEP 2 threads 14.4-15.7 ms, in two such periods 21.2-25.1; OrtxEP 1 thread
+26.5-28.6 ms throughout, ORT 2 threads 17.5-18.5, ORT 1 thread 33.5-36.6). Every kernel that reads what the other
+thread wrote slows (maxpool 2.8x, the Winograd convs 1.85x) while the classifier GEMM streaming its 2 MB of weights
+does not, and a pure-compute thread-pool probe keeps its speed and its even split: data moving between the two
+cores became slow (the host placing its two vCPUs apart is the likely cause; the guest cannot see it). About one
+process in four starts in such a period. `ortx tune` measured OrtxEP in one and gave ResNet-18-style back to ORT,
+which a separate process then measured 15% slower than OrtxEP.
 
 So when engine_choice's measurement says ORT is faster, up to CONFIRM_PROCESSES fresh Python processes measure
-the same nodes again (ortx.measure.compare: OrtxEP with tuning "off" against ORT, interleaved blocks) and the
-segment goes back only if every measurement agrees; the confirming times are recorded too, and the decision (here
-and from records later) takes each engine's fastest measurement. A confirmation that cannot run (no interpreter,
-timeout, error) leaves the first measurement to decide, with a warning.
+the same nodes again, later (ortx.measure.compare: OrtxEP with tuning "off" against ORT, interleaved blocks), and
+the segment goes back only if every measurement agrees; the confirming times are recorded too, and the decision
+(here and from records later) takes each engine's fastest measurement. A confirmation that cannot run (no
+interpreter, timeout, error) leaves the first measurement to decide, with a warning.
 """
 from __future__ import annotations
 
