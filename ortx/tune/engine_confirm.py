@@ -1,9 +1,10 @@
 """A give-back to ORT confirmed by a fresh process: one measurement can fall in a period where OrtxEP runs slow.
 
 Why: on the 2-vCPU VMs these numbers come from, there are periods of seconds to tens of seconds in which OrtxEP at 2
-threads runs ~1.45x slower while ORT, and OrtxEP at 1 thread, keep their speed (ResNet-18-style, one process
+threads runs ResNet-18-style ~1.45x slower while ORT (1.04x), and OrtxEP at 1 thread, keep their speed (one process
 alternating four sessions for 60 s: OrtxEP 2 threads 14.4-15.7 ms, in two such periods 21.2-25.1; OrtxEP 1 thread
-26.5-28.6 ms throughout, ORT 2 threads 17.5-18.5, ORT 1 thread 33.5-36.6). Every kernel that reads what the other
+26.5-28.6 ms throughout, ORT 2 threads 17.5-18.5, ORT 1 thread 33.5-36.6; on MobileNetV2-style and the BERT-like
+block both engines' 2-thread runs slow ~1.2x). Every kernel that reads what the other
 thread wrote slows (maxpool 2.8x, the Winograd convs 1.85x) while the classifier GEMM streaming its 2 MB of weights
 does not, and a pure-compute thread-pool probe keeps its speed and its even split: data moving between the two
 cores became slow (the host placing its two vCPUs apart is the likely cause; the guest cannot see it). About one
