@@ -1,14 +1,13 @@
 """A give-back to ORT confirmed by a fresh process: one measurement can fall in a period where OrtxEP runs slow.
 
-Why: on the 2-vCPU VMs these numbers come from, there are periods of seconds to tens of seconds in which OrtxEP at 2
-threads runs ResNet-18-style ~1.45x slower while ORT (1.04x), and OrtxEP at 1 thread, keep their speed (one process
-alternating four sessions for 60 s: OrtxEP 2 threads 14.4-15.7 ms, in two such periods 21.2-25.1; OrtxEP 1 thread
-26.5-28.6 ms throughout, ORT 2 threads 17.5-18.5, ORT 1 thread 33.5-36.6; on MobileNetV2-style and the BERT-like
-block both engines' 2-thread runs slow ~1.2x). Every ResNet conv slows 1.2-1.9x and the maxpool 2.8x, while the
-classifier GEMM streaming its 2 MB of weights does not, and a pure-compute thread-pool probe keeps its speed and its
-even split; the cause is not established (BENCHMARKS.md, "End to end after ortx tune"). About one process in four
-starts in such a period. `ortx tune` measured OrtxEP in one and gave ResNet-18-style back to ORT, which a
-separate process then measured 15% slower than OrtxEP.
+Why: on the 2-vCPU VMs these numbers come from, there are periods of seconds to minutes in which the two vCPUs
+slow each other down whenever both compute, and OrtxEP's two-thread runs of ResNet-18-style slow ~1.45x while
+OrtxEP at 1 thread keeps its speed (one process alternating four sessions for 60 s: OrtxEP 2 threads 14.4-15.7 ms,
+in two such periods 21.2-25.1; OrtxEP 1 thread 26.5-28.6 ms throughout; ORT at 2 threads 17.5-18.5 there, though
+1.37x slower in a later period; two independent one-thread sessions run at once 1.48x slower). Every ResNet conv
+slows 1.2-1.9x and the maxpool 2.8x; which shared resource is contended is not established (BENCHMARKS.md, "End to
+end after ortx tune"). About one process in four starts in such a period. `ortx tune` measured OrtxEP in one and
+gave ResNet-18-style back to ORT, which a separate process then measured 15% slower than OrtxEP.
 
 So when engine_choice's measurement says ORT is faster, up to CONFIRM_PROCESSES fresh Python processes measure
 the same nodes again, later (ortx.measure.compare: OrtxEP with tuning "off" against ORT, interleaved blocks), and
