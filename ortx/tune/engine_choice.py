@@ -151,16 +151,17 @@ def _median_ms(run, runs: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def _measure(step: ClaimedStep, plan: ExecutionPlan, sub_model, ort_settings,
-             runs: int) -> tuple[float, float] | None:
+def _measure(step: ClaimedStep, plan: ExecutionPlan, sub_model, ort_settings, runs: int, *,
+             only_step: bool | None = None) -> tuple[float, float] | None:
     """(OrtxEP ms, ORT ms) of one segment, or None when its inputs cannot be made up. `sub_model`: its standard
-    nodes as a model (ORT runs it)."""
+    nodes as a model (ORT runs it). `only_step`: the segment is its model's only step (default: `plan`'s)."""
     feeds = _random_feeds(plan.tensors, step.inputs, seed=0)
     if feeds is None:
         return None
     alone = ExecutionPlan([step], plan.tensors, list(step.inputs), list(step.outputs), plan.num_threads,
                           plan.use_reference_kernels)
-    alone_in_plan = len(plan.steps) == 1  # given back, ORT would run the whole model: its threads may spin
+    # given back, ORT would run the whole model: its threads may spin
+    alone_in_plan = len(plan.steps) == 1 if only_step is None else only_step
     ort = OrtSegment(sub_model, ort_settings.options_for(not alone_in_plan), ort_settings.providers,
                      ort_settings.provider_options)
 
@@ -223,7 +224,8 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
                 shapes = {name: tuple(compiled_plan.tensors[name].shape) for name in step.inputs}
                 while _goes_back(_fastest(measurements)) and len(measurements) <= engine_confirm.CONFIRM_PROCESSES:
                     again = engine_confirm.measure_in_fresh_process(
-                        sub_model, shapes, threads=compiled_plan.num_threads, runs=runs, precision=precision)
+                        sub_model, shapes, threads=compiled_plan.num_threads, runs=runs, precision=precision,
+                        only_step=len(compiled_plan.steps) == 1)
                     if again is None:
                         break
                     measurements.append((again, "engine_choice:confirm"))

@@ -10,10 +10,13 @@ end after ortx tune"). About one process in four starts in such a period. `ortx 
 gave ResNet-18-style back to ORT, which a separate process then measured 15% slower than OrtxEP.
 
 So when engine_choice's measurement says ORT is faster, up to CONFIRM_PROCESSES fresh Python processes measure
-the same nodes again, later (ortx.measure.compare: OrtxEP with tuning "off" against ORT, interleaved blocks), and
-the segment goes back only if every measurement agrees; the confirming times are recorded too, and the decision
-(here and from records later) takes each engine's fastest measurement. A confirmation that cannot run (no
-interpreter, timeout, error) leaves the first measurement to decide, with a warning.
+the same nodes again, later, the way engine_choice does (the nodes compiled with tuning off into one segment and
+timed by engine_choice._measure against ORT's sub-session on the same nodes, interleaved blocks: timing whole
+sessions instead would charge ortx.InferenceSession's per-run overhead, ~12 us against ORT's ~5 us on a one-Relu
+model, to OrtxEP alone, and a test's tiny conv went back to ORT that way), and the segment goes back only if
+every measurement agrees; the confirming times are recorded too, and the decision (here and from records later)
+takes each engine's fastest measurement. A confirmation that cannot run (no interpreter, timeout, error) leaves the
+first measurement to decide, with a warning.
 """
 from __future__ import annotations
 
@@ -34,14 +37,18 @@ TIMEOUT_S = 300.0
 
 
 def measure_in_fresh_process(sub_model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], *, threads: int,
-                             runs: int, precision: str) -> tuple[float, float] | None:
-    """(OrtxEP ms, ORT ms) of `sub_model` measured by a new Python process, or None (with a warning) if it failed."""
+                             runs: int, precision: str, only_step: bool = True) -> tuple[float, float] | None:
+    """(OrtxEP ms, ORT ms) of `sub_model` measured by a new Python process, or None (with a warning) if it failed.
+    `only_step`: the segment is its model's only step (ORT's sub-session then gets the options of a session of its
+    own, as engine_choice._measure gives it)."""
     with tempfile.TemporaryDirectory(prefix="ortx-confirm-") as folder:
         path = os.path.join(folder, "segment.onnx")
         with open(path, "wb") as file:
             file.write(sub_model.SerializeToString())
         command = [sys.executable, "-m", "ortx.tune.engine_confirm", path, "--threads", str(threads),
                    "--runs", str(runs), "--precision", precision, "--shapes", json.dumps(shapes)]
+        if not only_step:
+            command.append("--shares-cores")
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
@@ -59,22 +66,47 @@ def measure_in_fresh_process(sub_model: onnx.ModelProto, shapes: dict[str, tuple
         return None
 
 
+def measure_segment(model_path: str, shapes: dict[str, tuple[int, ...]], *, threads: int, runs: int, precision: str,
+                    only_step: bool) -> tuple[float, float]:
+    """The confirming process's measurement: `model_path` compiled with tuning off must be one claimed segment."""
+    from ortx import pipeline
+    from ortx.config import Options
+    from ortx.ep.runtime import ClaimedStep
+    from ortx.model_io import load
+    from ortx.tune.engine_choice import _measure
+    from ortx.tune.tune_model import _ort_settings
+
+    proto = load(model_path)
+    ort = _ort_settings(threads)
+    compiled = pipeline.compile_for_shapes(pipeline.prepare_loaded(onnx.ModelProto.FromString(
+        proto.SerializeToString())), shapes, ort, num_threads=threads, jit=Options.from_environment(), tuning=None,
+        precision=precision)
+    steps = compiled.plan.steps
+    if len(steps) != 1 or not isinstance(steps[0], ClaimedStep):
+        raise ValueError(f"{model_path}: compiles to {len(steps)} steps, not one claimed segment")
+    measured = _measure(steps[0], compiled.plan, proto, ort, runs, only_step=only_step)
+    if measured is None:
+        raise ValueError(f"{model_path}: its inputs cannot be made up")
+    return measured
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ortx.tune.engine_confirm",
-                                     description="Measure OrtxEP (tuning off) against ORT on one model and print "
+                                     description="Measure one claimed segment on OrtxEP (tuning off) against ORT "
+                                                 "on the same nodes, as ortx.tune.engine_choice does, and print "
                                                  "both medians as JSON (engine_choice's confirming process).")
     parser.add_argument("model")
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--runs", type=int, required=True)
     parser.add_argument("--precision", default="fp32")
     parser.add_argument("--shapes", default="{}", help="JSON: input name -> shape")
+    parser.add_argument("--shares-cores", action="store_true",
+                        help="the segment is not the model's only step (ORT's sub-session options for that case)")
     args = parser.parse_args(argv)
-    from ortx.measure import compare
-
     shapes = {name: tuple(shape) for name, shape in json.loads(args.shapes).items()}
-    result = compare("segment", args.model, shapes=shapes or None, threads=args.threads, runs=args.runs,
-                     precision=args.precision)
-    print(json.dumps({"ortx_ms": result.ortx_ms, "ort_ms": result.ort_ms}))
+    ortx_ms, ort_ms = measure_segment(args.model, shapes, threads=args.threads, runs=args.runs,
+                                      precision=args.precision, only_step=not args.shares_cores)
+    print(json.dumps({"ortx_ms": ortx_ms, "ort_ms": ort_ms}))
     return 0
 
 

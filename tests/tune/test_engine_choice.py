@@ -201,8 +201,8 @@ def fake_measurements(monkeypatch, first, confirming):
     asked = []
     monkeypatch.setattr(engine_choice, "_measure", lambda *args: first)
 
-    def confirm(sub_model, shapes, *, threads, runs, precision):
-        asked.append((sub_model, shapes, threads, runs, precision))
+    def confirm(sub_model, shapes, *, threads, runs, precision, only_step):
+        asked.append((sub_model, shapes, threads, runs, precision, only_step))
         return confirming[len(asked) - 1]
 
     monkeypatch.setattr(engine_confirm, "measure_in_fresh_process", confirm)
@@ -220,8 +220,9 @@ def test_a_give_back_is_confirmed_in_fresh_processes(tmp_path, monkeypatch, conf
     (choice,) = session(model, tmp_path, "quick").assignment.engine_choices
     assert (choice.engine, choice.source) == (engine, source)
     assert len(asked) == len(confirming)
-    sub_model, shapes, threads, runs, precision = asked[0]
+    sub_model, shapes, threads, runs, precision, only_step = asked[0]
     assert {i.name for i in sub_model.graph.input} == set(shapes) and threads == 2 and precision == "fp32"
+    assert only_step  # MobileNetV2-style is one claimed segment
     assert shapes["input"] == (1, 3, 32, 32) and runs > 1
     times = [(2.0, 1.0)] + [pair for pair in confirming if pair]
     assert (choice.ortx_ms, choice.ort_ms) == (min(p[0] for p in times), min(p[1] for p in times))
@@ -239,13 +240,28 @@ def test_ortx_faster_at_once_asks_no_confirmation(tmp_path, monkeypatch):
 
 
 def test_the_confirming_process_measures_both_engines(tmp_path):
-    """The real subprocess (python -m ortx.tune.engine_confirm) on a small model: both medians, positive."""
+    """The real subprocess (python -m ortx.tune.engine_confirm) on a small model: both medians, positive, for a
+    segment alone in its model and for one that shares the cores with other segments."""
     from ortx.tune.engine_confirm import measure_in_fresh_process
 
     model = _models.tiny_conv_relu()
     shapes = {model.graph.input[0].name: tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)}
-    times = measure_in_fresh_process(model, shapes, threads=2, runs=4, precision="fp32")
-    assert times is not None and all(t > 0 for t in times)
+    for only_step in (True, False):
+        times = measure_in_fresh_process(model, shapes, threads=2, runs=4, precision="fp32", only_step=only_step)
+        assert times is not None and all(t > 0 for t in times)
+
+
+def test_the_confirming_process_measures_one_claimed_segment_only(tmp_path):
+    """A model that does not compile to one claimed segment (here an LSTM between two claimed parts) is refused
+    with its step count, not measured as something else."""
+    from ortx.tune.engine_confirm import measure_segment
+
+    model = _models.lstm_classifier()
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    shape = tuple(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim)
+    with pytest.raises(ValueError, match="compiles to 3 steps, not one claimed segment"):
+        measure_segment(str(path), {"X": shape}, threads=2, runs=2, precision="fp32", only_step=True)
 
 
 def test_a_failing_confirming_process_is_reported_not_trusted(tmp_path, caplog):
