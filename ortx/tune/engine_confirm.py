@@ -76,11 +76,10 @@ def measure_segment(model_path: str, shapes: dict[str, tuple[int, ...]], *, thre
     from ortx.tune.engine_choice import _measure
     from ortx.tune.tune_model import _ort_settings
 
-    proto = load(model_path)
+    proto = load(model_path)  # prepare_loaded only names unnamed nodes in it: ORT's sub-session runs it after
     ort = _ort_settings(threads)
-    compiled = pipeline.compile_for_shapes(pipeline.prepare_loaded(onnx.ModelProto.FromString(
-        proto.SerializeToString())), shapes, ort, num_threads=threads, jit=Options.from_environment(), tuning=None,
-        precision=precision)
+    compiled = pipeline.compile_for_shapes(pipeline.prepare_loaded(proto), shapes, ort, num_threads=threads,
+                                           jit=Options.from_environment(), tuning=None, precision=precision)
     steps = compiled.plan.steps
     if len(steps) != 1 or not isinstance(steps[0], ClaimedStep):
         raise ValueError(f"{model_path}: compiles to {len(steps)} steps, not one claimed segment")
