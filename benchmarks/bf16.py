@@ -104,11 +104,12 @@ def main() -> int:
         "random inputs. OrtxEP runs precision='bf16' (constant-weight GEMMs and dense convs in bf16 with fp32 "
         "accumulation, the rest fp32); ratio = OrtxEP bf16 ms / ORT fp32 ms (goal <= 0.45); cosine = first output "
         "against ORT fp32's (goal >= 0.999). Load = 1-minute load average when the model's measurement began "
-        "(2 cores, shared). Written by `python benchmarks/bf16.py`.",
+        "(2 cores, shared); host = rounds of blocks in which ortx.host_contention's probe found the threads sharing "
+        "one physical core. Written by `python benchmarks/bf16.py`.",
         "",
         "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
-        "cosine OrtxEP | cosine OpenVINO | load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "cosine OrtxEP | cosine OpenVINO | load | host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result, shape, openvino_precision, load in rows:
         other = result.others[0] if result.others else None
@@ -117,7 +118,7 @@ def main() -> int:
         lines.append(
             f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
             f"{result.ratio:.2f} | {openvino} | {versus} | {result.cosine:.6f} | "
-            f"{f'{other.cosine:.6f}' if other else '-'} | {load:.1f} |")
+            f"{f'{other.cosine:.6f}' if other else '-'} | {load:.1f} | {result.host_note()} |")
     met_ratio = sum(r.ratio <= GOAL_RATIO for r, *_ in rows)
     met_cosine = sum(r.cosine >= GOAL_COSINE for r, *_ in rows)
     beat_openvino = sum(bool(r.others) and r.ortx_ms < r.others[0].median_ms for r, *_ in rows)

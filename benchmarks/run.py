@@ -54,7 +54,7 @@ def main() -> int:
                           peak_rss_mib(path, input_name, shape, args.threads, True))
             rows.append((result, shape, memory, key))
             print(f"  ORT {result.ort_ms:.2f} ms, OrtxEP {result.ortx_ms:.2f} ms, ratio {result.ratio:.2f}, "
-                  f"claimed {100 * result.claimed_mac_share:.1f}%", flush=True)
+                  f"claimed {100 * result.claimed_mac_share:.1f}%, host {result.host_note()}", flush=True)
     median = statistics.median(r.ratio for r, _, _, _ in rows)
     cnn_ratios = [r.ratio for r, _, _, key in rows if key in CNN_KEYS]
     cnn_median = statistics.median(cnn_ratios) if len(cnn_ratios) == len(CNN_KEYS) else None
@@ -65,11 +65,14 @@ def main() -> int:
         f"{args.tuning!r}, median of {args.runs} runs "
         "interleaved in blocks of 4 (each block after 100 ms idle and an uncounted warm-in of at least 20 ms, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
         "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
-        "it 5 times. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
+        "it 5 times. Host: rounds of blocks in which ortx.host_contention's probe found the two threads sharing one "
+        "physical core (its multiply-add loop >= 1.4x slower per thread with both threads busy); such rounds run "
+        "kernels near the core's multiply-add peak slower than the rest. Written by `python benchmarks/run.py`; these "
+        "machines are shared and noisy, compare ratios.",
         "",
         "| model | input | ORT ms | OrtxEP ms | ratio | OrtxEP GFLOP/s | ORT GFLOP/s | claimed MACs | segments | "
-        "max rel err | cosine | peak MiB ORT | peak MiB OrtxEP |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "max rel err | cosine | peak MiB ORT | peak MiB OrtxEP | host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result, shape, (ort_peak, ortx_peak), _ in rows:
         peaks = ("-", "-") if ort_peak is None else (f"{ort_peak:.0f}", f"{ortx_peak:.0f}")
@@ -77,7 +80,7 @@ def main() -> int:
             f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
             f"{result.ratio:.2f} | {result.ortx_gflops:.1f} | {result.ort_gflops:.1f} | "
             f"{100 * result.claimed_mac_share:.1f}% | {result.segments} | {result.max_relative_error:.1e} | "
-            f"{result.cosine:.6f} | {peaks[0]} | {peaks[1]} |")
+            f"{result.cosine:.6f} | {peaks[0]} | {peaks[1]} | {result.host_note()} |")
     lines += ["", f"Median OrtxEP/ORT ratio over these models: {median:.2f}."]
     if cnn_median is not None:
         lines.append(f"Median over the five CNNs (issue #2's bar, <= 1.5): {cnn_median:.2f}.")

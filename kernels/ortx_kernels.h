@@ -51,6 +51,8 @@ extern const ortx_kernel_entry ortx_family_fft[];
 extern const ortx_kernel_entry ortx_family_band[];
 /* Multi-head attention over head-interleaved [batch, seq, heads * head_dim] rows (attention.c) */
 extern const ortx_kernel_entry ortx_family_attention[];
+/* What the host machine is doing now (host_probe.c), for benchmarks to report */
+extern const ortx_kernel_entry ortx_family_host[];
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };

@@ -25,6 +25,7 @@ import numpy as np
 import onnxruntime
 
 from ortx.ep.session import InferenceSession
+from ortx.host_contention import fma_contention
 from ortx.model_io import load, to_ort_bytes
 
 BLOCK = 4  # counted runs per block; each block first makes uncounted warm-in runs (warm_in)
@@ -57,6 +58,14 @@ class Comparison:
     total_macs: int
     segments: int
     others: tuple[OtherEngine, ...] = ()
+    # ortx.host_contention's probe once per round of blocks (after the idle, before ORT's block): how many rounds
+    # found the threads sharing one core, where two-thread times are not this machine's usual ones
+    shared_core_rounds: int = 0
+    rounds: int = 0
+
+    def host_note(self) -> str:
+        """'-' when every round had a core per thread, else e.g. '3/8 rounds on one core'."""
+        return f"{self.shared_core_rounds}/{self.rounds} rounds on one core" if self.shared_core_rounds else "-"
 
     @property
     def ratio(self) -> float:
@@ -164,9 +173,14 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             run()
     all_times = [[] for _ in engines]
     ort_times, ortx_times = all_times[0], all_times[1]
+    shared_core_rounds = rounds = 0
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
-        for run, times in zip(engines, all_times):
+        rounds += 1
+        for index, (run, times) in enumerate(zip(engines, all_times)):
+            if index == 0 and threads > 1:
+                time.sleep(settle)  # the probe, too, must not share the cores with the last block's spinning threads
+                shared_core_rounds += fma_contention(threads).shared_core
             switch_over(run, settle)
             for _ in range(count):
                 start = time.perf_counter()
@@ -187,6 +201,8 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         segments=assignment.segments,
         others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine)
                      for other, times, cosine in zip(other_names, all_times[2:], other_cosines)),
+        shared_core_rounds=shared_core_rounds,
+        rounds=rounds,
     )
 
 

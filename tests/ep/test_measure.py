@@ -4,6 +4,7 @@ import time
 import numpy as np
 
 from ortx import measure
+from ortx.host_contention import HostContention
 from tests import _models
 
 
@@ -16,6 +17,23 @@ def test_compare_counts_the_requested_runs_and_reports_errors_and_claim():
     assert result.ort_ms > 0 and result.ortx_ms > 0 and result.ratio == result.ortx_ms / result.ort_ms
     assert result.cosine >= 0.9999 and result.max_relative_error <= 1e-3
     assert result.claimed_mac_share == 1.0 and result.segments == 1 and result.total_macs > 0
+    assert result.rounds == len(progress) and result.shared_core_rounds == 0  # one thread: no core to share
+    assert result.host_note() == "-"
+
+
+def test_compare_probes_the_host_once_per_round_and_reports_rounds_on_one_core(monkeypatch):
+    readings = iter([HostContention(2, 1.0, 1.9), HostContention(2, 1.0, 1.0), HostContention(2, 1.0, 1.8)])
+    probed = []
+
+    def fake_contention(threads):
+        probed.append(threads)
+        return next(readings)
+
+    monkeypatch.setattr(measure, "fma_contention", fake_contention)
+    result = measure.compare("resnet-32", _models.resnet18_style(size=32), threads=2, runs=3 * measure.BLOCK,
+                             warmup=1, settle=0.0)
+    assert probed == [2, 2, 2] and result.rounds == 3 and result.shared_core_rounds == 2
+    assert result.host_note() == "2/3 rounds on one core"
 
 
 def test_warm_in_runs_once_for_a_slow_run_and_until_the_time_has_passed_for_fast_ones():

@@ -1,0 +1,69 @@
+"""Are the pool's threads on separate cores right now? A reading benchmarks print beside their times.
+
+On this workplace's VMs (2 vCPUs) there are periods, seconds to a minute long, in which the host runs both vCPUs on
+the two hardware threads of one physical core. Measured with a standalone C probe on an AMD EPYC Zen 4 VM, 1374
+rounds over 5 minutes, each timing three loops alone and on both vCPUs at once: in 51 rounds a loop bound by
+multiply-add throughput (12 independent AVX-512 FMA chains) ran 1.77x slower per thread with both vCPUs busy (alone
+unchanged), a latency-bound integer chain 1.10x, a 64 MB stream 1.49x; in the other rounds 1.00x, 1.01x, 1.22x.
+That is the signature of two hardware threads sharing one core's multiply-add units. Inside such a period a
+two-thread run of a kernel near the core's multiply-add peak gains little over one thread, so OrtxEP's tuned
+kernels lose more than ORT's, which leave more of those units idle: the "slow periods" of BENCHMARKS.md.
+
+`fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ortx import _kernels
+
+ITERATIONS = 200_000  # 0.60 ms alone on a Zen 4 vCPU (2.4M zmm FMAs, ~1 a cycle)
+SHARED_CORE_RATIO = 1.4  # per-thread slow-down at which the threads are taken to share a core (1.0 vs ~1.8 seen)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostContention:
+    """Per-thread time of the multiply-add probe with every pool thread running it, over its time alone (the
+    smallest of `tries` readings of each, so that another process's burst does not count)."""
+
+    threads: int
+    alone_ms: float
+    together_ms: float
+
+    @property
+    def ratio(self) -> float:
+        return self.together_ms / self.alone_ms
+
+    @property
+    def shared_core(self) -> bool:
+        return self.threads > 1 and self.ratio >= SHARED_CORE_RATIO
+
+    def describe(self) -> str:
+        if self.threads < 2:
+            return "one thread"
+        return f"x{self.ratio:.2f}" + (" (threads share a core)" if self.shared_core else "")
+
+
+def _probe(threads: int, iterations: int) -> float:
+    """Milliseconds the slowest of `threads` tasks took, each on its own pool thread."""
+    nanoseconds = np.zeros(threads, np.int64)
+    thread_of = np.full(threads, -1, np.int64)
+    _kernels.call("host_fma_probe", [threads, iterations], [], [nanoseconds, thread_of], num_threads=threads)
+    if len(set(thread_of.tolist())) != threads:
+        # a worker did not wake in time and another thread ran its task after its own: not a concurrent reading
+        return float("nan")
+    return float(nanoseconds.max()) / 1e6
+
+
+def fma_contention(threads: int = 2, *, iterations: int = ITERATIONS, tries: int = 3) -> HostContention:
+    """The probe alone and on `threads` pool threads at once; a few milliseconds in all."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    alone = min(_probe(1, iterations) for _ in range(tries))
+    if threads == 1:
+        return HostContention(1, alone, alone)
+    readings = [_probe(threads, iterations) for _ in range(tries)]
+    together = min((value for value in readings if value == value), default=float("nan"))
+    return HostContention(threads, alone, together)

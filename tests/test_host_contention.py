@@ -1,0 +1,56 @@
+"""ortx.host_contention: the multiply-add probe that tells whether the pool's threads have a core each."""
+import numpy as np
+import pytest
+
+from ortx import _kernels, host_contention
+from ortx.host_contention import HostContention
+
+
+def _probe(tasks, iterations, threads):
+    nanoseconds = np.zeros(tasks, np.int64)
+    thread_of = np.full(tasks, -1, np.int64)
+    _kernels.call("host_fma_probe", [tasks, iterations], [], [nanoseconds, thread_of], num_threads=threads)
+    return nanoseconds, thread_of
+
+
+def test_the_probe_times_every_task_and_names_the_thread_that_ran_it():
+    nanoseconds, thread_of = _probe(2, 20_000, 2)
+    assert (nanoseconds > 0).all()
+    assert set(thread_of.tolist()) <= {0, 1} and (thread_of >= 0).all()
+    nanoseconds, thread_of = _probe(1, 20_000, 1)
+    assert nanoseconds[0] > 0 and thread_of[0] == 0
+
+
+ISAS = ("portable", "avx2", "avx512")
+
+
+@pytest.mark.parametrize("isa", ISAS[:ISAS.index(_kernels.cpu_isa()) + 1])
+def test_the_probe_time_grows_with_its_iterations_on_every_isa(isa):
+    previous = _kernels.selected_isa()
+    assert _kernels.force_isa(isa) == isa
+    try:
+        short = min(_probe(1, 20_000, 1)[0][0] for _ in range(5))
+        long = min(_probe(1, 80_000, 1)[0][0] for _ in range(5))
+    finally:
+        _kernels.force_isa(previous)
+    # four times the steps: the loop is not optimised away and is not hidden behind a fixed cost
+    assert 2.5 * short < long < 6 * short
+
+
+def test_a_reading_is_shared_only_past_the_threshold_and_with_several_threads():
+    assert not HostContention(2, 1.0, 1.1).shared_core
+    assert HostContention(2, 1.0, 1.9).shared_core
+    assert HostContention(2, 1.0, 1.9).describe() == "x1.90 (threads share a core)"
+    assert HostContention(2, 1.0, 1.0).describe() == "x1.00"
+    assert not HostContention(1, 1.0, 1.0).shared_core and HostContention(1, 1.0, 1.0).describe() == "one thread"
+    assert not HostContention(2, 1.0, float("nan")).shared_core  # no concurrent reading: not evidence of sharing
+
+
+def test_fma_contention_measures_alone_and_together():
+    reading = host_contention.fma_contention(2, iterations=20_000)
+    assert reading.threads == 2 and reading.alone_ms > 0
+    assert reading.together_ms != reading.together_ms or reading.together_ms > 0
+    single = host_contention.fma_contention(1, iterations=20_000)
+    assert single.threads == 1 and single.ratio == 1.0
+    with pytest.raises(ValueError, match="threads must be >= 1"):
+        host_contention.fma_contention(0)
