@@ -8,7 +8,8 @@ accumulation, and so do both activation x activation products of a fused MultiHe
 other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics, depthwise convs, other
 transposed convs, the products of an unfused ScaledDotProductAttention, and the epilogues (bias, residual,
 activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
-(ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order.
+(ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order; a
+network's stem that writes into such a run (a dense conv from at most 4 channels) stays fp32 (faster there).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

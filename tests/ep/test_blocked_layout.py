@@ -162,9 +162,9 @@ def test_a_lone_pointwise_conv_stays_nchw():
 @pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
 def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the
-    stem stays a bf16 conv (so one reorder enters the run). The same bf16 definition as the NCHW bf16 kernels, so
-    as accurate against fp32 as they are (this random-weight model at 64x64: cosine 0.9970 both ways, below issue
-    #5's 0.999, which the packaged models' benchmark judges), and as close to their output as reassociation allows."""
+    stem the fp32 blocked stem (so no reorder enters the run): the NCHW bf16 definition but for the stem, and at
+    least as accurate against fp32 (this random-weight model at 64x64: cosine about 0.997 both ways, below issue
+    #5's 0.999, which the packaged models' benchmark judges)."""
     import ortx.pipeline
 
     model = _models.mobilenetv2_style(size=64, seed=5)
@@ -176,11 +176,10 @@ def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     finally:
         ortx.pipeline.BLOCKED_LAYOUT = True
     assert cosine(actual, expected) >= cosine(nchw, expected) - 1e-3
-    assert cosine(actual, nchw) >= BF16_MODEL_MIN_COSINE
     counts = _kernel_counts(session)
     assert counts["conv_pointwise_nchwc_bf16"] == 34 and counts["conv2d_depthwise_nchwc_f32"] == 17
-    assert counts["conv2d_bf16"] == 1 and counts["reorder_to_nchwc_f32"] == 1
-    assert "conv_pointwise_nchwc_f32" not in counts
+    assert counts["conv2d_to_nchwc_f32"] == 1 and "reorder_to_nchwc_f32" not in counts
+    assert "conv_pointwise_nchwc_f32" not in counts and "conv2d_bf16" not in counts
 
 
 @pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
