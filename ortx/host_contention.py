@@ -6,10 +6,11 @@ rounds over 5 minutes, each timing three loops alone and on both vCPUs at once: 
 multiply-add throughput (12 independent AVX-512 FMA chains) ran 1.77x slower per thread with both vCPUs busy (alone
 unchanged), a latency-bound integer chain 1.10x, a 64 MB stream 1.49x; in the other rounds 1.00x, 1.01x, 1.22x.
 That is the signature of two hardware threads sharing one core's multiply-add units. Inside such a period a
-two-thread run of a kernel near the core's multiply-add peak gains little over one thread, so OrtxEP's tuned
-kernels lose more than ORT's, which leave more of those units idle: the "slow periods" of BENCHMARKS.md.
+two-thread run of a kernel near the core's multiply-add peak gains little over one thread.
 
-`fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool.
+`fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool. It does
+not see the host's other slow state (BENCHMARKS.md, "End to end after ortx tune", (B)): processes in which
+memory-heavy work slows and OrtxEP's ResNet-style convs lose ~3 ms where ORT's lose 0.5, with the probe at 1.00x.
 """
 from __future__ import annotations
 

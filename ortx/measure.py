@@ -13,7 +13,9 @@ model needs several runs to reach its steady time (BERT-like block, 2 threads, m
 after 0.1 s idle, three processes: ORT 1.56, 1.08-1.17, 0.97-1.08, then 0.91-0.98 from the 5th run; OrtxEP 1.9,
 1.3-1.5, 0.88-1.16, then 0.80-0.86), so counting from the second run put the median on that slope and the ratio
 swung 0.65-1.14 between processes. Errors are measured on the same fresh random inputs (seeded, never zeros).
-Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP.
+Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP. At more than
+one thread each round of blocks starts, after its idle, with ortx.host_contention's probe, and the comparison
+counts the rounds in which the host ran the threads on one core (Comparison.host_note).
 """
 from __future__ import annotations
 
