@@ -8,9 +8,11 @@ unchanged), a latency-bound integer chain 1.10x, a 64 MB stream 1.49x; in the ot
 That is the signature of two hardware threads sharing one core's multiply-add units. Inside such a period a
 two-thread run of a kernel near the core's multiply-add peak gains little over one thread.
 
-`fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool. It does
-not see the host's other slow state (BENCHMARKS.md, "End to end after ortx tune", (B)): processes in which
-memory-heavy work slows and OrtxEP's ResNet-style convs lose ~3 ms where ORT's lose 0.5, with the probe at 1.00x.
+`fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool, and
+also reads how much slower the slowest thread is than the fastest while both run: the host's other slow state
+(BENCHMARKS.md, "End to end after ortx tune", (B)), periods in which OrtxEP's ResNet-style convs lose ~3 ms where
+ORT's lose 0.5, looks like one vCPU computing slower than the other (a per-vCPU probe: 1.3x at times); whether
+every such period shows in the spread is not established.
 """
 from __future__ import annotations
 
@@ -22,49 +24,63 @@ from ortx import _kernels
 
 ITERATIONS = 200_000  # 0.60 ms alone on a Zen 4 vCPU (2.4M zmm FMAs, ~1 a cycle)
 SHARED_CORE_RATIO = 1.4  # per-thread slow-down at which the threads are taken to share a core (1.0 vs ~1.8 seen)
+UNEVEN_RATIO = 1.2  # slowest over fastest thread, both running, at which one vCPU is taken to be slower (1.3 seen)
 
 
 @dataclasses.dataclass(frozen=True)
 class HostContention:
-    """Per-thread time of the multiply-add probe with every pool thread running it, over its time alone (the
-    smallest of `tries` readings of each, so that another process's burst does not count)."""
+    """The multiply-add probe alone on the caller's thread and on every pool thread at once (the smallest of
+    `tries` readings of each, so that another process's burst does not count): `together_ms` the slowest thread's
+    time, `fastest_ms` the fastest one's in that same reading."""
 
     threads: int
     alone_ms: float
     together_ms: float
+    fastest_ms: float = float("nan")
 
     @property
     def ratio(self) -> float:
         return self.together_ms / self.alone_ms
 
     @property
+    def spread(self) -> float:
+        """Slowest over fastest thread while all run: one vCPU slower than the other, as when another tenant's
+        thread shares its core (BENCHMARKS.md's (B)); NaN without a concurrent reading."""
+        return self.together_ms / self.fastest_ms
+
+    @property
     def shared_core(self) -> bool:
         return self.threads > 1 and self.ratio >= SHARED_CORE_RATIO
+
+    @property
+    def uneven(self) -> bool:
+        return self.threads > 1 and not self.shared_core and self.spread >= UNEVEN_RATIO
 
     def describe(self) -> str:
         if self.threads < 2:
             return "one thread"
-        return f"x{self.ratio:.2f}" + (" (threads share a core)" if self.shared_core else "")
+        note = " (threads share a core)" if self.shared_core else " (one thread slower)" if self.uneven else ""
+        return f"x{self.ratio:.2f}, spread {self.spread:.2f}{note}"
 
 
-def _probe(threads: int, iterations: int) -> float:
-    """Milliseconds the slowest of `threads` tasks took, each on its own pool thread."""
+def _probe(threads: int, iterations: int) -> tuple[float, float]:
+    """Milliseconds of the slowest and the fastest of `threads` tasks, each on its own pool thread."""
     nanoseconds = np.zeros(threads, np.int64)
     thread_of = np.full(threads, -1, np.int64)
     _kernels.call("host_fma_probe", [threads, iterations], [], [nanoseconds, thread_of], num_threads=threads)
     if len(set(thread_of.tolist())) != threads:
         # a worker did not wake in time and another thread ran its task after its own: not a concurrent reading
-        return float("nan")
-    return float(nanoseconds.max()) / 1e6
+        return float("nan"), float("nan")
+    return float(nanoseconds.max()) / 1e6, float(nanoseconds.min()) / 1e6
 
 
 def fma_contention(threads: int = 2, *, iterations: int = ITERATIONS, tries: int = 3) -> HostContention:
     """The probe alone and on `threads` pool threads at once; a few milliseconds in all."""
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
-    alone = min(_probe(1, iterations) for _ in range(tries))
+    alone = min(_probe(1, iterations)[0] for _ in range(tries))
     if threads == 1:
-        return HostContention(1, alone, alone)
-    readings = [_probe(threads, iterations) for _ in range(tries)]
-    together = min((value for value in readings if value == value), default=float("nan"))
-    return HostContention(threads, alone, together)
+        return HostContention(1, alone, alone, alone)
+    readings = [reading for reading in (_probe(threads, iterations) for _ in range(tries)) if reading[0] == reading[0]]
+    slowest, fastest = min(readings, default=(float("nan"), float("nan")))
+    return HostContention(threads, alone, slowest, fastest)

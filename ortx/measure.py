@@ -15,7 +15,8 @@ after 0.1 s idle, three processes: ORT 1.56, 1.08-1.17, 0.97-1.08, then 0.91-0.9
 swung 0.65-1.14 between processes. Errors are measured on the same fresh random inputs (seeded, never zeros).
 Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP. At more than
 one thread each round of blocks starts, after its idle, with ortx.host_contention's probe, and the comparison
-counts the rounds in which the host ran the threads on one core (Comparison.host_note).
+counts the rounds in which the host ran the threads on one core or one thread computed slower than the other
+(Comparison.host_note).
 """
 from __future__ import annotations
 
@@ -64,10 +65,13 @@ class Comparison:
     # found the threads sharing one core, where two-thread times are not this machine's usual ones
     shared_core_rounds: int = 0
     rounds: int = 0
+    uneven_rounds: int = 0  # rounds where one thread ran the probe >= 1.2x slower than the other (host_contention)
 
     def host_note(self) -> str:
-        """'-' when every round had a core per thread, else e.g. '3/8 rounds on one core'."""
-        return f"{self.shared_core_rounds}/{self.rounds} rounds on one core" if self.shared_core_rounds else "-"
+        """'-' when every round had an even core per thread, else e.g. '3/8 rounds on one core, 1/8 uneven'."""
+        notes = [f"{count}/{self.rounds} {what}" for count, what in ((self.shared_core_rounds, "rounds on one core"),
+                                                                      (self.uneven_rounds, "uneven")) if count]
+        return ", ".join(notes) or "-"
 
     @property
     def ratio(self) -> float:
@@ -175,14 +179,16 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             run()
     all_times = [[] for _ in engines]
     ort_times, ortx_times = all_times[0], all_times[1]
-    shared_core_rounds = rounds = 0
+    shared_core_rounds = uneven_rounds = rounds = 0
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         rounds += 1
         for index, (run, times) in enumerate(zip(engines, all_times)):
             if index == 0 and threads > 1:
                 time.sleep(settle)  # the probe, too, must not share the cores with the last block's spinning threads
-                shared_core_rounds += fma_contention(threads).shared_core
+                reading = fma_contention(threads)
+                shared_core_rounds += reading.shared_core
+                uneven_rounds += reading.uneven
             switch_over(run, settle)
             for _ in range(count):
                 start = time.perf_counter()
@@ -205,6 +211,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
                      for other, times, cosine in zip(other_names, all_times[2:], other_cosines)),
         shared_core_rounds=shared_core_rounds,
         rounds=rounds,
+        uneven_rounds=uneven_rounds,
     )
 
 

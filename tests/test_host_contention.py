@@ -38,18 +38,30 @@ def test_the_probe_time_grows_with_its_iterations_on_every_isa(isa):
 
 
 def test_a_reading_is_shared_only_past_the_threshold_and_with_several_threads():
-    assert not HostContention(2, 1.0, 1.1).shared_core
-    assert HostContention(2, 1.0, 1.9).shared_core
-    assert HostContention(2, 1.0, 1.9).describe() == "x1.90 (threads share a core)"
-    assert HostContention(2, 1.0, 1.0).describe() == "x1.00"
-    assert not HostContention(1, 1.0, 1.0).shared_core and HostContention(1, 1.0, 1.0).describe() == "one thread"
-    assert not HostContention(2, 1.0, float("nan")).shared_core  # no concurrent reading: not evidence of sharing
+    assert not HostContention(2, 1.0, 1.1, 1.05).shared_core
+    assert HostContention(2, 1.0, 1.9, 1.85).shared_core
+    assert HostContention(2, 1.0, 1.9, 1.9).describe() == "x1.90, spread 1.00 (threads share a core)"
+    assert HostContention(2, 1.0, 1.0, 1.0).describe() == "x1.00, spread 1.00"
+    assert not HostContention(1, 1.0, 1.0, 1.0).shared_core and HostContention(1, 1.0, 1.0).describe() == "one thread"
+    assert not HostContention(2, 1.0, float("nan"), float("nan")).shared_core  # no concurrent reading: no evidence
+
+
+def test_one_thread_slower_than_the_other_is_uneven_not_shared():
+    """One vCPU 1.3x slower by itself (another tenant on its core, as measured): the slowest thread is 1.3x the
+    caller's time alone, under the shared-core threshold, and 1.3x the fastest thread: uneven."""
+    reading = HostContention(2, 1.0, 1.3, 1.0)
+    assert reading.uneven and not reading.shared_core and reading.spread == pytest.approx(1.3)
+    assert reading.describe() == "x1.30, spread 1.30 (one thread slower)"
+    assert not HostContention(2, 1.0, 1.1, 1.0).uneven
+    assert not HostContention(2, 1.0, 1.9, 1.0).uneven  # shared core: reported as that
+    assert not HostContention(2, 1.0, float("nan"), float("nan")).uneven
 
 
 def test_fma_contention_measures_alone_and_together():
     reading = host_contention.fma_contention(2, iterations=20_000)
     assert reading.threads == 2 and reading.alone_ms > 0
-    assert reading.together_ms != reading.together_ms or reading.together_ms > 0
+    concurrent = reading.together_ms == reading.together_ms  # False when no round ran both tasks at once
+    assert not concurrent or reading.together_ms >= reading.fastest_ms > 0
     single = host_contention.fma_contention(1, iterations=20_000)
     assert single.threads == 1 and single.ratio == 1.0
     with pytest.raises(ValueError, match="threads must be >= 1"):
