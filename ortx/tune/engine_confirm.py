@@ -7,8 +7,8 @@ in two such periods 21.2-25.1; OrtxEP 1 thread 26.5-28.6 ms throughout; ORT at 2
 1.37x slower in a later period; two independent one-thread sessions run at once 1.48x slower). Every ResNet conv
 slows 1.2-1.9x and the maxpool 2.8x; which shared resource is contended is not established (BENCHMARKS.md, "End to
 end after ortx tune", (B); not the vCPUs sharing one core, which ortx.host_contention detects). About one process in
-four starts in such a period. `ortx tune` measured OrtxEP in one and
-gave ResNet-18-style back to ORT, which a separate process then measured 15% slower than OrtxEP.
+four starts in such a period. `ortx tune` measured OrtxEP in one and gave ResNet-18-style back to ORT, which a
+separate process then measured 15% slower than OrtxEP.
 
 So when engine_choice's measurement says ORT is faster, up to CONFIRM_PROCESSES fresh Python processes measure
 the same nodes again, later, the way engine_choice does (the nodes compiled with tuning off into one segment and
