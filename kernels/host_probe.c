@@ -43,7 +43,6 @@ static float probe_portable(int64_t iterations) { PROBE_BODY }
 typedef struct probe_job {
     int64_t iterations;
     int64_t *nanoseconds, *thread_of;
-    volatile float sink;
 } probe_job;
 
 static int64_t now_ns(void) {
@@ -64,14 +63,15 @@ static void probe_task(void *context, int64_t task_index, int thread_index) {
 #else
     value = probe_portable(job->iterations);
 #endif
-    job->nanoseconds[task_index] = now_ns() - start;
+    /* the result feeds the task's own output (never in practice: the chains settle near 1), so the loop is kept
+     * without the threads writing to one shared place */
+    job->nanoseconds[task_index] = now_ns() - start + (value == -1.0f);
     job->thread_of[task_index] = thread_index;
-    job->sink = value;
 }
 
 static void host_fma_probe(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)floats;
-    probe_job job = {ints[1], buffers[0], buffers[1], 0.0f};
+    probe_job job = {ints[1], buffers[0], buffers[1]};
     ortx_parallel_for(num_threads, ints[0], probe_task, &job);
 }
 
