@@ -183,12 +183,12 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         rounds += 1
-        for index, (run, times) in enumerate(zip(engines, all_times)):
-            if index == 0 and threads > 1:
-                time.sleep(settle)  # the probe, too, must not share the cores with the last block's spinning threads
-                reading = fma_contention(threads)
-                shared_core_rounds += reading.shared_core
-                uneven_rounds += reading.uneven
+        if threads > 1:
+            time.sleep(settle)  # the probe, too, must not share the cores with the last block's spinning threads
+            reading = fma_contention(threads)
+            shared_core_rounds += reading.shared_core
+            uneven_rounds += reading.uneven
+        for run, times in zip(engines, all_times):
             switch_over(run, settle)
             for _ in range(count):
                 start = time.perf_counter()
