@@ -191,7 +191,6 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     const ortx_conv_direct_geometry *g = &job->geometry;
     const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group, NR = ORTX_GEMM_NR;
     const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width;
-    float gathered[2][ORTX_GEMM_NR];
     for (int64_t cp = begin; cp < end; cp++) {
         const float *first = job->x + 2 * cp * H * W;
         const float *second = 2 * cp + 1 < cin_g ? first + H * W : NULL;
@@ -214,14 +213,10 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
                         job->isa->pair_run(row_first + ix0, second ? row_second + ix0 : NULL, hi - lo,
                                            (uint16_t *)(out + lo), 2 * NR, 0);
                     }
-                    for (int64_t j0 = lo; sw != 1 && j0 < hi; j0 += NR) {
-                        int64_t count = min64(NR, hi - j0), ix0 = j0 * sw + qx - p->pad_left;
-                        for (int64_t j = 0; j < count; j++) {  /* a strided phase: its columns gathered */
-                            gathered[0][j] = row_first[ix0 + j * sw];
-                            gathered[1][j] = second ? row_second[ix0 + j * sw] : 0.0f;
-                        }
-                        job->isa->pair_run(gathered[0], second ? gathered[1] : NULL, count, (uint16_t *)(out + j0),
-                                           2 * NR, 0);
+                    if (sw != 1 && hi > lo) {  /* a strided phase: every sw-th input column */
+                        int64_t ix0 = lo * sw + qx - p->pad_left;
+                        job->isa->pair_run_strided(row_first + ix0, second ? row_second + ix0 : NULL, hi - lo, sw,
+                                                   (uint16_t *)(out + lo));
                     }
                     memset(out, 0, lo * sizeof(uint32_t));
                     memset(out + hi, 0, (width - hi) * sizeof(uint32_t));

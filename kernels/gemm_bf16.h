@@ -123,6 +123,10 @@ typedef void (*ortx_bf16_pair_rows_fn)(const float *first, const float *second, 
  * its count % NR words are written. */
 typedef void (*ortx_bf16_pair_run_fn)(const float *first, const float *second, int64_t count, uint16_t *dst,
                                       int64_t chunk_stride, int pad);
+/* dst[2j] = bf16(first[j * step]), dst[2j+1] = bf16(second[j * step]) (0 when second is NULL) for j < count, the
+ * words contiguous: a strided phase row of the direct conv's planes (reads only the elements it uses). */
+typedef void (*ortx_bf16_pair_run_strided_fn)(const float *first, const float *second, int64_t count, int64_t step,
+                                              uint16_t *dst);
 /* dst[j] = bf16(src[j]) for j < count. */
 typedef void (*ortx_bf16_convert_fn)(const float *src, int64_t count, uint16_t *dst);
 /* One K pair of a 16-pixel panel of a conv's patch matrix from two rows of bf16 values: dst[2j] = first[at[j]],
@@ -198,6 +202,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bgemm_micro_fn micro_wide;  /* MR x 2NR */
     ortx_bf16_pair_rows_fn pair_rows;
     ortx_bf16_pair_run_fn pair_run;
+    ortx_bf16_pair_run_strided_fn pair_run_strided;
     ortx_bf16_convert_fn convert;
     ortx_bf16_interleave_fn interleave;
     ortx_bf16_direct_tile_fn direct_tile;
@@ -224,6 +229,8 @@ extern const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16;
 void ortx_bf16_pair_rows_avx512_bf16(const float *first, const float *second, int64_t count, uint16_t *dst);
 void ortx_bf16_pair_run_avx512_bf16(const float *first, const float *second, int64_t count, uint16_t *dst,
                                     int64_t chunk_stride, int pad);
+void ortx_bf16_pair_run_strided_avx512_bf16(const float *first, const float *second, int64_t count, int64_t step,
+                                            uint16_t *dst);
 void ortx_bf16_convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst);
 void ortx_bf16_interleave_avx512_bf16(const uint16_t *first, const uint16_t *second, const int32_t *at,
                                       int64_t column, int64_t width, int64_t stride, uint16_t *dst);

@@ -339,6 +339,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
     .micro_wide = ortx_bgemm_micro_wide_avx512_bf16,
     .pair_rows = ortx_bf16_pair_rows_avx512_bf16,
     .pair_run = ortx_bf16_pair_run_avx512_bf16,
+    .pair_run_strided = ortx_bf16_pair_run_strided_avx512_bf16,
     .convert = ortx_bf16_convert_avx512_bf16,
     .interleave = ortx_bf16_interleave_avx512_bf16,
     .direct_tile = ortx_bf16_direct_tile_avx512_bf16,

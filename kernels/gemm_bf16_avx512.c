@@ -100,6 +100,46 @@ ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_avx512_bf16(const float *first, 
     }
 }
 
+/* Step 2: each 16 words from two zmm of a row, their even lanes taken by vpermt2ps; other steps gather 16 values at
+ * a time into a buffer first. */
+ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_strided_avx512_bf16(const float *first, const float *second,
+                                                                 int64_t count, int64_t step, uint16_t *dst) {
+    static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                            8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i order = _mm512_loadu_si512(interleave);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t j = 0; j < count; j += 16, dst += 32) {
+        int64_t left = count - j < 16 ? count - j : 16;
+        __mmask16 mask = (__mmask16)((1u << left) - 1u);
+        __m512 lo, hi = _mm512_setzero_ps();
+        if (step == 2) {  /* elements 2j .. 2j + 2(left - 1): 2 left - 1 values over two vectors */
+            int64_t values = 2 * left - 1;
+            __mmask16 low = values >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << values) - 1u);
+            __mmask16 high = values > 16 ? (__mmask16)((1u << (values - 16)) - 1u) : 0;
+            const float *row = first + 2 * j;
+            lo = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, row), even, _mm512_maskz_loadu_ps(high, row + 16));
+            if (second) {
+                row = second + 2 * j;
+                hi = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(low, row), even,
+                                            _mm512_maskz_loadu_ps(high, row + 16));
+            }
+        } else {
+            float gathered[2][16] __attribute__((aligned(64))) = {{0}};
+            for (int64_t k = 0; k < left; k++) {
+                gathered[0][k] = first[(j + k) * step];
+                gathered[1][k] = second ? second[(j + k) * step] : 0.0f;
+            }
+            lo = _mm512_load_ps(gathered[0]);
+            hi = _mm512_load_ps(gathered[1]);
+        }
+        __m512i words = _mm512_permutexvar_epi16(order, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        if (left == 16)
+            _mm512_storeu_si512(dst, words);
+        else
+            _mm512_mask_storeu_epi32(dst, mask, words);
+    }
+}
+
 ORTX_TARGET_AVX512_BF16 void ortx_bf16_convert_avx512_bf16(const float *src, int64_t count, uint16_t *dst) {
     int64_t i = 0;
     for (; i + 32 <= count; i += 32) {
@@ -214,6 +254,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_avx512_bf16 = {
     .micro_wide = ortx_bgemm_micro_wide_avx512_bf16,
     .pair_rows = ortx_bf16_pair_rows_avx512_bf16,
     .pair_run = ortx_bf16_pair_run_avx512_bf16,
+    .pair_run_strided = ortx_bf16_pair_run_strided_avx512_bf16,
     .convert = ortx_bf16_convert_avx512_bf16,
     .interleave = ortx_bf16_interleave_avx512_bf16,
     .direct_tile = ortx_bf16_direct_tile_avx512_bf16,

@@ -24,6 +24,14 @@ static void pair_run_portable(const float *first, const float *second, int64_t c
     }
 }
 
+static void pair_run_strided_portable(const float *first, const float *second, int64_t count, int64_t step,
+                                      uint16_t *dst) {
+    for (int64_t j = 0; j < count; j++) {
+        dst[2 * j] = ortx_bf16_from_float(first[j * step]);
+        dst[2 * j + 1] = second ? ortx_bf16_from_float(second[j * step]) : 0;
+    }
+}
+
 static void convert_portable(const float *src, int64_t count, uint16_t *dst) {
     for (int64_t i = 0; i < count; i++) dst[i] = ortx_bf16_from_float(src[i]);
 }
@@ -77,6 +85,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_portable = {
     .micro_wide = micro_wide_portable,
     .pair_rows = pair_rows_portable,
     .pair_run = pair_run_portable,
+    .pair_run_strided = pair_run_strided_portable,
     .convert = convert_portable,
     .interleave = interleave_portable,
     .direct_tile = ortx_bf16_direct_tile_portable,

@@ -452,10 +452,16 @@ def _epilogue_check(cin, cout, size, kernel, stride, pad, group, activation):
         assert_close(y, expected.astype(np.float32), what=f"threads {threads} ref {use_ref}")
 
 
-def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path(rows_off):
+@pytest.mark.parametrize("case", [
+    (9, 16, 23, 3, 2, 1, 1, 1),   # stride 2, phase rows of 12-13 words: one partial run
+    (8, 16, 75, 3, 2, 1, 1, 1),   # stride 2, phase rows of 38 words: two whole runs of 16 and a tail
+    (10, 16, 40, 1, 2, 0, 1, 1),  # 1x1 stride 2: one phase of four filled
+    (8, 16, 50, 3, 3, 1, 1, 1),   # stride 3: gathered
+])
+def test_direct_conv_avx512_bf16_is_bitwise_the_portable_path(case, rows_off):
+    """The strided phases' rows come from pair_run_strided (vpermt2ps's even lanes at stride 2) on AVX512_BF16."""
     if not _kernels.cpu_has_avx512_bf16():
         pytest.xfail("no AVX512_BF16 on this CPU: only the portable path runs here")
-    case = (9, 16, 23, 3, 2, 1, 1, 1)
     assert conv_form(*case) == 1
     model, x = conv_model(*case, seed=3), random((2, case[0], case[2], case[2]), 4)
     use_path("avx512")
