@@ -13,8 +13,9 @@
  *    and stored after the fp32 epilogue: the kept pixels of a vector are consecutive in Y.
  * Threads split (tile, row group) units, tile-major, after the planes are filled in parallel; every output is
  * summed by one tile over the whole K, so results do not depend on the split.
- * Applies (ortx_conv_direct_bf16_applies) to convs with at least 8 input channels per group, other than 1x1
- * stride 1, when the dropped columns and the zero channel of an odd Cin cost at most ~35% more multiply-adds.
+ * Applies (ortx_conv_direct_bf16_applies) to convs with at least 8 input channels per group (after unfolds_x's
+ * unfolding), other than 1x1 stride 1, when the dropped columns and the zero channel of an odd Cin cost at most
+ * ~35% more multiply-adds.
  * conv_transpose2d_bf16 (conv_transpose_bf16.c) runs it as a 1x1 conv whose step 3 scatters each tile (through a
  * per-thread scratch tile) into the ConvTranspose's output instead.
  * The AMX form (bf16 paths with a_tiles; not the transposed one): chunk planes, the channel pairs in chunks of 16
@@ -60,15 +61,18 @@ static int64_t plane_pairs(const ortx_conv_params *p) {
 /* Words past the planes that the last tile may read: on the AMX form up to 31 positions of 16 words. */
 static int64_t slack_words(void) { return use_tiles() ? SLACK_WORDS * CHUNK_WORDS : SLACK_WORDS; }
 
-/* The AMX form's x-unfolded convs: from fewer than 8 input channels (one group), where Cin x KW fills 16 to 32
- * values, the conv is run as the KH x 1 conv, stride (sh, 1), of an input whose Cin x KW channels at output column
- * ox are the values its taps kx read (X[c][iy][ox * sw + kx * dw - pad_left], 0 outside), so one 16-pair chunk
- * holds a row of the patch instead of 2-7 of its 16 pairs: ResNet's 3 -> 64 7x7/2 stem (21 values of 32) took the
- * packed patch-matrix path before, its packing (im2col in bf16) most of the time. */
+/* x-unfolded convs: from fewer than 8 input channels (one group), the conv is run as the KH x 1 conv, stride
+ * (sh, 1), of an input whose Cin x KW channels at output column ox are the values its taps kx read
+ * (X[c][iy][ox * sw + kx * dw - pad_left], 0 outside), so no column is dropped and the pairs hold a row of the
+ * patch. The AMX form unfolds when Cin x KW fills 16 to 32 values (one 16-pair chunk instead of 2-7 of its 16
+ * pairs): ResNet's 3 -> 64 7x7/2 stem (21 values of 32) took the packed patch-matrix path before, its packing
+ * (im2col in bf16) most of the time. The vdpbf16ps form unfolds from 8 values: in-process A/B at 2 threads on
+ * Zen 4 against that path, 3 -> 64 7x7/2 at 224x224 0.87 -> 0.78 ms, 3 -> 32 3x3/2 0.184 -> 0.162 ms. */
 static int unfolds_x(const ortx_conv_params *p) {
     int64_t values = p->in_channels * p->kernel_width;
-    return use_tiles() && p->group == 1 && p->in_channels < 8 && p->kernel_width > 1 &&
-           values >= ORTX_BGEMM_TILE_PAIRS && values <= 2 * ORTX_BGEMM_TILE_PAIRS;
+    if (p->group != 1 || p->in_channels >= 8 || p->kernel_width < 2) return 0;
+    if (use_tiles()) return values >= ORTX_BGEMM_TILE_PAIRS && values <= 2 * ORTX_BGEMM_TILE_PAIRS;
+    return values >= 8;  /* the vdpbf16ps form: ortx_conv_direct_bf16_applies's least channels */
 }
 
 /* The conv the direct form runs: p itself, or its unfolded form (unfolds_x). */
@@ -108,7 +112,8 @@ int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *original) {
            ortx_round_up(channel_pairs(p) * taps(p), 16);
 }
 
-int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *p) {
+int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *original) {
+    const ortx_conv_params q = effective(original), *p = &q;
     return ortx_round_up(p->out_channels / p->group, ORTX_BGEMM_MR) * channel_pairs(p) * taps(p) * 2;
 }
 
@@ -134,12 +139,12 @@ int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *original) 
 }
 
 int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *original, int64_t m, int64_t c, int64_t tap) {
-    if (!use_tiles()) return ortx_conv_direct_weight_index(original, m, c, tap);
     const ortx_conv_params q = effective(original), *p = &q;
     if (unfolds_x(original)) {  /* channel c at tap (ky, kx) is unfolded channel c * KW + kx at tap ky */
         c = c * original->kernel_width + tap % original->kernel_width;
         tap /= original->kernel_width;
     }
+    if (!use_tiles()) return ortx_conv_direct_weight_index(p, m, c, tap);
     const int64_t rows = ORTX_BGEMM_TILE_ROWS, pairs = ORTX_BGEMM_TILE_PAIRS, pair = c / 2;
     return m / rows * tiles_panel_elements(p) + ((pair / pairs * taps(p) + tap) * pairs + pair % pairs) * rows * 2 +
            m % rows * 2 + c % 2;
@@ -183,6 +188,43 @@ static void input_columns(int64_t shift, int64_t sw, int64_t W, int64_t width, i
     if (*hi < *lo) *hi = *lo;
 }
 
+/* One row of an x-unfolded conv's channel-pair plane (the vdpbf16ps form): word ox holds unfolded values 2cp and
+ * 2cp + 1, value j = c * KW + kx being X[c][iy][ox * sw + kx * dw - pad_left] (0 outside the row or past the
+ * values). The columns where both read inside the row go through isa->pair_run_strided, the few at the edges one
+ * value at a time. */
+static void fill_unfolded_pair_row(const direct_job *job, int64_t cp, int64_t iy, uint32_t *out) {
+    const ortx_conv_params *o = job->unfolded;
+    const int64_t H = o->in_height, W = o->in_width, KW = o->kernel_width, OW = o->out_width;
+    const int64_t sw = o->stride_width, dw = o->dilation_width, values = o->in_channels * KW;
+    int64_t shift[2] = {0, 0}, lo = 0, hi = OW;
+    const float *row[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        int64_t j = 2 * cp + k, first, end;
+        if (j >= values) continue;
+        shift[k] = j % KW * dw - o->pad_left;
+        input_columns(shift[k], sw, W, OW, &first, &end);
+        lo = first > lo ? first : lo;
+        hi = end < hi ? end : hi;
+        row[k] = job->x + (j / KW * H + iy) * W;
+    }
+    if (hi < lo) hi = lo;
+    if (hi > lo)
+        job->isa->pair_run_strided(row[0] + lo * sw + shift[0], row[1] ? row[1] + lo * sw + shift[1] : NULL, hi - lo,
+                                   sw, (uint16_t *)(out + lo));
+    for (int64_t ox = 0; ox < OW; ox++) {
+        if (ox == lo && hi > lo) {  /* pair_run_strided's */
+            ox = hi - 1;
+            continue;
+        }
+        uint16_t half[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            int64_t ix = ox * sw + shift[k];
+            if (row[k] && ix >= 0 && ix < W) half[k] = ortx_bf16_from_float(row[k][ix]);
+        }
+        out[ox] = (uint32_t)half[0] | (uint32_t)half[1] << 16;
+    }
+}
+
 /* Step 1 for channel pairs [begin, end). */
 static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
@@ -191,6 +233,21 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     const ortx_conv_direct_geometry *g = &job->geometry;
     const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group, NR = ORTX_GEMM_NR;
     const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width;
+    if (job->unfolded) {  /* one phase in x (stride 1, no padding): the unfolding took both */
+        for (int64_t cp = begin; cp < end; cp++)
+            for (int64_t qy = 0; qy < sh; qy++) {
+                if (!job->used_phase[qy * sw]) continue;
+                uint32_t *phase = job->planes + cp * g->channel_floats + qy * sw * g->phase_rows * width;
+                for (int64_t r = 0; r < g->phase_rows; r++) {
+                    int64_t iy = r * sh + qy - p->pad_top;
+                    if (iy < 0 || iy >= H)
+                        memset(phase + r * width, 0, width * sizeof(uint32_t));
+                    else
+                        fill_unfolded_pair_row(job, cp, iy, phase + r * width);
+                }
+            }
+        return;
+    }
     for (int64_t cp = begin; cp < end; cp++) {
         const float *first = job->x + 2 * cp * H * W;
         const float *second = 2 * cp + 1 < cin_g ? first + H * W : NULL;

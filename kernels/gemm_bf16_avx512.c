@@ -100,8 +100,8 @@ ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_avx512_bf16(const float *first, 
     }
 }
 
-/* Step 2: each 16 words from two zmm of a row, their even lanes taken by vpermt2ps; other steps gather 16 values at
- * a time into a buffer first. */
+/* Step 1: masked loads; step 2: each 16 words from two zmm of a row, their even lanes taken by vpermt2ps; other
+ * steps gather 16 values at a time into a buffer first. */
 ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_strided_avx512_bf16(const float *first, const float *second,
                                                                  int64_t count, int64_t step, uint16_t *dst) {
     static const uint16_t interleave[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
@@ -112,7 +112,10 @@ ORTX_TARGET_AVX512_BF16 void ortx_bf16_pair_run_strided_avx512_bf16(const float 
         int64_t left = count - j < 16 ? count - j : 16;
         __mmask16 mask = (__mmask16)((1u << left) - 1u);
         __m512 lo, hi = _mm512_setzero_ps();
-        if (step == 2) {  /* elements 2j .. 2j + 2(left - 1): 2 left - 1 values over two vectors */
+        if (step == 1) {
+            lo = _mm512_maskz_loadu_ps(mask, first + j);
+            if (second) hi = _mm512_maskz_loadu_ps(mask, second + j);
+        } else if (step == 2) {  /* elements 2j .. 2j + 2(left - 1): 2 left - 1 values over two vectors */
             int64_t values = 2 * left - 1;
             __mmask16 low = values >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << values) - 1u);
             __mmask16 high = values > 16 ? (__mmask16)((1u << (values - 16)) - 1u) : 0;
