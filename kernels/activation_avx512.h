@@ -33,6 +33,11 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 ortx_acti
             __m512 y = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
             return _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(y, zero), one));
         }
+        case ORTX_ACT_HARD_SWISH_AFFINE: {
+            __m512 y = _mm512_fmadd_ps(v, _mm512_set1_ps(1.0f / 6.0f), _mm512_set1_ps(0.5f));
+            y = _mm512_mul_ps(v, _mm512_min_ps(_mm512_max_ps(y, zero), one));
+            return _mm512_fmadd_ps(_mm512_set1_ps(p0), y, _mm512_set1_ps(p1));
+        }
         case ORTX_ACT_GELU:  /* vector_math.h's, the AVX2 one's bits on 16 lanes */
             return ortx_gelu_avx512(v);
         default: {  /* sigmoid, tanh: the AVX2 exp on each half (not inlined: calls keep the accumulators live) */

@@ -74,6 +74,9 @@ ORTX_TARGET_AVX2 void ortx_gemm_epilogue_avx2(float *c, int64_t ldc, int64_t row
             epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_HARD_SIGMOID);
             break;
         case ORTX_ACT_HARD_SWISH: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_HARD_SWISH); break;
+        case ORTX_ACT_HARD_SWISH_AFFINE:
+            epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_HARD_SWISH_AFFINE);
+            break;
         case ORTX_ACT_TANH: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_TANH); break;
         case ORTX_ACT_GELU: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_GELU); break;
         default: epilogue_rows_avx2(c, ldc, rows, cols, row0, col0, e, ORTX_ACT_NONE); break;

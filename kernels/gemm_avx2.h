@@ -49,6 +49,11 @@ ORTX_TARGET_AVX2 static inline __m256 ortx_activation_avx2(__m256 x, int activat
             __m256 y = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
             return _mm256_mul_ps(x, _mm256_min_ps(_mm256_max_ps(y, zero), one));
         }
+        case ORTX_ACT_HARD_SWISH_AFFINE: {
+            __m256 y = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f));
+            y = _mm256_mul_ps(x, _mm256_min_ps(_mm256_max_ps(y, zero), one));
+            return _mm256_fmadd_ps(_mm256_set1_ps(param0), y, _mm256_set1_ps(param1));
+        }
         case ORTX_ACT_TANH: {
             /* tanh(x) = (e^2x - 1) / (e^2x + 1); |x| > 9 is +-1 in float32. */
             __m256 clamped = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-9.0f)), _mm256_set1_ps(9.0f));

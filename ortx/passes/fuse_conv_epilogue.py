@@ -4,7 +4,10 @@ Before: Conv(X, W[, B]) -> [Add(_, Z)] -> [activation]            (Z: a tensor o
 After:  ai.ortx::FusedConv(X, W, B or "", Z or "", Conv attributes, activation, activation_params)
         with Y = act(Conv(X, W, B) + Z); activation is one of ACTIVATIONS or "" (none: a residual Add alone).
 Activations: Relu, LeakyRelu [alpha], Clip [min, max] (opset 11+ constant inputs), Sigmoid, HardSigmoid
-[alpha, beta], HardSwish (the op, or PP-OCR's x * Clip(x + 3, 0, 6) / 6, or x * HardSigmoid(x; 1/6, 1/2)), Tanh.
+[alpha, beta], HardSwish (the op, or PP-OCR's x * Clip(x + 3, 0, 6) / 6, or x * HardSigmoid(x; 1/6, 1/2)), Tanh,
+and HardSwishAffine [scale, shift] = scale * HardSwish(x) + shift: a HardSwish FusedConv followed by Mul and/or Add
+of float scalar constants (PP-OCRv4's LCNetV3 ends every activation so; before a padded Conv, which
+fuse_input_affine cannot fold into, they ran as a separate pass over the tensor).
 Does not apply when an intermediate has another consumer or is a graph output, W is not a constant float32
 initializer, Z's shape is not statically the Conv output's, or a Clip bound is not constant. Each FusedConv lists
 the original node names it replaced in metadata_props["ortx.fused_from"]. Not in DEFAULT_PASSES: plain
@@ -265,6 +268,53 @@ def _ensure_shapes(model: ir.Model) -> None:
         logger.debug("shape inference failed (%s); residual fusions need static shapes", error)
 
 
+def _scalar_operand(node: ir.Node, value: ir.Value) -> float | None:
+    """The other operand of a binary Mul/Add as a float scalar constant, else None."""
+    if node.domain not in ("", "ai.onnx") or len(node.inputs) != 2 or any(v is None for v in node.inputs):
+        return None
+    other = node.inputs[1] if node.inputs[0] is value else node.inputs[0]
+    if other is value or other.is_graph_input() or other.type is None or other.dtype != ir.DataType.FLOAT:
+        return None
+    scalar = get_singleton_value(other)
+    return float(scalar) if scalar is not None and np.isfinite(float(scalar)) else None
+
+
+def _only_reader(value: ir.Value, op_type: str) -> ir.Node | None:
+    uses = list(value.uses())
+    if value.is_graph_output() or len(uses) != 1 or uses[0].node.op_type != op_type:
+        return None
+    return uses[0].node
+
+
+def _absorb_hardswish_affines(model: ir.Model, excluded: frozenset[str]) -> int:
+    """HardSwish FusedConv -> [Mul(_, m)] -> [Add(_, a)] (scalar constants) -> HardSwishAffine [m, a]."""
+    absorbed = 0
+    for node in list(model.graph):
+        if node.domain != ORTX_DOMAIN or node.op_type != FUSED_CONV or \
+                node.attributes.get_string("activation", "") != "HardSwish":
+            continue
+        value, scale, shift, taken = node.outputs[0], 1.0, 0.0, []
+        mul = _only_reader(value, "Mul")
+        if mul is not None and mul.name not in excluded and _scalar_operand(mul, value) is not None:
+            scale, value = _scalar_operand(mul, value), mul.outputs[0]
+            taken.append(mul)
+        add = _only_reader(value, "Add")
+        if add is not None and add.name not in excluded and _scalar_operand(add, value) is not None:
+            shift, value = _scalar_operand(add, value), add.outputs[0]
+            taken.append(add)
+        if not taken or value.is_graph_output():
+            continue
+        output = node.outputs[0]
+        output.type, output.shape = value.type or output.type, value.shape or output.shape
+        ir.convenience.replace_all_uses_with(value, output)
+        node.attributes["activation"] = ir.AttrString("activation", "HardSwishAffine")
+        node.attributes["activation_params"] = ir.AttrFloat32s("activation_params", [scale, shift])
+        record_fused_from(node, [node, *taken])
+        model.graph.remove(taken, safe=True)
+        absorbed += 1
+    return absorbed
+
+
 def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> PassReport:
     """`excluded`: names of nodes that must not be fused (OrtxEP gives them to ORT, which cannot run FusedConv)."""
     start = time.perf_counter()
@@ -273,6 +323,7 @@ def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset(
     excluded = frozenset(excluded)
     count = apply_fusions(model, _fusions(notes, excluded), commute=True)
     count += apply_fusions(model, [ConvResidualFusion(notes, "ConvResidualFusion", excluded)], commute=True)
+    affines = _absorb_hardswish_affines(model, excluded) if count else 0
     fused = [node for node in model.graph if node.domain == ORTX_DOMAIN and node.op_type == FUSED_CONV]
     if count:
         model.opset_imports.setdefault(ORTX_DOMAIN, 1)
@@ -282,6 +333,8 @@ def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset(
         "activations_fused": sum(1 for node in fused if node.attributes.get_string("activation", "")),
         "residuals_fused": sum(1 for node in fused if len(node.inputs) > 3 and node.inputs[3] is not None),
     } if count else {"convs_fused": 0}
+    if affines:
+        counts["affines_fused"] = affines
     # Keep reasons only for Convs that stayed plain Convs (a failed short pattern may precede a longer match).
     remaining = {node.name for node in model.graph if node.op_type == "Conv" and node.domain in ("", "ai.onnx")}
     note_lines = [f"{name} (Conv): epilogue not fused: {reason}" for name, reason in notes.items()

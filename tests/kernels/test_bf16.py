@@ -235,10 +235,11 @@ def test_avx512_bf16_path_is_bitwise_the_portable_path():
 
 
 @pytest.mark.parametrize("activation,params", [(0, (0.0, 0.0)), (1, (0.0, 0.0)), (3, (-0.5, 0.75)),
-                                               (4, (0.0, 0.0)), (6, (0.0, 0.0))])
+                                               (4, (0.0, 0.0)), (6, (0.0, 0.0)), (9, (0.7, -0.3))])
 def test_epilogue_runs_on_fp32_accumulators(isa, activation, params):
     definitions = {0: lambda x: x, 1: lambda x: np.maximum(x, 0), 3: lambda x: np.clip(x, -0.5, 0.75),
-                   4: lambda x: 1 / (1 + np.exp(-x)), 6: lambda x: x * np.clip(x / 6 + 0.5, 0, 1)}
+                   4: lambda x: 1 / (1 + np.exp(-x)), 6: lambda x: x * np.clip(x / 6 + 0.5, 0, 1),
+                   9: lambda x: 0.7 * x * np.clip(x / 6 + 0.5, 0, 1) - 0.3}
     M, N, K = 61, 45, 70  # on AMX: full 32x32 steps (the fused epilogue) and edge steps
     a, b = random((M, K), 1), random((K, N), 2)
     acc = 0.5 * bf16_matmul(a, b)

@@ -261,7 +261,13 @@ FUSED_ACTIVATIONS = [
     ("HardSigmoid", lambda i, o: [helper.make_node("HardSigmoid", [i], [o], alpha=0.3, beta=0.45)], [0.3, 0.45]),
     ("HardSwish", lambda i, o: [helper.make_node("HardSwish", [i], [o])], []),
     ("Tanh", lambda i, o: [helper.make_node("Tanh", [i], [o])], []),
+    ("HardSwishAffine", lambda i, o: [helper.make_node("HardSwish", [i], [i + "_hs"]),
+                                      helper.make_node("Mul", [i + "_hs", "lab_scale"], [i + "_scaled"]),
+                                      helper.make_node("Add", [i + "_scaled", "lab_shift"], [o])], [0.7, -0.3]),
 ]
+# The constants the explicit forms read (Clip's bounds, HardSwishAffine's scale and shift).
+EXPLICIT_CONSTANTS = [numpy_helper.from_array(np.float32(v), name) for name, v in
+                      (("clip_min", -0.5), ("clip_max", 0.6), ("lab_scale", 0.7), ("lab_shift", -0.3))]
 
 
 @pytest.mark.parametrize("activation,explicit,params", FUSED_ACTIVATIONS, ids=lambda v: str(v)[:12])
@@ -274,8 +280,7 @@ def test_fused_conv_matches_conv_add_activation(isa, activation, explicit, param
     reference = conv_model("Conv", x_shape, w_shape, attributes)
     y_shape = run_ort(reference, {"x": x}).shape
     z = random(y_shape, 5)
-    initializers = list(reference.graph.initializer) + [numpy_helper.from_array(np.float32(-0.5), "clip_min"),
-                                                        numpy_helper.from_array(np.float32(0.6), "clip_max")]
+    initializers = list(reference.graph.initializer) + EXPLICIT_CONSTANTS
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["conv"], **attributes),
              helper.make_node("Add", ["conv", "z"], ["sum" if explicit else "y"])]
     if explicit:
@@ -310,8 +315,7 @@ def test_pointwise_gemm_with_activation_matches_onnxruntime(isa, activation, exp
         nodes.append(helper.make_node("Add", ["conv", "z"], ["sum"]) if residual else
                      helper.make_node("Identity", ["conv"], ["sum"]))
         nodes += explicit("sum", "y") if explicit else [helper.make_node("Identity", ["sum"], ["y"])]
-        clip = [numpy_helper.from_array(np.float32(-0.5), "clip_min"),
-                numpy_helper.from_array(np.float32(0.6), "clip_max")]
+        clip = EXPLICIT_CONSTANTS
         inputs = [tensor("x", x_shape)] + ([tensor("z", z.shape)] if residual else [])
         feeds = {"x": x, "z": z} if residual else {"x": x}
         expected = run_ort(make_model(nodes, inputs, [tensor("y", None)], initializers + clip), feeds)

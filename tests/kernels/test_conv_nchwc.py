@@ -15,7 +15,8 @@ ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 F32 = TOLERANCES[np.dtype(np.float32)]
 ACTIVATIONS = {"none": (0, (0.0, 0.0)), "relu": (1, (0.0, 0.0)), "clip": (3, (0.0, 6.0)),
-               "hard_swish": (6, (0.0, 0.0)), "hard_sigmoid": (5, (0.2, 0.5))}
+               "hard_swish": (6, (0.0, 0.0)), "hard_sigmoid": (5, (0.2, 0.5)),
+               "hard_swish_affine": (9, (0.7, -0.3))}
 
 
 @pytest.fixture(params=RUNNABLE_ISAS)
@@ -52,6 +53,8 @@ def activate(value, code, params):
         return np.clip(params[0] * value + params[1], 0, 1)
     if code == 6:
         return value * np.clip(value / 6 + 0.5, 0, 1)
+    if code == 9:
+        return params[0] * value * np.clip(value / 6 + 0.5, 0, 1) + params[1]
     return value
 
 
@@ -125,7 +128,8 @@ POINTWISE_CASES = [  # (N, Cin, Cout, H, W)
 
 @pytest.mark.parametrize("case", POINTWISE_CASES, ids=[str(c) for c in POINTWISE_CASES])
 @pytest.mark.parametrize("activation,residual", [("none", False), ("clip", False), ("relu", True),
-                                                 ("hard_swish", True), ("hard_sigmoid", False)])
+                                                 ("hard_swish", True), ("hard_sigmoid", False),
+                                                 ("hard_swish_affine", False)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pointwise_matches_numpy_and_reference(isa, case, activation, residual, threads):
     n, cin, cout, h, w = case

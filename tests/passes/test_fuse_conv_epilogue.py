@@ -42,6 +42,13 @@ def expand_fused_conv(model: ir.Model) -> onnx.ModelProto:
             nodes.append(helper.make_node("LeakyRelu", [current], [out], alpha=params[0]))
         elif activation == "HardSigmoid":
             nodes.append(helper.make_node("HardSigmoid", [current], [out], alpha=params[0], beta=params[1]))
+        elif activation == "HardSwishAffine":
+            scale, shift = (helper.make_tensor(f"{out}_{k}", onnx.TensorProto.FLOAT, [], [v])
+                            for k, v in zip(("scale", "shift"), params))
+            proto.graph.initializer.extend([scale, shift])
+            nodes += [helper.make_node("HardSwish", [current], [f"{out}_hs"]),
+                      helper.make_node("Mul", [f"{out}_hs", scale.name], [f"{out}_scaled"]),
+                      helper.make_node("Add", [f"{out}_scaled", shift.name], [out])]
         else:
             nodes.append(helper.make_node(activation, [current], [out]))
     del proto.graph.node[:]
@@ -168,3 +175,55 @@ def test_excluded_nodes_are_not_fused():
     report = fuse_conv_epilogue(model, excluded=frozenset(node.name for node in proto.graph.node))
     assert op_types(model) == [node.op_type for node in proto.graph.node] and not report.modified
     assert any("is excluded (it runs on ONNX Runtime)" in note for note in report.notes)
+
+
+def _affine_model(scale, shift, *, extra_output: bool = False) -> onnx.ModelProto:
+    """X -> Conv 3x3 -> HardSwish (PP-OCR's Clip form) -> [Mul scale] -> [Add shift] -> depthwise 3x3 padded Conv
+    -> Y: LCNetV3's learnable affine before a conv that fuse_input_affine cannot fold it into."""
+    builder = _models.GraphBuilder("conv_hardswish_affine", 3)
+    value = builder.conv("X", 3, 4, 3, bias=True)
+    gate = builder.clip6(builder.node("Add", [value, builder.constant(np.array(3.0, np.float32))]))
+    value = builder.node("Div", [builder.node("Mul", [value, gate]), builder.constant(np.array(6.0, np.float32))])
+    if scale is not None:
+        value = builder.node("Mul", [builder.constant(np.asarray(scale, np.float32)), value])
+    if shift is not None:
+        value = builder.node("Add", [value, builder.constant(np.asarray(shift, np.float32))])
+    affine_out = value
+    builder.conv(value, 4, 4, 3, group=4, bias=True)
+    builder.nodes[-1].output[0] = "Y"
+    outputs = [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, SHAPE)]
+    if extra_output:
+        outputs.append(helper.make_tensor_value_info(affine_out, onnx.TensorProto.FLOAT, SHAPE))
+    return builder.finish([helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 3, 7, 9])], outputs)
+
+
+@pytest.mark.parametrize("scale,shift,params", [(0.7, -0.3, [0.7, -0.3]), (0.7, None, [0.7, 0.0]),
+                                                (None, -0.3, [1.0, -0.3])])
+def test_absorbs_a_scalar_affine_after_hardswish(scale, shift, params):
+    proto = _affine_model(scale, shift)
+    model = to_ir(proto)
+    report = fuse_conv_epilogue(model)
+    assert op_types(model) == ["FusedConv", "Conv"]
+    assert report.counts["affines_fused"] == 1
+    node = next(iter(model.graph))
+    assert node.attributes.get_string("activation") == "HardSwishAffine"
+    assert list(node.attributes.get_floats("activation_params")) == pytest.approx(params)
+    taken = [n.name for n in proto.graph.node if n.op_type in ("Mul", "Add")][-(scale is not None) - (shift is not None):]
+    assert all(name in node.metadata_props["ortx.fused_from"].split(",") for name in taken)
+    feeds = feeds_for(proto)
+    assert_close(run_ort(expand_fused_conv(model), feeds)[0], run_ort(proto, feeds)[0])
+
+
+def test_affine_is_not_absorbed_per_channel_or_when_read_outside():
+    proto = _affine_model(np.full((1, 4, 1, 1), 0.7), -0.3)  # a per-channel scale: not a scalar
+    model = to_ir(proto)
+    report = fuse_conv_epilogue(model)
+    assert op_types(model) == ["FusedConv", "Mul", "Add", "Conv"] and "affines_fused" not in report.counts
+    assert next(iter(model.graph)).attributes.get_string("activation") == "HardSwish"
+    proto = _affine_model(0.7, -0.3, extra_output=True)  # the Add's output is also a graph output
+    model = to_ir(proto)
+    fuse_conv_epilogue(model)
+    assert op_types(model) == ["FusedConv", "Mul", "Add", "Conv"]
+    feeds = feeds_for(proto)
+    for got, want in zip(run_ort(expand_fused_conv(model), feeds), run_ort(proto, feeds)):
+        assert_close(got, want)

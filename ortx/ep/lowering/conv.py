@@ -26,10 +26,12 @@ from ortx.ep.lowering import band, blocked_layout, sparse
 from ortx.ep.lowering._values import NotStatic, attribute, constant_value, numpy_dtype, present, static_shape
 from ortx.ep.precision import KERNEL_SUFFIX
 
-ACTIVATIONS = {"Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7}
-# FusedConv's activation_params per activation, and ONNX's defaults when the list is absent.
+ACTIVATIONS = {"Relu": 1, "LeakyRelu": 2, "Clip": 3, "Sigmoid": 4, "HardSigmoid": 5, "HardSwish": 6, "Tanh": 7,
+               "HardSwishAffine": 9}
+# FusedConv's activation_params per activation, and ONNX's defaults when the list is absent (HardSwishAffine, an
+# ai.ortx activation: [scale, shift] of scale * HardSwish(x) + shift).
 ACTIVATION_DEFAULTS = {
-    "Relu": (), "Sigmoid": (), "HardSwish": (), "Tanh": (),
+    "Relu": (), "Sigmoid": (), "HardSwish": (), "Tanh": (), "HardSwishAffine": (1.0, 0.0),
     "LeakyRelu": (0.01,),
     "Clip": (float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)),
     "HardSigmoid": (0.2, 0.5),
@@ -561,8 +563,8 @@ def lower_matmul(node: ir.Node, builder) -> None:
 
 # FusedMatMul's activations: FusedConv's codes and Gelu (kernels/activation.h ORTX_ACT_GELU), with the unary_f32 code
 # of each for the dense GEMMs that run it as a step of its own (see lower_fused_matmul).
-MATMUL_ACTIVATIONS = {**ACTIVATIONS, "Gelu": 8}
-UNARY_CODE_OF_ACTIVATION = {**{code: code for code in ACTIVATIONS.values()}, 8: 28}
+MATMUL_ACTIVATIONS = {**{name: code for name, code in ACTIVATIONS.items() if name != "HardSwishAffine"}, "Gelu": 8}
+UNARY_CODE_OF_ACTIVATION = {**{code: code for code in MATMUL_ACTIVATIONS.values()}, 8: 28}
 # The activations the generated GEMM's template has (ortx/codegen/gemm.py ACTIVATIONS): a dense FusedMatMul runs
 # these in its GEMM's epilogue and the others (the exp-based ones) as an in-place unary_f32 step after it, so its
 # GEMM keeps tuned schedules; the sparse kernel's epilogue takes them all.
