@@ -8,8 +8,18 @@
  *   ~1.8x when both run while a latency-bound loop slows ~1.1x (ortx/host_contention.py has the measurements).
  *   ints:    [0] tasks [1] iterations
  *   buffers: [0] int64[tasks] nanoseconds each task took out [1] int64[tasks] thread index that ran it out
+ *
+ * host_core_latency: two tasks on two pool threads pass a cache line back and forth `round_trips` times (each
+ *   waits, spinning, for the other's store); the round trip is the time for a line to move from one core to the
+ *   other and back. On these VMs it tells where the host put the two vCPUs: ~60-170 ns, or ~350 ns and more in
+ *   periods in which a two-thread ONNX Runtime run of PP-OCR rec took 2.1x its time (slower than one thread) and
+ *   OrtxEP's 1.6x (ortx/host_contention.py). If the second task has not started within 50 ms (a worker did not
+ *   wake), the reading is abandoned.
+ *   ints:    [0] round_trips
+ *   buffers: [0] int64[3] out: nanoseconds for all round trips (-1: abandoned), thread index of task 0, of task 1
  */
 #define _POSIX_C_SOURCE 199309L
+#include <stdatomic.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -75,7 +85,63 @@ static void host_fma_probe(const int64_t *ints, const float *floats, void *const
     ortx_parallel_for(num_threads, ints[0], probe_task, &job);
 }
 
+typedef struct latency_job {
+    _Atomic int64_t flag;  /* task 0 stores 2i + 1, task 1 answers 2i + 2 */
+    char pad[64 - sizeof(int64_t)];
+    _Atomic int started, abandoned;
+    int64_t round_trips, *out;
+} latency_job;
+
+#define LATENCY_START_WAIT_NS 50000000
+
+static void latency_task(void *context, int64_t task_index, int thread_index) {
+    latency_job *job = context;
+    job->out[1 + task_index] = thread_index;
+    atomic_fetch_add(&job->started, 1);
+    int64_t waited = now_ns();
+    while (atomic_load(&job->started) < 2) {
+        if (atomic_load(&job->abandoned)) return;
+        /* task 0 waits 50 ms for task 1's thread; task 1 (never first on a thread) waits longer, as a safeguard */
+        if (now_ns() - waited > (task_index == 0 ? 1 : 20) * (int64_t)LATENCY_START_WAIT_NS) {
+            atomic_store(&job->abandoned, 1);
+            return;
+        }
+    }
+    if (atomic_load(&job->abandoned)) return;
+    if (task_index == 0) {
+        int64_t start = now_ns();
+        for (int64_t i = 0; i < job->round_trips; i++) {
+            atomic_store(&job->flag, 2 * i + 1);
+            while (atomic_load(&job->flag) != 2 * i + 2) {
+            }
+        }
+        job->out[0] = now_ns() - start;
+        return;
+    }
+    for (int64_t i = 0; i < job->round_trips; i++) {
+        while (atomic_load(&job->flag) != 2 * i + 1) {
+            if (atomic_load(&job->abandoned)) return;  /* task 0 gave up just as this task started */
+        }
+        atomic_store(&job->flag, 2 * i + 2);
+    }
+}
+
+static void host_core_latency(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    latency_job job;
+    atomic_init(&job.flag, 0);
+    atomic_init(&job.started, 0);
+    atomic_init(&job.abandoned, 0);
+    job.round_trips = ints[0];
+    job.out = buffers[0];
+    job.out[0] = -1;
+    job.out[1] = job.out[2] = -1;
+    if (num_threads < 2 || job.round_trips < 1) return;
+    ortx_parallel_for(2, 2, latency_task, &job);
+}
+
 const ortx_kernel_entry ortx_family_host[] = {
     {"host_fma_probe", host_fma_probe, NULL},
+    {"host_core_latency", host_core_latency, NULL},
     {NULL, NULL, NULL},
 };

@@ -13,6 +13,14 @@ also reads how much slower the slowest thread is than the fastest while both run
 (BENCHMARKS.md, "End to end after ortx tune", (B)), periods in which OrtxEP's ResNet-style convs lose ~3 ms where
 ORT's lose 0.5, looks like one vCPU computing slower than the other (a per-vCPU probe: 1.3x at times); whether
 every such period shows in the spread is not established.
+
+The host's placement of the two vCPUs is the third reading: `core_round_trip_ns` passes a cache line between two
+pool threads (kernels/host_probe.c, host_core_latency). On the Zen 4 VM it read ~60-170 ns in some minutes and
+~350-700 ns in others, and slow periods of two-thread runs followed it: ONNX Runtime's PP-OCR rec at 2 threads (1
+thread: 19.7-20.2 ms throughout) took 11.9-12.3 ms while a standalone ping-pong read 124-145 ns and 24.3-30.3 ms
+(slower than one thread) while it read 360-460 ns; OrtxEP's took 1.6x its usual time in such a period. The
+multiply-add probe reads nothing unusual then (each vCPU computes at full speed, alone or together): what slows is
+every exchange of data between the threads, as when two cores share no cache.
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ from ortx import _kernels
 ITERATIONS = 200_000  # 0.60 ms alone on a Zen 4 vCPU (2.4M zmm FMAs, ~1 a cycle)
 SHARED_CORE_RATIO = 1.4  # per-thread slow-down at which the threads are taken to share a core (1.0 vs ~1.8 seen)
 UNEVEN_RATIO = 1.2  # slowest over fastest thread, both running, at which one vCPU is taken to be slower (1.3 seen)
+ROUND_TRIPS = 2000  # host_core_latency's exchanges per reading: 0.1-1.5 ms
+FAR_ROUND_TRIP_NS = 250.0  # round trip at which the threads are taken to sit on far-apart cores (60-170 vs 350+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +47,7 @@ class HostContention:
     alone_ms: float
     together_ms: float
     fastest_ms: float = float("nan")
+    round_trip_ns: float = float("nan")  # core_round_trip_ns between two pool threads (NaN: not read)
 
     @property
     def ratio(self) -> float:
@@ -56,11 +67,20 @@ class HostContention:
     def uneven(self) -> bool:
         return self.threads > 1 and not self.shared_core and self.spread >= UNEVEN_RATIO
 
+    @property
+    def far_cores(self) -> bool:
+        """The threads exchange data slowly (a cache line's round trip >= FAR_ROUND_TRIP_NS)."""
+        return self.threads > 1 and self.round_trip_ns >= FAR_ROUND_TRIP_NS
+
     def describe(self) -> str:
         if self.threads < 2:
             return "one thread"
-        note = " (threads share a core)" if self.shared_core else " (one thread slower)" if self.uneven else ""
-        return f"x{self.ratio:.2f}, spread {self.spread:.2f}{note}"
+        notes = [what for what, flag in (("threads share a core", self.shared_core),
+                                         ("one thread slower", self.uneven),
+                                         ("cores far apart", self.far_cores)) if flag]
+        note = f" ({', '.join(notes)})" if notes else ""
+        trip = f", round trip {self.round_trip_ns:.0f} ns" if self.round_trip_ns == self.round_trip_ns else ""
+        return f"x{self.ratio:.2f}, spread {self.spread:.2f}{trip}{note}"
 
 
 def _probe(threads: int, iterations: int) -> tuple[float, float]:
@@ -74,8 +94,20 @@ def _probe(threads: int, iterations: int) -> tuple[float, float]:
     return float(nanoseconds.max()) / 1e6, float(nanoseconds.min()) / 1e6
 
 
+def core_round_trip_ns(*, round_trips: int = ROUND_TRIPS, tries: int = 3) -> float:
+    """Nanoseconds for a cache line to go from one pool thread to another and back (the smallest of `tries`
+    readings); NaN when no reading had the two tasks on two threads at once."""
+    readings = []
+    for _ in range(tries):
+        out = np.full(3, -1, np.int64)
+        _kernels.call("host_core_latency", [round_trips], [], [out], num_threads=2)
+        if out[0] > 0 and out[1] != out[2]:
+            readings.append(float(out[0]) / round_trips)
+    return min(readings, default=float("nan"))
+
+
 def fma_contention(threads: int = 2, *, iterations: int = ITERATIONS, tries: int = 3) -> HostContention:
-    """The probe alone and on `threads` pool threads at once; a few milliseconds in all."""
+    """The probe alone and on `threads` pool threads at once, and the threads' round trip; a few milliseconds."""
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
     alone = min(_probe(1, iterations)[0] for _ in range(tries))
@@ -83,4 +115,4 @@ def fma_contention(threads: int = 2, *, iterations: int = ITERATIONS, tries: int
         return HostContention(1, alone, alone, alone)
     readings = [reading for reading in (_probe(threads, iterations) for _ in range(tries)) if reading[0] == reading[0]]
     slowest, fastest = min(readings, default=(float("nan"), float("nan")))
-    return HostContention(threads, alone, slowest, fastest)
+    return HostContention(threads, alone, slowest, fastest, core_round_trip_ns(tries=tries))

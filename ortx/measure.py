@@ -15,8 +15,8 @@ after 0.1 s idle, three processes: ORT 1.56, 1.08-1.17, 0.97-1.08, then 0.91-0.9
 swung 0.65-1.14 between processes. Errors are measured on the same fresh random inputs (seeded, never zeros).
 Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP. At more than
 one thread each round of blocks starts, after its idle, with ortx.host_contention's probe, and the comparison
-counts the rounds in which the host ran the threads on one core or one thread computed slower than the other
-(Comparison.host_note).
+counts the rounds in which the host ran the threads on one core, one thread computed slower than the other, or
+the threads exchanged data slowly (cores far apart) (Comparison.host_note).
 """
 from __future__ import annotations
 
@@ -66,11 +66,14 @@ class Comparison:
     shared_core_rounds: int = 0
     rounds: int = 0
     uneven_rounds: int = 0  # rounds where one thread ran the probe >= 1.2x slower than the other (host_contention)
+    far_rounds: int = 0  # rounds where a cache line's round trip between the threads was >= 250 ns (far_cores)
 
     def host_note(self) -> str:
-        """'-' when every round had an even core per thread, else e.g. '3/8 rounds on one core, 1/8 uneven'."""
+        """'-' when every round had an even core per thread near the other, else e.g. '3/8 rounds on one core,
+        1/8 uneven, 2/8 far apart'."""
         notes = [f"{count}/{self.rounds} {what}" for count, what in ((self.shared_core_rounds, "rounds on one core"),
-                                                                      (self.uneven_rounds, "uneven")) if count]
+                                                                      (self.uneven_rounds, "uneven"),
+                                                                      (self.far_rounds, "far apart")) if count]
         return ", ".join(notes) or "-"
 
     @property
@@ -179,7 +182,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             run()
     all_times = [[] for _ in engines]
     ort_times, ortx_times = all_times[0], all_times[1]
-    shared_core_rounds = uneven_rounds = rounds = 0
+    shared_core_rounds = uneven_rounds = far_rounds = rounds = 0
     while len(ortx_times) < runs:
         count = min(BLOCK, runs - len(ortx_times))
         rounds += 1
@@ -188,6 +191,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             reading = fma_contention(threads)
             shared_core_rounds += reading.shared_core
             uneven_rounds += reading.uneven
+            far_rounds += reading.far_cores
         for run, times in zip(engines, all_times):
             switch_over(run, settle)
             for _ in range(count):
@@ -212,6 +216,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         shared_core_rounds=shared_core_rounds,
         rounds=rounds,
         uneven_rounds=uneven_rounds,
+        far_rounds=far_rounds,
     )
 
 

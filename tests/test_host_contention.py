@@ -1,4 +1,5 @@
-"""ortx.host_contention: the multiply-add probe that tells whether the pool's threads have a core each."""
+"""ortx.host_contention: the multiply-add probe that tells whether the pool's threads have a core each, and the
+round trip that tells how far apart they are."""
 import numpy as np
 import pytest
 
@@ -66,3 +67,29 @@ def test_fma_contention_measures_alone_and_together():
     assert single.threads == 1 and single.ratio == 1.0
     with pytest.raises(ValueError, match="threads must be >= 1"):
         host_contention.fma_contention(0)
+
+
+def _latency(round_trips, threads):
+    out = np.full(3, -7, np.int64)
+    _kernels.call("host_core_latency", [round_trips], [], [out], num_threads=threads)
+    return out
+
+
+def test_the_round_trip_probe_runs_its_two_tasks_on_two_threads_and_scales_with_the_exchanges():
+    readings = [_latency(2000, 2) for _ in range(5)]  # a reading is abandoned when a worker starts > 50 ms late
+    assert any(out[0] > 0 and sorted(out[1:].tolist()) == [0, 1] for out in readings), readings
+    short = min(_latency(1000, 2)[0] for _ in range(5))
+    long = min(_latency(8000, 2)[0] for _ in range(5))
+    assert 0 < short and 3 * short < long  # eight times the exchanges: each one is timed, not a fixed cost
+    assert _latency(100, 1).tolist() == [-1, -1, -1]  # one thread: nothing to exchange with, nothing run
+
+
+def test_far_cores_only_past_the_threshold_and_with_several_threads():
+    near, far = HostContention(2, 1.0, 1.0, 1.0, 120.0), HostContention(2, 1.0, 1.0, 1.0, 400.0)
+    assert not near.far_cores and far.far_cores and not far.shared_core and not far.uneven
+    assert far.describe() == "x1.00, spread 1.00, round trip 400 ns (cores far apart)"
+    assert near.describe() == "x1.00, spread 1.00, round trip 120 ns"
+    assert not HostContention(1, 1.0, 1.0, 1.0, 400.0).far_cores
+    assert not HostContention(2, 1.0, 1.0, 1.0).far_cores  # not read: no evidence
+    reading = host_contention.fma_contention(2, iterations=20_000)
+    assert reading.round_trip_ns != reading.round_trip_ns or reading.round_trip_ns > 0

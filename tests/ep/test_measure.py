@@ -22,7 +22,7 @@ def test_compare_counts_the_requested_runs_and_reports_errors_and_claim():
 
 
 def test_compare_probes_the_host_once_per_round_and_reports_rounds_on_one_core(monkeypatch):
-    readings = iter([HostContention(2, 1.0, 1.9, 1.9), HostContention(2, 1.0, 1.3, 1.0),
+    readings = iter([HostContention(2, 1.0, 1.9, 1.9, 100.0), HostContention(2, 1.0, 1.3, 1.0, 400.0),
                      HostContention(2, 1.0, 1.8, 1.7)])
     probed = []
 
@@ -34,7 +34,8 @@ def test_compare_probes_the_host_once_per_round_and_reports_rounds_on_one_core(m
     result = measure.compare("resnet-32", _models.resnet18_style(size=32), threads=2, runs=3 * measure.BLOCK,
                              warmup=1, settle=0.0)
     assert probed == [2, 2, 2] and result.rounds == 3 and result.shared_core_rounds == 2
-    assert result.uneven_rounds == 1 and result.host_note() == "2/3 rounds on one core, 1/3 uneven"
+    assert result.uneven_rounds == 1 and result.far_rounds == 1
+    assert result.host_note() == "2/3 rounds on one core, 1/3 uneven, 1/3 far apart"
 
 
 def test_warm_in_runs_once_for_a_slow_run_and_until_the_time_has_passed_for_fast_ones():
