@@ -184,14 +184,19 @@ static int chosen_m(const ortx_conv_params *p) {
 }
 
 /* How a call splits its work (from the workspace's thread count, so sizes and kernel agree):
- *   group-major, with column groups for every thread twice over: jobs are (column group, block of at most 128
+ *   group-major, with a column group for every thread: jobs are (column group, block of at most 128
  *     output channels, multiples of 12 for micro_tall); with one block a job transforms its own group's input into
  *     its thread's V ("fused": the same lines stay in the core's L2 from group to group), else the input transform
  *     runs first into a V per group;
  *   channel-major, with fewer groups (small outputs, where U, the transformed weights, is the big operand): the
  *     input transform runs first, then jobs are blocks of output channels (one per thread, at most 256, multiples
  *     of 6) over every group, position by position, so each U[q] block is read once from memory and reused from
- *     L1 for every group. */
+ *     L1 for every group.
+ * Group-major from one group per thread, not two (ResNet-18-style's 128 @ 28x28: 2 groups at 2 threads): each
+ * thread transforms, multiplies and writes back the pixels of its own tiles, where channel-major hands every
+ * thread's V and outputs to the other. In-process A/B of the whole model at 2 threads, fp32, on the Zen 4 VM, same
+ * bits: 0.98-0.99x its time with the vCPUs close (a cache line's round trip ~60 ns) and 0.93x with them far apart
+ * (~330 ns, ortx.host_contention), where every exchange between the threads is slow. */
 typedef struct wino_schedule {
     int channel_major, fused;
     int64_t blocks, block_rows, local_groups;
@@ -200,7 +205,7 @@ typedef struct wino_schedule {
 static wino_schedule schedule_of(const ortx_wino_geometry *g, int threads) {
     wino_schedule s = {0, 0, 0, 0, 1};
     int64_t cout = g->p->out_channels;
-    if (g->column_groups < 2 * threads) {
+    if (g->column_groups < threads) {
         s.channel_major = 1;
         s.block_rows = ortx_round_up(ceil_div(cout, max64(2 * threads, ceil_div(cout, 256))), ORTX_GEMM_MR);
         s.local_groups = g->column_groups;
