@@ -9,18 +9,18 @@ That is the signature of two hardware threads sharing one core's multiply-add un
 two-thread run of a kernel near the core's multiply-add peak gains little over one thread.
 
 `fma_contention` measures it with the kernels' own probe (kernels/host_probe.c) on the kernels' own pool, and
-also reads how much slower the slowest thread is than the fastest while both run: the host's other slow state
-(BENCHMARKS.md, "End to end after ortx tune", (B)), periods in which OrtxEP's ResNet-style convs lose ~3 ms where
-ORT's lose 0.5, looks like one vCPU computing slower than the other (a per-vCPU probe: 1.3x at times); whether
-every such period shows in the spread is not established.
+also reads how much slower the slowest thread is than the fastest while both run ("uneven": one vCPU computing
+slower than the other, seen at 1.3x at times with a per-vCPU probe).
 
-The host's placement of the two vCPUs is the third reading: `core_round_trip_ns` passes a cache line between two
-pool threads (kernels/host_probe.c, host_core_latency). On the Zen 4 VM it read ~60-170 ns in some minutes and
-~350-700 ns in others, and slow periods of two-thread runs followed it: ONNX Runtime's PP-OCR rec at 2 threads (1
-thread: 19.7-20.2 ms throughout) took 11.9-12.3 ms while a standalone ping-pong read 124-145 ns and 24.3-30.3 ms
-(slower than one thread) while it read 360-460 ns; OrtxEP's took 1.6x its usual time in such a period. The
-multiply-add probe reads nothing unusual then (each vCPU computes at full speed, alone or together): what slows is
-every exchange of data between the threads, as when two cores share no cache.
+The host's other slow state (BENCHMARKS.md, "End to end after ortx tune", (B)) is where it places the two vCPUs:
+`core_round_trip_ns` passes a cache line between two pool threads (kernels/host_probe.c, host_core_latency). On
+the Zen 4 VM it read ~55-170 ns in some minutes and ~320-480 ns (bursts to 700) in others, and the slow periods of
+two-thread runs followed it: ONNX Runtime's PP-OCR rec at 2 threads (1 thread: 19.7-20.2 ms throughout) took
+11.9-12.5 ms while a standalone ping-pong read 117-145 ns and 24.3-30.3 ms (slower than one thread) while it read
+360-485 ns; OrtxEP's ResNet-18-style fp32 0.87x ORT's time near, 1.21x far apart (ORT's convs lose 4% there,
+OrtxEP's 46%). The multiply-add probe reads nothing unusual then (each vCPU computes and reads memory at full speed,
+alone or together): what slows is every exchange of data between the threads, as between cores that share no
+cache. `fma_contention` reads the round trip too (HostContention.far_cores).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class HostContention:
     @property
     def spread(self) -> float:
         """Slowest over fastest thread while all run: one vCPU slower than the other, as when another tenant's
-        thread shares its core (BENCHMARKS.md's (B)); NaN without a concurrent reading."""
+        thread shares its core; NaN without a concurrent reading."""
         return self.together_ms / self.fastest_ms
 
     @property

@@ -5,9 +5,10 @@ slow each other down whenever both compute, and OrtxEP's two-thread runs of ResN
 OrtxEP at 1 thread keeps its speed (one process alternating four sessions for 60 s: OrtxEP 2 threads 14.4-15.7 ms,
 in two such periods 21.2-25.1; OrtxEP 1 thread 26.5-28.6 ms throughout; ORT at 2 threads 17.5-18.5 there, though
 1.37x slower in a later period; two independent one-thread sessions run at once 1.48x slower). Every ResNet conv
-slows 1.2-1.9x and the maxpool 2.8x; which shared resource is contended is not established (BENCHMARKS.md, "End to
-end after ortx tune", (B); not the vCPUs sharing one core, which ortx.host_contention detects). About one process in
-four starts in such a period. `ortx tune` measured OrtxEP in one and gave ResNet-18-style back to ORT, which a
+slows 1.2-1.9x and the maxpool 2.8x. These are the periods in which the host places the two vCPUs far apart: a
+cache line's round trip between the threads ~330 ns instead of ~60 (BENCHMARKS.md, "End to end after ortx tune",
+(B); ortx.host_contention's far_cores), so every exchange of data between the threads is slow. About one process
+in four starts in such a period. `ortx tune` measured OrtxEP in one and gave ResNet-18-style back to ORT, which a
 separate process then measured 15% slower than OrtxEP.
 
 So when engine_choice's measurement says ORT is faster, up to CONFIRM_PROCESSES fresh Python processes measure
