@@ -8,8 +8,8 @@ from ortx.ep.lowering._values import NotStatic, static_shape
 
 
 def node_macs(node: ir.Node) -> int:
-    """MACs of Conv/ConvTranspose/FusedConv/QConv/Gemm/MatMul/ScaledDotProductAttention/MultiHeadAttention nodes
-    with static shapes; 0 for everything else."""
+    """MACs of Conv/ConvTranspose/FusedConv/FusedConvTranspose/QConv/Gemm/MatMul/ScaledDotProductAttention/
+    MultiHeadAttention nodes with static shapes; 0 for everything else."""
     try:
         if node.op_type == "ScaledDotProductAttention":  # Q @ KT, then probabilities @ V
             output = static_shape(node.outputs[0])
@@ -31,7 +31,7 @@ def node_macs(node: ir.Node) -> int:
             output = static_shape(node.outputs[0])
             weight = static_shape(node.inputs[1])
             return int(np.prod(output, dtype=np.int64)) * int(np.prod(weight[1:], dtype=np.int64))
-        if node.op_type == "ConvTranspose":
+        if node.op_type in ("ConvTranspose", "FusedConvTranspose"):
             data = static_shape(node.inputs[0])
             weight = static_shape(node.inputs[1])
             return int(np.prod(data, dtype=np.int64)) * int(np.prod(weight[1:], dtype=np.int64))

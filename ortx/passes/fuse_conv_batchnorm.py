@@ -8,6 +8,9 @@ After:  Conv(X, W * m, B * m + a)
 Does not apply when: the Conv output has another consumer or is a graph output; W, B or a parameter is not a
 constant initializer; BN is in training mode or spatial=0; the BN has more than one output; channel counts differ;
 the Mul/Add constant broadcasts along anything but the channel axis.
+The same folds apply after a ConvTranspose with one group, whose weights (Cin, Cout, KH, KW) hold the output
+channels on axis 1 (PP-OCRv4 det's head: ConvTranspose -> Add(bias) -> BatchNormalization -> Relu; with more groups
+an output channel's weights are spread over the groups' blocks, and those are left alone).
 The arithmetic runs in float64 and is cast back to W's dtype, so the fold adds no error beyond that one rounding.
 """
 from __future__ import annotations
@@ -35,17 +38,33 @@ def constant_array(value: ir.Value | None) -> np.ndarray | None:
     return value.const_value.numpy()
 
 
-class ConvBatchNormFusion(RewriteRuleClassBase):
-    """BatchNormalization(Conv(x, w[, b])) -> Conv(x, w', b'); failed checks are kept in `notes`."""
+def output_axis(conv: ir.Node) -> int | None:
+    """The weights' output-channel axis of a Conv (0) or a one-group ConvTranspose (1); None otherwise."""
+    if conv.op_type == "Conv":
+        return 0
+    return 1 if conv.op_type == "ConvTranspose" and conv.attributes.get_int("group", 1) == 1 else None
 
-    def __init__(self) -> None:
-        super().__init__(name="ConvBatchNormFusion")
+
+def _scaled(weight: np.ndarray, factor: np.ndarray, axis: int) -> np.ndarray:
+    """weight (float64) times factor along the output-channel axis."""
+    shape = [1] * weight.ndim
+    shape[axis] = -1
+    return weight.astype(np.float64) * factor.reshape(shape)
+
+
+class ConvBatchNormFusion(RewriteRuleClassBase):
+    """BatchNormalization(Conv(x, w[, b])) -> Conv(x, w', b') (op_type "ConvTranspose": the same after a one-group
+    ConvTranspose); failed checks are kept in `notes`."""
+
+    def __init__(self, op_type: str = "Conv") -> None:
+        super().__init__(name=f"{op_type}BatchNormFusion")
+        self.op_type = op_type
         self.notes: list[str] = []
         self.replaced_values: list[ir.Value] = []
         self.new_bytes = 0
 
     def pattern(self, op, x, w, scale, shift, mean, var):
-        conv_out = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
+        conv_out = getattr(op, self.op_type)(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
         return op.BatchNormalization(conv_out, scale, shift, mean, var, _outputs=["bn_out"])
 
     def _fail(self, result: MatchResult, node: ir.Node, reason: str) -> MatchResult:
@@ -57,7 +76,9 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
         result = MatchResult()
         conv, batchnorm = conv_out.producer(), bn_out.producer()
         if len(conv_out.uses()) != 1 or conv_out.is_graph_output():
-            return self._fail(result, batchnorm, f"Conv '{conv.name}' output has other consumers")
+            return self._fail(result, batchnorm, f"{conv.op_type} '{conv.name}' output has other consumers")
+        if output_axis(conv) is None:
+            return self._fail(result, batchnorm, f"{conv.op_type} '{conv.name}' has more than one group")
         if len(batchnorm.outputs) != 1:
             return self._fail(result, batchnorm, "BatchNormalization has training outputs")
         if batchnorm.attributes.get_int("training_mode", 0) != 0:
@@ -73,7 +94,7 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
                 return self._fail(result, batchnorm, f"{role} '{value.name}' is not a constant initializer")
         if w.const_value.dtype not in _FLOAT_TYPES:
             return self._fail(result, batchnorm, f"weight dtype {w.const_value.dtype} is not floating point")
-        channels = w.const_value.shape[0]
+        channels = w.const_value.shape[output_axis(conv)]
         for role, value in (("bias", bias), ("scale", scale), ("shift", shift), ("mean", mean), ("var", var)):
             if value is not None and tuple(value.const_value.shape) != (channels,):
                 return self._fail(result, batchnorm, f"{role} shape {tuple(value.const_value.shape)} is not "
@@ -87,7 +108,7 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
         factor = constant_array(scale).astype(np.float64) / np.sqrt(constant_array(var).astype(np.float64) + epsilon)
         bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
         bias = constant_array(bias_value).astype(np.float64) if bias_value is not None else 0.0
-        new_weight = weight.astype(np.float64) * factor.reshape((-1,) + (1,) * (weight.ndim - 1))
+        new_weight = _scaled(weight, factor, output_axis(conv))
         new_bias = (bias - constant_array(mean).astype(np.float64)) * factor + constant_array(shift)
         graph = conv.graph
         self.replaced_values.extend(value for value in (w, bias_value, scale, shift, mean, var) if value is not None)
@@ -95,7 +116,7 @@ class ConvBatchNormFusion(RewriteRuleClassBase):
         bias_name = unique_initializer_name(graph, f"{(bias_value or w).name}_bn_bias")
         new_weight, new_bias = new_weight.astype(weight.dtype), new_bias.astype(weight.dtype)
         self.new_bytes += new_weight.nbytes + new_bias.nbytes
-        result = op.Conv(
+        result = getattr(op, self.op_type)(
             x,
             op.initializer(ir.tensor(new_weight, name=weight_name), name=weight_name),
             op.initializer(ir.tensor(new_bias, name=bias_name), name=bias_name),
@@ -122,17 +143,20 @@ def per_channel(value: ir.Value, channels: int, rank: int) -> np.ndarray | None:
 
 
 class ConvAffineFusion(RewriteRuleClassBase):
-    """Mul(Conv(x, w[, b]), m) -> Conv(x, w * m, b * m), or Add(Conv(x, w[, b]), a) -> Conv(x, w, b + a)."""
+    """Mul(Conv(x, w[, b]), m) -> Conv(x, w * m, b * m), or Add(Conv(x, w[, b]), a) -> Conv(x, w, b + a)
+    (conv_type "ConvTranspose": the same after a one-group ConvTranspose)."""
 
-    def __init__(self, op_type: str, notes: list[str], replaced_values: list[ir.Value]) -> None:
-        super().__init__(name=f"Conv{op_type}Fusion")
+    def __init__(self, op_type: str, notes: list[str], replaced_values: list[ir.Value],
+                 conv_type: str = "Conv") -> None:
+        super().__init__(name=f"{conv_type}{op_type}Fusion")
         self.op_type = op_type
+        self.conv_type = conv_type
         self.notes = notes
         self.replaced_values = replaced_values
         self.new_bytes = 0
 
     def pattern(self, op, x, w, constant):
-        conv_out = op.Conv(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
+        conv_out = getattr(op, self.conv_type)(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
         return getattr(op, self.op_type)(conv_out, constant, _outputs=["affine_out"])
 
     def check(self, context, x, w, constant, conv_out, affine_out) -> MatchResult:
@@ -144,28 +168,30 @@ class ConvAffineFusion(RewriteRuleClassBase):
         reason = None
         bias = conv.inputs[2] if len(conv.inputs) > 2 else None
         if len(conv_out.uses()) != 1 or conv_out.is_graph_output():
-            reason = f"Conv '{conv.name}' output has other consumers"
+            reason = f"{conv.op_type} '{conv.name}' output has other consumers"
+        elif output_axis(conv) is None:
+            reason = f"{conv.op_type} '{conv.name}' has more than one group"
         elif constant_array(w) is None or (bias is not None and constant_array(bias) is None):
-            reason = f"Conv '{conv.name}' weight or bias is not a constant initializer"
+            reason = f"{conv.op_type} '{conv.name}' weight or bias is not a constant initializer"
         elif w.const_value.dtype not in _FLOAT_TYPES or constant.const_value.dtype != w.const_value.dtype:
             reason = f"dtypes differ or are not floating point ({w.const_value.dtype}, {constant.const_value.dtype})"
-        elif per_channel(constant, w.const_value.shape[0], len(w.const_value.shape)) is None:
+        elif per_channel(constant, w.const_value.shape[output_axis(conv)], len(w.const_value.shape)) is None:
             reason = f"constant '{constant.name}' shape {tuple(constant.const_value.shape)} is not per-channel"
         if reason:
-            self.notes.append(f"{affine.name} ({self.op_type}): not folded into Conv: {reason}")
+            self.notes.append(f"{affine.name} ({self.op_type}): not folded into {conv.op_type}: {reason}")
             return result.fail(reason, affine)
         return result
 
     def rewrite(self, op, x, w, constant, conv_out, affine_out):
         conv = conv_out.producer()
         weight = constant_array(w)
-        channels = weight.shape[0]
+        channels = weight.shape[output_axis(conv)]
         bias_value = conv.inputs[2] if len(conv.inputs) > 2 else None
         bias = constant_array(bias_value).astype(np.float64) if bias_value is not None else np.zeros(channels)
         vector = per_channel(constant, channels, weight.ndim)
         new_weight = weight
         if self.op_type == "Mul":
-            new_weight = (weight.astype(np.float64) * vector.reshape((-1,) + (1,) * (weight.ndim - 1)))
+            new_weight = _scaled(weight, vector, output_axis(conv))
             new_bias = bias * vector
         else:
             new_bias = bias + vector
@@ -179,8 +205,9 @@ class ConvAffineFusion(RewriteRuleClassBase):
             self.new_bytes += new_weight.nbytes
         bias_name = unique_initializer_name(graph, f"{(bias_value or w).name}_{self.op_type.lower()}_bias")
         self.new_bytes += new_bias.nbytes
-        result = op.Conv(x, weight_input, op.initializer(ir.tensor(new_bias, name=bias_name), name=bias_name),
-                         _name=conv.name, **dict(conv.attributes))
+        result = getattr(op, self.conv_type)(x, weight_input,
+                                             op.initializer(ir.tensor(new_bias, name=bias_name), name=bias_name),
+                                             _name=conv.name, **dict(conv.attributes))
         record_fused_from(result.producer(), [conv, affine_out.producer()])
         return result
 
@@ -189,20 +216,22 @@ def fuse_conv_batchnorm(model: ir.Model, *, max_rounds: int = 8) -> PassReport:
     """Folds BN and per-channel Mul/Add into Convs; repeats (up to max_rounds) so chains like Mul -> Add fold."""
     start = time.perf_counter()
     batchnorm = ConvBatchNormFusion()
+    transposed = ConvBatchNormFusion("ConvTranspose")
+    transposed.notes, transposed.replaced_values = batchnorm.notes, batchnorm.replaced_values
     notes: list[str] = []
-    multiply = ConvAffineFusion("Mul", notes, batchnorm.replaced_values)
-    add = ConvAffineFusion("Add", notes, batchnorm.replaced_values)
+    affines = [ConvAffineFusion(op_type, notes, batchnorm.replaced_values, conv_type)
+               for conv_type in ("Conv", "ConvTranspose") for op_type in ("Mul", "Add")]
     counts = {"batchnorms_fused": 0, "affines_fused": 0}
     for _ in range(max_rounds):
         before = dict(counts)
-        counts["batchnorms_fused"] += apply_fusions(model, [batchnorm])
-        counts["affines_fused"] += apply_fusions(model, [multiply, add], commute=True)
+        counts["batchnorms_fused"] += apply_fusions(model, [batchnorm, transposed])
+        counts["affines_fused"] += apply_fusions(model, affines, commute=True)
         if counts == before:
             break
     # The replaced weights and BN parameters lose their last use; drop them so the model does not grow. The
     # saving is net of the new weights (same size) and biases (one per channel).
     freed = remove_if_unused(model.graph, list({id(v): v for v in batchnorm.replaced_values}.values()))
-    counts["bytes_saved"] = freed - batchnorm.new_bytes - multiply.new_bytes - add.new_bytes
+    counts["bytes_saved"] = freed - batchnorm.new_bytes - transposed.new_bytes - sum(a.new_bytes for a in affines)
     # Candidates that a later round fused are not worth a note.
     remaining = {node.name for node in model.graph}
     all_notes = [note for note in dict.fromkeys(batchnorm.notes + notes) if note.split(" ", 1)[0] in remaining]

@@ -3,6 +3,10 @@
 Before: Conv(X, W[, B]) -> [Add(_, Z)] -> [activation]            (Z: a tensor of the Conv output's shape)
 After:  ai.ortx::FusedConv(X, W, B or "", Z or "", Conv attributes, activation, activation_params)
         with Y = act(Conv(X, W, B) + Z); activation is one of ACTIVATIONS or "" (none: a residual Add alone).
+Before: ConvTranspose(X, W[, B]) -> activation
+After:  ai.ortx::FusedConvTranspose(X, W, B or "", ConvTranspose attributes, activation, activation_params)
+        (PP-OCRv4 det's head: ConvTranspose -> Relu and ConvTranspose -> Sigmoid, once fuse_conv_batchnorm has
+        folded their bias Add and BatchNormalization).
 Activations: Relu, LeakyRelu [alpha], Clip [min, max] (opset 11+ constant inputs), Sigmoid, HardSigmoid
 [alpha, beta], HardSwish (the op, or PP-OCR's x * Clip(x + 3, 0, 6) / 6, or x * HardSigmoid(x; 1/6, 1/2)), Tanh,
 and HardSwishAffine [scale, shift] = scale * HardSwish(x) + shift: a HardSwish FusedConv followed by Mul and/or Add
@@ -31,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 ORTX_DOMAIN = "ai.ortx"
 FUSED_CONV = "FusedConv"
+FUSED_CONV_TRANSPOSE = "FusedConvTranspose"
 ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh")
 # ONNX Clip's defaults when a bound is omitted (numeric_limits<float>::lowest() / max()).
 _FLOAT32_LOWEST, _FLOAT32_MAX = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
@@ -73,6 +78,7 @@ class _ConvEpilogueBase(RewriteRuleClassBase):
 
     activation = ""  # the op type of the activation node, "HardSwish" for the decomposed forms, "" for none
     residual = False
+    fused_op = FUSED_CONV
 
     def __init__(self, notes: dict[str, str], name: str, excluded: frozenset[str] = frozenset()) -> None:
         super().__init__(name=name)
@@ -151,7 +157,7 @@ class _ConvEpilogueBase(RewriteRuleClassBase):
         attributes = dict(conv.attributes)
         attributes["activation"] = ir.AttrString("activation", self.activation)
         attributes["activation_params"] = ir.AttrFloat32s("activation_params", params)
-        output = op.op(FUSED_CONV, *inputs, _domain=ORTX_DOMAIN, _name=conv.name, **attributes)
+        output = op.op(self.fused_op, *inputs, _domain=ORTX_DOMAIN, _name=conv.name, **attributes)
         output.type, output.shape = final.type, final.shape
         record_fused_from(output.producer(), self._nodes(bindings))
         return output
@@ -173,6 +179,21 @@ def _activation_rule(activation: str, residual: bool) -> type[_ConvEpilogueBase]
 
     Rule.activation, Rule.residual = activation, residual
     Rule.__name__ = Rule.__qualname__ = f"Conv{'Residual' if residual else ''}{activation}Fusion"
+    return Rule
+
+
+def _transpose_activation_rule(activation: str) -> type[_ConvEpilogueBase]:
+    """A rule class for ConvTranspose -> <activation op> (no residual: FusedConvTranspose has none)."""
+
+    class Rule(_ConvEpilogueBase):
+        fused_op = FUSED_CONV_TRANSPOSE
+
+        def pattern(self, op, x, w):
+            conv_out = op.ConvTranspose(x, w, _allow_other_inputs=True, _outputs=["conv_out"])
+            return getattr(op, activation)(conv_out, _allow_other_inputs=True, _outputs=["act_out"])
+
+    Rule.activation = activation
+    Rule.__name__ = Rule.__qualname__ = f"ConvTranspose{activation}Fusion"
     return Rule
 
 
@@ -255,6 +276,9 @@ def _fusions(notes: dict[str, str], excluded: frozenset[str]) -> list[_ConvEpilo
         for activation in ACTIVATIONS:
             rule_class = _activation_rule(activation, residual)
             rules.append(rule_class(notes, rule_class.__name__, excluded))
+    for activation in ACTIVATIONS:
+        rule_class = _transpose_activation_rule(activation)
+        rules.append(rule_class(notes, rule_class.__name__, excluded))
     return rules
 
 
@@ -335,6 +359,9 @@ def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset(
     } if count else {"convs_fused": 0}
     if affines:
         counts["affines_fused"] = affines
+    transposes = sum(1 for node in model.graph if node.domain == ORTX_DOMAIN and node.op_type == FUSED_CONV_TRANSPOSE)
+    if transposes:
+        counts["transposes_fused"] = transposes
     # Keep reasons only for Convs that stayed plain Convs (a failed short pattern may precede a longer match).
     remaining = {node.name for node in model.graph if node.op_type == "Conv" and node.domain in ("", "ai.onnx")}
     note_lines = [f"{name} (Conv): epilogue not fused: {reason}" for name, reason in notes.items()

@@ -500,6 +500,29 @@ def conv_transpose_model(cin, cout, size, kernel, group, bias, seed):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
+@pytest.mark.parametrize("case", TRANSPOSE_CASES[:2] + [(128, 6, 5, 3, 1, True)])
+def test_fused_conv_transpose_applies_the_activation_in_its_scatter(isa, case, activation):
+    """ai.ortx FusedConvTranspose on the bf16 path: the activation after the bias in the tile's scatter (KW 2 by
+    runs, the general scatter), against fp32 ConvTranspose -> activation."""
+    model = conv_transpose_model(*case, seed=sum(case[:5]))
+    x = random((2, case[0], case[2], case[2]), 13)
+    explicit = conv_transpose_model(*case, seed=sum(case[:5]))
+    explicit.graph.node[0].output[0] = "t"
+    explicit.graph.node.append(helper.make_node(activation, ["t"], ["y"]))
+    fp32 = onnxruntime.InferenceSession(explicit.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    node = model.graph.node[0]
+    node.domain, node.op_type = "ai.ortx", "FusedConvTranspose"
+    node.attribute.append(helper.make_attribute("activation", activation))
+    model.opset_import.append(helper.make_opsetid("ai.ortx", 1))
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, fp32.shape))
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    assert_close_bf16(fast, fp32, what=f"fused convT {case} {activation}")
+    reference = run_graph(model, {"x": x}, use_reference_kernels=True, precision="bf16")[0]
+    assert_close(fast, reference, what=f"fused convT {case} {activation} vs _ref")
+
+
 def transpose_applies(cin, cout, size, kernel, group, pad=0):
     out_size = (size - 1) * kernel + kernel - 2 * pad
     ints = [2, cin, size, size, cout, out_size, out_size, kernel, kernel, kernel, kernel, pad, pad, 1, 1, group, 1,

@@ -370,6 +370,26 @@ def test_conv_transpose_matches_onnxruntime(isa, case):
     check_against(model, {"x": x}, run_ort(model, {"x": x}))
 
 
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid", "HardSwish"])
+@pytest.mark.parametrize("case", [TRANSPOSE_CASES[2], TRANSPOSE_CASES[8], TRANSPOSE_CASES[11], TRANSPOSE_CASES[12]],
+                         ids=["col2im_dilated", "tiling_kw2", "tiling_kh3_kw2", "tiling_kernel3"])
+def test_fused_conv_transpose_matches_conv_transpose_then_activation(isa, case, activation):
+    """ai.ortx FusedConvTranspose (fuse_conv_epilogue's ConvTranspose -> activation): the activation in the
+    kernels' epilogue, on both of conv_transpose2d_f32's cases and the col2im scatter."""
+    x_shape, w_shape, attributes = case
+    x = random(x_shape, 7)
+    reference = conv_model("ConvTranspose", x_shape, w_shape, attributes)
+    explicit = conv_model("ConvTranspose", x_shape, w_shape, attributes)
+    explicit.graph.node[0].output[0] = "t"
+    explicit.graph.node.append(helper.make_node(activation, ["t"], ["y"]))
+    expected = run_ort(explicit, {"x": x})
+    fused = helper.make_node("FusedConvTranspose", ["x", "w", "b"], ["y"], domain="ai.ortx", activation=activation,
+                             **attributes)
+    model = make_model([fused], [tensor("x", x_shape)], [tensor("y", expected.shape)],
+                       list(reference.graph.initializer), extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+    check_against(model, {"x": x}, expected)
+
+
 def test_checks_decline_what_the_lowering_cannot_run():
     weights_input = make_model([helper.make_node("Conv", ["x", "w"], ["y"])],
                                [tensor("x", (1, 3, 8, 8)), tensor("w", (4, 3, 3, 3))], [tensor("y", None)], [])

@@ -91,3 +91,49 @@ def test_idempotent():
     assert fuse_conv_batchnorm(model).modified
     second = fuse_conv_batchnorm(model)
     assert not second.modified, second.counts
+
+
+def _conv_transpose_head(*, group: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """PP-OCRv4 det's head: X[1,8,5,6] -> ConvTranspose 2x2/2 (6 channels, no bias) -> Add(bias [1,6,1,1]) -> BN
+    -> Relu -> Y."""
+    rng = np.random.default_rng(seed)
+    weights = rng.standard_normal((8, 6 // group, 2, 2)).astype(np.float32)
+    initializers = [numpy_helper.from_array(weights, "w"),
+                    numpy_helper.from_array(rng.standard_normal((1, 6, 1, 1)).astype(np.float32), "bias"),
+                    numpy_helper.from_array(rng.uniform(0.5, 1.5, 6).astype(np.float32), "scale"),
+                    numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "shift"),
+                    numpy_helper.from_array(rng.standard_normal(6).astype(np.float32), "mean"),
+                    numpy_helper.from_array(rng.uniform(0.5, 1.5, 6).astype(np.float32), "var")]
+    nodes = [helper.make_node("ConvTranspose", ["X", "w"], ["t"], name="convT", strides=[2, 2], group=group),
+             helper.make_node("Add", ["t", "bias"], ["biased"], name="add"),
+             helper.make_node("BatchNormalization", ["biased", "scale", "shift", "mean", "var"], ["normed"],
+                              name="bn"),
+             helper.make_node("Relu", ["normed"], ["Y"], name="relu")]
+    graph = helper.make_graph(nodes, "convT_head", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT,
+                                                                                  [1, 8, 5, 6])],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 6, 10, 12])],
+                              initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_folds_bias_add_and_batchnorm_into_a_one_group_conv_transpose():
+    proto = _conv_transpose_head()
+    model = to_ir(proto)
+    report = fuse_conv_batchnorm(model)
+    assert op_types(model) == ["ConvTranspose", "Relu"]
+    assert report.counts["affines_fused"] == 1 and report.counts["batchnorms_fused"] == 1
+    conv = next(iter(model.graph))
+    assert conv.metadata_props["ortx.fused_from"].split(",") == ["convT", "add", "bn"]
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
+
+
+def test_leaves_a_grouped_conv_transpose_alone():
+    """With groups an output channel's weights are spread over the groups' blocks of axis 0: not folded."""
+    proto = _conv_transpose_head(group=2)
+    model = to_ir(proto)
+    report = fuse_conv_batchnorm(model)
+    assert op_types(model) == ["ConvTranspose", "Add", "BatchNormalization", "Relu"] and not report.modified
+    assert any("more than one group" in note for note in report.notes)

@@ -27,7 +27,8 @@ def expand_fused_conv(model: ir.Model) -> onnx.ModelProto:
         inputs = list(node.input) + [""] * (4 - len(node.input))
         out = node.output[0]
         current = f"{out}_conv"
-        nodes.append(helper.make_node("Conv", [i for i in inputs[:3] if i], [current], **attributes))
+        conv_type = "ConvTranspose" if node.op_type == "FusedConvTranspose" else "Conv"
+        nodes.append(helper.make_node(conv_type, [i for i in inputs[:3] if i], [current], **attributes))
         if inputs[3]:
             nodes.append(helper.make_node("Add", [current, inputs[3]], [f"{out}_sum"]))
             current = f"{out}_sum"
@@ -227,3 +228,28 @@ def test_affine_is_not_absorbed_per_channel_or_when_read_outside():
     feeds = feeds_for(proto)
     for got, want in zip(run_ort(expand_fused_conv(model), feeds), run_ort(proto, feeds)):
         assert_close(got, want)
+
+
+@pytest.mark.parametrize("activation", ["Relu", "Sigmoid"])
+def test_fuses_conv_transpose_and_its_activation(activation):
+    """PP-OCRv4 det's head after fuse_conv_batchnorm: ConvTranspose (bias) -> Relu, ConvTranspose -> Sigmoid."""
+    rng = np.random.default_rng(5)
+    initializers = [onnx.numpy_helper.from_array(rng.standard_normal((4, 3, 2, 2)).astype(np.float32), "w"),
+                    onnx.numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")]
+    nodes = [helper.make_node("ConvTranspose", ["X", "w", "b"], ["t"], name="convT", strides=[2, 2]),
+             helper.make_node(activation, ["t"], ["Y"], name="act")]
+    graph = helper.make_graph(nodes, "convT_act", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT,
+                                                                                 [1, 4, 7, 9])],
+                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 3, 14, 18])],
+                              initializers)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    proto.ir_version = 9
+    model = to_ir(proto)
+    report = fuse_conv_epilogue(model)
+    assert op_types(model) == ["FusedConvTranspose"] and report.counts["transposes_fused"] == 1
+    node = next(iter(model.graph))
+    assert node.domain == "ai.ortx" and node.attributes.get_string("activation") == activation
+    assert list(node.attributes.get_ints("strides")) == [2, 2]
+    assert node.metadata_props["ortx.fused_from"].split(",") == ["convT", "act"]
+    feeds = feeds_for(proto)
+    assert_close(run_ort(expand_fused_conv(model), feeds)[0], run_ort(proto, feeds)[0])

@@ -39,6 +39,7 @@ ACTIVATION_DEFAULTS = {
 CONV_ATTRIBUTES = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
 FUSED_ATTRIBUTES = CONV_ATTRIBUTES | {"activation", "activation_params"}
 TRANSPOSE_ATTRIBUTES = CONV_ATTRIBUTES | {"output_padding", "output_shape"}
+FUSED_TRANSPOSE_ATTRIBUTES = TRANSPOSE_ATTRIBUTES | {"activation", "activation_params"}
 GEMM_ATTRIBUTES = {"alpha", "beta", "transA", "transB"}
 
 
@@ -155,7 +156,7 @@ def _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad):
 
 def _activation(node: ir.Node, codes: dict[str, int] = ACTIVATIONS) -> tuple[int, tuple[float, float]]:
     """(kernels/activation.h code, parameters) of a FusedConv's or FusedMatMul's activation attributes."""
-    if node.op_type not in ("FusedConv", "FusedMatMul"):
+    if node.op_type not in ("FusedConv", "FusedMatMul", "FusedConvTranspose"):
         return 0, (0.0, 0.0)
     name = attribute(node, "activation", None)
     if name is None:
@@ -197,7 +198,10 @@ def _conv_plan(node: ir.Node) -> ConvPlan:
 
 
 def _transpose_plan(node: ir.Node) -> ConvPlan:
-    _require_attributes(node, TRANSPOSE_ATTRIBUTES)
+    """ConvTranspose, or ai.ortx FusedConvTranspose (the same with an activation in the kernel's epilogue)."""
+    fused = node.op_type == "FusedConvTranspose"
+    _require_attributes(node, FUSED_TRANSPOSE_ATTRIBUTES if fused else TRANSPOSE_ATTRIBUTES)
+    activation, params = _activation(node)
     _require_float32(node, range(len(node.inputs)))
     x_shape, y_shape, weights, kernel, strides, dilations, pads, group, auto_pad = _conv_common(
         node, transposed=True)
@@ -232,8 +236,8 @@ def _transpose_plan(node: ir.Node) -> ConvPlan:
     if tuple(y_shape) != (batch, out_channels, *sizes):
         raise Declined(f"computed output shape {(batch, out_channels, *sizes)} != inferred {y_shape}")
     ints = (batch, in_channels, *x_shape[2:], out_channels, *sizes, *kernel, *strides, *begins, *dilations, group,
-            int(present(node, 2) is not None), 0, 0)
-    return ConvPlan(ints, np.asarray(weights, dtype=np.float32), False, 0, (0.0, 0.0), False)
+            int(present(node, 2) is not None), 0, activation)
+    return ConvPlan(ints, np.asarray(weights, dtype=np.float32), False, activation, params, False)
 
 
 def _sizes(kernel: str, ints) -> np.ndarray:
@@ -617,6 +621,7 @@ LOWERINGS = {
     ("ai.ortx", "FusedMatMul"): (_checked(_fused_matmul_plan), lower_fused_matmul),
     ("ai.ortx", "FusedConv"): (_checked(_conv_plan), lower_conv),
     ("", "ConvTranspose"): (_checked(_transpose_plan), lower_conv_transpose),
+    ("ai.ortx", "FusedConvTranspose"): (_checked(_transpose_plan), lower_conv_transpose),
     ("", "Gemm"): (_checked(_gemm_plan), lower_gemm),
     ("", "MatMul"): (_checked(_matmul_plan), lower_matmul),
 }
