@@ -34,6 +34,17 @@ def run_ort(model: ir.Model | onnx.ModelProto, feeds: dict[str, np.ndarray]) -> 
     return session.run(None, feeds)
 
 
+def float_model(nodes, x_shape, y_shape, initializers, name: str = "g") -> onnx.ModelProto:
+    """A float32 model of `nodes` from graph input X to graph output Y (opset 17, IR 9: ORT reads it)."""
+    graph = onnx.helper.make_graph(nodes, name,
+                                   [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, list(x_shape))],
+                                   [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, list(y_shape))],
+                                   initializers)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def from_text(text: str) -> onnx.ModelProto:
     model = onnx.parser.parse_model(text)
     model.ir_version = 10

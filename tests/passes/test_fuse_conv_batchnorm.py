@@ -4,7 +4,7 @@ from onnx import helper, numpy_helper
 
 from ortx.passes.fuse_conv_batchnorm import fuse_conv_batchnorm
 from tests import _models
-from tests.passes._helpers import feeds_for, op_types, run_ort, to_ir
+from tests.passes._helpers import feeds_for, float_model, op_types, run_ort, to_ir
 from tests.tolerances import assert_close, assert_model_close
 
 
@@ -109,13 +109,7 @@ def _conv_transpose_head(*, group: int = 1, seed: int = 0) -> onnx.ModelProto:
              helper.make_node("BatchNormalization", ["biased", "scale", "shift", "mean", "var"], ["normed"],
                               name="bn"),
              helper.make_node("Relu", ["normed"], ["Y"], name="relu")]
-    graph = helper.make_graph(nodes, "convT_head", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT,
-                                                                                  [1, 8, 5, 6])],
-                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 6, 10, 12])],
-                              initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
+    return float_model(nodes, [1, 8, 5, 6], [1, 6, 10, 12], initializers, "convT_head")
 
 
 def test_folds_bias_add_and_batchnorm_into_a_one_group_conv_transpose():

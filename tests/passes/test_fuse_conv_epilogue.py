@@ -8,7 +8,7 @@ from onnx import helper
 
 from ortx.passes.fuse_conv_epilogue import fuse_conv_epilogue
 from tests import _models
-from tests.passes._helpers import feeds_for, op_types, run_ort, to_ir
+from tests.passes._helpers import feeds_for, float_model, op_types, run_ort, to_ir
 from tests.tolerances import assert_close, assert_model_close
 
 SHAPE = [1, 4, 7, 9]  # 7x9 spatial: not a multiple of any vector width
@@ -238,12 +238,7 @@ def test_fuses_conv_transpose_and_its_activation(activation):
                     onnx.numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")]
     nodes = [helper.make_node("ConvTranspose", ["X", "w", "b"], ["t"], name="convT", strides=[2, 2]),
              helper.make_node(activation, ["t"], ["Y"], name="act")]
-    graph = helper.make_graph(nodes, "convT_act", [helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT,
-                                                                                 [1, 4, 7, 9])],
-                              [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 3, 14, 18])],
-                              initializers)
-    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    proto.ir_version = 9
+    proto = float_model(nodes, [1, 4, 7, 9], [1, 3, 14, 18], initializers, "convT_act")
     model = to_ir(proto)
     report = fuse_conv_epilogue(model)
     assert op_types(model) == ["FusedConvTranspose"] and report.counts["transposes_fused"] == 1
