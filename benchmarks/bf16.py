@@ -105,7 +105,8 @@ def main() -> int:
         "accumulation, the rest fp32); ratio = OrtxEP bf16 ms / ORT fp32 ms (goal <= 0.45); cosine = first output "
         "against ORT fp32's (goal >= 0.999). Load = 1-minute load average when the model's measurement began "
         "(2 cores, shared); host = rounds of blocks in which ortx.host_contention's probe found the threads sharing "
-        "one physical core or one thread slower than the other (uneven). Written by `python benchmarks/bf16.py`.",
+        "one physical core, one thread slower than the other (uneven) or the threads far apart (a cache line's round "
+        "trip >= 250 ns). Written by `python benchmarks/bf16.py`.",
         "",
         "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
         "cosine OrtxEP | cosine OpenVINO | load | host |",

@@ -66,9 +66,11 @@ def main() -> int:
         "interleaved in blocks of 4 (each block after 100 ms idle and an uncounted warm-in of at least 20 ms, see ortx/measure.py) after warm-up, seeded random inputs. Ratio = OrtxEP ms / ORT ms (lower is better); "
         "GFLOP/s = 2 x MACs / OrtxEP time; peak memory = VmHWM of a fresh process that builds the session and runs "
         "it 5 times. Host: rounds of blocks in which ortx.host_contention's probe found the two threads sharing one "
-        "physical core (its multiply-add loop >= 1.4x slower per thread with both threads busy) or one thread >= 1.2x "
-        "slower than the other (uneven); such rounds run kernels near the core's multiply-add peak slower than the "
-        "rest. Written by `python benchmarks/run.py`; these machines are shared and noisy, compare ratios.",
+        "physical core (its multiply-add loop >= 1.4x slower per thread with both threads busy), one thread >= 1.2x "
+        "slower than the other (uneven), or the threads far apart (a cache line's round trip between them >= 250 ns); "
+        "the first run kernels near the core's multiply-add peak slower, the last every exchange of data between the "
+        "threads (BENCHMARKS.md, \"End to end after ortx tune\"). Written by `python benchmarks/run.py`; these "
+        "machines are shared and noisy, compare ratios.",
         "",
         "| model | input | ORT ms | OrtxEP ms | ratio | OrtxEP GFLOP/s | ORT GFLOP/s | claimed MACs | segments | "
         "max rel err | cosine | peak MiB ORT | peak MiB OrtxEP | host |",
