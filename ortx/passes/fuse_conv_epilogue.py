@@ -317,26 +317,28 @@ def _absorb_hardswish_affines(model: ir.Model, excluded: frozenset[str]) -> int:
         if node.domain != ORTX_DOMAIN or node.op_type != FUSED_CONV or \
                 node.attributes.get_string("activation", "") != "HardSwish":
             continue
-        value, scale, shift, taken = node.outputs[0], 1.0, 0.0, []
-        mul = _only_reader(value, "Mul")
-        if mul is not None and mul.name not in excluded and _scalar_operand(mul, value) is not None:
-            scale, value = _scalar_operand(mul, value), mul.outputs[0]
-            taken.append(mul)
-        add = _only_reader(value, "Add")
-        if add is not None and add.name not in excluded and _scalar_operand(add, value) is not None:
-            shift, value = _scalar_operand(add, value), add.outputs[0]
-            taken.append(add)
+        value, params, taken = node.outputs[0], [1.0, 0.0], []
+        for index, op_type in enumerate(("Mul", "Add")):  # scale, then shift
+            reader = _only_reader(value, op_type)
+            constant = _scalar_operand(reader, value) if reader is not None and reader.name not in excluded else None
+            if constant is not None:
+                params[index], value = constant, reader.outputs[0]
+                taken.append(reader)
         if not taken or value.is_graph_output():
             continue
         output = node.outputs[0]
         output.type, output.shape = value.type or output.type, value.shape or output.shape
         ir.convenience.replace_all_uses_with(value, output)
         node.attributes["activation"] = ir.AttrString("activation", "HardSwishAffine")
-        node.attributes["activation_params"] = ir.AttrFloat32s("activation_params", [scale, shift])
+        node.attributes["activation_params"] = ir.AttrFloat32s("activation_params", params)
         record_fused_from(node, [node, *taken])
         model.graph.remove(taken, safe=True)
         absorbed += 1
     return absorbed
+
+
+def _count(model: ir.Model, op_type: str) -> int:
+    return sum(1 for node in model.graph if node.domain == ORTX_DOMAIN and node.op_type == op_type)
 
 
 def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset()) -> PassReport:
@@ -345,6 +347,7 @@ def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset(
     _ensure_shapes(model)
     notes: dict[str, str] = {}
     excluded = frozenset(excluded)
+    transposes_before = _count(model, FUSED_CONV_TRANSPOSE)
     count = apply_fusions(model, _fusions(notes, excluded), commute=True)
     count += apply_fusions(model, [ConvResidualFusion(notes, "ConvResidualFusion", excluded)], commute=True)
     affines = _absorb_hardswish_affines(model, excluded) if count else 0
@@ -359,7 +362,7 @@ def fuse_conv_epilogue(model: ir.Model, *, excluded: frozenset[str] = frozenset(
     } if count else {"convs_fused": 0}
     if affines:
         counts["affines_fused"] = affines
-    transposes = sum(1 for node in model.graph if node.domain == ORTX_DOMAIN and node.op_type == FUSED_CONV_TRANSPOSE)
+    transposes = _count(model, FUSED_CONV_TRANSPOSE) - transposes_before
     if transposes:
         counts["transposes_fused"] = transposes
     # Keep reasons only for Convs that stayed plain Convs (a failed short pattern may precede a longer match).

@@ -155,7 +155,8 @@ def _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad):
 
 
 def _activation(node: ir.Node, codes: dict[str, int] = ACTIVATIONS) -> tuple[int, tuple[float, float]]:
-    """(kernels/activation.h code, parameters) of a FusedConv's or FusedMatMul's activation attributes."""
+    """(kernels/activation.h code, parameters) of a FusedConv's, FusedConvTranspose's or FusedMatMul's activation
+    attributes."""
     if node.op_type not in ("FusedConv", "FusedMatMul", "FusedConvTranspose"):
         return 0, (0.0, 0.0)
     name = attribute(node, "activation", None)
