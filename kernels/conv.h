@@ -228,6 +228,10 @@ void ortx_conv_planes_context_init(ortx_conv_planes_context *context, const ortx
 /* Fills the phase planes of the group's input channels [begin, end); x is the group's first input channel. */
 void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
                                  int64_t end);
+/* The same for phase rows [row_begin, row_end) of every phase only (clamped to the planes' rows): a thread that
+ * packs a band of output rows fills the rows its taps read. */
+void ortx_conv_fill_phase_plane_rows(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
+                                     int64_t end, int64_t row_begin, int64_t row_end);
 /* The same with the input channels split over threads. */
 /* The GEMM epilogue of one image and group's output: the conv's bias rows, its residual at y_offset (rows of
  * out_height * out_width), its activation. conv2d_f32, conv2d_pixel_rows_f32 and conv2d_bf16 each run one. */

@@ -7,11 +7,11 @@
  * compile time as NR-column panels of W^T, and the pixels are rows: 49 pixels pad to 54 (MR = 6) and the 512
  * output channels give 32 column panels for the threads to share.
  *
- * Steps, per image and group:
- *   1. copy the group's input into the zero-padded phase planes of conv_planes.c (every tap of every output pixel
- *      lands inside, so step 2 needs no bounds checks), split over channels;
- *   2. pack im2col^T into the GEMM's MR-row A panels (gemm.h's packed format over the whole operand): per tap, a
- *      panel row is one contiguous copy from the planes per output row its pixels lie in; split over row panels;
+ * Steps, per image and group, the first two by each thread for the pixels its tasks need (pixel_rows_stage):
+ *   1. copy the group's input rows into the thread's zero-padded phase planes of conv_planes.c (every tap of every
+ *      output pixel lands inside, so step 2 needs no bounds checks);
+ *   2. pack im2col^T into the thread's MR-row A panels (gemm.h's packed format over the whole operand): per tap, a
+ *      panel row is one contiguous copy from the planes per output row its pixels lie in;
  *   3. run the packed micro-kernels over blocks of (row panels x column panel pairs) into a [pixels, Cout/g]
  *      scratch, one block per task: column pairs first, and the rows too when there are few pairs;
  *   4. each task then transposes its block into Y's channel planes and applies the epilogue (bias, residual,
@@ -42,35 +42,88 @@ ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p) 
     return g;
 }
 
+/* Per thread its own planes and packed A (see pixel_rows_stage), then the shared scratch. */
 int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p) {
     ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
-    return g.planes_floats + g.packed_floats + g.scratch_floats;
+    return max64(1, p->workspace_threads) * (g.planes_floats + g.packed_floats) + g.scratch_floats;
 }
+
+/* One thread's staging: its own copy of the planes and of the packed A rows its tasks read. A thread never reads
+ * what another wrote during the call. Why: with the two cores far apart (a cache line's round trip ~400 ns instead
+ * of ~60, ortx.host_contention), reading the other thread's half of a 512 @ 7x7 conv's 0.9 MB packed A made the
+ * conv 1.44x slower than with the cores close; filling and packing what each thread reads itself costs the column
+ * split a second fill and pack (~1% of that conv's time) and the row split only its band's halo rows. */
+typedef struct pixel_rows_stage {
+    ortx_conv_planes_context planes;
+    float *region, *packed;
+    int64_t lo, hi;  /* packed pixels [lo, hi), multiples of MR; planes filled for them */
+    int ready;
+} pixel_rows_stage;
 
 typedef struct pixel_rows_job {
     const ortx_conv_params *p;
     ortx_pixel_rows_geometry g;
     const float *x;         /* the group's first input channel */
     const float *weights;   /* the group's packed B panels */
-    const ortx_conv_planes_context *planes;
-    float *packed, *scratch;
+    pixel_rows_stage *stages;  /* one per thread */
+    float *scratch;
     float *y;               /* the group's first output channel */
     const ortx_gemm_epilogue *epilogue;
     const ortx_gemm_isa *isa;
     int64_t column_parts, row_parts;  /* steps 3-4: tasks = column_parts * row_parts blocks */
+    int threads;                      /* the pool's split of the tasks: thread t's segment (threadpool.h) */
 } pixel_rows_job;
 
-/* Step 2 for row panels [begin, end), every depth block. */
-static void pack_panels(void *context, int64_t begin, int64_t end, int thread) {
-    (void)thread;
-    const pixel_rows_job *job = context;
+/* Pixels [begin, end) of the row panels of row part `part` (multiples of MR). */
+static void row_part_pixels(const pixel_rows_job *job, int64_t part, int64_t *begin, int64_t *end) {
+    const int64_t row_panels = ortx_round_up(job->g.pixels, ORTX_GEMM_MR) / ORTX_GEMM_MR;
+    *begin = row_panels * part / job->row_parts * ORTX_GEMM_MR;
+    *end = row_panels * (part + 1) / job->row_parts * ORTX_GEMM_MR;
+}
+
+/* Steps 1-2 for pixels [begin, end) (multiples of MR) into a stage: the phase-plane rows their taps read, then
+ * their row panels, every depth block. */
+static void stage_pixels(const pixel_rows_job *job, pixel_rows_stage *stage, int64_t begin, int64_t end) {
     enum { MR = ORTX_GEMM_MR };
-    const int64_t m_padded = ortx_round_up(job->g.pixels, MR);
-    for (int64_t panel = begin; panel < end; panel++)
+    const ortx_conv_params *p = job->p;
+    const int64_t m_padded = ortx_round_up(job->g.pixels, MR), last = min64(end, job->g.pixels) - 1;
+    if (begin > last) return;  /* padded rows only: the packing zeroes them */
+    int64_t reach = (p->kernel_height - 1) * p->dilation_height / p->stride_height;
+    ortx_conv_fill_phase_plane_rows(p, job->x, stage->planes.planes, 0, p->in_channels / p->group,
+                                    begin / p->out_width, last / p->out_width + reach + 1);
+    for (int64_t panel = begin / MR; panel < end / MR; panel++)
         for (int64_t k0 = 0; k0 < job->g.depth; k0 += ORTX_GEMM_KC) {
             int64_t kc = min64(ORTX_GEMM_KC, job->g.depth - k0);
-            ortx_conv_planes_pack_rows(job->planes, k0, kc, panel * MR, job->packed + k0 * m_padded + panel * MR * kc);
+            ortx_conv_planes_pack_rows(&stage->planes, k0, kc, panel * MR, stage->packed + k0 * m_padded + panel * MR * kc);
         }
+}
+
+/* Makes `thread`'s stage hold the pixels of `task`'s row part. Its first task stages the pixels of the thread's
+ * whole segment of tasks at once (one fill of their plane rows: a band's halo rows are filled once, not per task);
+ * tasks taken from the others' segments (from their ends) extend the staged range or start it over. */
+static const float *staged_a(const pixel_rows_job *job, int thread, int64_t task) {
+    pixel_rows_stage *stage = &job->stages[thread];
+    int64_t begin, end;
+    row_part_pixels(job, task / job->column_parts, &begin, &end);
+    if (!stage->ready) {
+        ortx_conv_planes_context_init(&stage->planes, job->p, stage->region);
+        stage->ready = 1;
+        int64_t tasks = job->column_parts * job->row_parts;
+        int64_t first = tasks * thread / job->threads, last = tasks * (thread + 1) / job->threads - 1;
+        if (first <= task && task <= last) {
+            int64_t unused;
+            row_part_pixels(job, first / job->column_parts, &begin, &unused);
+            row_part_pixels(job, last / job->column_parts, &unused, &end);
+        }
+        stage->lo = stage->hi = begin;
+    }
+    if (begin >= stage->lo && end <= stage->hi) return stage->packed;
+    if (end < stage->lo || begin > stage->hi) stage->lo = stage->hi = begin;  /* not adjacent: start over */
+    if (begin < stage->lo) stage_pixels(job, stage, begin, stage->lo);
+    if (end > stage->hi) stage_pixels(job, stage, max64(begin, stage->hi), end);
+    stage->lo = min64(stage->lo, begin);
+    stage->hi = max64(stage->hi, end);
+    return stage->packed;
 }
 
 /* Steps 3 and 4 for task t: a block of row panels x column panels. Columns go in units of two panels (so the
@@ -79,24 +132,24 @@ static void pack_panels(void *context, int64_t begin, int64_t end, int thread) {
  * row panels (the A block, a few KB per row panel, streams from L2); the scratch holds m_padded x n_padded partial
  * sums, so padded rows and columns need no edge tiles. Then the block is transposed into Y with the epilogue. */
 static void gemm_block(void *context, int64_t task, int thread) {
-    (void)thread;
     const pixel_rows_job *job = context;
     const ortx_gemm_isa *isa = job->isa;
     enum { MR = ORTX_GEMM_MR, NR = ORTX_GEMM_NR, KC = ORTX_GEMM_KC };
     const int64_t P = job->g.pixels, K = job->g.depth, cout_g = job->p->out_channels / job->p->group;
     const int64_t m_padded = ortx_round_up(P, MR), n_padded = ortx_round_up(cout_g, NR);
-    const int64_t pairs = (n_padded / NR + 1) / 2, row_panels = m_padded / MR;
+    const int64_t pairs = (n_padded / NR + 1) / 2;
     const int64_t column_part = task % job->column_parts, row_part = task / job->column_parts;
     const int64_t first = pairs * column_part / job->column_parts * 2;
     const int64_t last = min64(n_padded / NR, pairs * (column_part + 1) / job->column_parts * 2);
-    const int64_t row_begin = row_panels * row_part / job->row_parts * MR;
-    const int64_t row_end = row_panels * (row_part + 1) / job->row_parts * MR;
+    int64_t row_begin, row_end;
+    row_part_pixels(job, row_part, &row_begin, &row_end);
     float *scratch = job->scratch;
+    const float *packed = staged_a(job, thread, task);
     const int tall = isa->micro_tall != NULL && ortx_cpu_has_two_fma_ports();
     const int64_t task_row_panels = (row_end - row_begin) / MR;
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
         int64_t kc = min64(KC, K - k0);
-        const float *a_block = job->packed + k0 * m_padded, *b_block = job->weights + k0 * n_padded;
+        const float *a_block = packed + k0 * m_padded, *b_block = job->weights + k0 * n_padded;
         for (int64_t panel = first; panel < last; panel += 2) {
             int wide = isa->micro_wide != NULL && panel + 1 < last;
             const float *b = b_block + panel * NR * kc;
@@ -157,9 +210,14 @@ static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const f
                               const ortx_gemm_epilogue *epilogue, float *workspace, int threads) {
     ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
     int64_t cout_g = p->out_channels / p->group;
-    float *packed = workspace + g.planes_floats, *scratch = packed + g.packed_floats;
-    ortx_conv_planes_context planes;
-    ortx_conv_planes_context_init(&planes, p, workspace);
+    int stage_count = (int)max64(1, p->workspace_threads);
+    pixel_rows_stage stages[stage_count];
+    for (int t = 0; t < stage_count; t++) {
+        stages[t].region = workspace + t * (g.planes_floats + g.packed_floats);
+        stages[t].packed = stages[t].region + g.planes_floats;
+        stages[t].ready = 0;
+    }
+    float *scratch = workspace + stage_count * (g.planes_floats + g.packed_floats);
     /* below ~2M multiply-adds a second thread costs more than it saves (as in ortx_sgemm) */
     if ((double)g.pixels * cout_g * g.depth < 128.0 * 128 * 128) threads = 1;
     int64_t pairs = (ortx_round_up(cout_g, ORTX_GEMM_NR) / ORTX_GEMM_NR + 1) / 2;
@@ -176,10 +234,8 @@ static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const f
         column_parts = 1;
         row_parts = min64(row_panels, wanted);
     }
-    pixel_rows_job job = {p, g, x, weights, &planes, packed, scratch, y, epilogue, ortx_gemm_select_isa(),
-                          column_parts, row_parts};
-    ortx_conv_fill_planes_parallel(p, x, planes.planes, threads);
-    ortx_parallel_range(threads, row_panels, wanted, pack_panels, &job);
+    pixel_rows_job job = {p, g, x, weights, stages, scratch, y, epilogue, ortx_gemm_select_isa(),
+                          column_parts, row_parts, threads};
     ortx_parallel_for(threads, column_parts * row_parts, gemm_block, &job);
 }
 

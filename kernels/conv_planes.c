@@ -50,8 +50,16 @@ static int phase_read(int64_t phase, int64_t taps, int64_t dilation, int64_t str
 
 void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
                                  int64_t end) {
+    ortx_conv_fill_phase_plane_rows(p, x, planes, begin, end, 0, ortx_conv_direct_geometry_of(p).phase_rows);
+}
+
+void ortx_conv_fill_phase_plane_rows(const ortx_conv_params *p, const float *x, float *planes, int64_t begin,
+                                     int64_t end, int64_t row_begin, int64_t row_end) {
     const ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
     int64_t H = p->in_height, W = p->in_width, sh = p->stride_height, sw = p->stride_width;
+    row_begin = max64(0, row_begin);
+    row_end = min64(g.phase_rows, row_end);
+    if (row_begin >= row_end) return;
     for (int64_t c = begin; c < end; c++) {
         const float *channel = x + c * H * W;
         float *out = planes + c * g.channel_floats;
@@ -66,7 +74,9 @@ void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, floa
                 int64_t offset = qx - p->pad_left;
                 int64_t lo = min64(g.phase_width, max64(0, floor_div(-offset + sw - 1, sw)));
                 int64_t hi = min64(g.phase_width, max64(lo, floor_div(W - 1 - offset, sw) + 1));
-                for (int64_t r = 0; r < g.phase_rows; r++, out += g.phase_width) {
+                float *phase_end = out + g.phase_rows * g.phase_width;
+                out += row_begin * g.phase_width;
+                for (int64_t r = row_begin; r < row_end; r++, out += g.phase_width) {
                     int64_t iy = r * sh + qy - p->pad_top;
                     if (iy < 0 || iy >= H || lo >= hi) {
                         memset(out, 0, g.phase_width * sizeof(float));
@@ -83,6 +93,7 @@ void ortx_conv_fill_phase_planes(const ortx_conv_params *p, const float *x, floa
                     }
                     for (int64_t j = hi; j < g.phase_width; j++) out[j] = 0.0f;
                 }
+                out = phase_end;
             }
     }
 }

@@ -135,6 +135,11 @@ PIXEL_ROWS_CASES = [
     ((1, 300, 13, 11), (260, 300, 1, 1), dict(strides=[2, 2])),
     ((1, 300, 14, 12), (256, 300, 1, 1), dict(strides=[2, 2])),  # the last input row and column unused
     ((1, 320, 7, 7), (272, 320, 1, 1), dict()),
+    # split over 2 threads, each filling and packing the pixels its tasks read (pixel_rows_stage): by columns (every
+    # thread stages every pixel), by rows (bands with halo rows) and by both
+    ((1, 256, 14, 14), (512, 256, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 128, 28, 28), (256, 128, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 128, 6, 10), (144, 128, 3, 3), dict(pads=[1, 1, 1, 1])),
 ]
 
 # depthwise (group == Cin == Cout): 3x3 and 5x5, strides 1 and 2, dilation, asymmetric pads, odd widths
