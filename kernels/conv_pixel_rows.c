@@ -42,14 +42,13 @@ ortx_pixel_rows_geometry ortx_pixel_rows_geometry_of(const ortx_conv_params *p) 
     return g;
 }
 
-/* Per thread its own planes and packed A (see pixel_rows_stage), then the shared scratch. */
+/* The shared scratch; each thread's planes and packed A are in its ortx_thread_scratch (pixel_rows_stage). */
 int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p) {
-    ortx_pixel_rows_geometry g = ortx_pixel_rows_geometry_of(p);
-    return max64(1, p->workspace_threads) * (g.planes_floats + g.packed_floats) + g.scratch_floats;
+    return ortx_pixel_rows_geometry_of(p).scratch_floats;
 }
 
-/* One thread's staging: its own copy of the planes and of the packed A rows its tasks read. A thread never reads
- * what another wrote during the call. Why: with the two cores far apart (a cache line's round trip ~400 ns instead
+/* One thread's staging, in its ortx_thread_scratch: its own copy of the planes and of the packed A rows its tasks
+ * read. A thread never reads what another wrote during the call. Why: with the two cores far apart (a cache line's round trip ~400 ns instead
  * of ~60, ortx.host_contention), reading the other thread's half of a 512 @ 7x7 conv's 0.9 MB packed A made the
  * conv 1.44x slower than with the cores close; filling and packing what each thread reads itself costs the column
  * split a second fill and pack (~1% of that conv's time) and the row split only its band's halo rows. */
@@ -106,6 +105,8 @@ static const float *staged_a(const pixel_rows_job *job, int thread, int64_t task
     int64_t begin, end;
     row_part_pixels(job, task / job->column_parts, &begin, &end);
     if (!stage->ready) {
+        stage->region = ortx_thread_scratch(job->g.planes_floats + job->g.packed_floats);
+        stage->packed = stage->region + job->g.planes_floats;
         ortx_conv_planes_context_init(&stage->planes, job->p, stage->region);
         stage->ready = 1;
         int64_t tasks = job->column_parts * job->row_parts;
@@ -212,12 +213,8 @@ static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const f
     int64_t cout_g = p->out_channels / p->group;
     int stage_count = (int)max64(1, p->workspace_threads);
     pixel_rows_stage stages[stage_count];
-    for (int t = 0; t < stage_count; t++) {
-        stages[t].region = workspace + t * (g.planes_floats + g.packed_floats);
-        stages[t].packed = stages[t].region + g.planes_floats;
-        stages[t].ready = 0;
-    }
-    float *scratch = workspace + stage_count * (g.planes_floats + g.packed_floats);
+    for (int t = 0; t < stage_count; t++) stages[t].ready = 0;
+    float *scratch = workspace;
     /* below ~2M multiply-adds a second thread costs more than it saves (as in ortx_sgemm) */
     if ((double)g.pixels * cout_g * g.depth < 128.0 * 128 * 128) threads = 1;
     int64_t pairs = (ortx_round_up(cout_g, ORTX_GEMM_NR) / ORTX_GEMM_NR + 1) / 2;

@@ -184,26 +184,29 @@ static int chosen_m(const ortx_conv_params *p) {
 }
 
 /* How a call splits its work (from the workspace's thread count, so sizes and kernel agree):
- *   group-major, with a column group for every thread: jobs are (column group, block of at most 128
- *     output channels, multiples of 12 for micro_tall); with one block a job transforms its own group's input into
- *     its thread's V ("fused": the same lines stay in the core's L2 from group to group), else the input transform
- *     runs first into a V per group;
+ *   group-major, with a column group for every thread: a job is one column group; it transforms the group's input
+ *     into its thread's V, then for each block of at most 128 output channels (multiples of 12 for micro_tall)
+ *     multiplies and transforms the block's output, so a thread reads only what it wrote and the same lines stay
+ *     in its core's L2;
  *   channel-major, with fewer groups (small outputs, where U, the transformed weights, is the big operand): the
- *     input transform runs first, then jobs are blocks of output channels (one per thread, at most 256, multiples
- *     of 6) over every group, position by position, so each U[q] block is read once from memory and reused from
- *     L1 for every group.
+ *     input transform runs first into a V per group, then jobs are blocks of output channels (one per thread, at
+ *     most 256, multiples of 6) over every group, position by position, so each U[q] block is read once from
+ *     memory and reused from L1 for every group.
  * Group-major from one group per thread, not two (ResNet-18-style's 128 @ 28x28: 2 groups at 2 threads): each
  * thread transforms, multiplies and writes back the pixels of its own tiles, where channel-major hands every
  * thread's V and outputs to the other. In-process A/B of the whole model at 2 threads, fp32, on the Zen 4 VM, same
  * bits: 0.98-0.99x its time with the vCPUs close (a cache line's round trip ~60 ns) and 0.93x with them far apart
- * (~330 ns, ortx.host_contention), where every exchange between the threads is slow. */
+ * (~330 ns, ortx.host_contention), where every exchange between the threads is slow. A group's blocks in one job
+ * (not a job per (group, block) over a shared V, where a thread that finished its group early took the other's
+ * second block and read that V from the other core): ResNet-18-style in-process 0.988x close, 0.976x far apart;
+ * its 256 @ 14x14 alone 1.00x close, 0.88x far apart. */
 typedef struct wino_schedule {
-    int channel_major, fused;
+    int channel_major;
     int64_t blocks, block_rows, local_groups;
 } wino_schedule;
 
 static wino_schedule schedule_of(const ortx_wino_geometry *g, int threads) {
-    wino_schedule s = {0, 0, 0, 0, 1};
+    wino_schedule s = {0, 0, 0, 1};
     int64_t cout = g->p->out_channels;
     if (g->column_groups < threads) {
         s.channel_major = 1;
@@ -213,19 +216,19 @@ static wino_schedule schedule_of(const ortx_wino_geometry *g, int threads) {
         s.block_rows = ortx_round_up(ceil_div(cout, ceil_div(cout, 128)), 2 * ORTX_GEMM_MR);
     }
     s.blocks = ceil_div(cout, s.block_rows);
-    s.fused = !s.channel_major && s.blocks == 1;
     return s;
 }
 
-/* Per thread: M of a block for its groups (readable 16 floats past its end); then V, one column group's per
- * thread when fused, else every group's. */
+/* Per thread, in its ortx_thread_scratch: M of a block for its groups (readable 16 floats past its end), then
+ * group-major its column group's V. */
 static int64_t local_floats(const ortx_wino_geometry *g, const wino_schedule *s) {
     return ortx_round_up(s->local_groups * g->positions * s->block_rows * ORTX_WINO_GROUP_COLUMNS + 16, 16);
 }
 
+/* The arena workspace: channel-major, every group's V (every thread reads them). */
 static int64_t workspace_floats(const ortx_wino_geometry *g, int threads) {
     wino_schedule s = schedule_of(g, threads);
-    return threads * local_floats(g, &s) + (s.fused ? threads : g->column_groups) * g->group_floats + 16;
+    return (s.channel_major ? g->column_groups * g->group_floats : 0) + 16;
 }
 
 /* ints: conv.h's 20 then [20] m wanted (0: the shape rule's choice; 2 or 4: that m where the conv is 3x3 stride 1
@@ -282,7 +285,7 @@ typedef struct wino_job {
     const ortx_wino_isa *transforms;
     const ortx_gemm_isa *isa;
     const float *x, *u;
-    float *v, *locals, *y;
+    float *v, *y;  /* v: every group's V (channel-major) */
     wino_schedule schedule;
     int64_t local_floats, input_parts;
     int tall;
@@ -305,9 +308,8 @@ static int64_t group_runs(const ortx_wino_geometry *g, int64_t group, ortx_wino_
 }
 
 /* The V of column group `group` as thread `thread` sees it. */
-static float *group_v(const wino_job *job, int64_t group, int thread) {
-    return job->v + (job->schedule.fused ? thread : group) * job->g->group_floats;
-}
+/* Group `group`'s V, channel-major (the workspace's). */
+static float *group_v(const wino_job *job, int64_t group) { return job->v + group * job->g->group_floats; }
 
 static void transform_input(const wino_job *job, int64_t group, int64_t ic0, int64_t ic1, float *v) {
     const ortx_wino_geometry *g = job->g;
@@ -324,12 +326,13 @@ static void transform_input(const wino_job *job, int64_t group, int64_t ic0, int
                        (size_t)(ortx_round_up(used, ORTX_GEMM_NR) - used) * sizeof(float));}
 
 static void input_task(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
     const wino_job *job = context;
     int64_t cin = job->g->p->in_channels;
     for (int64_t index = begin; index < end; index++) {
         int64_t group = index / job->input_parts, part = index % job->input_parts;
         transform_input(job, group, cin * part / job->input_parts, cin * (part + 1) / job->input_parts,
-                        group_v(job, group, thread));
+                        group_v(job, group));
     }
 }
 
@@ -388,36 +391,39 @@ static void transform_output(const wino_job *job, int64_t group, int64_t r0, int
                                 r0, job->y, job->has_epilogue ? job->epilogue : NULL);
 }
 
-/* Group-major jobs: (column group, channel block). */
+/* Group-major jobs: one column group, every channel block. */
 static void group_task(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;  /* per-thread buffers: ortx_thread_scratch */
     const wino_job *job = context;
     const ortx_wino_geometry *g = job->g;
     const wino_schedule *s = &job->schedule;
-    float *local = job->locals + thread * job->local_floats;
+    float *local = ortx_thread_scratch(job->local_floats + g->group_floats);
     int64_t position_stride = s->block_rows * ORTX_WINO_GROUP_COLUMNS;
-    for (int64_t index = begin; index < end; index++) {
-        int64_t group = index / s->blocks, block = index % s->blocks;
-        int64_t r0 = block * s->block_rows, r1 = min64(g->p->out_channels, r0 + s->block_rows);
-        float *v = group_v(job, group, thread);
-        if (s->fused) transform_input(job, group, 0, g->p->in_channels, v);
-        for (int64_t q = 0; q < g->positions; q++)
-            multiply_position(job, q, v, group_panels(g, group), r0, r1, local + q * position_stride);
-        transform_output(job, group, r0, r1, local);
+    for (int64_t group = begin; group < end; group++) {
+        float *v = local + job->local_floats;
+        transform_input(job, group, 0, g->p->in_channels, v);
+        for (int64_t block = 0; block < s->blocks; block++) {
+            int64_t r0 = block * s->block_rows, r1 = min64(g->p->out_channels, r0 + s->block_rows);
+            for (int64_t q = 0; q < g->positions; q++)
+                multiply_position(job, q, v, group_panels(g, group), r0, r1, local + q * position_stride);
+            transform_output(job, group, r0, r1, local);
+        }
     }
 }
 
 /* Channel-major jobs: one channel block over every column group, position by position. */
 static void channel_task(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;  /* per-thread buffers: ortx_thread_scratch */
     const wino_job *job = context;
     const ortx_wino_geometry *g = job->g;
     const wino_schedule *s = &job->schedule;
-    float *local = job->locals + thread * job->local_floats;
+    float *local = ortx_thread_scratch(job->local_floats);
     int64_t position_stride = s->block_rows * ORTX_WINO_GROUP_COLUMNS, group_stride = g->positions * position_stride;
     for (int64_t block = begin; block < end; block++) {
         int64_t r0 = block * s->block_rows, r1 = min64(g->p->out_channels, r0 + s->block_rows);
         for (int64_t q = 0; q < g->positions; q++)
             for (int64_t group = 0; group < g->column_groups; group++)
-                multiply_position(job, q, group_v(job, group, thread), group_panels(g, group), r0, r1,
+                multiply_position(job, q, group_v(job, group), group_panels(g, group), r0, r1,
                                   local + group * group_stride + q * position_stride);
         for (int64_t group = 0; group < g->column_groups; group++)
             transform_output(job, group, r0, r1, local + group * group_stride);
@@ -441,9 +447,8 @@ void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *co
         .isa = ortx_gemm_select_isa(),
         .u = packed + ortx_gemm_packed_a_floats(p.out_channels, p.in_channels * 9),
         .schedule = schedule,
-        .locals = workspace,
         .local_floats = local_floats(&g, &schedule),
-        .v = workspace + workspace_threads * local_floats(&g, &schedule),
+        .v = workspace,
         .input_parts = min64(p.in_channels, ceil_div(ORTX_TASKS_PER_THREAD * threads, g.column_groups)),
         .has_epilogue = p.has_bias || p.has_residual || p.activation != 0,
     };
@@ -454,13 +459,12 @@ void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *co
         job.x = X + n * p.in_channels * in_plane;
         job.y = Y + y_offset;
         job.epilogue = &epilogue;
-        if (!schedule.fused)
+        if (schedule.channel_major)
             ortx_parallel_range(threads, g.column_groups * job.input_parts, ORTX_TASKS_PER_THREAD * threads,
                                 input_task, &job);
         if (schedule.channel_major)
             ortx_parallel_range(threads, schedule.blocks, schedule.blocks, channel_task, &job);
         else
-            ortx_parallel_range(threads, g.column_groups * schedule.blocks, g.column_groups * schedule.blocks,
-                                group_task, &job);
+            ortx_parallel_range(threads, g.column_groups, g.column_groups, group_task, &job);
     }
 }

@@ -40,7 +40,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "threadpool.h"
@@ -105,6 +107,41 @@ typedef struct segment {
 } segment;
 
 static segment segments[ORTX_POOL_MAX_THREADS];
+
+/* ortx_thread_scratch: the buffer in thread-local storage; a pthread key's destructor frees it at thread exit. */
+typedef struct thread_scratch {
+    float *data;
+    int64_t floats;
+} thread_scratch;
+
+static _Thread_local thread_scratch scratch_of_thread;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_key_once = PTHREAD_ONCE_INIT;
+
+static void free_scratch(void *value) {
+    thread_scratch *scratch = value;
+    free(scratch->data);
+    scratch->data = NULL;
+    scratch->floats = 0;
+}
+
+static void make_scratch_key(void) { (void)pthread_key_create(&scratch_key, free_scratch); }
+
+float *ortx_thread_scratch(int64_t floats) {
+    thread_scratch *scratch = &scratch_of_thread;
+    if (floats <= scratch->floats) return scratch->data;
+    pthread_once(&scratch_key_once, make_scratch_key);
+    free(scratch->data);
+    size_t bytes = ((size_t)(floats < 16 ? 16 : floats) * sizeof(float) + 63) / 64 * 64;
+    scratch->data = aligned_alloc(64, bytes);
+    if (scratch->data == NULL) {
+        fprintf(stderr, "ortx: out of memory for %zu bytes of per-thread kernel scratch (%s)\n", bytes, strerror(errno));
+        abort();
+    }
+    scratch->floats = floats;
+    (void)pthread_setspecific(scratch_key, scratch);
+    return scratch->data;
+}
 static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
 
 static void reset_after_fork(void) {

@@ -36,6 +36,17 @@ void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, vo
  * depends on count and num_tasks only. Runs fn(context, 0, count, 0) inline when one thread or one chunk. */
 void ortx_parallel_range(int num_threads, int64_t count, int64_t num_tasks, ortx_range_fn fn, void *context);
 
+/* Memory private to the calling OS thread, at least `floats` floats, 64-byte aligned, kept from call to call (grown
+ * when a larger size is asked for, contents then lost; freed when the thread exits). Kernels put per-thread
+ * working buffers (packed panels, transformed tiles, partial sums) here instead of in their arena workspace.
+ * Why: the arena is shared, so a kernel's per-thread slice lands on lines the other thread last wrote (another
+ * kernel's slice, or a tensor); each such line then moves between the cores' caches, cheap when the two cores are
+ * close and ~400 ns when they are far apart (ortx.host_contention): Winograd's per-thread buffers in the arena made
+ * a chain of four 64 @ 56x56 3x3 convs 1.17x slower, far apart, than the same buffers held here. One user at a
+ * time: a task must not call another kernel that uses it while it holds the pointer. Aborts with a message when
+ * the memory cannot be had (there is no result to return without it). */
+float *ortx_thread_scratch(int64_t floats);
+
 /* Workers the pool has started so far (tests). */
 int ortx_threadpool_workers(void);
 

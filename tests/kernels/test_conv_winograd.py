@@ -7,7 +7,8 @@ oracle check allows 1e-5 and 5e-5 of that (about 4x margin); against onnxruntime
 tests/tolerances.py holds.
 Shapes cover output sizes that are not multiples of m (partial tiles), tiles past a 32-tile column group and a
 lone last panel, rows of tiles shorter and longer than 16, asymmetric and zero pads, more than 256 input channels
-(two KC blocks), output channels not multiples of 6 or 12, batch 2, and every activation with a residual.
+(two KC blocks), output channels not multiples of 6 or 12 and more than one block of them, batch 2, and every
+activation with a residual.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ KERNEL_CASES = [
     (1, 64, 30, 30, 64, (1, 1, 1, 1)),
     (1, 300, 9, 10, 17, (1, 1, 1, 1)),
     (1, 24, 7, 7, 100, (1, 1, 1, 1)),
+    (1, 32, 16, 16, 200, (1, 1, 1, 1)),  # two column groups, each job running two output-channel blocks
 ]
 
 
