@@ -48,10 +48,11 @@ int64_t ortx_pixel_rows_workspace_floats(const ortx_conv_params *p) {
 }
 
 /* One thread's staging, in its ortx_thread_scratch: its own copy of the planes and of the packed A rows its tasks
- * read. A thread never reads what another wrote during the call. Why: with the two cores far apart (a cache line's round trip ~400 ns instead
- * of ~60, ortx.host_contention), reading the other thread's half of a 512 @ 7x7 conv's 0.9 MB packed A made the
- * conv 1.44x slower than with the cores close; filling and packing what each thread reads itself costs the column
- * split a second fill and pack (~1% of that conv's time) and the row split only its band's halo rows. */
+ * read; a thread never reads what another wrote during the call. Why: with the two cores far apart (a cache line's
+ * round trip ~400 ns instead of ~60, ortx.host_contention), reading the other thread's half of a 512 @ 7x7 conv's
+ * 0.9 MB packed A made the conv 1.44x slower than with the cores close. Filling and packing what its own tasks read
+ * costs the column split a second fill and pack and the row split its band's halo rows; close, both measured
+ * 0.98-1.01x the shared staging. */
 typedef struct pixel_rows_stage {
     ortx_conv_planes_context planes;
     float *region, *packed;
@@ -93,7 +94,8 @@ static void stage_pixels(const pixel_rows_job *job, pixel_rows_stage *stage, int
     for (int64_t panel = begin / MR; panel < end / MR; panel++)
         for (int64_t k0 = 0; k0 < job->g.depth; k0 += ORTX_GEMM_KC) {
             int64_t kc = min64(ORTX_GEMM_KC, job->g.depth - k0);
-            ortx_conv_planes_pack_rows(&stage->planes, k0, kc, panel * MR, stage->packed + k0 * m_padded + panel * MR * kc);
+            ortx_conv_planes_pack_rows(&stage->planes, k0, kc, panel * MR,
+                                       stage->packed + k0 * m_padded + panel * MR * kc);
         }
 }
 

@@ -135,7 +135,8 @@ float *ortx_thread_scratch(int64_t floats) {
     size_t bytes = ((size_t)(floats < 16 ? 16 : floats) * sizeof(float) + 63) / 64 * 64;
     scratch->data = aligned_alloc(64, bytes);
     if (scratch->data == NULL) {
-        fprintf(stderr, "ortx: out of memory for %zu bytes of per-thread kernel scratch (%s)\n", bytes, strerror(errno));
+        fprintf(stderr, "ortx: out of memory for %zu bytes of per-thread kernel scratch (%s)\n", bytes,
+                strerror(errno));
         abort();
     }
     scratch->floats = floats;

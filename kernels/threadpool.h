@@ -42,9 +42,10 @@ void ortx_parallel_range(int num_threads, int64_t count, int64_t num_tasks, ortx
  * Why: the arena is shared, so a kernel's per-thread slice lands on lines the other thread last wrote (another
  * kernel's slice, or a tensor); each such line then moves between the cores' caches, cheap when the two cores are
  * close and ~400 ns when they are far apart (ortx.host_contention): Winograd's per-thread buffers in the arena made
- * a chain of four 64 @ 56x56 3x3 convs 1.17x slower, far apart, than the same buffers held here. One user at a
- * time: a task must not call another kernel that uses it while it holds the pointer. Aborts with a message when
- * the memory cannot be had (there is no result to return without it). */
+ * a chain of four 64 @ 56x56 3x3 convs 1.15x slower, far apart, than the same buffers held here. One user at a
+ * time: a task must not call another kernel that uses it while it holds the pointer. It is outside the arena, so
+ * `ortx memory`'s plan does not count it: at most the largest per-thread need of one kernel, per thread that runs
+ * kernels. Aborts with a message when the memory cannot be had (there is no result to return without it). */
 float *ortx_thread_scratch(int64_t floats);
 
 /* Workers the pool has started so far (tests). */
