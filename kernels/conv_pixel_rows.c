@@ -111,8 +111,9 @@ static const float *staged_a(const pixel_rows_job *job, int thread, int64_t task
         stage->packed = stage->region + job->g.planes_floats;
         ortx_conv_planes_context_init(&stage->planes, job->p, stage->region);
         stage->ready = 1;
-        int64_t tasks = job->column_parts * job->row_parts;
-        int64_t first = tasks * thread / job->threads, last = tasks * (thread + 1) / job->threads - 1;
+        int64_t first, last;
+        ortx_task_segment(job->column_parts * job->row_parts, job->threads, thread, &first, &last);
+        last--;
         if (first <= task && task <= last) {
             int64_t unused;
             row_part_pixels(job, first / job->column_parts, &begin, &unused);

@@ -328,7 +328,9 @@ void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, vo
     atomic_store(&p->num_tasks, num_tasks);
     atomic_store(&p->threads, threads);
     for (int t = 0; t < threads; t++) {
-        uint64_t front = (uint64_t)(num_tasks * t / threads), back = (uint64_t)(num_tasks * (t + 1) / threads);
+        int64_t first, end;
+        ortx_task_segment(num_tasks, threads, t, &first, &end);
+        uint64_t front = (uint64_t)first, back = (uint64_t)end;
         atomic_store(&segments[t].range, front | back << 32);
     }
     atomic_store(&p->done, 0);

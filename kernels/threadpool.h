@@ -32,6 +32,13 @@ typedef void (*ortx_range_fn)(void *context, int64_t begin, int64_t end, int thr
 
 void ortx_parallel_for(int num_threads, int64_t num_tasks, ortx_task_fn task, void *context);
 
+/* Thread `thread`'s own segment of ortx_parallel_for's tasks, [*first, *end) = [n*t/T, n*(t+1)/T): the tasks it
+ * runs first (a kernel can stage, on that thread's first task, what the whole segment reads). */
+static inline void ortx_task_segment(int64_t num_tasks, int threads, int thread, int64_t *first, int64_t *end) {
+    *first = num_tasks * thread / threads;
+    *end = num_tasks * (thread + 1) / threads;
+}
+
 /* Splits [0, count) into min(num_tasks, count) contiguous chunks, chunk t = [count*t/n, count*(t+1)/n): the split
  * depends on count and num_tasks only. Runs fn(context, 0, count, 0) inline when one thread or one chunk. */
 void ortx_parallel_range(int num_threads, int64_t count, int64_t num_tasks, ortx_range_fn fn, void *context);
