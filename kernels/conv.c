@@ -549,12 +549,15 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_winograd_f32", ortx_conv2d_winograd_f32, ortx_conv2d_f32_ref},
     {"conv_winograd_sizes_f32", ortx_conv_winograd_sizes_f32, ortx_conv_winograd_sizes_f32},
     {"conv_winograd_pack_f32", ortx_conv_winograd_pack_f32, ortx_conv_winograd_pack_f32},
-    /* conv_nchwc.c, conv_pointwise_nchwc.c, conv_depthwise.c, conv_to_nchwc.c: the blocked layout (conv.h's NCHWc) */
+    /* conv_nchwc.c, conv_pointwise_nchwc.c, conv_depthwise.c, conv_to_nchwc.c, conv_expand_depthwise.c: the blocked
+     * layout (conv.h's NCHWc) */
     {"reorder_to_nchwc_f32", ortx_reorder_to_nchwc_f32, ortx_reorder_to_nchwc_f32},
     {"reorder_from_nchwc_f32", ortx_reorder_from_nchwc_f32, ortx_reorder_from_nchwc_f32},
     {"conv_pointwise_nchwc_f32", ortx_conv_pointwise_nchwc_f32, ortx_conv_pointwise_nchwc_f32_ref},
     {"conv_pointwise_nchwc_bf16", ortx_conv_pointwise_nchwc_bf16, ortx_conv_pointwise_nchwc_bf16_ref},
     {"conv2d_depthwise_nchwc_f32", ortx_conv2d_depthwise_nchwc_f32, ortx_conv2d_depthwise_nchwc_f32_ref},
+    {"conv_expand_depthwise_nchwc_f32", ortx_conv_expand_depthwise_nchwc_f32,
+     ortx_conv_expand_depthwise_nchwc_f32_ref},
     {"conv2d_to_nchwc_f32", ortx_conv2d_to_nchwc_f32, ortx_conv2d_to_nchwc_f32_ref},
     {"global_avgpool_nchwc_f32", ortx_global_avgpool_nchwc_f32, ortx_global_avgpool_nchwc_f32_ref},
     {NULL, NULL, NULL},

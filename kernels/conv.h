@@ -95,12 +95,18 @@ void ortx_global_avgpool_nchwc_f32_ref(const int64_t *ints, const float *floats,
  * A tile computes `pixels` (1..ORTX_POINTWISE_PIXELS) consecutive pixels x `blocks` (1..4) output blocks over all
  * Cin input channels: y[b][i] = act(bias[b] + sum over c of w[c][b] * x[c / 16][i][c % 16] (c ascending, one
  * multiply-add each) + residual[b][i]); x, y and residual point at the tile's first pixel in their first block,
- * plane = H * W pixels apart per block. */
+ * x's blocks x_plane pixels apart, y's and the residual's y_plane (both H * W in the conv; the fused expand and
+ * depthwise conv, conv_expand_depthwise.c, writes a band of rows: y_plane is the band's pixels). */
 #define ORTX_POINTWISE_PIXELS 6
-typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
-                                             const float *x, const void *w, const float *bias, const float *residual,
-                                             float *y, int activation, float param0, float param1, uint32_t *scratch);
+typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
+                                             int64_t y_plane, const float *x, const void *w, const float *bias,
+                                             const float *residual, float *y, int activation, float param0,
+                                             float param1, uint32_t *scratch);
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512, ortx_pointwise_nchwc_tile_avx512_bf16;
+extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable;
+/* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c). */
+void ortx_conv_expand_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                          int num_threads);
 void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv_pointwise_nchwc_bf16: the same conv with bf16 operands and fp32 sums (ortx/ep/precision.py's bf16): weights
  * packed as [ceil(Cout / 64)][ceil(Cin / 2)][64][2] bf16 (input channels 2q, 2q + 1 of an output channel adjacent,
@@ -296,6 +302,8 @@ void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *float
                                          int num_threads);
 void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads);
+void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                              int num_threads);
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads);
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

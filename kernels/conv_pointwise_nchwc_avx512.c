@@ -8,7 +8,7 @@
 #include <immintrin.h>
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
-    const int P, const int B, int64_t in_channels, int64_t plane, const float *x, const float *w, const float *bias,
+    const int P, const int B, int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x, const float *w, const float *bias,
     const float *residual, float *y, int activation, float param0, float param1) {
     __m512 acc[ORTX_POINTWISE_PIXELS][4];
     for (int b = 0; b < B; b++) {
@@ -16,7 +16,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
         for (int i = 0; i < P; i++) acc[i][b] = start;
     }
     for (int64_t c0 = 0; c0 < in_channels; c0 += 16) {
-        const float *xb = x + c0 * plane;  /* block c0 / 16 at the tile's first pixel */
+        const float *xb = x + c0 * x_plane;  /* block c0 / 16 at the tile's first pixel */
         const int64_t count = in_channels - c0 < 16 ? in_channels - c0 : 16;
         const float *wc = w + c0 * 64;
         for (int64_t c = 0; c < count; c++, wc += 64) {
@@ -28,16 +28,16 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
             }
         }
     }
-    ortx_pointwise_store_tile(P, B, acc, plane, residual, y, activation, param0, param1);
+    ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
 }
 
-ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t plane,
-                                          const float *x, const void *weights, const float *bias,
+ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
+                                          int64_t y_plane, const float *x, const void *weights, const float *bias,
                                           const float *residual, float *y, int activation, float param0, float param1,
                                           uint32_t *scratch) {
     (void)scratch;
     const float *w = weights;
-#define TILE(P, B) tile_fixed(P, B, in_channels, plane, x, w, bias, residual, y, activation, param0, param1)
+#define TILE(P, B) tile_fixed(P, B, in_channels, x_plane, y_plane, x, w, bias, residual, y, activation, param0, param1)
     ORTX_POINTWISE_DISPATCH(TILE)
 #undef TILE
 }

@@ -9,8 +9,8 @@
 #include <immintrin.h>
 
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_fixed(
-    const int P, const int B, int64_t in_channels, int64_t plane, const float *x, const uint16_t *w,
-    const float *bias, const float *residual, float *y, int activation, float param0, float param1,
+    const int P, const int B, int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x,
+    const uint16_t *w, const float *bias, const float *residual, float *y, int activation, float param0, float param1,
     uint32_t *scratch) {
     const int64_t words = ortx_pointwise_bf16_pair_words(in_channels), pairs = (in_channels + 1) / 2;
     for (int i = 0; i < P; i++)
@@ -18,8 +18,9 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_f
             int64_t left = in_channels - c0;
             __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1u);
             __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
-            __m512 lo = _mm512_maskz_loadu_ps(low, x + (c0 / 16 * plane + i) * 16);
-            __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + ((c0 / 16 + 1) * plane + i) * 16) : _mm512_setzero_ps();
+            __m512 lo = _mm512_maskz_loadu_ps(low, x + (c0 / 16 * x_plane + i) * 16);
+            __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + ((c0 / 16 + 1) * x_plane + i) * 16)
+                             : _mm512_setzero_ps();
             _mm512_storeu_si512(scratch + i * words + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     __m512 acc[ORTX_POINTWISE_PIXELS][4];
@@ -35,17 +36,17 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_f
             for (int b = 0; b < B; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, wv[b]);
         }
     }
-    ortx_pointwise_store_tile(P, B, acc, plane, residual, y, activation, param0, param1);
+    ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
 }
 
 ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,
-                                                    int64_t plane, const float *x, const void *weights,
-                                                    const float *bias, const float *residual, float *y,
-                                                    int activation, float param0, float param1,
+                                                    int64_t x_plane, int64_t y_plane, const float *x,
+                                                    const void *weights, const float *bias, const float *residual,
+                                                    float *y, int activation, float param0, float param1,
                                                     uint32_t *scratch) {
     const uint16_t *w = weights;
 #define TILE(P, B) \
-    tile_fixed(P, B, in_channels, plane, x, w, bias, residual, y, activation, param0, param1, scratch)
+    tile_fixed(P, B, in_channels, x_plane, y_plane, x, w, bias, residual, y, activation, param0, param1, scratch)
     ORTX_POINTWISE_DISPATCH(TILE)
 #undef TILE
 }

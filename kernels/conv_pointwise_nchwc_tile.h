@@ -10,14 +10,15 @@
 #if ORTX_HAVE_X86
 #include <immintrin.h>
 
-/* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + (b * plane + i) * 16. */
+/* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + (b * y_plane + i) *
+ * 16. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile(
-    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t plane, const float *residual, float *y,
+    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, const float *residual, float *y,
     int activation, float param0, float param1) {
     for (int b = 0; b < B; b++)
         for (int i = 0; i < P; i++) {
             __m512 v = acc[i][b];
-            const int64_t at = (b * plane + i) * 16;
+            const int64_t at = (b * y_plane + i) * 16;
             if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
             _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
         }

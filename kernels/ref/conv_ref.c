@@ -94,6 +94,37 @@ void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *float
     depthwise_ref(ints, floats, buffers, 1);
 }
 
+/* conv_expand_depthwise_nchwc_f32 (its layouts): each depthwise output's taps in order, each tap's expanded input
+ * act_e(bias_e[c] + sum over ci ascending of W_e[c, ci] * X[n, ci, iy, ix]) computed where it is read. */
+void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                              int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int64_t cin = ints[ORTX_CONV_INTS], expand_activation = ints[ORTX_CONV_INTS + 1];
+    const float *X = buffers[0], *We = buffers[1], *bias_e = buffers[2], *W = buffers[3], *bias = buffers[5];
+    float *Y = buffers[4];
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t c = 0; c < p.out_channels; c++)
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = p.has_bias ? bias[c] : 0.0f;
+                    for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                        for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                            int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                            int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                            if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                            float mid = bias_e[c];
+                            for (int64_t ci = 0; ci < cin; ci++)
+                                mid += We[(c / 64 * cin + ci) * 64 + c % 64] *
+                                       X[tensor_index(1, n, ci, iy, ix, cin, p.in_height, p.in_width)];
+                            mid = ortx_activation_scalar((int)expand_activation, mid, floats[2], floats[3]);
+                            acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] * mid;
+                        }
+                    int64_t index = tensor_index(1, n, c, oy, ox, p.out_channels, p.out_height, p.out_width);
+                    Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
+                }
+}
+
 /* conv_pointwise_nchwc_f32 and _bf16 (conv.h's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending of
  * W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. bf16: both
  * operands rounded to bf16 and, per pair of input channels, the odd product added before the even one. */

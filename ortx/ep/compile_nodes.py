@@ -86,6 +86,7 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
     order = memory_ordered(nodes, inputs, outputs)
     if blocked:
         builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
+        builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
     for node in order:
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]

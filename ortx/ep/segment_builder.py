@@ -65,6 +65,8 @@ class SegmentBuilder:
         # ortx.ep.lowering.blocked_layout: the nodes lowered on blocked (NCHWc) tensors, and per tensor its blocked
         # buffer; tensors produced blocked whose NCHW form no step has asked for yet
         self.blocked_nodes: frozenset[ir.Node] = frozenset()
+        # blocked_layout.expand_depthwise_pairs: depthwise node -> the 1x1 conv lowered with it in one step
+        self.expand_of: dict[ir.Node, ir.Node] = {}
         self._blocked: dict[str, BufferRef] = {}
         self._plain_pending: dict[str, ir.Value] = {}
         for index, value in enumerate(list(inputs) + list(outputs)):

@@ -60,8 +60,61 @@ def test_mobilenetv2_runs_blocked_from_stem_to_the_last_conv(batch, threads):
     counts = _kernel_counts(session)
     assert counts["conv2d_to_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 0
     assert counts["reorder_from_nchwc_f32"] == 1
-    assert counts["conv2d_depthwise_nchwc_f32"] == 17 and counts["conv_pointwise_nchwc_f32"] == 34
+    # 17 depthwise and 34 1x1 convs; the 5 expands before a depthwise conv of at least 8 output columns (the blocks
+    # after the first whose depthwise output is 16x16 or 8x8) run fused with it
+    fused = counts["conv_expand_depthwise_nchwc_f32"]
+    assert fused == 5
+    assert counts["conv2d_depthwise_nchwc_f32"] == 17 - fused and counts["conv_pointwise_nchwc_f32"] == 34 - fused
     assert counts["gemm_f32"] == 1 and "conv2d_depthwise_f32" not in counts
+
+
+@needs_avx512
+@pytest.mark.parametrize("threads", [1, 2])
+def test_expand_and_depthwise_fuse_only_where_the_expand_output_has_one_reader(threads, monkeypatch):
+    """Four 1x1 -> Clip -> depthwise 3x3 -> 1x1 blocks on two inputs: the first fuses its expand and depthwise conv
+    (conv_expand_depthwise_nchwc_f32); the second's expand output is also a graph output, the third's depthwise
+    conv has 7 output columns (kernels/conv_expand_depthwise.c would take scalar loops) and the fourth adds a
+    residual to its depthwise output, so they stay two steps each. Against ORT, and bit for bit against the same
+    session with fusion off (both compute every output the same way)."""
+    nodes, initializers = [], [numpy_helper.from_array(np.array(0.0, np.float32), "low"),
+                               numpy_helper.from_array(np.array(6.0, np.float32), "high")]
+    blocks = [("x", 20, 1, False), ("x", 20, 1, False), ("x7", 7, 1, False), ("x", 20, 2, True)]
+    for index, (source, size, stride, residual) in enumerate(blocks):
+        hidden, seed = 48, 40 + 5 * index
+        nodes += [helper.make_node("Conv", [source, f"we{index}", f"be{index}"], [f"e{index}"],
+                                   name=f"expand{index}"),
+                  helper.make_node("Clip", [f"e{index}", "low", "high"], [f"c{index}"], name=f"clip{index}"),
+                  helper.make_node("Conv", [f"c{index}", f"wd{index}", f"bd{index}"], [f"d{index}"],
+                                   name=f"depthwise{index}", group=hidden, pads=[1, 1, 1, 1], strides=[stride] * 2)]
+        last = f"d{index}"
+        if residual:  # an Add the depthwise conv takes as its residual (FusedConv)
+            nodes.append(helper.make_node("Add", [f"d{index}", "r"], [f"r{index}"], name=f"residual{index}"))
+            last = f"r{index}"
+        nodes.append(helper.make_node("Conv", [last, f"wp{index}"], [f"y{index}"], name=f"project{index}"))
+        initializers += [_weights(f"we{index}", (hidden, 16, 1, 1), seed),
+                         numpy_helper.from_array(_random((hidden,), seed + 1), f"be{index}"),
+                         _weights(f"wd{index}", (hidden, 1, 3, 3), seed + 2),
+                         numpy_helper.from_array(_random((hidden,), seed + 3), f"bd{index}"),
+                         _weights(f"wp{index}", (24, hidden, 1, 1), seed + 4)]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 20, 20]),
+                           helper.make_tensor_value_info("x7", TensorProto.FLOAT, [1, 16, 7, 7]),
+                           helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 48, 10, 10])],
+                   [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+                    for name, shape in (("y0", [1, 24, 20, 20]), ("e1", [1, 48, 20, 20]), ("y1", [1, 24, 20, 20]),
+                                        ("y2", [1, 24, 7, 7]), ("y3", [1, 24, 10, 10]))], initializers)
+    feeds = {"x": _random((1, 16, 20, 20), 38), "x7": _random((1, 16, 7, 7), 39), "r": _random((1, 48, 10, 10), 37)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    for want, got in zip(expected, actual):
+        assert_close(got, want)
+    counts = _kernel_counts(session)
+    assert counts["conv_expand_depthwise_nchwc_f32"] == 1 and counts["conv2d_depthwise_nchwc_f32"] == 3
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "expand_depthwise_pairs", lambda *args: {})
+    _, unfused, unfused_session = _run_both(model, feeds, threads)
+    assert "conv_expand_depthwise_nchwc_f32" not in _kernel_counts(unfused_session)
+    for fused_output, unfused_output in zip(actual, unfused):
+        np.testing.assert_array_equal(fused_output, unfused_output)
 
 
 def _graph(nodes, inputs, outputs, initializers):
@@ -199,7 +252,8 @@ def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
     assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
     assert (_kernel_counts(session)["conv_pointwise_nchwc_bf16"] == 2) == blocked
     _, _, fp32_session = _run_both(model, feeds)
-    assert _kernel_counts(fp32_session)["conv_pointwise_nchwc_f32"] == 2
+    fp32_counts = _kernel_counts(fp32_session)  # the expand runs fused with the depthwise conv
+    assert fp32_counts["conv_pointwise_nchwc_f32"] == 1 and fp32_counts["conv_expand_depthwise_nchwc_f32"] == 1
 
 
 def test_other_isas_keep_nchw():

@@ -1,5 +1,6 @@
 """The blocked-layout kernels (kernels/conv.h's NCHWc): reorder_to/from_nchwc_f32, conv_pointwise_nchwc_f32 and
-conv2d_depthwise_nchwc_f32 against numpy sums and their reference kernels, for each ISA this CPU has, 1 and 2
+conv2d_depthwise_nchwc_f32 against numpy sums and their reference kernels (conv_expand_depthwise_nchwc_f32 against
+the two of them unfused), for each ISA this CPU has, 1 and 2
 threads; channel counts with a partial last block, pixel counts that are not multiples of the 6-pixel tile, and
 output channels that leave a partial group of 4 blocks. Pad lanes are never compared (no kernel promises them).
 """
@@ -280,3 +281,50 @@ def test_pointwise_bf16_matches_the_bf16_definition(isa, case, activation, resid
     expected = activate(expected, code, params).astype(np.float32)
     check_fast_and_reference(lambda use_ref: run_pointwise(x, weights, bias, extra, activation, threads, use_ref,
                                                            precision="bf16"), expected)
+
+
+EXPAND_CASES = [  # (N, Cin, C, H, W, kernel, stride, pads); C: the expanded channels
+    (1, 16, 96, 40, 40, 3, 2, (1, 1, 1, 1)), (1, 24, 144, 23, 30, 3, 1, (1, 1, 1, 1)),
+    (2, 17, 40, 12, 9, 3, 1, (1, 1, 1, 1)), (1, 8, 36, 30, 21, 5, 2, (2, 2, 2, 2)),
+    (1, 40, 200, 14, 14, 5, 1, (2, 2, 2, 2)), (1, 16, 32, 9, 33, 3, 2, (0, 1, 1, 1)),
+    (1, 24, 48, 7, 7, 3, 1, (1, 1, 1, 1)), (1, 3, 20, 200, 16, 3, 1, (1, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", EXPAND_CASES, ids=[str(c) for c in EXPAND_CASES])
+@pytest.mark.parametrize("activations", [("clip", "clip"), ("hard_swish", "none")])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_expand_depthwise_equals_the_two_kernels_unfused(isa, case, activations, threads):
+    """conv_expand_depthwise_nchwc_f32 against conv_pointwise_nchwc_f32 then conv2d_depthwise_nchwc_f32: bitwise
+    where the AVX-512 blocked_rows form takes the depthwise shape (both compute every output the same way), within
+    float32's tolerance elsewhere (7 output columns, other ISAs: scalar tap loops against the tiled form); and the
+    reference kernel. The cases: partial blocks (C = 40, 36, 20), a band of one step and bands of many (200 rows
+    walk the window), halo rows at stride 1 and 2, 5x5, asymmetric pads, batch 2."""
+    n, cin, c, h, w, kernel, stride, pads = case
+    (expand_activation, (p0, p1)), (activation, params) = ACTIVATIONS[activations[0]], ACTIVATIONS[activations[1]]
+    x, expand_weights, expand_bias = random((n, cin, h, w), 30), random((c, cin), 31) * 0.3, random(c, 32)
+    weights, bias = random((c, 1, kernel, kernel), 33), random(c, 34)
+    ints, (oh, ow) = conv_ints((n, c, h, w), kernel, stride, pads, 1, False, activation, threads)
+    packed, packed_bias = pack_pointwise(expand_weights, expand_bias)
+    blocks = (c + 15) // 16
+    middle = np.full((n, blocks, h, w, 16), np.nan, np.float32)
+    _kernels.call("conv_pointwise_nchwc_f32", [n, cin, c, h * w, 0, expand_activation, threads], [p0, p1],
+                  [to_blocked(x), packed, packed_bias, middle, middle], num_threads=threads)
+    middle[np.isnan(middle)] = 0.0  # pad lanes: the depthwise kernels compute them too
+    unfused = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_f32", [1, *ints], [], [sizes])
+    _kernels.call("conv2d_depthwise_nchwc_f32", ints, list(params),
+                  [middle, weights, unfused, np.empty(max(int(sizes[0]), 4), np.float32), bias, unfused],
+                  num_threads=threads)
+    unfused = from_blocked(unfused, c)
+
+    def fused(use_ref):
+        y = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("conv_expand_depthwise_nchwc_f32", ints + [cin, expand_activation], [*params, p0, p1],
+                      [to_blocked(x), packed, packed_bias, weights, y, bias], num_threads=threads, use_ref=use_ref)
+        return from_blocked(y, c)
+
+    if isa == "avx512" and ow >= 8:
+        np.testing.assert_array_equal(fused(False), unfused)
+    check_fast_and_reference(fused, unfused)

@@ -24,10 +24,18 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
    cut at every affine block before elementwise nodes joined, had lost: det 47 reorders, 6.4 ms, 1.02-1.06x; a
    run-by-run estimate of gain against reorder bytes then dropped runs that the whole-model measurement shows
    winning, so every run is kept.)
+   `expand_depthwise_pairs` then picks, among them, each 1x1 conv whose output only a depthwise conv reads
+   (MobileNetV2's expand -> depthwise, PP-LCNet's 1x1 -> the next block's depthwise): the pair becomes one step,
+   conv_expand_depthwise_nchwc_f32, whose expanded rows stay in the thread's scratch (kernels/
+   conv_expand_depthwise.c). Fp32, 2 threads, in-process A/B against the same pairs unfused (2 sessions, one
+   process, rounds split by ortx.host_contention's probe): MobileNetV2-style 0.955x with the vCPUs close, 0.835x
+   far apart; PP-OCR det 0.99x / 1.00x, rec 1.00x / 0.99x, cls 1.00x / 0.99x (their pairs are on small maps).
+   Only where the depthwise conv is at least 8 columns wide and takes no residual (_fits_expand_rows).
 2. `lower_blocked_conv` emits a blocked node's step: its X and residual come from `builder.blocked_buffer` (a reorder
    from NCHW where the producer was not blocked, once per tensor) and its output goes to
    `builder.produce_blocked`; the builder reorders it back to NCHW only if a non-blocked consumer or the segment's
-   outputs need it.
+   outputs need it. `lower_expand_depthwise` emits a pair's step at the depthwise conv's place; the 1x1 conv's
+   output is never made.
 Under precision bf16 the 1x1 convs run conv_pointwise_nchwc_bf16 (bf16 operands, fp32 sums, as the option
 defines; the depthwise convs stay fp32 as in NCHW) and a stem that writes into a run stays fp32
 (conv2d_to_nchwc_f32): its 3 input channels give the bf16 GEMM 14 K pairs, and the bf16 conv writes NCHW, which a
@@ -272,3 +280,70 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                      [batch, in_channels, out_channels, height * width, int(residual is not None), plan.activation,
                       builder.num_threads], list(plan.params), buffers)
     builder.finish_blocked(node.outputs[0])
+
+
+def _fits_expand_rows(plan) -> bool:
+    """The depthwise shapes kernels/conv_expand_depthwise.c computes from rows in place (the AVX-512
+    blocked_rows: 3x3 or 5x5, stride 1 or 2, dilation 1, at least 8 output columns); elsewhere it would fall
+    back to scalar loops, slower than the two kernels unfused."""
+    (_, _, _, _, _, _, out_width, kernel_height, kernel_width, stride_height, stride_width, _, _, dilation_height,
+     dilation_width, *_) = plan.ints
+    return (kernel_height == kernel_width and kernel_width in (3, 5) and stride_height == stride_width
+            and stride_width in (1, 2) and (dilation_height, dilation_width) == (1, 1) and out_width >= 8)
+
+
+def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir.Node]:
+    """Step 1b: the depthwise convs lowered together with the 1x1 conv whose output only they read (MobileNetV2's
+    expand -> depthwise), as one conv_expand_depthwise_nchwc_f32 step; depthwise node -> 1x1 node. Both must be
+    blocked nodes (step 1), the 1x1 conv without residual and its output no segment output, the depthwise conv
+    without residual and of a shape _fits_expand_rows takes; fp32 only (under bf16 the 1x1 conv is bf16)."""
+    if builder.precision != "fp32" or not builder.blocked_nodes:
+        return {}
+    readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
+    for node in nodes:
+        for index, value in enumerate(node.inputs):
+            if value is not None:
+                readers[id(value)].append((node, index))
+    output_values = {id(value) for value in outputs}
+    pairs = {}
+    for node in nodes:
+        if node not in builder.blocked_nodes:
+            continue
+        plan = plan_of(node)
+        if plan is None or not is_pointwise(plan) or plan.has_residual:
+            continue
+        value = node.outputs[0]
+        consumers = readers.get(id(value), [])
+        if id(value) in output_values or len(consumers) != 1:
+            continue
+        depthwise, index = consumers[0]
+        if index != 0 or depthwise not in builder.blocked_nodes:
+            continue
+        depthwise_plan = plan_of(depthwise)
+        if (depthwise_plan is not None and depthwise_plan.depthwise and not depthwise_plan.has_residual
+                and _fits_expand_rows(depthwise_plan)):
+            pairs[depthwise] = node
+    logger.debug("%d depthwise convs fused with their 1x1 expand", len(pairs))
+    return pairs
+
+
+def lower_expand_depthwise(expand: ir.Node, depthwise: ir.Node, builder, expand_plan, depthwise_plan) -> None:
+    """Step 2b: one conv_expand_depthwise_nchwc_f32 step for an expand_depthwise_pairs pair, at the depthwise
+    conv's place in the order (the expand's output is never made)."""
+    expand_bias_value = present(expand, 2)
+    expand_bias = constant_value(expand_bias_value) if expand_bias_value is not None else None
+    if expand_bias_value is not None and expand_bias is None:
+        raise ValueError(f"bias {expand_bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
+    in_channels, out_channels = expand_plan.ints[1], expand_plan.ints[4]
+    packed, packed_bias = pack_pointwise(expand_plan.weights.reshape(out_channels, in_channels), expand_bias)
+    x = builder.blocked_buffer(expand.inputs[0])
+    y = builder.produce_blocked(depthwise.outputs[0])
+    bias_value = present(depthwise, 2)
+    builder.emit("conv_expand_depthwise_nchwc_f32",
+                 list(depthwise_plan.ints) + [builder.num_threads, in_channels, expand_plan.activation],
+                 list(depthwise_plan.params) + list(expand_plan.params),
+                 [x, builder.add_constant(packed, label=f"{expand.name}:packed_weights"),
+                  builder.add_constant(packed_bias, label=f"{expand.name}:packed_bias"),
+                  builder.add_constant(depthwise_plan.weights.reshape(-1), label=f"{depthwise.name}:weights"), y,
+                  builder.buffer(bias_value) if bias_value is not None else y])
+    builder.finish_blocked(depthwise.outputs[0])

@@ -358,7 +358,12 @@ def conv_plan_or_none(node: ir.Node) -> ConvPlan | None:
 
 def lower_conv(node: ir.Node, builder) -> None:
     plan = _conv_plan(node)
-    if node in builder.blocked_nodes:  # a run of 1x1 and depthwise convs on blocked tensors
+    expand = builder.expand_of.get(node)
+    if expand is not None:  # a depthwise conv and the 1x1 conv before it, in one step
+        blocked_layout.lower_expand_depthwise(expand, node, builder, _conv_plan(expand), plan)
+    elif node in builder.expand_of.values():
+        return  # lowered with its depthwise conv
+    elif node in builder.blocked_nodes:  # a run of 1x1 and depthwise convs on blocked tensors
         workspace = int(_sizes("conv_sizes_f32", [1, *plan.ints, builder.num_threads])[0]) if plan.depthwise else 0
         blocked_layout.lower_blocked_conv(node, builder, plan, workspace)
     elif plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
