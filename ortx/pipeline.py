@@ -181,7 +181,8 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
                         lambda blocked: check_segment(
                             lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
                                                            num_threads=num_threads, precision=precision,
-                                                           sparse_policy=policy, blocked=blocked and BLOCKED_LAYOUT),
+                                                           sparse_policy=policy, blocked=blocked and BLOCKED_LAYOUT,
+                                                           fuse_expand=EXPAND_DEPTHWISE),
                             sparse_policy, segment.inputs, segment.outputs, num_threads),
                         segment.nodes, segment.inputs, segment.outputs, num_threads, precision)
                 else:
@@ -454,6 +455,12 @@ ELEMENTWISE_CHAINS = True
 # the same sessions on NCHW kernels, 2 threads, this Zen 4 (benchmarks/blocked_layout.py): MobileNetV2-style 0.74-0.76,
 # PP-OCR cls 0.78, rec 0.91-0.94, det 0.94-0.95; models without such runs compile the same steps.
 BLOCKED_LAYOUT = True
+
+# Inside those runs, a 1x1 conv whose output only a depthwise conv reads runs fused with it
+# (conv_expand_depthwise_nchwc_f32, ortx.ep.lowering.blocked_layout's expand_depthwise_pairs): on since session 22,
+# the outputs bitwise the same. In-process A/B, 2 threads, this Zen 4, with the vCPUs close / far apart
+# (benchmarks/expand_depthwise.py): MobileNetV2-style 0.96 / 0.84, PP-OCR det, rec and cls 0.99-1.00.
+EXPAND_DEPTHWISE = True
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

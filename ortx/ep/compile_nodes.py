@@ -71,12 +71,15 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
 
 
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
-                    precision: str = "fp32", sparse_policy=None, blocked: bool = True) -> CompiledProgram:
+                    precision: str = "fp32", sparse_policy=None, blocked: bool = True,
+                    fuse_expand: bool = True) -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
     in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
     ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels). `sparse_policy`:
     ortx.tune.sparse_choice's per-layer dense/sparse choice (None: its prior alone). `blocked`: runs of 1x1 and
-    depthwise convs on blocked tensors where ortx.ep.lowering.blocked_layout finds them (False: NCHW kernels only)."""
+    depthwise convs on blocked tensors where ortx.ep.lowering.blocked_layout finds them (False: NCHW kernels only);
+    `fuse_expand`: within them, a 1x1 conv and the depthwise conv that alone reads it as one step (its
+    expand_depthwise_pairs)."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
@@ -86,7 +89,8 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
     order = memory_ordered(nodes, inputs, outputs)
     if blocked:
         builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
-        builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
+        if fuse_expand:
+            builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
     for node in order:
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]

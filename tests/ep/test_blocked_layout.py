@@ -108,9 +108,9 @@ def test_expand_and_depthwise_fuse_only_where_the_expand_output_has_one_reader(t
         assert_close(got, want)
     counts = _kernel_counts(session)
     assert counts["conv_expand_depthwise_nchwc_f32"] == 1 and counts["conv2d_depthwise_nchwc_f32"] == 3
-    from ortx.ep.lowering import blocked_layout
+    import ortx.pipeline
 
-    monkeypatch.setattr(blocked_layout, "expand_depthwise_pairs", lambda *args: {})
+    monkeypatch.setattr(ortx.pipeline, "EXPAND_DEPTHWISE", False)
     _, unfused, unfused_session = _run_both(model, feeds, threads)
     assert "conv_expand_depthwise_nchwc_f32" not in _kernel_counts(unfused_session)
     for fused_output, unfused_output in zip(actual, unfused):
