@@ -459,7 +459,8 @@ BLOCKED_LAYOUT = True
 # Inside those runs, a 1x1 conv whose output only a depthwise conv reads runs fused with it
 # (conv_expand_depthwise_nchwc_f32, ortx.ep.lowering.blocked_layout's expand_depthwise_pairs): on since session 22,
 # the outputs bitwise the same. In-process A/B, 2 threads, this Zen 4, with the vCPUs close / far apart
-# (benchmarks/expand_depthwise.py): MobileNetV2-style 0.96 / 0.84, PP-OCR det, rec and cls 0.99-1.00.
+# (benchmarks/expand_depthwise.py on d406f8d): MobileNetV2-style 0.98 / 0.85, PP-OCR cls 0.93 / 0.87, rec 1.02 /
+# 0.97, det 1.02 / 0.95 (an earlier two-session A/B on bba9f76's kernels: det 0.99 / 1.00, rec 1.00 / 0.99).
 EXPAND_DEPTHWISE = True
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,

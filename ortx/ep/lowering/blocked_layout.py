@@ -27,9 +27,9 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
    `expand_depthwise_pairs` then picks, among them, each 1x1 conv whose output only a depthwise conv reads
    (MobileNetV2's expand -> depthwise, PP-LCNet's 1x1 -> the next block's depthwise): the pair becomes one step,
    conv_expand_depthwise_nchwc_f32, whose expanded rows stay in the thread's scratch (kernels/
-   conv_expand_depthwise.c). Fp32, 2 threads, in-process A/B against the same pairs unfused (2 sessions, one
-   process, rounds split by ortx.host_contention's probe): MobileNetV2-style 0.955x with the vCPUs close, 0.835x
-   far apart; PP-OCR det 0.99x / 1.00x, rec 1.00x / 0.99x, cls 1.00x / 0.99x (their pairs are on small maps).
+   conv_expand_depthwise.c). Fp32, 2 threads, against the same pairs unfused (benchmarks/expand_depthwise.py,
+   rounds split by ortx.host_contention's probe), close / far apart: MobileNetV2-style 0.98x / 0.85x, PP-OCR cls
+   0.93x / 0.87x, rec 1.02x / 0.97x, det 1.02x / 0.95x (their pairs are on smaller maps).
    Only where the depthwise conv is at least 8 columns wide and takes no residual (_fits_expand_rows).
 2. `lower_blocked_conv` emits a blocked node's step: its X and residual come from `builder.blocked_buffer` (a reorder
    from NCHW where the producer was not blocked, once per tensor) and its output goes to
