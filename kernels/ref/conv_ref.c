@@ -60,10 +60,25 @@ static int64_t tensor_index(int blocked, int64_t n, int64_t c, int64_t y, int64_
     return (((n * ortx_nchwc_blocks(C) + c / 16) * H + y) * W + x) * 16 + c % 16;
 }
 
-static void depthwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int blocked) {
+/* A depthwise tap's input: X's element, or with `expand` (conv_expand_depthwise_nchwc_f32's buffers) the 1x1 conv's
+ * output there, act_e(bias_e[c] + sum over ci ascending of W_e[c, ci] * X[n, ci, iy, ix]), computed where read. */
+static float tap_input(const ortx_conv_params *p, const int64_t *ints, const float *floats, void *const *buffers,
+                       int blocked, int expand, int64_t n, int64_t c, int64_t iy, int64_t ix) {
+    const float *X = buffers[0];
+    if (!expand) return X[tensor_index(blocked, n, c, iy, ix, p->in_channels, p->in_height, p->in_width)];
+    const int64_t cin = ints[ORTX_CONV_INTS];
+    const float *We = buffers[1], *bias_e = buffers[2];
+    float value = bias_e[c];
+    for (int64_t ci = 0; ci < cin; ci++)
+        value += We[(c / 64 * cin + ci) * 64 + c % 64] *
+                 X[tensor_index(1, n, ci, iy, ix, cin, p->in_height, p->in_width)];
+    return ortx_activation_scalar((int)ints[ORTX_CONV_INTS + 1], value, floats[2], floats[3]);
+}
+
+static void depthwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int blocked, int expand) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    const float *X = buffers[0], *W = buffers[1], *bias = buffers[4], *residual = buffers[5];
-    float *Y = buffers[2];
+    const float *W = buffers[expand ? 3 : 1], *bias = buffers[expand ? 5 : 4], *residual = expand ? NULL : buffers[5];
+    float *Y = buffers[expand ? 4 : 2];
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t c = 0; c < p.out_channels; c++)
             for (int64_t oy = 0; oy < p.out_height; oy++)
@@ -75,7 +90,7 @@ static void depthwise_ref(const int64_t *ints, const float *floats, void *const 
                             int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                             if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                             acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] *
-                                   X[tensor_index(blocked, n, c, iy, ix, p.in_channels, p.in_height, p.in_width)];
+                                   tap_input(&p, ints, floats, buffers, blocked, expand, n, c, iy, ix);
                         }
                     int64_t index = tensor_index(blocked, n, c, oy, ox, p.out_channels, p.out_height, p.out_width);
                     Y[index] = finish(&p, acc, residual, index);
@@ -84,45 +99,22 @@ static void depthwise_ref(const int64_t *ints, const float *floats, void *const 
 
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 0);
+    depthwise_ref(ints, floats, buffers, 0, 0);
 }
 
 /* conv2d_depthwise_f32's sums on blocked X, Y and residual (pad lanes not written). */
 void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                          int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 1);
+    depthwise_ref(ints, floats, buffers, 1, 0);
 }
 
-/* conv_expand_depthwise_nchwc_f32 (its layouts): each depthwise output's taps in order, each tap's expanded input
- * act_e(bias_e[c] + sum over ci ascending of W_e[c, ci] * X[n, ci, iy, ix]) computed where it is read. */
+/* conv_expand_depthwise_nchwc_f32 (its layouts): conv2d_depthwise_f32's sums on blocked tensors, each tap's input
+ * the 1x1 conv's output computed where it is read (tap_input). */
 void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                               int num_threads) {
     (void)num_threads;
-    ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    const int64_t cin = ints[ORTX_CONV_INTS], expand_activation = ints[ORTX_CONV_INTS + 1];
-    const float *X = buffers[0], *We = buffers[1], *bias_e = buffers[2], *W = buffers[3], *bias = buffers[5];
-    float *Y = buffers[4];
-    for (int64_t n = 0; n < p.batch; n++)
-        for (int64_t c = 0; c < p.out_channels; c++)
-            for (int64_t oy = 0; oy < p.out_height; oy++)
-                for (int64_t ox = 0; ox < p.out_width; ox++) {
-                    float acc = p.has_bias ? bias[c] : 0.0f;
-                    for (int64_t ky = 0; ky < p.kernel_height; ky++)
-                        for (int64_t kx = 0; kx < p.kernel_width; kx++) {
-                            int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
-                            int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
-                            if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
-                            float mid = bias_e[c];
-                            for (int64_t ci = 0; ci < cin; ci++)
-                                mid += We[(c / 64 * cin + ci) * 64 + c % 64] *
-                                       X[tensor_index(1, n, ci, iy, ix, cin, p.in_height, p.in_width)];
-                            mid = ortx_activation_scalar((int)expand_activation, mid, floats[2], floats[3]);
-                            acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] * mid;
-                        }
-                    int64_t index = tensor_index(1, n, c, oy, ox, p.out_channels, p.out_height, p.out_width);
-                    Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
-                }
+    depthwise_ref(ints, floats, buffers, 1, 1);
 }
 
 /* conv_pointwise_nchwc_f32 and _bf16 (conv.h's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending of
