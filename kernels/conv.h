@@ -103,10 +103,13 @@ typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int
                                              const float *residual, float *y, int activation, float param0,
                                              float param1, uint32_t *scratch);
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512, ortx_pointwise_nchwc_tile_avx512_bf16;
-extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable;
-/* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c). */
+extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable, ortx_pointwise_nchwc_tile_portable_bf16;
+/* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c); _bf16:
+ * the 1x1 conv as conv_pointwise_nchwc_bf16 computes it (its weights packed so), the depthwise conv fp32. */
 void ortx_conv_expand_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
                                           int num_threads);
+void ortx_conv_expand_depthwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads);
 void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv_pointwise_nchwc_bf16: the same conv with bf16 operands and fp32 sums (ortx/ep/precision.py's bf16): weights
  * packed as [ceil(Cout / 64)][ceil(Cin / 2)][64][2] bf16 (input channels 2q, 2q + 1 of an output channel adjacent,
@@ -304,6 +307,8 @@ void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats,
                                        int num_threads);
 void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                               int num_threads);
+void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                               int num_threads);
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads);
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

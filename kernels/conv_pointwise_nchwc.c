@@ -69,6 +69,7 @@ static void tile_portable_bf16(int64_t pixels, int64_t blocks, int64_t in_channe
 }
 
 const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable = tile_portable;
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable_bf16 = tile_portable_bf16;
 
 typedef struct pointwise_job {
     ortx_pointwise_nchwc_tile_fn tile;

@@ -60,18 +60,30 @@ static int64_t tensor_index(int blocked, int64_t n, int64_t c, int64_t y, int64_
     return (((n * ortx_nchwc_blocks(C) + c / 16) * H + y) * W + x) * 16 + c % 16;
 }
 
-/* A depthwise tap's input: X's element, or with `expand` (conv_expand_depthwise_nchwc_f32's buffers) the 1x1 conv's
- * output there, act_e(bias_e[c] + sum over ci ascending of W_e[c, ci] * X[n, ci, iy, ix]), computed where read. */
+/* A depthwise tap's input: X's element, or with `expand` (conv_expand_depthwise_nchwc_f32's buffers: 1; _bf16's:
+ * 2) the 1x1 conv's output there, act_e(bias_e[c] + sum over ci of W_e[c, ci] * X[n, ci, iy, ix]), computed where
+ * read: fp32 with ci ascending, or bf16 as pointwise_ref sums it (operands rounded, per pair the odd product
+ * first). */
 static float tap_input(const ortx_conv_params *p, const int64_t *ints, const float *floats, void *const *buffers,
                        int blocked, int expand, int64_t n, int64_t c, int64_t iy, int64_t ix) {
     const float *X = buffers[0];
     if (!expand) return X[tensor_index(blocked, n, c, iy, ix, p->in_channels, p->in_height, p->in_width)];
-    const int64_t cin = ints[ORTX_CONV_INTS];
-    const float *We = buffers[1], *bias_e = buffers[2];
+    const int64_t cin = ints[ORTX_CONV_INTS], pairs = (cin + 1) / 2;
+    const float *bias_e = buffers[2];
     float value = bias_e[c];
-    for (int64_t ci = 0; ci < cin; ci++)
-        value += We[(c / 64 * cin + ci) * 64 + c % 64] *
-                 X[tensor_index(1, n, ci, iy, ix, cin, p->in_height, p->in_width)];
+    for (int64_t k = 0; k < 2 * pairs; k++) {
+        int64_t ci = expand == 2 ? k + 1 - 2 * (k % 2) : k;  /* bf16: 1, 0, 3, 2, ... */
+        if (ci >= cin) continue;
+        float x = X[tensor_index(1, n, ci, iy, ix, cin, p->in_height, p->in_width)];
+        if (expand == 2) {
+            const uint16_t *We = buffers[1];
+            value += ortx_bf16_to_float(We[((c / 64 * pairs + ci / 2) * 64 + c % 64) * 2 + ci % 2]) *
+                     ortx_bf16_to_float(ortx_bf16_from_float(x));
+        } else {
+            const float *We = buffers[1];
+            value += We[(c / 64 * cin + ci) * 64 + c % 64] * x;
+        }
+    }
     return ortx_activation_scalar((int)ints[ORTX_CONV_INTS + 1], value, floats[2], floats[3]);
 }
 
@@ -115,6 +127,13 @@ void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *
                                               int num_threads) {
     (void)num_threads;
     depthwise_ref(ints, floats, buffers, 1, 1);
+}
+
+/* conv_expand_depthwise_nchwc_bf16: the same with the 1x1 conv's sums as conv_pointwise_nchwc_bf16's. */
+void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                               int num_threads) {
+    (void)num_threads;
+    depthwise_ref(ints, floats, buffers, 1, 2);
 }
 
 /* conv_pointwise_nchwc_f32 and _bf16 (conv.h's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending of

@@ -22,6 +22,19 @@ BLOCKED_KERNELS = {"conv_pointwise_nchwc_f32", "conv2d_depthwise_nchwc_f32", "co
 needs_avx512 = pytest.mark.skipif(_kernels.cpu_isa() != "avx512", reason="blocked runs are planned on AVX-512 only")
 
 
+@pytest.fixture
+def vdpbf16ps_path():
+    """Blocked bf16 runs are planned on the avx512_bf16 path only: on an AMX CPU, that path with AMX off."""
+    if _kernels.cpu_isa() != "avx512" or not (_kernels.bf16_isa() == "avx512_bf16" or _kernels.cpu_has_amx_bf16()):
+        pytest.skip("no AVX512_BF16")
+    amx = _kernels.bf16_isa() == "amx_bf16"
+    _kernels.allow_amx(False)
+    assert _kernels.bf16_isa() == "avx512_bf16"
+    yield
+    _kernels.allow_amx(amx)
+    assert (_kernels.bf16_isa() == "amx_bf16") == amx
+
+
 def _options(threads: int = 2) -> onnxruntime.SessionOptions:
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
@@ -212,7 +225,7 @@ def test_a_lone_pointwise_conv_stays_nchw():
     assert not set(_kernel_counts(session)) & (BLOCKED_KERNELS | {"reorder_to_nchwc_f32", "reorder_from_nchwc_f32"})
 
 
-@pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
+@pytest.mark.usefixtures("vdpbf16ps_path")
 def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the
     stem the fp32 blocked stem (so no reorder enters the run): the NCHW bf16 definition but for the stem, and at
@@ -230,12 +243,14 @@ def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
         ortx.pipeline.BLOCKED_LAYOUT = True
     assert cosine(actual, expected) >= cosine(nchw, expected) - 1e-3
     counts = _kernel_counts(session)
-    assert counts["conv_pointwise_nchwc_bf16"] == 34 and counts["conv2d_depthwise_nchwc_f32"] == 17
+    # 5 expands run fused with their depthwise conv (conv_expand_depthwise_nchwc_bf16), as in fp32
+    assert counts["conv_pointwise_nchwc_bf16"] == 29 and counts["conv2d_depthwise_nchwc_f32"] == 12
+    assert counts["conv_expand_depthwise_nchwc_bf16"] == 5
     assert counts["conv2d_to_nchwc_f32"] == 1 and "reorder_to_nchwc_f32" not in counts
     assert "conv_pointwise_nchwc_f32" not in counts and "conv2d_bf16" not in counts
 
 
-@pytest.mark.skipif(_kernels.bf16_isa() != "avx512_bf16", reason="blocked bf16 runs are planned on avx512_bf16 only")
+@pytest.mark.usefixtures("vdpbf16ps_path")
 @pytest.mark.parametrize("size,blocked", [(28, True), (40, False)])
 def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
     """1x1 -> depthwise -> 1x1 at size x size: under bf16 the run is kept at 28x28 (784 pixels,
@@ -250,7 +265,9 @@ def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
     feeds = {"x": _random((1, 32, size, size), 22)}
     (expected,), (actual,), session = _run_both(model, feeds, precision="bf16")
     assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
-    assert (_kernel_counts(session)["conv_pointwise_nchwc_bf16"] == 2) == blocked
+    counts = _kernel_counts(session)  # blocked: the expand fused with the depthwise conv
+    assert (counts["conv_pointwise_nchwc_bf16"], counts["conv_expand_depthwise_nchwc_bf16"]) == ((1, 1) if blocked
+                                                                                                else (0, 0))
     _, _, fp32_session = _run_both(model, feeds)
     fp32_counts = _kernel_counts(fp32_session)  # the expand runs fused with the depthwise conv
     assert fp32_counts["conv_pointwise_nchwc_f32"] == 1 and fp32_counts["conv_expand_depthwise_nchwc_f32"] == 1

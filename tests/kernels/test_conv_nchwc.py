@@ -294,22 +294,29 @@ EXPAND_CASES = [  # (N, Cin, C, H, W, kernel, stride, pads); C: the expanded cha
 @pytest.mark.parametrize("case", EXPAND_CASES, ids=[str(c) for c in EXPAND_CASES])
 @pytest.mark.parametrize("activations", [("clip", "clip"), ("hard_swish", "none")])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_expand_depthwise_equals_the_two_kernels_unfused(isa, case, activations, threads):
-    """conv_expand_depthwise_nchwc_f32 against conv_pointwise_nchwc_f32 then conv2d_depthwise_nchwc_f32: bitwise
-    where the AVX-512 blocked_rows form takes the depthwise shape (both compute every output the same way), within
-    float32's tolerance elsewhere (7 output columns, other ISAs: scalar tap loops against the tiled form); and the
-    reference kernel. The cases: partial blocks (C = 40, 36, 20), a band of one step and bands of many (200 rows
-    walk the window), halo rows at stride 1 and 2, 5x5, asymmetric pads, batch 2."""
+@pytest.mark.parametrize("precision,group_blocks", [("fp32", 1), ("fp32", 2), ("fp32", 4), ("bf16", 1),
+                                                    ("bf16", 4)])
+def test_expand_depthwise_equals_the_two_kernels_unfused(isa, case, activations, threads, precision, group_blocks):
+    """conv_expand_depthwise_nchwc_f32 (_bf16) against conv_pointwise_nchwc_f32 (_bf16) then
+    conv2d_depthwise_nchwc_f32: bitwise where the AVX-512 blocked_rows form takes the depthwise shape (both compute
+    every output the same way), within float32's tolerance elsewhere (7 output columns, other ISAs: scalar tap loops
+    against the tiled form); and the reference kernel. The cases: partial blocks (C = 40, 36, 20), odd Cin (17, 3:
+    a half bf16 pair), a band of one step and bands of many (200 rows walk the window), halo rows at stride 1 and
+    2, 5x5, asymmetric pads, batch 2."""
     n, cin, c, h, w, kernel, stride, pads = case
     (expand_activation, (p0, p1)), (activation, params) = ACTIVATIONS[activations[0]], ACTIVATIONS[activations[1]]
     x, expand_weights, expand_bias = random((n, cin, h, w), 30), random((c, cin), 31) * 0.3, random(c, 32)
     weights, bias = random((c, 1, kernel, kernel), 33), random(c, 34)
     ints, (oh, ow) = conv_ints((n, c, h, w), kernel, stride, pads, 1, False, activation, threads)
-    packed, packed_bias = pack_pointwise(expand_weights, expand_bias)
+    packed, packed_bias = pack_pointwise(expand_weights, expand_bias, precision)
     blocks = (c + 15) // 16
     middle = np.full((n, blocks, h, w, 16), np.nan, np.float32)
-    _kernels.call("conv_pointwise_nchwc_f32", [n, cin, c, h * w, 0, expand_activation, threads], [p0, p1],
-                  [to_blocked(x), packed, packed_bias, middle, middle], num_threads=threads)
+    buffers = [to_blocked(x), packed, packed_bias, middle, middle]
+    if precision == "bf16":  # the per-thread pair scratch: 6 pixels x ceil(Cin/32)*16 words
+        buffers.append(np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32))
+    suffix = "bf16" if precision == "bf16" else "f32"
+    _kernels.call(f"conv_pointwise_nchwc_{suffix}", [n, cin, c, h * w, 0, expand_activation, threads], [p0, p1],
+                  buffers, num_threads=threads)
     middle[np.isnan(middle)] = 0.0  # pad lanes: the depthwise kernels compute them too
     unfused = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
     sizes = np.zeros(3, np.int64)
@@ -321,8 +328,9 @@ def test_expand_depthwise_equals_the_two_kernels_unfused(isa, case, activations,
 
     def fused(use_ref):
         y = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
-        _kernels.call("conv_expand_depthwise_nchwc_f32", ints + [cin, expand_activation], [*params, p0, p1],
-                      [to_blocked(x), packed, packed_bias, weights, y, bias], num_threads=threads, use_ref=use_ref)
+        _kernels.call(f"conv_expand_depthwise_nchwc_{suffix}", ints + [cin, expand_activation, group_blocks],
+                      [*params, p0, p1], [to_blocked(x), packed, packed_bias, weights, y, bias],
+                      num_threads=threads, use_ref=use_ref)
         return from_blocked(y, c)
 
     if isa == "avx512" and ow >= 8:

@@ -296,8 +296,9 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
     """Step 1b: the depthwise convs lowered together with the 1x1 conv whose output only they read (MobileNetV2's
     expand -> depthwise), as one conv_expand_depthwise_nchwc_f32 step; depthwise node -> 1x1 node. Both must be
     blocked nodes (step 1), the 1x1 conv without residual and its output no segment output, the depthwise conv
-    without residual and of a shape _fits_expand_rows takes; fp32 only (under bf16 the 1x1 conv is bf16)."""
-    if builder.precision != "fp32" or not builder.blocked_nodes:
+    without residual and of a shape _fits_expand_rows takes. Under bf16 the step is conv_expand_depthwise_nchwc_bf16
+    (the 1x1 conv in bf16 as conv_pointwise_nchwc_bf16 computes it, the depthwise conv fp32)."""
+    if builder.precision not in ("fp32", "bf16") or not builder.blocked_nodes:
         return {}
     readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
     for node in nodes:
@@ -328,19 +329,21 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
 
 
 def lower_expand_depthwise(expand: ir.Node, depthwise: ir.Node, builder, expand_plan, depthwise_plan) -> None:
-    """Step 2b: one conv_expand_depthwise_nchwc_f32 step for an expand_depthwise_pairs pair, at the depthwise
-    conv's place in the order (the expand's output is never made)."""
+    """Step 2b: one conv_expand_depthwise_nchwc_f32 (_bf16 under precision bf16) step for an expand_depthwise_pairs
+    pair, at the depthwise conv's place in the order (the expand's output is never made)."""
     expand_bias_value = present(expand, 2)
     expand_bias = constant_value(expand_bias_value) if expand_bias_value is not None else None
     if expand_bias_value is not None and expand_bias is None:
         raise ValueError(f"bias {expand_bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
     in_channels, out_channels = expand_plan.ints[1], expand_plan.ints[4]
-    packed, packed_bias = pack_pointwise(expand_plan.weights.reshape(out_channels, in_channels), expand_bias)
+    bf16 = builder.precision == "bf16"
+    packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(
+        expand_plan.weights.reshape(out_channels, in_channels), expand_bias)
     x = builder.blocked_buffer(expand.inputs[0])
     y = builder.produce_blocked(depthwise.outputs[0])
     bias_value = present(depthwise, 2)
-    builder.emit("conv_expand_depthwise_nchwc_f32",
-                 list(depthwise_plan.ints) + [builder.num_threads, in_channels, expand_plan.activation],
+    builder.emit("conv_expand_depthwise_nchwc_bf16" if bf16 else "conv_expand_depthwise_nchwc_f32",
+                 list(depthwise_plan.ints) + [builder.num_threads, in_channels, expand_plan.activation, 0],
                  list(depthwise_plan.params) + list(expand_plan.params),
                  [x, builder.add_constant(packed, label=f"{expand.name}:packed_weights"),
                   builder.add_constant(packed_bias, label=f"{expand.name}:packed_bias"),
