@@ -178,11 +178,12 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
             try:
                 if segment.device == CPU:
                     programs[position] = layout_policy.choose(
-                        lambda blocked: check_segment(
+                        lambda layout: check_segment(
                             lambda policy: compile_segment(segment.nodes, segment.inputs, segment.outputs,
                                                            num_threads=num_threads, precision=precision,
-                                                           sparse_policy=policy, blocked=blocked and BLOCKED_LAYOUT,
-                                                           fuse_expand=EXPAND_DEPTHWISE),
+                                                           sparse_policy=policy,
+                                                           blocked=layout != "nchw" and BLOCKED_LAYOUT,
+                                                           fuse_expand=EXPAND_DEPTHWISE and layout == "blocked"),
                             sparse_policy, segment.inputs, segment.outputs, num_threads),
                         segment.nodes, segment.inputs, segment.outputs, num_threads, precision)
                 else:

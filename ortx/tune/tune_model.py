@@ -126,7 +126,7 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
     choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups and timed runs (warm-ins: the time term below)
     rounds, runs = layout_choice.QUICK if mode == "quick" else layout_choice.FULL
-    layout_runs = 2 * (1 + rounds * runs)
+    layout_runs = len(layout_choice.LAYOUTS) * (1 + rounds * runs)
     blocks = 2 * segments * -(-engine_runs // BLOCK)
     return (3 * compile_seconds + (validation_runs + choice_runs + layout_runs) * untuned_ms / 1e3
             + blocks * (SETTLE_S + WARM_IN_S))
