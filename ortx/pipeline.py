@@ -462,6 +462,8 @@ BLOCKED_LAYOUT = True
 # the outputs bitwise the same. In-process A/B, 2 threads, this Zen 4, with the vCPUs close / far apart
 # (benchmarks/expand_depthwise.py on d406f8d): MobileNetV2-style 0.98 / 0.85, PP-OCR cls 0.93 / 0.87, rec 1.02 /
 # 0.97, det 1.02 / 0.95 (an earlier two-session A/B on bba9f76's kernels: det 0.99 / 1.00, rec 1.00 / 0.99).
+# On an Emerald Rapids VM (session 23) PP-OCR rec loses with it (1.04-1.10x): with tuning, ortx.tune.layout_choice
+# measures each segment's blocked runs fused and unfused and keeps the faster here.
 EXPAND_DEPTHWISE = True
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
