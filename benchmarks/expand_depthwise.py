@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import onnxruntime  # noqa: E402
 
 import ortx  # noqa: E402
-from benchmarks._report import head_commit, kernel_counts, model_feeds, pipeline_flag, write_section  # noqa: E402
+from benchmarks._report import head_commit, host, kernel_counts, model_feeds, pipeline_flag, write_section  # noqa: E402
 from ortx.host_contention import FAR_ROUND_TRIP_NS, core_round_trip_ns  # noqa: E402
 from ortx.measure import switch_over  # noqa: E402
 
@@ -92,8 +92,8 @@ def main() -> int:
     commit = head_commit()  # the code measured: read before anything runs
     rows = [measure(name, path, feeds, args.threads, args.runs)
             for name, path, feeds in model_feeds(args.models, np.random.default_rng(0))]
-    body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, tuning off, seeded random "
-            f"inputs. \"fused\" is OrtxEP with ortx.pipeline.EXPAND_DEPTHWISE on (sessions' default), \"unfused\" "
+    body = (f"Measured {datetime.date.today()} on commit {commit}, {host()}, {args.threads} threads, tuning off, "
+            f"seeded random inputs. \"fused\" is OrtxEP with ortx.pipeline.EXPAND_DEPTHWISE on (sessions' default), \"unfused\" "
             f"with it off; pairs = the fused session's conv_expand_depthwise_nchwc_f32 steps; bitwise = the two "
             f"sessions' outputs equal bit for bit. Medians of the runs in rounds with the two vCPUs close and far "
             f"apart (ortx.host_contention's round trip >= {FAR_ROUND_TRIP_NS:.0f} ns), blocks of {BLOCK} runs per "
