@@ -234,8 +234,9 @@ def _sparse_policy(jit: Options | None, tuning: "TuningSettings | None"):
 
 
 def _layout_policy(jit: Options | None, tuning: "TuningSettings | None"):
-    """Blocked runs or NCHW kernels per segment (ortx.tune.layout_choice): measured now for tuning "quick"/"full",
-    recorded for "cached", else the blocked runs the planner found."""
+    """Blocked runs (with or without fused expand + depthwise steps) or NCHW kernels per segment
+    (ortx.tune.layout_choice): measured now for tuning "quick"/"full", recorded for "cached", else the blocked runs
+    the planner found."""
     from ortx.tune.layout_choice import LayoutPolicy
 
     if tuning is None:

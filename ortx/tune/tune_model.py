@@ -15,8 +15,8 @@ one time budget by the task scheduler, then, per segment, the schedule validated
    schedules are validated against the prebuilt kernel (gemm_tasks, step 4).
 4. Choose: compile again with tuning "quick"/"full" but no more search: tuned GEMMs go where their records beat
    the prebuilt kernel (gemm_steps), each segment's recorded thread counts are validated end to end against the
-   default, each segment with blocked runs is timed against the same segment on NCHW kernels
-   (ortx.tune.layout_choice), and the segment is measured against ORT running the same nodes
+   default, each segment with blocked runs is timed against the same segment on NCHW kernels and, where it has
+   fused expand + depthwise steps, against its runs unfused (ortx.tune.layout_choice), and the segment is measured against ORT running the same nodes
    (ortx.tune.engine_choice; a give-back is confirmed in fresh processes, ortx.tune.engine_confirm); all
    recorded, so later sessions (tuning "cached") apply them.
 Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
@@ -120,7 +120,7 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
     """Step 4's time, estimated: compiling twice (again, and once more when a segment goes back to ORT) plus one
     C build for a validated schedule, and the runs it makes of the whole model's worth of segments: the
     validation's default and tuned builds, then OrtxEP and ORT per segment (engine_choice's runs, blocks and
-    warm-ups), each of the `segments` blocks' idle and warm-in; and the layout choice's blocked and NCHW runs
+    warm-ups), each of the `segments` blocks' idle and warm-in; and the layout choice's runs of up to three layouts
     (layout_choice: a segment without blocked runs makes none, so this over-reserves for those)."""
     validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
