@@ -5,6 +5,7 @@ import onnxruntime
 import pytest
 
 import ortx
+import ortx.pipeline
 from ortx.codegen import jit, render
 from ortx.config import Options
 from ortx.ep import compile_nodes
@@ -75,10 +76,14 @@ def test_every_step_on_one_thread_equals_the_default_bit_for_bit(tmp_path):
     assert np.abs(default[0]).max() > 0
 
 
-def test_quick_tunes_and_records_every_step_then_resumes_without_measuring(tmp_path, runner_calls):
+def test_quick_tunes_and_records_every_step_then_resumes_without_measuring(tmp_path, runner_calls, monkeypatch):
     model = _models.mobilenetv2_style(size=32)
-    session(model, tmp_path, "quick")  # may give the segment back to ORT afterwards (engine choice)
+    tuned = session(model, tmp_path, "quick")  # may give the segment back to ORT afterwards (engine choice)
     assert runner_calls, "quick mode measured nothing"
+    # the steps of the layout the quick session chose (ortx.tune.layout_choice), compiled untuned
+    (layout,) = {choice.layout for choice in tuned.assignment.layout_choices} or {"blocked"}
+    monkeypatch.setattr(ortx.pipeline, "EXPAND_DEPTHWISE", layout == "blocked")
+    monkeypatch.setattr(ortx.pipeline, "BLOCKED_LAYOUT", layout != "nchw")
     (program,) = claimed(session(model, tmp_path, "off"))
     signatures = {step_threads.step_signature(s.kernel, s.ints, 2) for s in program.steps}
     with TuningDatabase(tmp_path / "tuning.sqlite") as database:
