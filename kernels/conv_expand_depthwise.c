@@ -28,10 +28,11 @@
  * Blocks per task (auto_group_blocks): the tile's 6 x B accumulators are 6 multiply-add chains at B = 1, enough for
  * a core that issues one zmm multiply-add a cycle (the Zen 4 host: one block ran 3-16% faster than four on
  * MobileNetV2's pairs, whose windows then stay in L1/L2) but not for one that issues two (Intel's server cores:
- * 4-cycle latency x 2 = 8 chains). Measured on an Emerald Rapids VM, 1 thread, pair alone: from 240 and 480 input
- * channels (PP-OCR rec) B = 1 ran 1.28-1.56x the unfused kernels' time and B = 4 0.94-0.97x; from 16 to 32 channels
- * (MobileNetV2's first expands) B = 1 and 4 alike. So B = 1 from at most 32 input channels, else the largest B
- * that leaves 4 tasks a thread. Each output is computed as the two kernels unfused compute it (the same tile sums
+ * 4-cycle latency x 2 = 8 chains). Measured on an Emerald Rapids VM, pair alone: from 240 and 480 input channels
+ * (PP-OCR rec) B = 1 ran 1.28-1.50x the unfused kernels' time and B = 4 0.93-0.98x (1 thread); from 16 to 32
+ * channels (MobileNetV2's first expands) B = 4 4-9% faster than B = 1 at 1 thread, alike at 2. So with two ports
+ * (ortx_fma_ports) B = 1 from at most 32 input channels, else the largest B that leaves 4 tasks a thread; with one
+ * port B = 1, as measured on the Zen 4. Each output is computed as the two kernels unfused compute it (the same tile sums
  * per pixel, the same depthwise tap order), so on the blocked_rows path the results are bitwise theirs.
  */
 #include <stdlib.h>
@@ -148,12 +149,17 @@ static void expand_task(void *context, int64_t task, int thread) {
 }
 
 /* Blocks per task (1, 2 or 4: the 1x1 tile's 6 x B accumulators, B blocks of one packed group of 4), where the
- * caller wants none (0): ORTX_EXPAND_GROUP_BLOCKS from the environment when set (measurements), else 1 from at most
- * 32 input channels, else the largest that still leaves 4 tasks a thread over `bands` bands. */
+ * caller wants none (0): ORTX_EXPAND_GROUP_BLOCKS from the environment when set at the first call (measurements),
+ * else 1 on a core with one zmm multiply-add port (ortx_fma_ports: the Zen 4's measured choice) or from at most 32
+ * input channels, else the largest that still leaves 4 tasks a thread over `bands` bands. */
 static int64_t auto_group_blocks(const expand_job *job, int64_t bands, int threads) {
-    const char *text = getenv("ORTX_EXPAND_GROUP_BLOCKS");
-    if (text) return atoi(text);
-    if (job->expand_in_channels <= 32) return 1;
+    static _Atomic int forced = -1;  /* the environment, read once: -1 not yet, 0 not set */
+    if (forced < 0) {
+        const char *text = getenv("ORTX_EXPAND_GROUP_BLOCKS");
+        forced = text ? atoi(text) : 0;
+    }
+    if (forced > 0) return forced;
+    if (ortx_fma_ports() < 2 || job->expand_in_channels <= 32) return 1;
     int64_t g = 4;
     while (g > 1 && job->p.batch * bands * ((job->blocks + g - 1) / g) < 4 * (int64_t)threads) g /= 2;
     return g;

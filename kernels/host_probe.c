@@ -34,15 +34,17 @@ typedef float probe_vector __attribute__((vector_size(64), aligned(64)));
 #define PROBE_STEP(i) a##i = a##i * scale + offset;
 #define PROBE_SUM(i) sum += a##i;
 
-/* One body per instruction set; the compiler turns a * b + c into a fused multiply-add where the target has one. */
-#define PROBE_BODY                                                                                                     \
+/* One body per instruction set and chain count; the compiler turns a * b + c into a fused multiply-add where the
+ * target has one. */
+#define PROBE_BODY_OF(CHAINS)                                                                                          \
     probe_vector start = {0}, scale = start + 0.9999f, offset = start + 0.0001f, sum = start;                       \
-    PROBE_CHAINS(PROBE_DECLARE)                                                                                        \
+    CHAINS(PROBE_DECLARE)                                                                                              \
     for (int64_t i = 0; i < iterations; i++) {                                                                         \
-        PROBE_CHAINS(PROBE_STEP)                                                                                       \
+        CHAINS(PROBE_STEP)                                                                                             \
     }                                                                                                                  \
-    PROBE_CHAINS(PROBE_SUM)                                                                                            \
+    CHAINS(PROBE_SUM)                                                                                                  \
     return sum[0] + sum[15];
+#define PROBE_BODY PROBE_BODY_OF(PROBE_CHAINS)
 
 #if ORTX_HAVE_X86
 ORTX_TARGET_AVX512 static float probe_avx512(int64_t iterations) { PROBE_BODY }
@@ -140,8 +142,60 @@ static void host_core_latency(const int64_t *ints, const float *floats, void *co
     ortx_parallel_for(2, 2, latency_task, &job);
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * ortx_fma_ports: how many zmm multiply-adds a core starts per cycle, 1 or 2, from the time per multiply-add of 4
+ * dependent chains (bound by the latency, ~4 cycles: one a cycle on either kind of core) against 12 chains (bound
+ * by the ports: one a cycle where a 512-bit multiply-add takes both 256-bit halves of the units, as on the Zen 4
+ * host; two on Intel's server cores with two 512-bit units). Kernels whose tile shape depends on it
+ * (conv_expand_depthwise.c's blocks per task) ask once; the fastest of 5 tries of each loop, so a preempted try
+ * does not count. 1 off AVX-512.
+ * ------------------------------------------------------------------------------------------------------------- */
+#define PORTS_CHAINS_4(step) step(0) step(1) step(2) step(3)
+
+#if ORTX_HAVE_X86
+ORTX_TARGET_AVX512 static float chains4_avx512(int64_t iterations) { PROBE_BODY_OF(PORTS_CHAINS_4) }
+
+static int64_t fastest_ns(float (*loop)(int64_t), int64_t iterations) {
+    int64_t best = INT64_MAX;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int64_t start = now_ns();
+        volatile float value = loop(iterations);
+        (void)value;
+        int64_t spent = now_ns() - start;
+        best = spent < best ? spent : best;
+    }
+    return best;
+}
+#endif
+
+int ortx_fma_ports(void) {
+    static _Atomic int ports = 0;
+    if (ports == 0) {
+        int found = 1;
+#if ORTX_HAVE_X86
+        if (ortx_cpu_isa() == ORTX_ISA_AVX512) {
+            const int64_t iterations = 4000;  /* 16K-48K multiply-adds a try: ~10-20 us */
+            double per_fma_4 = (double)fastest_ns(chains4_avx512, iterations) / (4.0 * iterations);
+            double per_fma_12 = (double)fastest_ns(probe_avx512, iterations) / (12.0 * iterations);
+            found = per_fma_4 > 1.5 * per_fma_12 ? 2 : 1;
+        }
+#endif
+        ports = found;
+    }
+    return ports;
+}
+
+/* host_fma_ports: buffers [0] int64[1] out: ortx_fma_ports(). */
+static void host_fma_ports(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)ints;
+    (void)floats;
+    (void)num_threads;
+    ((int64_t *)buffers[0])[0] = ortx_fma_ports();
+}
+
 const ortx_kernel_entry ortx_family_host[] = {
     {"host_fma_probe", host_fma_probe, NULL},
+    {"host_fma_ports", host_fma_ports, NULL},
     {"host_core_latency", host_core_latency, NULL},
     {NULL, NULL, NULL},
 };

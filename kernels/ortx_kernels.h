@@ -58,6 +58,7 @@ extern const ortx_kernel_entry ortx_family_host[];
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };
 int ortx_cpu_isa(void);          /* best ISA this CPU supports */
 int ortx_selected_isa(void);     /* ISA in use (best, unless lowered by ortx_force_isa) */
+int ortx_fma_ports(void);        /* zmm multiply-adds a core starts per cycle: 1 or 2 (host_probe.c) */
 int ortx_force_isa(int isa);     /* tests: run a lower ISA; returns the ISA now in use */
 /* AVX512_BF16 (vdpbf16ps): an extension beside the ISA levels; the bf16 family uses it while the selected ISA is
  * AVX-512 (forcing a lower ISA runs its portable path). */

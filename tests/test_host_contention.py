@@ -93,3 +93,16 @@ def test_far_cores_only_past_the_threshold_and_with_several_threads():
     assert not HostContention(2, 1.0, 1.0, 1.0).far_cores  # not read: no evidence
     reading = host_contention.fma_contention(2, iterations=20_000)
     assert reading.round_trip_ns != reading.round_trip_ns or reading.round_trip_ns > 0
+
+
+def test_fma_ports_is_one_or_two_and_read_once():
+    """host_fma_ports (kernels/host_probe.c's ortx_fma_ports): 1 or 2 zmm multiply-adds a cycle on AVX-512 (the Zen 4
+    host reads 1, the Intel hosts 2), 1 below AVX-512; measured once, so every call answers the same."""
+    answers = set()
+    for _ in range(3):
+        out = np.zeros(1, np.int64)
+        _kernels.call("host_fma_ports", [], [], [out])
+        answers.add(int(out[0]))
+    assert len(answers) == 1 and answers <= {1, 2}
+    if _kernels.cpu_isa() != "avx512":
+        assert answers == {1}
