@@ -7,8 +7,8 @@
  * bytes; 240 KB at Cin = 960) stream from L2, or from L3 on a model's first pass, once per 6-pixel tile, and the
  * hardware prefetchers left the multiply-adds waiting. Kernel-level, 2 threads, Emerald Rapids, paired A/B in one
  * process, weights cold / warm: 960 -> 320 at 7x7 0.84 / 0.84x, 320 -> 1280 at 7x7 0.85 / 0.89x, 576 -> 96 at 14x14
- * 0.95 / 0.90x, 96 -> 96 at 80x80 1.00 / 1.00x; distances 8-32 within 3% of each other, 4 worse; K blocking by 64 or
- * 128 channels (partial sums in the output, as MLAS does) added nothing on top; prefetching the next input block
+ * 0.95 / 0.91x, 96 -> 96 at 80x80 1.00 / 1.00x; distances 8-32 within 3% of each other, 4 worse; K blocking by 128
+ * channels (partial sums in the output, as MLAS does) added nothing on top; prefetching the next input block
  * neither. In-process A/B, whole models: MobileNetV2-style 0.98x, PP-OCR rec 0.965x, det 0.99-1.00x, cls 1.005-1.01x,
  * ResNet-18-style 1.00x (2 runs each). */
 #include "conv_pointwise_nchwc_tile.h"
