@@ -93,12 +93,12 @@ def main() -> int:
     rows = [measure(name, path, feeds, args.threads, args.runs)
             for name, path, feeds in model_feeds(args.models, np.random.default_rng(0))]
     body = (f"Measured {datetime.date.today()} on commit {commit}, {host()}, {args.threads} threads, tuning off, "
-            f"seeded random inputs. \"fused\" is OrtxEP with ortx.pipeline.EXPAND_DEPTHWISE on (sessions' default), \"unfused\" "
-            f"with it off; pairs = the fused session's conv_expand_depthwise_nchwc_f32 steps; bitwise = the two "
-            f"sessions' outputs equal bit for bit. Medians of the runs in rounds with the two vCPUs close and far "
-            f"apart (ortx.host_contention's round trip >= {FAR_ROUND_TRIP_NS:.0f} ns), blocks of {BLOCK} runs per "
-            f"engine in rotating order after 100 ms idle and a warm-in; n = runs per engine in that state, at most "
-            f"{MAX_SECONDS:.0f} s per model. Written by `python benchmarks/expand_depthwise.py`.\n\n"
+            f"seeded random inputs. \"fused\" is OrtxEP with ortx.pipeline.EXPAND_DEPTHWISE on (sessions' default), "
+            f"\"unfused\" with it off; pairs = the fused session's conv_expand_depthwise_nchwc_f32 steps; bitwise = "
+            f"the two sessions' outputs equal bit for bit. Medians of the runs in rounds with the two vCPUs close "
+            f"and far apart (ortx.host_contention's round trip >= {FAR_ROUND_TRIP_NS:.0f} ns), blocks of {BLOCK} runs "
+            f"per engine in rotating order after 100 ms idle and a warm-in; n = runs per engine in that state, at "
+            f"most {MAX_SECONDS:.0f} s per model. Written by `python benchmarks/expand_depthwise.py`.\n\n"
             "| model | pairs | bitwise | n close | ORT ms | unfused ms | fused ms | fused / unfused | n far | ORT ms | "
             "unfused ms | fused ms | fused / unfused |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"

@@ -32,8 +32,8 @@
  * (PP-OCR rec) B = 1 ran 1.28-1.50x the unfused kernels' time and B = 4 0.93-0.98x (1 thread); from 16 to 32
  * channels (MobileNetV2's first expands) B = 4 4-9% faster than B = 1 at 1 thread, alike at 2. So with two ports
  * (ortx_fma_ports) B = 1 from at most 32 input channels, else the largest B that leaves 4 tasks a thread; with one
- * port B = 1, as measured on the Zen 4. Each output is computed as the two kernels unfused compute it (the same tile sums
- * per pixel, the same depthwise tap order), so on the blocked_rows path the results are bitwise theirs.
+ * port B = 1, as measured on the Zen 4. Each output is computed as the two kernels unfused compute it (the same
+ * tile sums per pixel, the same depthwise tap order), so on the blocked_rows path the results are bitwise theirs.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -16,9 +16,9 @@ one time budget by the task scheduler, then, per segment, the schedule validated
 4. Choose: compile again with tuning "quick"/"full" but no more search: tuned GEMMs go where their records beat
    the prebuilt kernel (gemm_steps), each segment's recorded thread counts are validated end to end against the
    default, each segment with blocked runs is timed against the same segment on NCHW kernels and, where it has
-   fused expand + depthwise steps, against its runs unfused (ortx.tune.layout_choice), and the segment is measured against ORT running the same nodes
-   (ortx.tune.engine_choice; a give-back is confirmed in fresh processes, ortx.tune.engine_confirm); all
-   recorded, so later sessions (tuning "cached") apply them.
+   fused expand + depthwise steps, against its runs unfused (ortx.tune.layout_choice), and the segment is measured
+   against ORT running the same nodes (ortx.tune.engine_choice; a give-back is confirmed in fresh processes,
+   ortx.tune.engine_confirm); all recorded, so later sessions (tuning "cached") apply them.
 Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
 inside a build where the other tasks of its round also run their candidate (step_threads' limit), a GEMM alone
 on its own operands (gemm_tasks' limit); conv steps other than conv2d_f32 of one image and one group have no
