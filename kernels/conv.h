@@ -112,12 +112,17 @@ void ortx_conv_expand_depthwise_nchwc_bf16(const int64_t *ints, const float *flo
                                            int num_threads);
 void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv_pointwise_nchwc_bf16: the same conv with bf16 operands and fp32 sums (ortx/ep/precision.py's bf16): weights
- * packed as [ceil(Cout / 64)][ceil(Cin / 2)][64][2] bf16 (input channels 2q, 2q + 1 of an output channel adjacent,
- * zeros past Cin and Cout), each tile's input rounded to bf16 pairs in `scratch` (ORTX_POINTWISE_PIXELS x
+ * packed as [ceil(Cout / 64)][ortx_pointwise_bf16_pair_words(Cin)][64][2] bf16 (input channels 2q, 2q + 1 of an
+ * output channel adjacent; pair rows a multiple of 16, so the AMX path reads whole B tiles; zeros past Cin and
+ * Cout), each tile's input rounded to bf16 pairs in `scratch` (ORTX_POINTWISE_PIXELS x
  * ortx_pointwise_bf16_pair_words(Cin) words per thread, buffers[5]); per pair, the odd product then the even one
- * (vdpbf16ps's order). */
+ * (vdpbf16ps's order). On AMX CPUs (while ortx_allow_amx has not turned AMX off) it runs
+ * ortx_conv_pointwise_nchwc_bf16_amx (conv_pointwise_nchwc_amx.c: tdpbf16ps, its own scratch), which returns 0
+ * where it was not compiled. */
 static inline int64_t ortx_pointwise_bf16_pair_words(int64_t in_channels) { return (in_channels + 31) / 32 * 16; }
 void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads);
 /* A dense conv from NCHW input to a blocked output (conv_to_nchwc.c), for the few-channel stem in front of a run
  * of blocked convs. Weights packed as [Cin * KH * KW][ceil(Cout / 16) * 16] (tap-major, zeros past Cout), bias as
  * ceil(Cout / 16) * 16 floats. Per ISA: `tile` computes `pixels` consecutive output pixels of one output row x

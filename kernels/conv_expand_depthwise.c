@@ -228,7 +228,7 @@ static void expand_depthwise(const int64_t *ints, const float *floats, void *con
     if (bf16) {
         job.tile = avx512 && ortx_cpu_has_avx512_bf16() ? ortx_pointwise_nchwc_tile_avx512_bf16
                                                         : ortx_pointwise_nchwc_tile_portable_bf16;
-        job.group_bytes = (job.expand_in_channels + 1) / 2 * 128 * (int64_t)sizeof(uint16_t);
+        job.group_bytes = ortx_pointwise_bf16_pair_words(job.expand_in_channels) * 128 * (int64_t)sizeof(uint16_t);
         job.pair_words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(job.expand_in_channels);
     } else {
         job.tile = avx512 ? ortx_pointwise_nchwc_tile_avx512 : ortx_pointwise_nchwc_tile_portable;

@@ -136,7 +136,10 @@ void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, voi
 void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers,
                                     int num_threads) {
     int fast = ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16();
+    if (fast && ortx_amx_allowed() && ortx_cpu_has_amx_bf16() &&
+        ortx_conv_pointwise_nchwc_bf16_amx(ints, floats, buffers, num_threads))
+        return;
     int64_t words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
     pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
-              (ints[1] + 1) / 2 * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
+              ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
 }

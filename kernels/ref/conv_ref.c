@@ -68,7 +68,7 @@ static float tap_input(const ortx_conv_params *p, const int64_t *ints, const flo
                        int blocked, int expand, int64_t n, int64_t c, int64_t iy, int64_t ix) {
     const float *X = buffers[0];
     if (!expand) return X[tensor_index(blocked, n, c, iy, ix, p->in_channels, p->in_height, p->in_width)];
-    const int64_t cin = ints[ORTX_CONV_INTS], pairs = (cin + 1) / 2;
+    const int64_t cin = ints[ORTX_CONV_INTS], pairs = (cin + 1) / 2, rows = ortx_pointwise_bf16_pair_words(cin);
     const float *bias_e = buffers[2];
     float value = bias_e[c];
     for (int64_t k = 0; k < 2 * pairs; k++) {
@@ -77,7 +77,7 @@ static float tap_input(const ortx_conv_params *p, const int64_t *ints, const flo
         float x = X[tensor_index(1, n, ci, iy, ix, cin, p->in_height, p->in_width)];
         if (expand == 2) {
             const uint16_t *We = buffers[1];
-            value += ortx_bf16_to_float(We[((c / 64 * pairs + ci / 2) * 64 + c % 64) * 2 + ci % 2]) *
+            value += ortx_bf16_to_float(We[((c / 64 * rows + ci / 2) * 64 + c % 64) * 2 + ci % 2]) *
                      ortx_bf16_to_float(ortx_bf16_from_float(x));
         } else {
             const float *We = buffers[1];
@@ -141,7 +141,7 @@ void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float 
  * operands rounded to bf16 and, per pair of input channels, the odd product added before the even one. */
 static void pointwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int bf16) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
-    int64_t pairs = (in_channels + 1) / 2;
+    int64_t pairs = (in_channels + 1) / 2, rows = ortx_pointwise_bf16_pair_words(in_channels);
     const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
     float *Y = buffers[3];
     for (int64_t n = 0; n < batch; n++)
@@ -155,7 +155,7 @@ static void pointwise_ref(const int64_t *ints, const float *floats, void *const 
                         float x = X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
                         if (bf16) {
                             const uint16_t *W = buffers[1];
-                            acc += ortx_bf16_to_float(W[((co / 64 * pairs + q) * 64 + co % 64) * 2 + ci % 2]) *
+                            acc += ortx_bf16_to_float(W[((co / 64 * rows + q) * 64 + co % 64) * 2 + ci % 2]) *
                                    ortx_bf16_to_float(ortx_bf16_from_float(x));
                         } else {
                             const float *W = buffers[1];

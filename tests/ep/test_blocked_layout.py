@@ -225,12 +225,31 @@ def test_a_lone_pointwise_conv_stays_nchw():
     assert not set(_kernel_counts(session)) & (BLOCKED_KERNELS | {"reorder_to_nchwc_f32", "reorder_from_nchwc_f32"})
 
 
+@pytest.fixture
+def amx_path():
+    """The AMX bf16 path (tdpbf16ps), where the CPU has it."""
+    if _kernels.cpu_isa() != "avx512" or not _kernels.cpu_has_amx_bf16():
+        pytest.skip("no AMX-BF16")
+    assert _kernels.allow_amx(True) and _kernels.bf16_isa() == "amx_bf16"
+
+
 @pytest.mark.usefixtures("vdpbf16ps_path")
 def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the
     stem the fp32 blocked stem (so no reorder enters the run): the NCHW bf16 definition but for the stem, and at
     least as accurate against fp32 (this random-weight model at 64x64: cosine about 0.997 both ways, below issue
     #5's 0.999, which the packaged models' benchmark judges)."""
+    _bf16_blocked_mobilenet(fused=5)
+
+
+@pytest.mark.usefixtures("amx_path")
+def test_bf16_on_amx_runs_its_1x1_convs_blocked_unfused():
+    """On AMX the same model's 1x1 convs all run conv_pointwise_nchwc_bf16 (its tdpbf16ps steps), none fused with
+    a depthwise conv (the fused step's 1x1 conv is the vdpbf16ps tile)."""
+    _bf16_blocked_mobilenet(fused=0)
+
+
+def _bf16_blocked_mobilenet(fused: int):
     import ortx.pipeline
 
     model = _models.mobilenetv2_style(size=64, seed=5)
@@ -243,9 +262,9 @@ def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
         ortx.pipeline.BLOCKED_LAYOUT = True
     assert cosine(actual, expected) >= cosine(nchw, expected) - 1e-3
     counts = _kernel_counts(session)
-    # 5 expands run fused with their depthwise conv (conv_expand_depthwise_nchwc_bf16), as in fp32
-    assert counts["conv_pointwise_nchwc_bf16"] == 29 and counts["conv2d_depthwise_nchwc_f32"] == 12
-    assert counts["conv_expand_depthwise_nchwc_bf16"] == 5
+    # `fused` expands run fused with their depthwise conv (conv_expand_depthwise_nchwc_bf16), 5 as in fp32
+    assert counts["conv_pointwise_nchwc_bf16"] == 34 - fused and counts["conv2d_depthwise_nchwc_f32"] == 17 - fused
+    assert counts.get("conv_expand_depthwise_nchwc_bf16", 0) == fused
     assert counts["conv2d_to_nchwc_f32"] == 1 and "reorder_to_nchwc_f32" not in counts
     assert "conv_pointwise_nchwc_f32" not in counts and "conv2d_bf16" not in counts
 

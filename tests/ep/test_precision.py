@@ -7,6 +7,7 @@ import pytest
 
 import ortx
 from ortx import _kernels
+from ortx.ep.lowering import blocked_layout
 from ortx.ep.options import parse_providers
 from ortx.model_io import to_ort_bytes
 from tests import _models
@@ -64,7 +65,8 @@ def test_bf16_runs_gemms_and_dense_convs_in_bf16_and_the_rest_in_fp32(cnn):
     depthwise = {node.name for node in convs if any(a.name == "group" and a.i > 1 for a in node.attribute)}
     assert {rows[node.name].precision for node in convs if node.name in depthwise} == {"fp32"}
     # the 3-channel stem writes into a blocked run where those are planned, and stays fp32 there (ortx.ep.precision)
-    stem, blocked = convs[0].name, _kernels.selected_isa() == "avx512" and _kernels.bf16_isa() == "avx512_bf16"
+    stem = convs[0].name
+    blocked = _kernels.selected_isa() == "avx512" and _kernels.bf16_isa() in blocked_layout.BF16_BLOCKED_PATHS
     assert rows[stem].precision == ("fp32" if blocked else "bf16")
     assert {rows[node.name].precision for node in convs[1:] if node.name not in depthwise} == {"bf16"}
     assert session.assignment.precision_counts()["bf16"] == len(convs) - len(depthwise) - blocked + 1

@@ -27,6 +27,19 @@ def isa(request):
     _kernels.force_isa(_kernels.cpu_isa())
 
 
+@pytest.fixture(params=["amx", "no_amx"])
+def amx(request):
+    """The bf16 kernels' path on an AMX CPU: tdpbf16ps ("amx") or, with AMX off, vdpbf16ps; elsewhere "amx" is
+    skipped and "no_amx" is the CPU's path."""
+    if request.param == "amx" and not _kernels.cpu_has_amx_bf16():
+        pytest.skip("no AMX-BF16")
+    before = _kernels.bf16_isa() == "amx_bf16"
+    _kernels.allow_amx(request.param == "amx")
+    yield request.param
+    _kernels.allow_amx(True)
+    assert (_kernels.bf16_isa() == "amx_bf16") == before
+
+
 def random(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
@@ -80,12 +93,12 @@ def test_reorders_round_trip_exactly(isa, shape, threads):
 
 
 def pack_pointwise(weights: np.ndarray, bias: np.ndarray, precision: str = "fp32"):
-    """conv.h's packing: fp32 [ceil(Cout/64)][Cin][64] weights, or bf16 [ceil(Cout/64)][ceil(Cin/2)][64][2]; and
-    ceil(Cout/64)*64 fp32 biases (zeros past Cin and Cout)."""
+    """conv.h's packing: fp32 [ceil(Cout/64)][Cin][64] weights, or bf16 [ceil(Cout/64)][ceil(Cin/32)*16][64][2];
+    and ceil(Cout/64)*64 fp32 biases (zeros past Cin and Cout)."""
     from ortx.ep.precision import bf16_bits
 
     cout, cin = weights.shape
-    groups, depth = (cout + 63) // 64, (cin + 1) // 2 * 2 if precision == "bf16" else cin
+    groups, depth = (cout + 63) // 64, (cin + 31) // 32 * 32 if precision == "bf16" else cin
     padded = np.zeros((groups * 64, depth), np.float32)
     padded[:cout, :cin] = weights
     packed_bias = np.zeros(groups * 64, np.float32)
@@ -263,10 +276,11 @@ def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):
     (1, 17, 40, 3, 5)]])
 @pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_pointwise_bf16_matches_the_bf16_definition(isa, case, activation, residual, threads):
+def test_pointwise_bf16_matches_the_bf16_definition(isa, amx, case, activation, residual, threads):
     """Against ortx.ep.precision's bf16 reference (operands rounded to bf16, fp32 sums): the reassociation
-    tolerance (float32's), for the vdpbf16ps tile, the portable tile and the reference kernel; odd Cin (17, 33)
-    leaves a half pair."""
+    tolerance (float32's), for the AMX steps (conv_pointwise_nchwc_amx.c: pixel counts past whole 16-pixel tiles,
+    Cin past whole 32-channel chunks, partial groups of 4 output blocks, a 7x7 map's groups split over 2 threads),
+    the vdpbf16ps tile, the portable tile and the reference kernel; odd Cin (17, 33) leaves a half pair."""
     from ortx.ep.precision import bf16_matmul
 
     n, cin, cout, h, w = case
@@ -303,6 +317,14 @@ def test_expand_depthwise_equals_the_two_kernels_unfused(isa, case, activations,
     against the tiled form); and the reference kernel. The cases: partial blocks (C = 40, 36, 20), odd Cin (17, 3:
     a half bf16 pair), a band of one step and bands of many (200 rows walk the window), halo rows at stride 1 and
     2, 5x5, asymmetric pads, batch 2."""
+    _kernels.allow_amx(False)  # the fused bf16 kernel's 1x1 conv is the vdpbf16ps tile's, not the AMX steps'
+    try:
+        _expand_depthwise_against_unfused(isa, case, activations, threads, precision, group_blocks)
+    finally:
+        _kernels.allow_amx(True)
+
+
+def _expand_depthwise_against_unfused(isa, case, activations, threads, precision, group_blocks):
     n, cin, c, h, w, kernel, stride, pads = case
     (expand_activation, (p0, p1)), (activation, params) = ACTIVATIONS[activations[0]], ACTIVATIONS[activations[1]]
     x, expand_weights, expand_bias = random((n, cin, h, w), 30), random((c, cin), 31) * 0.3, random(c, 32)

@@ -74,6 +74,7 @@ def is_pointwise(plan) -> bool:
 # Under precision bf16 a run is kept only when most of its 1x1 convs' multiply-adds are on maps of at most this
 # many pixels (see blocked_nodes).
 BF16_SMALL_MAP_PIXELS = 784
+BF16_BLOCKED_PATHS = ("avx512_bf16", "amx_bf16")  # the bf16 paths with blocked 1x1 conv kernels
 STEM_MAX_CHANNELS = 4  # dense convs from at most this many channels may write blocked outputs (a network's stem)
 
 
@@ -134,13 +135,14 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
 
 def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     """Step 1: the nodes to lower on blocked tensors (empty off AVX-512, and under precision bf16 unless the bf16
-    GEMMs' path is avx512_bf16: on AMX the NCHW bf16 programs win; an Emerald Rapids VM, 2 threads, in-process,
-    with blocked runs forced under bf16 (session 23, fused steps one block a task): MobileNetV2-style 1.77x, cls
-    1.14x, rec 1.08x, det 1.02x the AMX program's time, its conv_pointwise_nchwc_bf16 steps slower than the fp32
-    blocked 1x1 convs, 2.44 against 1.84 ms in all); a set of the node objects, since a graph's node names may be
-    empty.
+    GEMMs' path is avx512_bf16 or amx_bf16); a set of the node objects, since a graph's node names may be empty.
+    On AMX the 1x1 convs run tdpbf16ps steps (kernels/conv_pointwise_nchwc_amx.c; before them, the vdpbf16ps tile
+    lost to the NCHW AMX programs: MobileNetV2-style 1.77x, cls 1.14x). An Emerald Rapids VM, 2 threads, one
+    process, against the NCHW AMX program: MobileNetV2-style 0.66-0.75x, cls 0.73-0.85x; det and rec keep NCHW
+    under the small-map rule below (with the rule at 3136 pixels det's runs went blocked: 1.26-1.30x).
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
-    if _kernels.selected_isa() != "avx512" or (builder.precision == "bf16" and _kernels.bf16_isa() != "avx512_bf16"):
+    bf16_path = _kernels.bf16_isa() if builder.precision == "bf16" else None
+    if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
         return frozenset()
     nodes = list(nodes)
     inputs_of = {node: _elementwise_inputs(node) for node in nodes}  # each node's questions asked once
@@ -219,13 +221,14 @@ def pack_pointwise(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.nda
 
 
 def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """conv.h's packing of conv_pointwise_nchwc_bf16: [ceil(Cout/64)][ceil(Cin/2)][64][2] bf16 weights (the two
-    input channels of a pair adjacent), and the fp32 bias as pack_pointwise's; zeros past Cin and Cout."""
+    """conv.h's packing of conv_pointwise_nchwc_bf16: [ceil(Cout/64)][pair rows][64][2] bf16 weights (the two
+    input channels of a pair adjacent; pair rows ceil(Cin/32)*16, whole AMX tiles), and the fp32 bias as
+    pack_pointwise's; zeros past Cin and Cout."""
     out_channels, in_channels = weights.shape
-    groups, pairs = -(-out_channels // 64), -(-in_channels // 2)
-    padded = np.zeros((groups * 64, pairs * 2), np.float32)
+    groups, rows = -(-out_channels // 64), -(-in_channels // 32) * 16
+    padded = np.zeros((groups * 64, rows * 2), np.float32)
     padded[:out_channels, :in_channels] = weights
-    packed = bf16_bits(padded).reshape(groups, 64, pairs, 2).transpose(0, 2, 1, 3)
+    packed = bf16_bits(padded).reshape(groups, 64, rows, 2).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(packed), pack_pointwise(weights, bias)[1]
 
 
@@ -300,9 +303,13 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
     expand -> depthwise), as one conv_expand_depthwise_nchwc_f32 step; depthwise node -> 1x1 node. Both must be
     blocked nodes (step 1), the 1x1 conv without residual and its output no segment output, the depthwise conv
     without residual and of a shape _fits_expand_rows takes. Under bf16 the step is conv_expand_depthwise_nchwc_bf16
-    (the 1x1 conv in bf16 as conv_pointwise_nchwc_bf16 computes it, the depthwise conv fp32)."""
+    (the 1x1 conv in bf16 as conv_pointwise_nchwc_bf16's vdpbf16ps tile computes it, the depthwise conv fp32); on
+    the AMX path nothing is fused: its 1x1 steps alone beat the vdpbf16ps tile (MobileNetV2-style, 2 threads, one
+    process: fused 0.95-1.03x ORT fp32's time, unfused 0.66-0.71x)."""
     if builder.precision not in ("fp32", "bf16") or not builder.blocked_nodes:
         return {}
+    if builder.precision == "bf16" and _kernels.bf16_isa() == "amx_bf16":
+        return {}  # the fused step's 1x1 conv is the vdpbf16ps tile; the AMX steps unfused are faster (see above)
     readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
     for node in nodes:
         for index, value in enumerate(node.inputs):
