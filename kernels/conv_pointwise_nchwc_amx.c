@@ -4,10 +4,12 @@
  * Why: the vdpbf16ps tile (conv_pointwise_nchwc_avx512_bf16.c) does 32 multiply-adds per instruction, the fp32 tile
  * 16 on each of two ports; one tdpbf16ps does 16 x 16 x 32. On an Emerald Rapids VM the vdpbf16ps tile was slower
  * than the fp32 one (blocked_layout.blocked_nodes), so bf16 sessions there ran NCHW programs.
- * 1. Tasks are (image, step of STEP_PIXELS pixels, range of output groups of 64 channels), step-major; a task rounds
- *    its step's input to bf16 once, in the thread's scratch (ortx_thread_scratch): row i holds pixel i's channels in
- *    pairs, zeros past Cin up to a whole 16-pair chunk (a blocked tensor's pad lanes hold anything). That is an A
- *    tile's format: 16 pixels x 16 pairs, rows a chunk stride apart.
+ * 1. Tasks are (image, run of steps of STEP_PIXELS pixels, range of output groups of 64 channels), run-major (so a
+ *    thread's pixels are the ones the fp32 tile's runs give it); a task loads the tile configuration once and rounds
+ *    each step's input to bf16 once, in the thread's scratch (ortx_thread_scratch): row i holds pixel i's channels
+ *    in pairs, zeros past Cin up to a whole 16-pair chunk (a blocked tensor's pad lanes hold anything). That is an A
+ *    tile's format: 16 pixels x 16 pairs, rows a chunk stride apart. Groups split into ranges only where the runs
+ *    leave fewer than 4 tasks a thread (7x7 maps: 2 steps).
  * 2. The packed weights (conv.h: [group][pair rows][64][2], pair rows a multiple of 16, zeros past Cin) are B tiles
  *    as they lie: block b's 16 pairs of chunk q are 16 rows of 64 bytes, 256 bytes apart.
  * 3. Per group, per two output blocks: 2 x 2 C tiles (32 pixels x 32 channels; fewer at the edges) sum all chunks
@@ -31,7 +33,7 @@ enum { STEP_PIXELS = 32, TILE_ROWS = 16, CHUNK_PAIRS = 16 };
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 typedef struct amx_pointwise_job {
-    int64_t in_channels, out_channels, pixels, steps, group_ranges, groups_per_range, pair_rows;
+    int64_t in_channels, out_channels, pixels, steps, runs, steps_per_run, group_ranges, groups_per_range, pair_rows;
     const float *X, *bias, *residual;
     const uint16_t *W;
     float *Y;
@@ -72,58 +74,61 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     const amx_pointwise_job *job = context;
     const int64_t plane = job->pixels, in_blocks = ortx_nchwc_blocks(job->in_channels);
     const int64_t out_blocks = ortx_nchwc_blocks(job->out_channels), groups = (out_blocks + 3) / 4;
-    const int64_t range = task % job->group_ranges, step = task / job->group_ranges % job->steps;
-    const int64_t n = task / (job->group_ranges * job->steps);
-    const int64_t p0 = step * STEP_PIXELS, rows = min64(STEP_PIXELS, plane - p0);
+    const int64_t range = task % job->group_ranges, run = task / job->group_ranges % job->runs;
+    const int64_t n = task / (job->group_ranges * job->runs);
     const int64_t row_words = job->pair_rows, chunks = job->pair_rows / CHUNK_PAIRS;
-    const int pixel_tiles = rows > TILE_ROWS ? 2 : 1;
     /* scratch: the A rows (STEP_PIXELS x row_words words), then one C tile's 16 x 16 floats */
     float *scratch = ortx_thread_scratch(STEP_PIXELS * row_words + TILE_ROWS * 16);
     uint32_t *a = (uint32_t *)scratch;
     float *c = scratch + STEP_PIXELS * row_words;
-    round_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows, pixel_tiles * TILE_ROWS,
-               row_words, a);
     const int64_t a_bytes = row_words * 4;
     const uint32_t *a1 = a + TILE_ROWS * row_words;
-    ortx_tile_state saved;
-    ortx_bgemm_isa_amx_bf16.tiles_begin(&saved);
     const int64_t first_group = range * job->groups_per_range;
     const int64_t last_group = min64(groups, first_group + job->groups_per_range);
-    for (int64_t g = first_group; g < last_group; g++) {
-        const uint16_t *w = job->W + g * job->pair_rows * 128;
-        for (int64_t b0 = 4 * g; b0 < min64(4 * g + 4, out_blocks); b0 += 2) {
-            const int two = b0 + 1 < out_blocks;
-            const uint16_t *wb = w + (b0 - 4 * g) * 32;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            for (int64_t q = 0; q < chunks; q++) {
-                _tile_loadd(4, a + q * CHUNK_PAIRS, a_bytes);
-                _tile_loadd(6, wb + q * CHUNK_PAIRS * 128, 256);
-                _tile_dpbf16ps(0, 4, 6);
-                if (two) {
-                    _tile_loadd(7, wb + q * CHUNK_PAIRS * 128 + 32, 256);
-                    _tile_dpbf16ps(1, 4, 7);
+    const int64_t first_step = run * job->steps_per_run, last_step = min64(job->steps, first_step + job->steps_per_run);
+    ortx_tile_state saved;
+    ortx_bgemm_isa_amx_bf16.tiles_begin(&saved);
+    for (int64_t step = first_step; step < last_step; step++) {
+        const int64_t p0 = step * STEP_PIXELS, rows = min64(STEP_PIXELS, plane - p0);
+        const int pixel_tiles = rows > TILE_ROWS ? 2 : 1;
+        round_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows, pixel_tiles * TILE_ROWS,
+                   row_words, a);
+        for (int64_t g = first_group; g < last_group; g++) {
+            const uint16_t *w = job->W + g * job->pair_rows * 128;
+            for (int64_t b0 = 4 * g; b0 < min64(4 * g + 4, out_blocks); b0 += 2) {
+                const int two = b0 + 1 < out_blocks;
+                const uint16_t *wb = w + (b0 - 4 * g) * 32;
+                _tile_zero(0);
+                _tile_zero(1);
+                _tile_zero(2);
+                _tile_zero(3);
+                for (int64_t q = 0; q < chunks; q++) {
+                    _tile_loadd(4, a + q * CHUNK_PAIRS, a_bytes);
+                    _tile_loadd(6, wb + q * CHUNK_PAIRS * 128, 256);
+                    _tile_dpbf16ps(0, 4, 6);
+                    if (two) {
+                        _tile_loadd(7, wb + q * CHUNK_PAIRS * 128 + 32, 256);
+                        _tile_dpbf16ps(1, 4, 7);
+                    }
+                    if (pixel_tiles == 2) {
+                        _tile_loadd(5, a1 + q * CHUNK_PAIRS, a_bytes);
+                        _tile_dpbf16ps(2, 5, 6);
+                        if (two) _tile_dpbf16ps(3, 5, 7);
+                    }
                 }
-                if (pixel_tiles == 2) {
-                    _tile_loadd(5, a1 + q * CHUNK_PAIRS, a_bytes);
-                    _tile_dpbf16ps(2, 5, 6);
-                    if (two) _tile_dpbf16ps(3, 5, 7);
+                for (int t = 0; t < 2 * pixel_tiles; t++) {
+                    const int64_t pt = t / 2, block = b0 + t % 2;
+                    if (block >= out_blocks) continue;
+                    switch (t) {  /* _tile_stored takes its tile number as a constant */
+                        case 0: _tile_stored(0, c, 64); break;
+                        case 1: _tile_stored(1, c, 64); break;
+                        case 2: _tile_stored(2, c, 64); break;
+                        default: _tile_stored(3, c, 64);
+                    }
+                    const int64_t at = ((n * out_blocks + block) * plane + p0 + pt * TILE_ROWS) * 16;
+                    finish_tile(job, c, min64(TILE_ROWS, rows - pt * TILE_ROWS), job->bias + block * 16,
+                                job->residual ? job->residual + at : NULL, job->Y + at);
                 }
-            }
-            for (int t = 0; t < 2 * pixel_tiles; t++) {
-                const int64_t pt = t / 2, block = b0 + t % 2;
-                if (block >= out_blocks) continue;
-                switch (t) {  /* _tile_stored takes its tile number as a constant */
-                    case 0: _tile_stored(0, c, 64); break;
-                    case 1: _tile_stored(1, c, 64); break;
-                    case 2: _tile_stored(2, c, 64); break;
-                    default: _tile_stored(3, c, 64);
-                }
-                const int64_t at = ((n * out_blocks + block) * plane + p0 + pt * TILE_ROWS) * 16;
-                finish_tile(job, c, min64(TILE_ROWS, rows - pt * TILE_ROWS), job->bias + block * 16,
-                            job->residual ? job->residual + at : NULL, job->Y + at);
             }
         }
     }
@@ -138,13 +143,20 @@ int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats,
     /* small convs (< 256K multiply-adds) stay on one thread, as the other paths' */
     if ((double)batch * in_channels * out_channels * pixels < 256.0 * 1024) threads = 1;
     int64_t groups = (ortx_nchwc_blocks(out_channels) + 3) / 4, steps = (pixels + STEP_PIXELS - 1) / STEP_PIXELS;
+    /* runs of steps, 4x the pool's usual tasks a thread as conv_pointwise_nchwc_f32's (one step a task loaded the
+     * tile configuration per 32 pixels: 16 -> 96 at 112x112 1.25x, 24 -> 144 at 56x56 1.18x this form's time) */
+    int64_t many = 4 * ORTX_TASKS_PER_THREAD * threads;
+    int64_t runs = threads > 1 ? min64(steps, (many + batch - 1) / batch) : 1;
+    int64_t steps_per_run = (steps + runs - 1) / runs;
+    runs = (steps + steps_per_run - 1) / steps_per_run;
     /* a step's groups split only when steps alone leave fewer than 4 tasks a thread (7x7 maps: 2 steps) */
-    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = batch * steps;
+    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = batch * runs;
     int64_t ranges = threads > 1 && pieces < wanted ? min64(groups, (wanted + pieces - 1) / pieces) : 1;
     int64_t per_range = (groups + ranges - 1) / ranges;
     ranges = (groups + per_range - 1) / per_range;
     amx_pointwise_job job = {
-        in_channels, out_channels, pixels, steps, ranges, per_range, ortx_pointwise_bf16_pair_words(in_channels),
+        in_channels, out_channels, pixels, steps, runs, steps_per_run, ranges, per_range,
+        ortx_pointwise_bf16_pair_words(in_channels),
         buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], (int)ints[5], floats[0],
         floats[1],
     };

@@ -272,14 +272,17 @@ def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):
     assert_close(run(True), expected)
 
 
-@pytest.mark.parametrize("case", POINTWISE_CASES + [(1, 17, 40, 3, 5)], ids=[str(c) for c in POINTWISE_CASES + [
-    (1, 17, 40, 3, 5)]])
+BF16_POINTWISE_CASES = POINTWISE_CASES + [(1, 17, 40, 3, 5), (1, 24, 40, 48, 47)]  # the last: runs of AMX steps
+
+
+@pytest.mark.parametrize("case", BF16_POINTWISE_CASES, ids=[str(c) for c in BF16_POINTWISE_CASES])
 @pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pointwise_bf16_matches_the_bf16_definition(isa, amx, case, activation, residual, threads):
     """Against ortx.ep.precision's bf16 reference (operands rounded to bf16, fp32 sums): the reassociation
     tolerance (float32's), for the AMX steps (conv_pointwise_nchwc_amx.c: pixel counts past whole 16-pixel tiles,
-    Cin past whole 32-channel chunks, partial groups of 4 output blocks, a 7x7 map's groups split over 2 threads),
+    Cin past whole 32-channel chunks, partial groups of 4 output blocks, a 7x7 map's groups split over 2 threads,
+    several 32-pixel steps a task at 48x47),
     the vdpbf16ps tile, the portable tile and the reference kernel; odd Cin (17, 33) leaves a half pair."""
     from ortx.ep.precision import bf16_matmul
 
