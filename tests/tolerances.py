@@ -24,9 +24,10 @@ TOLERANCES = {
 
 BF16_TOLERANCE = {"rtol": 2e-2, "atol": 1e-3}
 # Every bf16 path's sum of rounded products against the exact (float64) sum, in units of 2^-24 x sum_k |a_k b_k|
-# (ortx/ep/precision.py step 3): measured at most 12.1 for AMX's tdpbf16ps and 17.4 for vdpbf16ps (K <= 4608,
-# normal, positive and log-normal-range operands); 32 is a margin of about 2x over both, far below the classic
-# (K - 1) bound of sequential fp32 summation.
+# (ortx/ep/precision.py step 3): measured at most 12.1 for AMX's tdpbf16ps and 17.4 for vdpbf16ps in the GEMM (K <=
+# 4608, normal, positive and log-normal-range operands); 32 is a margin of about 2x over both, far below the
+# classic (K - 1) bound of sequential fp32 summation. The blocked 1x1 conv's tile, one multiply-add chain per
+# output over all of Cin, read 25.7 at Cin = 576 on log-normal-range operands (its AMX steps 6.4).
 BF16_SUM_ERROR_UNITS = 32
 BF16_MODEL_MIN_COSINE = 0.999
 

@@ -8,8 +8,9 @@ accumulation, and so do both activation x activation products of a fused MultiHe
 other op, and everything around those GEMMs, stays fp32: softmax, normalisation statistics, depthwise convs, other
 transposed convs, the products of an unfused ScaledDotProductAttention, and the epilogues (bias, residual,
 activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
-(ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order; a
-network's stem that writes into such a run (a dense conv from at most 4 channels) stays fp32 (faster there).
+(ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order (on
+AMX, its tdpbf16ps steps: step 3); a network's stem that writes into such a run (a dense conv from at most 4
+channels) stays fp32 (faster there).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,
@@ -19,12 +20,13 @@ The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16
    the kernels add k pairs in order, odd product first (vdpbf16ps's order), so they differ from the reference
    by reassociation only: within `tests/tolerances.py`'s bf16_reassociation entry, and within its bf16 entry of
    the float32 result.
-3. On a CPU with AMX-BF16 the GEMMs run tdpbf16ps (kernels/gemm_bf16_amx.c), whose order and rounding inside a
-   16-pair tile step are the hardware's, not vdpbf16ps's sequence (measured: a pair whose products cancel keeps a
-   small third term that vdpbf16ps rounds away; 31 tiny terms after a 1 keep 16 of them, vdpbf16ps none), and it
-   flushes denormal products. So that path is not bitwise the portable one; per output it is within
-   `tests/tolerances.py`'s BF16_SUM_ERROR_UNITS x 2^-24 x sum_k |a_k b_k| of the exact sum of the rounded operands
-   (measured on normal, positive and wide-range operands with K up to 4608: at most 12.1 units, vdpbf16ps 17.4).
+3. On a CPU with AMX-BF16 the GEMMs (and the blocked 1x1 convs, kernels/conv_pointwise_nchwc_amx.c) run tdpbf16ps
+   (kernels/gemm_bf16_amx.c), whose order and rounding inside a 16-pair tile step are the hardware's, not
+   vdpbf16ps's sequence (measured: a pair whose products cancel keeps a small third term that vdpbf16ps rounds away;
+   31 tiny terms after a 1 keep 16 of them, vdpbf16ps none), and it flushes denormal products. So that path is not
+   bitwise the portable one; per output it is within `tests/tolerances.py`'s BF16_SUM_ERROR_UNITS x 2^-24 x sum_k
+   |a_k b_k| of the exact sum of the rounded operands (measured on normal, positive and wide-range operands with K
+   up to 4608: at most 12.1 units, vdpbf16ps 17.4).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ortx import _kernels
-from tests.tolerances import TOLERANCES
+from tests.tolerances import BF16_SUM_ERROR_UNITS, TOLERANCES
 
 ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
@@ -298,6 +298,32 @@ def test_pointwise_bf16_matches_the_bf16_definition(isa, amx, case, activation, 
     expected = activate(expected, code, params).astype(np.float32)
     check_fast_and_reference(lambda use_ref: run_pointwise(x, weights, bias, extra, activation, threads, use_ref,
                                                            precision="bf16"), expected)
+
+
+@pytest.mark.parametrize("distribution", ["normal", "positive", "wide"])
+def test_pointwise_bf16_sums_are_within_the_measured_bound_of_exact(isa, amx, distribution):
+    """The blocked 1x1 conv's fp32 sums of bf16 products (no bias, residual or activation) against float64 sums of
+    the same rounded operands, within tests/tolerances.py's BF16_SUM_ERROR_UNITS (ortx/ep/precision.py step 3: the
+    AMX steps' order and rounding are the hardware's); Cin past whole 16-pair chunks, log-normal-range operands."""
+    from ortx.ep.precision import round_to_bf16
+
+    rng = np.random.default_rng(41)
+    for n, cin, cout, h, w in ((1, 301, 70, 7, 9), (1, 576, 40, 5, 7), (2, 33, 20, 6, 6)):
+        x, weights = rng.standard_normal((n, cin, h, w)), rng.standard_normal((cout, cin))
+        if distribution == "positive":
+            x, weights = np.abs(x), np.abs(weights)
+        elif distribution == "wide":
+            x = x * np.exp(3 * rng.standard_normal(x.shape))
+            weights = weights * np.exp(3 * rng.standard_normal(weights.shape))
+        x, weights = x.astype(np.float32), weights.astype(np.float32)
+        x16 = round_to_bf16(x).astype(np.float64).transpose(1, 0, 2, 3).reshape(cin, -1)
+        w16 = round_to_bf16(weights).astype(np.float64)
+        exact = (w16 @ x16).reshape(cout, n, h, w).transpose(1, 0, 2, 3)
+        bound = BF16_SUM_ERROR_UNITS * 2.0 ** -24 * (np.abs(w16) @ np.abs(x16)).reshape(cout, n, h, w).transpose(
+            1, 0, 2, 3)
+        actual = run_pointwise(x, weights, np.zeros(cout, np.float32), None, "none", 2, precision="bf16")
+        error = np.abs(actual - exact)
+        assert np.all(error <= bound), f"{cin} -> {cout}: {np.max(error / bound) * BF16_SUM_ERROR_UNITS:.1f} units"
 
 
 EXPAND_CASES = [  # (N, Cin, C, H, W, kernel, stride, pads); C: the expanded channels
