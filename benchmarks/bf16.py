@@ -106,25 +106,29 @@ def main() -> int:
         "against ORT fp32's (goal >= 0.999). Load = 1-minute load average when the model's measurement began "
         "(2 cores, shared); host = rounds of blocks in which ortx.host_contention's probe found the threads sharing "
         "one physical core, one thread slower than the other (uneven) or the threads far apart (a cache line's round "
-        "trip >= 250 ns). Written by `python benchmarks/bf16.py`.",
+        "trip >= 250 ns); paired = the median over rounds of OrtxEP's block median / OpenVINO's in the same round "
+        "(lowest and highest round in brackets), which the host's drift between rounds moves less. Written by "
+        "`python benchmarks/bf16.py`.",
         "",
         "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
-        "cosine OrtxEP | cosine OpenVINO | load | host |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "paired [range] | cosine OrtxEP | cosine OpenVINO | load | host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for result, shape, openvino_precision, load in rows:
         other = result.others[0] if result.others else None
         openvino = f"{other.median_ms:.2f} ({openvino_precision})" if other else "-"
         versus = f"{result.ortx_ms / other.median_ms:.2f}" if other else "-"
+        paired = f"{other.paired:.2f} [{other.paired_range[0]:.2f}, {other.paired_range[1]:.2f}]" if other else "-"
         lines.append(
             f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
-            f"{result.ratio:.2f} | {openvino} | {versus} | {result.cosine:.6f} | "
+            f"{result.ratio:.2f} | {openvino} | {versus} | {paired} | {result.cosine:.6f} | "
             f"{f'{other.cosine:.6f}' if other else '-'} | {load:.1f} | {result.host_note()} |")
     met_ratio = sum(r.ratio <= GOAL_RATIO for r, *_ in rows)
     met_cosine = sum(r.cosine >= GOAL_COSINE for r, *_ in rows)
     beat_openvino = sum(bool(r.others) and r.ortx_ms < r.others[0].median_ms for r, *_ in rows)
+    beat_paired = sum(bool(r.others) and r.others[0].paired < 1.0 for r, *_ in rows)
     lines += ["", f"Goals met: ratio <= {GOAL_RATIO} on {met_ratio} of {len(rows)} models, cosine >= {GOAL_COSINE} "
-              f"on {met_cosine}, faster than OpenVINO on {beat_openvino}."]
+              f"on {met_cosine}, faster than OpenVINO on {beat_openvino} (paired: {beat_paired})."]
     busiest = max((load for *_, load in rows), default=0.0)
     if busiest >= 1.0 and args.threads == 1:
         lines.append(f"Caution: measured at a load average up to {busiest:.1f} on {os.cpu_count()} cores: each engine "

@@ -13,7 +13,10 @@ model needs several runs to reach its steady time (BERT-like block, 2 threads, m
 after 0.1 s idle, three processes: ORT 1.56, 1.08-1.17, 0.97-1.08, then 0.91-0.98 from the 5th run; OrtxEP 1.9,
 1.3-1.5, 0.88-1.16, then 0.80-0.86), so counting from the second run put the median on that slope and the ratio
 swung 0.65-1.14 between processes. Errors are measured on the same fresh random inputs (seeded, never zeros).
-Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP. At more than
+Other engines (`others`, e.g. OpenVINO in benchmarks/bf16.py) run in the same blocks, after OrtxEP. Each round
+keeps every engine's block median: Comparison.paired_ratio and OtherEngine.paired are the medians over rounds of
+OrtxEP's over the other's, which a host whose speed drifts from round to round moves less than the medians' ratio
+(OpenVINO's times moved up to 2x between runs on a shared host, session 25). At more than
 one thread each round of blocks starts, after its idle, with ortx.host_contention's probe, and the comparison
 counts the rounds in which the host ran the threads on one core, one thread computed slower than the other, or
 the threads exchanged data slowly (cores far apart) (Comparison.host_note).
@@ -42,11 +45,15 @@ _NUMPY_OF_TYPE = {"tensor(float)": np.float32, "tensor(double)": np.float64, "te
 
 @dataclasses.dataclass(frozen=True)
 class OtherEngine:
-    """A third engine measured in compare's blocks: its median and its output's cosine against ORT's."""
+    """A third engine measured in compare's blocks: its median and its output's cosine against ORT's; paired: the
+    median over rounds of OrtxEP's block median / this engine's block median in the same round (and that ratio's
+    lowest and highest round), which a host whose speed drifts between rounds moves less than the medians' ratio."""
 
     name: str
     median_ms: float
     cosine: float
+    paired: float = float("nan")
+    paired_range: tuple[float, float] = (float("nan"), float("nan"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +74,7 @@ class Comparison:
     rounds: int = 0
     uneven_rounds: int = 0  # rounds where one thread ran the probe >= 1.2x slower than the other (host_contention)
     far_rounds: int = 0  # rounds where a cache line's round trip between the threads was >= 250 ns (far_cores)
+    paired_ratio: float = float("nan")  # median over rounds of OrtxEP's block median / ORT's (OtherEngine.paired)
 
     def host_note(self) -> str:
         """'-' when every round had an even core per thread near the other, else e.g. '3/8 rounds on one core,
@@ -181,6 +189,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         for run in engines:
             run()
     all_times = [[] for _ in engines]
+    block_medians = [[] for _ in engines]  # per engine, its median in each round
     ort_times, ortx_times = all_times[0], all_times[1]
     shared_core_rounds = uneven_rounds = far_rounds = rounds = 0
     while len(ortx_times) < runs:
@@ -192,15 +201,20 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             shared_core_rounds += reading.shared_core
             uneven_rounds += reading.uneven
             far_rounds += reading.far_cores
-        for run, times in zip(engines, all_times):
+        for run, times, medians in zip(engines, all_times, block_medians):
             switch_over(run, settle)
             for _ in range(count):
                 start = time.perf_counter()
                 run()
                 times.append(time.perf_counter() - start)
+            medians.append(statistics.median(times[-count:]))
         if progress is not None:
             progress(len(ortx_times), runs)
     assignment = ortx_session.assignment
+
+    def paired(index: int) -> list[float]:  # OrtxEP's block median / engine `index`'s, round by round
+        return [mine / theirs for mine, theirs in zip(block_medians[1], block_medians[index])]
+
     return Comparison(
         name=name,
         ort_ms=1e3 * statistics.median(ort_times),
@@ -211,12 +225,14 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         claimed_mac_share=assignment.claimed_mac_share,
         total_macs=assignment.total_macs,
         segments=assignment.segments,
-        others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine)
-                     for other, times, cosine in zip(other_names, all_times[2:], other_cosines)),
+        others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine, statistics.median(paired(index)),
+                                 (min(paired(index)), max(paired(index))))
+                     for index, (other, times, cosine) in enumerate(zip(other_names, all_times[2:], other_cosines), 2)),
         shared_core_rounds=shared_core_rounds,
         rounds=rounds,
         uneven_rounds=uneven_rounds,
         far_rounds=far_rounds,
+        paired_ratio=statistics.median(paired(0)),
     )
 
 

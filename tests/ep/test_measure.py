@@ -2,6 +2,7 @@
 import time
 
 import numpy as np
+import pytest
 
 from ortx import measure
 from ortx.host_contention import HostContention
@@ -67,4 +68,9 @@ def test_compare_times_other_engines_in_the_same_blocks_and_passes_precision(mon
     assert result.others[0].median_ms > 0 and result.others[0].cosine < 0.99
     # 1 cosine run + 1 warm-up + one block of 1 warm-in and 4 counted runs
     assert len(calls) == 7 and calls[0] == ["input"]
+    # one round: the paired ratios are the medians' ratios
+    other_engine = result.others[0]
+    assert other_engine.paired == pytest.approx(result.ortx_ms / other_engine.median_ms, rel=1e-9)
+    assert other_engine.paired_range == pytest.approx((other_engine.paired, other_engine.paired), rel=1e-9)
+    assert result.paired_ratio == pytest.approx(result.ratio, rel=1e-9)
     assert 0.999 <= result.cosine < 1.0  # bf16 products: close to ORT's fp32, not equal
