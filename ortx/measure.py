@@ -212,9 +212,8 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
             progress(len(ortx_times), runs)
     assignment = ortx_session.assignment
 
-    def paired(index: int) -> list[float]:  # OrtxEP's block median / engine `index`'s, round by round
-        return [mine / theirs for mine, theirs in zip(block_medians[1], block_medians[index])]
-
+    # OrtxEP's block median over each engine's, round by round
+    paired = [[mine / theirs for mine, theirs in zip(block_medians[1], medians)] for medians in block_medians]
     return Comparison(
         name=name,
         ort_ms=1e3 * statistics.median(ort_times),
@@ -225,14 +224,14 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
         claimed_mac_share=assignment.claimed_mac_share,
         total_macs=assignment.total_macs,
         segments=assignment.segments,
-        others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine, statistics.median(paired(index)),
-                                 (min(paired(index)), max(paired(index))))
-                     for index, (other, times, cosine) in enumerate(zip(other_names, all_times[2:], other_cosines), 2)),
+        others=tuple(OtherEngine(other, 1e3 * statistics.median(times), cosine, statistics.median(ratios),
+                                 (min(ratios), max(ratios)))
+                     for other, times, cosine, ratios in zip(other_names, all_times[2:], other_cosines, paired[2:])),
         shared_core_rounds=shared_core_rounds,
         rounds=rounds,
         uneven_rounds=uneven_rounds,
         far_rounds=far_rounds,
-        paired_ratio=statistics.median(paired(0)),
+        paired_ratio=statistics.median(paired[0]),
     )
 
 

@@ -138,8 +138,9 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     GEMMs' path is avx512_bf16 or amx_bf16); a set of the node objects, since a graph's node names may be empty.
     On AMX the 1x1 convs run tdpbf16ps steps (kernels/conv_pointwise_nchwc_amx.c; before them, the vdpbf16ps tile
     lost to the NCHW AMX programs: MobileNetV2-style 1.77x, cls 1.14x). An Emerald Rapids VM, 2 threads, one
-    process, against the NCHW AMX program: MobileNetV2-style 0.66-0.75x, cls 0.73-0.85x; det and rec keep NCHW
-    under the small-map rule below (with the rule at 3136 pixels det's runs went blocked: 1.26-1.30x).
+    process, against the NCHW AMX program: MobileNetV2-style 0.67-0.79x, cls 1.02-1.07x (kept blocked by the
+    small-map rule below; tuning's layout choice measures both); det and rec keep NCHW under the rule (with it at
+    3136 pixels det's runs went blocked: 1.26-1.30x).
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
     bf16_path = _kernels.bf16_isa() if builder.precision == "bf16" else None
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
@@ -305,7 +306,8 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
     without residual and of a shape _fits_expand_rows takes. Under bf16 the step is conv_expand_depthwise_nchwc_bf16
     (the 1x1 conv in bf16 as conv_pointwise_nchwc_bf16's vdpbf16ps tile computes it, the depthwise conv fp32); on
     the AMX path nothing is fused: its 1x1 steps alone beat the vdpbf16ps tile (MobileNetV2-style, 2 threads, one
-    process: fused 0.95-1.03x ORT fp32's time, unfused 0.66-0.71x)."""
+    process: fused 0.95-1.03x ORT fp32's time, unfused 0.66-0.71x), and a fused step running the AMX steps over
+    its rows measured 1.00-1.15x the unfused runs' time (cls 0.97-1.05x), so it was not kept."""
     if builder.precision not in ("fp32", "bf16") or not builder.blocked_nodes:
         return {}
     if builder.precision == "bf16" and _kernels.bf16_isa() == "amx_bf16":
