@@ -22,8 +22,8 @@
  *    epilogue in one path.
  * Numerics: tdpbf16ps's (ortx/ep/precision.py step 3), as the AMX GEMM's: not bitwise the vdpbf16ps tile.
  */
-#include "activation_avx512.h"
 #include "conv.h"
+#include "conv_pointwise_nchwc_tile.h"
 #include "gemm_bf16.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
@@ -48,16 +48,8 @@ typedef struct amx_pointwise_job {
  * 32 (a whole A tile) are written, past `rows` as zeros. */
 ORTX_TARGET_AMX_BF16 static void round_step(const float *x, int64_t plane, int64_t in_channels, int64_t rows,
                                              int64_t tile_rows, int64_t row_words, uint32_t *a) {
-    const int64_t columns = row_words * 2;  /* channels a row holds: whole chunks of 32 */
     for (int64_t i = 0; i < tile_rows; i++)
-        for (int64_t c0 = 0; c0 < columns; c0 += 32) {
-            int64_t left = i < rows ? in_channels - c0 : 0;
-            __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
-            __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
-            __m512 lo = low ? _mm512_maskz_loadu_ps(low, x + (c0 / 16 * plane + i) * 16) : _mm512_setzero_ps();
-            __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + ((c0 / 16 + 1) * plane + i) * 16) : _mm512_setzero_ps();
-            _mm512_store_si512(a + i * row_words + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        }
+        ortx_pointwise_round_pixel_bf16(x + i * 16, plane, i < rows ? in_channels : 0, row_words, a + i * row_words);
 }
 
 /* A stored C tile (`scratch`, 16 floats a pixel): pixels [0, rows) of one output block through the epilogue into y

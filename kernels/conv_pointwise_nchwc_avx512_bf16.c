@@ -14,15 +14,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_f
     uint32_t *scratch) {
     const int64_t words = ortx_pointwise_bf16_pair_words(in_channels), pairs = (in_channels + 1) / 2;
     for (int i = 0; i < P; i++)
-        for (int64_t c0 = 0; c0 < in_channels; c0 += 32) {
-            int64_t left = in_channels - c0;
-            __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : (1u << left) - 1u);
-            __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
-            __m512 lo = _mm512_maskz_loadu_ps(low, x + (c0 / 16 * x_plane + i) * 16);
-            __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + ((c0 / 16 + 1) * x_plane + i) * 16)
-                             : _mm512_setzero_ps();
-            _mm512_storeu_si512(scratch + i * words + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        }
+        ortx_pointwise_round_pixel_bf16(x + i * 16, x_plane, in_channels, words, scratch + i * words);
     __m512 acc[ORTX_POINTWISE_PIXELS][4];
     for (int b = 0; b < B; b++) {
         __m512 start = _mm512_loadu_ps(bias + 16 * b);

@@ -1,6 +1,7 @@
 /* What the AVX-512 tiles of conv_pointwise_nchwc_f32 and _bf16 share (conv_pointwise_nchwc_avx512*.c): the epilogue
  * of a tile's accumulators, and the dispatch from run-time (pixels, blocks) to compile-time tile sizes, so every
- * accumulator stays in a register. */
+ * accumulator stays in a register; and the bf16 paths' rounding of a pixel's input to pair words (the vdpbf16ps
+ * tile's and the AMX steps', conv_pointwise_nchwc_amx.c). */
 #ifndef ORTX_CONV_POINTWISE_NCHWC_TILE_H
 #define ORTX_CONV_POINTWISE_NCHWC_TILE_H
 
@@ -9,6 +10,21 @@
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
+
+/* One pixel's input channels (x at the pixel in its first block, blocks x_plane pixels apart) rounded to bf16
+ * pairs: `words` 32-bit words (whole 32-channel chunks), channels 2q and 2q + 1 in word q, zeros past `in_channels`
+ * (0: a row of zeros). Masked loads: a blocked tensor's pad lanes hold anything. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_pointwise_round_pixel_bf16(
+    const float *x, int64_t x_plane, int64_t in_channels, int64_t words, uint32_t *dst) {
+    for (int64_t c0 = 0; c0 < 2 * words; c0 += 32) {
+        const int64_t left = in_channels - c0;
+        const __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
+        const __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
+        const __m512 lo = low ? _mm512_maskz_loadu_ps(low, x + c0 / 16 * x_plane * 16) : _mm512_setzero_ps();
+        const __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + (c0 / 16 + 1) * x_plane * 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(dst + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
 
 /* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + (b * y_plane + i) *
  * 16. */
