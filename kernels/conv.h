@@ -54,9 +54,14 @@ typedef struct ortx_depthwise_isa {
     void (*finish)(const ortx_conv_params *p, float *y, int64_t count, const float *residual);
     /* Or, where the ISA has it (NULL: the tiled path), conv2d_depthwise_nchwc_f32's output rows [oy0, oy0 + rows)
      * of one blocked channel block straight from its blocked input x (no tile), with the 16 biases, the residual
-     * (NULL: none) and the activation; returns 0 without writing when it does not take the conv's shape. */
+     * (NULL: none) and the activation; returns 0 without writing when it does not take the conv's shape (with
+     * rows == 0 only that question is answered; no buffer is read). */
     int (*blocked_rows)(const ortx_conv_params *p, const float *x, const float *weights, const float *bias,
                         const float *residual, float *y, int64_t oy0, int64_t rows);
+    /* The same from a pair-rows input (kernels/pair_rows.h): x at the block's half of its chunk plane, read as 64
+     * bytes a pixel whose first 32 are the block's 16 bf16 values (NULL where the ISA has none). */
+    int (*blocked_rows_bf16)(const ortx_conv_params *p, const float *x, const float *weights, const float *bias,
+                             const float *residual, float *y, int64_t oy0, int64_t rows);
 } ortx_depthwise_isa;
 
 /* Whether plane_rows applies: 3x3, dilation 1, pad_left 1, at least 16 output columns, and stride 1 with
@@ -123,6 +128,20 @@ static inline int64_t ortx_pointwise_bf16_pair_words(int64_t in_channels) { retu
 void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads);
+/* The same kernels on bf16 pair rows (pair_rows.h) in place of blocked fp32 tensors, where a bf16 session on AMX
+ * keeps a tensor so (ortx/ep/lowering/blocked_layout.py's pair_rows_values): conv_pointwise_pair_rows_bf16 (ints
+ * conv_pointwise_nchwc_bf16's, then in_rows, out_rows) and conv2d_depthwise_pair_rows (conv2d_depthwise_nchwc_f32's
+ * 20 ints, then in_rows, out_rows); 1 puts that side in pair rows. */
+void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads);
+int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads);
+void ortx_conv_pointwise_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                            int num_threads);
+void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, void *const *buffers,
+                                     int num_threads);
+void ortx_conv2d_depthwise_pair_rows_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads);
 /* A dense conv from NCHW input to a blocked output (conv_to_nchwc.c), for the few-channel stem in front of a run
  * of blocked convs. Weights packed as [Cin * KH * KW][ceil(Cout / 16) * 16] (tap-major, zeros past Cout), bias as
  * ceil(Cout / 16) * 16 floats. Per ISA: `tile` computes `pixels` consecutive output pixels of one output row x

@@ -26,6 +26,7 @@
 #include "activation.h"
 #include "conv.h"
 #include "ortx_kernels.h"
+#include "pair_rows.h"
 #include "threadpool.h"
 
 static inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
@@ -141,6 +142,10 @@ typedef struct depthwise_job {
     float *Y, *workspace;
     int64_t scratch;
     int *tile_cleared;  /* per thread: its input tile's pad columns are zero */
+    int in_rows, out_rows;  /* conv2d_depthwise_pair_rows: X, Y in pair rows; whether blocked_rows takes the shape */
+    int in_place;
+    void (*pair_load)(const uint16_t *src, int64_t count, float *dst);
+    void (*pair_store)(const float *src, int64_t count, int64_t channels, int zero_next, uint16_t *dst);
 } depthwise_job;
 
 static void depthwise_task(void *context, int64_t task, int thread) {
@@ -273,6 +278,70 @@ static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
     job->isa->finish(p, job->Y + y_offset, rows * OW, residual);
 }
 
+/* conv2d_depthwise_pair_rows: conv2d_depthwise_nchwc_f32 whose X, or Y, or both are in pair rows (pair_rows.h)
+ * instead of the blocked layout: ints are its 20 conv ints, then in_rows, out_rows (1: that side in pair rows);
+ * buffers as its ([X, W, Y, workspace, bias, residual]; the residual, when there is one, blocked fp32).
+ * Why: in a bf16 session on AMX the 1x1 conv that reads a depthwise conv's output rounds it to these rows anyway,
+ * and the 1x1 conv before it can write them; the depthwise conv reading and writing half the bytes is most of the
+ * gain (its multiply-adds are few; it is memory-bound).
+ * Per task (band, block, image) as depthwise_nchwc_task: a pair-rows input's rows of the band are widened into the
+ * thread's input tile (as plain rows for blocked_rows, as padded tile rows for the tiled form), and a pair-rows
+ * output is computed into the thread's output tile and rounded from there. The sums are the blocked kernel's (same
+ * code, same order), so each output is that kernel's on the widened input, then rounded. */
+static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
+    const depthwise_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const depthwise_layout *t = &job->layout;
+    const int64_t C = p->in_channels, H = p->in_height, W = p->in_width, OH = p->out_height, OW = p->out_width;
+    const int64_t taps = p->kernel_height * p->kernel_width, tile_row = t->tile_width * 16;
+    const int in_rows_form = job->in_rows, out_rows_form = job->out_rows;
+    int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
+    int64_t c0 = block * 16, channels = min64(16, C - c0);
+    int64_t oy0 = band * t->band_rows, rows = min64(t->band_rows, OH - oy0);
+    int64_t first = oy0 * p->stride_height - p->pad_top, in_rows = band_input_rows(p, rows);
+    int64_t lo = min64(in_rows, max64(0, -first)), hi = max64(lo, min64(in_rows, H - first));
+    float *tile = job->workspace + thread * job->scratch, *out = tile + t->in_floats;
+    float *weights = out + t->out_floats, *bias = weights + round16(taps * 16);
+    for (int64_t tap = 0; tap < taps; tap++)
+        for (int64_t l = 0; l < 16; l++) weights[tap * 16 + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
+    for (int64_t l = 0; l < 16; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
+    const int64_t chunk = n * ortx_pair_rows_chunks(C) + block / 2, half = block % 2 * 16;
+    const uint16_t *x_rows = (const uint16_t *)job->X + chunk * H * W * ORTX_PAIR_ROWS_CHUNK + half;
+    const float *x_plane = job->X + (n * t->blocks + block) * H * W * 16;  /* blocked input */
+    int64_t y_offset = ((n * t->blocks + block) * OH + oy0) * OW * 16;
+    const float *residual = p->has_residual ? job->residual + y_offset : NULL;
+    float *y_band = out_rows_form ? out : job->Y + y_offset;  /* the band's first output pixel */
+    if (job->in_place && in_rows_form)  /* straight from the chunk plane: pixels of 64 bytes, as blocked ones */
+        job->isa->blocked_rows_bf16(p, (const float *)x_rows, weights, bias,
+                                    residual ? residual - oy0 * OW * 16 : NULL, y_band - oy0 * OW * 16, oy0, rows);
+    else if (job->in_place)
+        job->isa->blocked_rows(p, x_plane, weights, bias, residual ? residual - oy0 * OW * 16 : NULL,
+                               y_band - oy0 * OW * 16, oy0, rows);
+    else {
+        /* the tiled form: pad columns zeroed once per call and thread, rows outside the image per task */
+        if (!job->tile_cleared[thread]) {
+            memset(tile, 0, t->in_floats * sizeof(float));
+            job->tile_cleared[thread] = 1;
+        }
+        memset(tile, 0, lo * tile_row * sizeof(float));
+        memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
+        for (int64_t r = lo; r < hi; r++) {
+            float *dst = tile + r * tile_row + p->pad_left * 16;
+            if (in_rows_form)
+                job->pair_load(x_rows + (first + r) * W * ORTX_PAIR_ROWS_CHUNK, W, dst);
+            else
+                memcpy(dst, x_plane + (first + r) * W * 16, W * 16 * sizeof(float));
+        }
+        job->isa->rows(p, tile, tile_row, rows, weights, bias, y_band);
+        job->isa->finish(p, y_band, rows * OW, residual);
+    }
+    if (out_rows_form) {  /* the last block of a chunk that C ends in also zeroes the chunk's other half */
+        int zero_next = block == t->blocks - 1 && t->blocks % 2 == 1;
+        job->pair_store(out, rows * OW, channels, zero_next,
+                        (uint16_t *)job->Y + (chunk * OH * OW + oy0 * OW) * ORTX_PAIR_ROWS_CHUNK + half);
+    }
+}
+
 void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
                                      int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
@@ -288,4 +357,29 @@ void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, v
     depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
                          scratch_floats(&p, &layout), tile_cleared};
     ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_nchwc_task, &job);
+}
+
+void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, void *const *buffers,
+                                     int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
+    double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
+    if (macs < 256.0 * 1024) threads = 1;
+    const ortx_depthwise_isa *isa = ortx_nchwc_depthwise_isa();
+    int64_t blocks = ortx_nchwc_blocks(p.in_channels);
+    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
+    depthwise_layout layout = layout_of(&p, 16, threads > 1 ? (wanted + pieces - 1) / pieces : 1);
+    int tile_cleared[threads];
+    memset(tile_cleared, 0, sizeof(tile_cleared));
+    depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
+                         scratch_floats(&p, &layout), tile_cleared, (int)ints[ORTX_CONV_INTS],
+                         (int)ints[ORTX_CONV_INTS + 1], 0, ortx_pair_rows_load_portable,
+                         ortx_pair_rows_store_portable};
+    job.in_place = isa->blocked_rows && isa->blocked_rows(&p, NULL, NULL, NULL, NULL, NULL, 0, 0) &&
+                   (!job.in_rows || isa->blocked_rows_bf16);
+#if ORTX_HAVE_X86
+    if (isa == &ortx_depthwise_avx512) job.pair_load = ortx_pair_rows_load_avx512;
+    if (isa == &ortx_depthwise_avx512 && ortx_cpu_has_avx512_bf16()) job.pair_store = ortx_pair_rows_store_avx512_bf16;
+#endif
+    ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_pair_rows_task, &job);
 }

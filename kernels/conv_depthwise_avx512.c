@@ -49,9 +49,17 @@ ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_
 
 /* J (1 to 8) consecutive output pixels of row `in` (the tile row of kernel row 0) from column ox: J, KW_C and
  * SW_C are compile-time (dilation 1). */
+/* A pixel's 16 input channels at `at` (64 bytes a pixel either way): fp32, or with BF16_IN the 16 bf16 values of a
+ * pair-rows half chunk (kernels/pair_rows.h) widened to fp32. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 load_pixel(const float *at, const int BF16_IN) {
+    if (!BF16_IN) return _mm512_loadu_ps(at);
+    __m256i half = _mm256_loadu_si256((const __m256i *)at);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels_avx512(
     const float *in, int64_t ox, int64_t KH, int64_t row_step, const float *weights, __m512 start, float *out,
-    const int J, const int KW_C, const int SW_C) {
+    const int J, const int KW_C, const int SW_C, const int BF16_IN) {
     __m512 acc[8];
 #pragma GCC unroll 8
     for (int j = 0; j < J; j++) acc[j] = start;
@@ -61,7 +69,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pixels_avx5
         for (int kx = 0; kx < KW_C; kx++) w[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 16);
 #pragma GCC unroll 32
         for (int c = 0; c < (J - 1) * SW_C + KW_C; c++) {
-            __m512 v = _mm512_loadu_ps(src + c * 16);
+            __m512 v = load_pixel(src + c * 16, BF16_IN);
             __asm__("" : "+v"(v));  /* keep v in a register: the compiler would reload it per tap */
 #pragma GCC unroll 8
             for (int kx = 0; kx < KW_C; kx++) {
@@ -87,17 +95,17 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel
         if (KW_C > 0) {  /* 8 pixels at a time, then 4, then 1, each with the compile-time kernel width */
             const int kw = KW_C > 0 ? KW_C : 1, sw_c = SW_C > 0 ? SW_C : 1;
             for (; ox + 8 <= OW; ox += 8)
-                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 8, kw, sw_c);
+                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 8, kw, sw_c, 0);
             /* the row's last OW % 8 pixels in one call: 7 lone pixels would each be a chain of KH*KW dependent
              * FMAs (MobileNetV2's 7x7 maps: 4 + 1 + 1 + 1 ran at 19 GFLOP/s) */
             switch (OW - ox) {
-            case 7: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 7, kw, sw_c); break;
-            case 6: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 6, kw, sw_c); break;
-            case 5: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 5, kw, sw_c); break;
-            case 4: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 4, kw, sw_c); break;
-            case 3: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 3, kw, sw_c); break;
-            case 2: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 2, kw, sw_c); break;
-            case 1: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 1, kw, sw_c); break;
+            case 7: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 7, kw, sw_c, 0); break;
+            case 6: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 6, kw, sw_c, 0); break;
+            case 5: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 5, kw, sw_c, 0); break;
+            case 4: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 4, kw, sw_c, 0); break;
+            case 3: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 3, kw, sw_c, 0); break;
+            case 2: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 2, kw, sw_c, 0); break;
+            case 1: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 1, kw, sw_c, 0); break;
             default: break;
             }
             ox = OW;
@@ -306,7 +314,7 @@ ORTX_TARGET_AVX512 static void finish_avx512(const ortx_conv_params *p, float *y
  * 96 -> 81 us, 192 at 28x28 41 -> 35 us. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row_kernel_avx512(
     const ortx_conv_params *p, const float *x, const float *weights, __m512 start, float *y, int64_t oy,
-    const int KW_C, const int SW_C) {
+    const int KW_C, const int SW_C, const int BF16_IN) {
     const int64_t H = p->in_height, W = p->in_width, OW = p->out_width, KH = p->kernel_height;
     const int64_t iy0 = oy * p->stride_height - p->pad_top, dh = p->dilation_height, pl = p->pad_left;
     int64_t ky_lo = 0, ky_hi = KH;
@@ -319,15 +327,16 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
     float *out = y + oy * OW * 16;
     int64_t ox = x_lo;
     if (taps_rows > 0) {
-        for (; ox + 8 <= x_hi; ox += 8) pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 8, KW_C, SW_C);
+        for (; ox + 8 <= x_hi; ox += 8)
+            pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 8, KW_C, SW_C, BF16_IN);
         switch (x_hi - ox) {
-        case 7: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 7, KW_C, SW_C); break;
-        case 6: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 6, KW_C, SW_C); break;
-        case 5: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 5, KW_C, SW_C); break;
-        case 4: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 4, KW_C, SW_C); break;
-        case 3: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 3, KW_C, SW_C); break;
-        case 2: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 2, KW_C, SW_C); break;
-        case 1: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 1, KW_C, SW_C); break;
+        case 7: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 7, KW_C, SW_C, BF16_IN); break;
+        case 6: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 6, KW_C, SW_C, BF16_IN); break;
+        case 5: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 5, KW_C, SW_C, BF16_IN); break;
+        case 4: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 4, KW_C, SW_C, BF16_IN); break;
+        case 3: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 3, KW_C, SW_C, BF16_IN); break;
+        case 2: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 2, KW_C, SW_C, BF16_IN); break;
+        case 1: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 1, KW_C, SW_C, BF16_IN); break;
         default: break;
         }
     }
@@ -339,33 +348,46 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
                 int64_t ix = column * SW_C - pl + kx;
                 if (ix < 0 || ix >= W) continue;
                 acc = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW_C + kx) * 16),
-                                      _mm512_loadu_ps(x + ((iy0 + ky * dh) * W + ix) * 16), acc);
+                                      load_pixel(x + ((iy0 + ky * dh) * W + ix) * 16, BF16_IN), acc);
             }
         _mm512_storeu_ps(out + column * 16, acc);
     }
 }
 
-ORTX_TARGET_AVX512 static int blocked_rows_avx512(const ortx_conv_params *p, const float *x, const float *weights,
-                                                 const float *bias, const float *residual, float *y, int64_t oy0,
-                                                 int64_t rows) {
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) int blocked_rows_of(
+    const ortx_conv_params *p, const float *x, const float *weights, const float *bias, const float *residual,
+    float *y, int64_t oy0, int64_t rows, const int BF16_IN) {
     const int64_t KW = p->kernel_width, sw = p->stride_width;
     /* below 8 output columns the border columns' tap-by-tap path is too large a share (576 channels, 14x14 at
      * stride 2: 39 us against the tiled form's 27) */
     if (p->dilation_width != 1 || (KW != 3 && KW != 5) || (sw != 1 && sw != 2) || p->out_width < 8) return 0;
+    if (rows == 0) return 1;  /* the question alone (conv.h) */
     const __m512 start = _mm512_loadu_ps(bias);
     const int64_t OW = p->out_width;
     for (int64_t oy = oy0; oy < oy0 + rows; oy++) {
-        if (KW == 3 && sw == 1) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 3, 1);
-        else if (KW == 3) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 3, 2);
-        else if (sw == 1) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 5, 1);
-        else blocked_row_kernel_avx512(p, x, weights, start, y, oy, 5, 2);
+        if (KW == 3 && sw == 1) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 3, 1, BF16_IN);
+        else if (KW == 3) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 3, 2, BF16_IN);
+        else if (sw == 1) blocked_row_kernel_avx512(p, x, weights, start, y, oy, 5, 1, BF16_IN);
+        else blocked_row_kernel_avx512(p, x, weights, start, y, oy, 5, 2, BF16_IN);
         finish_avx512(p, y + oy * OW * 16, OW, residual ? residual + oy * OW * 16 : NULL);
     }
     return 1;
 }
 
+ORTX_TARGET_AVX512 static int blocked_rows_avx512(const ortx_conv_params *p, const float *x, const float *weights,
+                                                 const float *bias, const float *residual, float *y, int64_t oy0,
+                                                 int64_t rows) {
+    return blocked_rows_of(p, x, weights, bias, residual, y, oy0, rows, 0);
+}
+
+ORTX_TARGET_AVX512 static int blocked_rows_bf16_avx512(const ortx_conv_params *p, const float *x,
+                                                      const float *weights, const float *bias, const float *residual,
+                                                      float *y, int64_t oy0, int64_t rows) {
+    return blocked_rows_of(p, x, weights, bias, residual, y, oy0, rows, 1);
+}
+
 const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512, plane_rows_avx512,
-                                                  finish_avx512, blocked_rows_avx512};
+                                                  finish_avx512, blocked_rows_avx512, blocked_rows_bf16_avx512};
 
 #else
 /* Never selected off x86 (dispatch.c only picks AVX-512 after CPUID says so). */

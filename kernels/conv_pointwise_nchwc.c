@@ -143,3 +143,16 @@ void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, vo
     pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
               ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
 }
+
+/* conv_pointwise_pair_rows_bf16: conv_pointwise_nchwc_bf16 with X and/or Y in pair rows (pair_rows.h): ints its 7,
+ * then in_rows, out_rows; buffers its (the residual, when there is one, blocked fp32). The lowering emits it only
+ * on the AMX path, whose steps load A tiles from pair rows as they lie; elsewhere (AMX turned off by tests) the
+ * oracle's loops run it. */
+void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads) {
+    int fast = ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16();
+    if (fast && ortx_amx_allowed() && ortx_cpu_has_amx_bf16() &&
+        ortx_conv_pointwise_pair_rows_bf16_amx(ints, floats, buffers, num_threads))
+        return;
+    ortx_conv_pointwise_pair_rows_bf16_ref(ints, floats, buffers, num_threads);
+}

@@ -26,6 +26,7 @@
 #include "conv_pointwise_nchwc_tile.h"
 #include "gemm_bf16.h"
 #include "ortx_kernels.h"
+#include "pair_rows.h"
 #include "threadpool.h"
 
 #if ORTX_HAVE_X86
@@ -42,6 +43,7 @@ typedef struct amx_pointwise_job {
     float *Y;
     int activation;
     float param0, param1;
+    int in_rows, out_rows;  /* conv_pointwise_pair_rows_bf16: X, Y in pair rows (pair_rows.h) */
 } amx_pointwise_job;
 
 /* Pixels [0, rows) of x (blocks `plane` pixels apart) as bf16 pair rows of `row_words` 32-bit words; rows up to 16 or
@@ -65,6 +67,23 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void finish_ti
     }
 }
 
+/* The same tile into pair rows (y at the tile's first pixel in the block's half of its chunk, 32 bf16 a pixel):
+ * lanes past the block's `channels` written as zeros, and with `zero_next` the chunk's other half too. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void finish_tile_rows(
+    const amx_pointwise_job *job, const float *scratch, int64_t rows, const float *bias, const float *residual,
+    int64_t channels, int zero_next, uint16_t *y) {
+    const __m512 b = _mm512_loadu_ps(bias);
+    const __mmask16 keep = (__mmask16)(channels >= 16 ? 0xFFFF : (1u << channels) - 1u);
+    for (int64_t i = 0; i < rows; i++) {
+        __m512 v = _mm512_add_ps(_mm512_load_ps(scratch + i * 16), b);
+        if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + i * 16));
+        v = _mm512_maskz_mov_ps(keep, ortx_activation_avx512(v, job->activation, job->param0, job->param1));
+        uint16_t *row = y + i * ORTX_PAIR_ROWS_CHUNK;
+        _mm256_storeu_si256((__m256i *)row, (__m256i)_mm512_cvtneps_pbh(v));
+        if (zero_next) _mm256_storeu_si256((__m256i *)(row + 16), _mm256_setzero_si256());
+    }
+}
+
 ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task, int thread) {
     (void)thread;
     const amx_pointwise_job *job = context;
@@ -77,8 +96,6 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     float *scratch = ortx_thread_scratch(STEP_PIXELS * row_words + TILE_ROWS * 16);
     uint32_t *a = (uint32_t *)scratch;
     float *c = scratch + STEP_PIXELS * row_words;
-    const int64_t a_bytes = row_words * 4;
-    const uint32_t *a1 = a + TILE_ROWS * row_words;
     const int64_t first_group = range * job->groups_per_range;
     const int64_t last_group = min64(groups, first_group + job->groups_per_range);
     const int64_t first_step = run * job->steps_per_run, last_step = min64(job->steps, first_step + job->steps_per_run);
@@ -87,8 +104,25 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     for (int64_t step = first_step; step < last_step; step++) {
         const int64_t p0 = step * STEP_PIXELS, rows = min64(STEP_PIXELS, plane - p0);
         const int pixel_tiles = rows > TILE_ROWS ? 2 : 1;
-        round_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows, pixel_tiles * TILE_ROWS,
-                   row_words, a);
+        /* the step's A rows: rounded into the scratch (pixel-major, chunks `row_words` words apart), or the pair
+         * rows themselves (chunk-major: a chunk's pixels 16 words apart, chunks a plane apart) */
+        const uint32_t *a_step = a, *rows_at = (const uint32_t *)job->X + (n * chunks * plane + p0) * CHUNK_PAIRS;
+        int64_t a_bytes = row_words * 4, chunk_words = CHUNK_PAIRS;
+        if (!job->in_rows) {
+            round_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows,
+                       pixel_tiles * TILE_ROWS, row_words, a);
+        } else if (rows == pixel_tiles * TILE_ROWS) {
+            a_step = rows_at;
+            a_bytes = CHUNK_PAIRS * 4;
+            chunk_words = plane * CHUNK_PAIRS;
+        } else {  /* a partial step: its pixels copied, zero rows up to the whole tile (not past the tensor's end) */
+            for (int64_t i = 0; i < pixel_tiles * TILE_ROWS; i++)
+                for (int64_t q = 0; q < chunks; q++)
+                    for (int64_t k = 0; k < CHUNK_PAIRS; k++)
+                        a[i * row_words + q * CHUNK_PAIRS + k] =
+                            i < rows ? rows_at[(q * plane + i) * CHUNK_PAIRS + k] : 0;
+        }
+        const uint32_t *a_step1 = a_step + TILE_ROWS * a_bytes / 4;
         for (int64_t g = first_group; g < last_group; g++) {
             const uint16_t *w = job->W + g * job->pair_rows * 128;
             for (int64_t b0 = 4 * g; b0 < min64(4 * g + 4, out_blocks); b0 += 2) {
@@ -99,7 +133,7 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                 _tile_zero(2);
                 _tile_zero(3);
                 for (int64_t q = 0; q < chunks; q++) {
-                    _tile_loadd(4, a + q * CHUNK_PAIRS, a_bytes);
+                    _tile_loadd(4, a_step + q * chunk_words, a_bytes);
                     _tile_loadd(6, wb + q * CHUNK_PAIRS * 128, 256);
                     _tile_dpbf16ps(0, 4, 6);
                     if (two) {
@@ -107,7 +141,7 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         _tile_dpbf16ps(1, 4, 7);
                     }
                     if (pixel_tiles == 2) {
-                        _tile_loadd(5, a1 + q * CHUNK_PAIRS, a_bytes);
+                        _tile_loadd(5, a_step1 + q * chunk_words, a_bytes);
                         _tile_dpbf16ps(2, 5, 6);
                         if (two) _tile_dpbf16ps(3, 5, 7);
                     }
@@ -122,8 +156,18 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         default: _tile_stored(3, c, 64);
                     }
                     const int64_t at = ((n * out_blocks + block) * plane + p0 + pt * TILE_ROWS) * 16;
-                    finish_tile(job, c, min64(TILE_ROWS, rows - pt * TILE_ROWS), job->bias + block * 16,
-                                job->residual ? job->residual + at : NULL, job->Y + at);
+                    const int64_t count = min64(TILE_ROWS, rows - pt * TILE_ROWS);
+                    const float *residual = job->residual ? job->residual + at : NULL;
+                    if (job->out_rows) {
+                        const int64_t chunk = n * ortx_pair_rows_chunks(job->out_channels) + block / 2;
+                        finish_tile_rows(job, c, count, job->bias + block * 16, residual,
+                                         min64(16, job->out_channels - block * 16),
+                                         block == out_blocks - 1 && out_blocks % 2 == 1,
+                                         (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) *
+                                                                  ORTX_PAIR_ROWS_CHUNK + block % 2 * 16);
+                    } else {
+                        finish_tile(job, c, count, job->bias + block * 16, residual, job->Y + at);
+                    }
                 }
             }
         }
@@ -131,8 +175,8 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     ortx_bgemm_isa_amx_bf16.tiles_end(&saved);
 }
 
-int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
-                                       int num_threads) {
+static int pointwise_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
+                         int in_rows, int out_rows) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int threads = num_threads < 1 ? 1 : num_threads;
     if (ints[6] < threads) threads = ints[6] < 1 ? 1 : (int)ints[6];
@@ -154,12 +198,28 @@ int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats,
         in_channels, out_channels, pixels, steps, runs, steps_per_run, ranges, per_range,
         ortx_pointwise_bf16_pair_words(in_channels),
         buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], (int)ints[5], floats[0],
-        floats[1],
+        floats[1], in_rows, out_rows,
     };
     ortx_parallel_for(threads, pieces * ranges, amx_pointwise_task, &job);
     return 1;
 }
+
+int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    return pointwise_amx(ints, floats, buffers, num_threads, 0, 0);
+}
+
+int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads) {
+    return pointwise_amx(ints, floats, buffers, num_threads, (int)ints[7], (int)ints[8]);
+}
 #else
+int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads) {
+    (void)ints, (void)floats, (void)buffers, (void)num_threads;
+    return 0;
+}
+
 int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads) {
     (void)ints, (void)floats, (void)buffers, (void)num_threads;

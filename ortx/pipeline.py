@@ -183,7 +183,8 @@ def _compile_claimed(model: ir.Model, decisions: dict[str, Decision], num_thread
                                                            num_threads=num_threads, precision=precision,
                                                            sparse_policy=policy,
                                                            blocked=layout != "nchw" and BLOCKED_LAYOUT,
-                                                           fuse_expand=EXPAND_DEPTHWISE and layout == "blocked"),
+                                                           fuse_expand=EXPAND_DEPTHWISE and layout == "blocked",
+                                                           pair_rows=PAIR_ROWS),
                             sparse_policy, segment.inputs, segment.outputs, num_threads),
                         segment.nodes, segment.inputs, segment.outputs, num_threads, precision)
                 else:
@@ -466,6 +467,10 @@ BLOCKED_LAYOUT = True
 # On an Emerald Rapids VM (session 23) PP-OCR rec loses with it (1.04-1.10x): with tuning, ortx.tune.layout_choice
 # measures each segment's blocked runs fused and unfused and keeps the faster here.
 EXPAND_DEPTHWISE = True
+
+# Which tensors of a bf16 session's blocked runs on AMX are kept as bf16 pair rows (blocked_layout.pair_rows_values'
+# mode: "all", "exact", "off").
+PAIR_ROWS = "exact"
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

@@ -4,6 +4,7 @@
 #include "../conv.h"
 #include "../gemm.h"
 #include "../gemm_bf16.h"
+#include "../pair_rows.h"
 
 static float finish(const ortx_conv_params *p, float value, const float *residual, int64_t index) {
     if (p->has_residual) value += residual[index];
@@ -60,6 +61,16 @@ static int64_t tensor_index(int blocked, int64_t n, int64_t c, int64_t y, int64_
     return (((n * ortx_nchwc_blocks(C) + c / 16) * H + y) * W + x) * 16 + c % 16;
 }
 
+/* Element (n, c, pixel) of a pair-rows tensor (pair_rows.h). */
+static int64_t pair_rows_index(int64_t n, int64_t c, int64_t pixel, int64_t C, int64_t pixels) {
+    return ((n * ortx_pair_rows_chunks(C) + c / 32) * pixels + pixel) * ORTX_PAIR_ROWS_CHUNK + c % 32;
+}
+
+/* Zero channels [C, its chunks' end) of pixel `pixel` of a pair-rows tensor. */
+static void pair_rows_zero_pads(uint16_t *rows, int64_t n, int64_t pixel, int64_t C, int64_t pixels) {
+    for (int64_t c = C; c < ortx_pair_rows_chunks(C) * 32; c++) rows[pair_rows_index(n, c, pixel, C, pixels)] = 0;
+}
+
 /* A depthwise tap's input: X's element, or with `expand` (conv_expand_depthwise_nchwc_f32's buffers: 1; _bf16's:
  * 2) the 1x1 conv's output there, act_e(bias_e[c] + sum over ci of W_e[c, ci] * X[n, ci, iy, ix]), computed where
  * read: fp32 with ci ascending, or bf16 as pointwise_ref sums it (operands rounded, per pair the odd product
@@ -67,6 +78,9 @@ static int64_t tensor_index(int blocked, int64_t n, int64_t c, int64_t y, int64_
 static float tap_input(const ortx_conv_params *p, const int64_t *ints, const float *floats, void *const *buffers,
                        int blocked, int expand, int64_t n, int64_t c, int64_t iy, int64_t ix) {
     const float *X = buffers[0];
+    if (blocked == 2)  /* pair rows (pair_rows.h) */
+        return ortx_bf16_to_float(((const uint16_t *)X)[pair_rows_index(n, c, iy * p->in_width + ix, p->in_channels,
+                                                                        p->in_height * p->in_width)]);
     if (!expand) return X[tensor_index(blocked, n, c, iy, ix, p->in_channels, p->in_height, p->in_width)];
     const int64_t cin = ints[ORTX_CONV_INTS], pairs = (cin + 1) / 2, rows = ortx_pointwise_bf16_pair_words(cin);
     const float *bias_e = buffers[2];
@@ -87,8 +101,12 @@ static float tap_input(const ortx_conv_params *p, const int64_t *ints, const flo
     return ortx_activation_scalar((int)ints[ORTX_CONV_INTS + 1], value, floats[2], floats[3]);
 }
 
-static void depthwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int blocked, int expand) {
+/* blocked: 0 NCHW, 1 blocked; in_rows, out_rows: that side in pair rows instead (blocked only; a pair-rows output
+ * rounded to bf16, zeros past the channels). */
+static void depthwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int blocked, int expand,
+                          int in_rows, int out_rows) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int64_t out_pixels = p.out_height * p.out_width;
     const float *W = buffers[expand ? 3 : 1], *bias = buffers[expand ? 5 : 4], *residual = expand ? NULL : buffers[5];
     float *Y = buffers[expand ? 4 : 2];
     for (int64_t n = 0; n < p.batch; n++)
@@ -102,23 +120,37 @@ static void depthwise_ref(const int64_t *ints, const float *floats, void *const 
                             int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                             if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
                             acc += W[(c * p.kernel_height + ky) * p.kernel_width + kx] *
-                                   tap_input(&p, ints, floats, buffers, blocked, expand, n, c, iy, ix);
+                                   tap_input(&p, ints, floats, buffers, in_rows ? 2 : blocked, expand, n, c, iy, ix);
                         }
                     int64_t index = tensor_index(blocked, n, c, oy, ox, p.out_channels, p.out_height, p.out_width);
-                    Y[index] = finish(&p, acc, residual, index);
+                    if (!out_rows) {
+                        Y[index] = finish(&p, acc, residual, index);
+                        continue;
+                    }
+                    int64_t pixel = oy * p.out_width + ox;
+                    ((uint16_t *)Y)[pair_rows_index(n, c, pixel, p.out_channels, out_pixels)] =
+                        ortx_bf16_from_float(finish(&p, acc, residual, index));
+                    if (c == p.out_channels - 1) pair_rows_zero_pads((uint16_t *)Y, n, pixel, p.out_channels, out_pixels);
                 }
 }
 
 void ortx_conv2d_depthwise_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 0, 0);
+    depthwise_ref(ints, floats, buffers, 0, 0, 0, 0);
 }
 
 /* conv2d_depthwise_f32's sums on blocked X, Y and residual (pad lanes not written). */
 void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                          int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 1, 0);
+    depthwise_ref(ints, floats, buffers, 1, 0, 0, 0);
+}
+
+/* conv2d_depthwise_pair_rows: the blocked sums with X and/or Y in pair rows (ints[20], ints[21]). */
+void ortx_conv2d_depthwise_pair_rows_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads) {
+    (void)num_threads;
+    depthwise_ref(ints, floats, buffers, 1, 0, (int)ints[ORTX_CONV_INTS], (int)ints[ORTX_CONV_INTS + 1]);
 }
 
 /* conv_expand_depthwise_nchwc_f32 (its layouts): conv2d_depthwise_f32's sums on blocked tensors, each tap's input
@@ -126,20 +158,21 @@ void ortx_conv2d_depthwise_nchwc_f32_ref(const int64_t *ints, const float *float
 void ortx_conv_expand_depthwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                               int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 1, 1);
+    depthwise_ref(ints, floats, buffers, 1, 1, 0, 0);
 }
 
 /* conv_expand_depthwise_nchwc_bf16: the same with the 1x1 conv's sums as conv_pointwise_nchwc_bf16's. */
 void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                                int num_threads) {
     (void)num_threads;
-    depthwise_ref(ints, floats, buffers, 1, 2);
+    depthwise_ref(ints, floats, buffers, 1, 2, 0, 0);
 }
 
 /* conv_pointwise_nchwc_f32 and _bf16 (conv.h's layouts): Y[n, co, i] = act(bias[co] + sum over ci ascending of
  * W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. bf16: both
  * operands rounded to bf16 and, per pair of input channels, the odd product added before the even one. */
-static void pointwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int bf16) {
+static void pointwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int bf16, int in_rows,
+                          int out_rows) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int64_t pairs = (in_channels + 1) / 2, rows = ortx_pointwise_bf16_pair_words(in_channels);
     const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
@@ -152,7 +185,9 @@ static void pointwise_ref(const int64_t *ints, const float *floats, void *const 
                     for (int64_t step = 0; step < 2; step++) {
                         int64_t ci = 2 * q + (bf16 ? 1 - step : step);
                         if (ci >= in_channels) continue;
-                        float x = X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
+                        float x = in_rows ? ortx_bf16_to_float(
+                                                ((const uint16_t *)X)[pair_rows_index(n, ci, i, in_channels, pixels)])
+                                          : X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
                         if (bf16) {
                             const uint16_t *W = buffers[1];
                             acc += ortx_bf16_to_float(W[((co / 64 * rows + q) * 64 + co % 64) * 2 + ci % 2]) *
@@ -164,14 +199,20 @@ static void pointwise_ref(const int64_t *ints, const float *floats, void *const 
                     }
                 int64_t index = tensor_index(1, n, co, 0, i, out_channels, 1, pixels);
                 if (residual) acc += residual[index];
-                Y[index] = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
+                float value = ortx_activation_scalar((int)ints[5], acc, floats[0], floats[1]);
+                if (!out_rows) {
+                    Y[index] = value;
+                    continue;
+                }
+                ((uint16_t *)Y)[pair_rows_index(n, co, i, out_channels, pixels)] = ortx_bf16_from_float(value);
+                if (co == out_channels - 1) pair_rows_zero_pads((uint16_t *)Y, n, i, out_channels, pixels);
             }
 }
 
 void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads) {
     (void)num_threads;
-    pointwise_ref(ints, floats, buffers, 0);
+    pointwise_ref(ints, floats, buffers, 0, 0, 0);
 }
 
 /* Y[n, co, oy, ox] = bias[co] + sum over (ci, iy, ix, ky, kx) with oy = iy*sh - pt + ky*dh and
@@ -237,5 +278,12 @@ void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
     (void)num_threads;
-    pointwise_ref(ints, floats, buffers, 1);
+    pointwise_ref(ints, floats, buffers, 1, 0, 0);
+}
+
+/* conv_pointwise_pair_rows_bf16: conv_pointwise_nchwc_bf16's sums with X and/or Y in pair rows (ints[7], ints[8]). */
+void ortx_conv_pointwise_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                            int num_threads) {
+    (void)num_threads;
+    pointwise_ref(ints, floats, buffers, 1, (int)ints[7], (int)ints[8]);
 }

@@ -72,14 +72,15 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
 
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
                     precision: str = "fp32", sparse_policy=None, blocked: bool = True,
-                    fuse_expand: bool = True) -> CompiledProgram:
+                    fuse_expand: bool = True, pair_rows: str = "exact") -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
     in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
     ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels). `sparse_policy`:
     ortx.tune.sparse_choice's per-layer dense/sparse choice (None: its prior alone). `blocked`: runs of 1x1 and
     depthwise convs on blocked tensors where ortx.ep.lowering.blocked_layout finds them (False: NCHW kernels only);
     `fuse_expand`: within them, a 1x1 conv and the depthwise conv that alone reads it as one step (its
-    expand_depthwise_pairs)."""
+    expand_depthwise_pairs); `pair_rows`: which of their tensors a bf16 session on AMX keeps as bf16 pair rows
+    (its pair_rows_values' mode: "all", "exact" or "off")."""
     for node in nodes:
         reason = check_node(node)
         if reason is not None:
@@ -91,6 +92,7 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
         builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
         if fuse_expand:
             builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
+        builder.pair_rows = blocked_layout.pair_rows_values(order, outputs, builder, conv_plan_or_none, pair_rows)
     for node in order:
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]

@@ -69,6 +69,9 @@ class SegmentBuilder:
         self.expand_of: dict[ir.Node, ir.Node] = {}
         self._blocked: dict[str, BufferRef] = {}
         self._plain_pending: dict[str, ir.Value] = {}
+        # blocked_layout.pair_rows_values: tensors kept as bf16 pair rows (kernels/pair_rows.h) and their buffers
+        self.pair_rows: frozenset[str] = frozenset()
+        self._pair_rows: dict[str, BufferRef] = {}
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
                 self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
@@ -83,6 +86,8 @@ class SegmentBuilder:
         ref = self._by_value.get(value.name)
         if ref is not None:
             return ref
+        if value.name in self.pair_rows:
+            raise ValueError(f"tensor {value.name!r} is kept in pair rows: no NCHW form of it is made")
         if value.name in self._plain_pending:  # produced blocked: reorder to NCHW once, before this first reader
             del self._plain_pending[value.name]
             ref = self._by_value[value.name] = self._new(ARENA, -1, size_bytes(value), value.name)
@@ -100,6 +105,8 @@ class SegmentBuilder:
         """A 4-D float32 tensor in the blocked layout: its producer's blocked output, or a reorder of its NCHW form
         (once per tensor; the first blocked reader emits it)."""
         ref = self._blocked.get(value.name)
+        if ref is None and value.name in self.pair_rows:
+            raise ValueError(f"tensor {value.name!r} is kept in pair rows: no blocked fp32 form of it is made")
         if ref is None:
             ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
                                                         f"{value.name}:nchwc")
@@ -111,6 +118,18 @@ class SegmentBuilder:
         ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
                                                     f"{value.name}:nchwc")
         self._plain_pending[value.name] = value
+        return ref
+
+    def pair_rows_buffer(self, value: ir.Value) -> BufferRef:
+        """The pair-rows buffer of a tensor in `pair_rows` (its producer and every reader use it; no other form of
+        it is ever made)."""
+        if value.name not in self.pair_rows:
+            raise ValueError(f"tensor {value.name!r} is not kept in pair rows")
+        ref = self._pair_rows.get(value.name)
+        if ref is None:
+            batch, channels, height, width = static_shape(value)
+            nbytes = 2 * batch * -(-channels // 32) * 32 * height * width  # [N][C/32][H*W][32] bf16
+            ref = self._pair_rows[value.name] = self._new(ARENA, -1, nbytes, f"{value.name}:pair_rows")
         return ref
 
     def finish_blocked(self, value: ir.Value) -> None:

@@ -202,6 +202,49 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     return chosen
 
 
+PAIR_ROWS_MODES = ("all", "exact", "off")
+
+
+def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> frozenset[str]:
+    """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
+    pair_rows.h) instead of blocked fp32: a 1x1 or depthwise conv's output that is no segment output and that only
+    1x1 and depthwise convs read, each as its X. Half the bytes of each such tensor move through memory, and a 1x1
+    conv loads its AMX tiles from the rows as they lie instead of rounding its input.
+    mode "exact": only tensors that 1x1 convs alone read (MobileNetV2's depthwise -> projection): they round their
+    input to these very bits, so the session's results do not change. "all" (the default): also the 1x1 convs'
+    outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16 values, as
+    the option's definition has it (bf16 activations; ortx/ep/precision.py). "off": none."""
+    if mode not in PAIR_ROWS_MODES:
+        raise ValueError(f"pair rows mode {mode!r}: expected one of {', '.join(PAIR_ROWS_MODES)}")
+    if (mode == "off" or builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16"
+            or not builder.blocked_nodes or builder.expand_of):
+        return frozenset()
+    readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
+    for node in nodes:
+        for index, value in enumerate(node.inputs):
+            if value is not None:
+                readers[id(value)].append((node, index))
+    output_values = {id(value) for value in outputs}
+
+    def conv_kind(node: ir.Node) -> str | None:
+        plan = plan_of(node) if node in builder.blocked_nodes else None
+        if plan is None:
+            return None
+        return "depthwise" if plan.depthwise else "pointwise" if is_pointwise(plan) else None
+
+    chosen = set()
+    for node in nodes:
+        value = node.outputs[0] if node.outputs else None
+        if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
+            continue
+        kinds = [conv_kind(reader) if index == 0 else None for reader, index in readers[id(value)]]
+        if None in kinds or (mode == "exact" and "depthwise" in kinds):
+            continue
+        chosen.add(value.name)
+    logger.debug("%d tensors in pair rows", len(chosen))
+    return frozenset(chosen)
+
+
 def blocked_nbytes(shape) -> int:
     """Bytes of a float32 [N, C, H, W] tensor in the blocked layout (channels padded to a multiple of 16)."""
     batch, channels, height, width = shape
@@ -261,15 +304,17 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                       builder.add_constant(packed_bias, label=f"{node.name}:packed_bias")])
         builder.finish_blocked(node.outputs[0])
         return
-    x = builder.blocked_buffer(node.inputs[0])
+    x_rows, y_rows = node.inputs[0].name in builder.pair_rows, node.outputs[0].name in builder.pair_rows
+    x = builder.pair_rows_buffer(node.inputs[0]) if x_rows else builder.blocked_buffer(node.inputs[0])
     residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
-    y = builder.produce_blocked(node.outputs[0])
+    y = builder.pair_rows_buffer(node.outputs[0]) if y_rows else builder.produce_blocked(node.outputs[0])
+    rows = [int(x_rows), int(y_rows)] if x_rows or y_rows else []  # the pair-rows kernels' two extra ints
     if plan.depthwise:
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
-        ints = list(plan.ints) + [builder.num_threads]
+        ints = list(plan.ints) + [builder.num_threads] + rows
         workspace = builder.workspace(max(depthwise_workspace_bytes, 4), label="conv")
         bias_buffer = builder.buffer(bias_value) if bias_value is not None else y
-        builder.emit("conv2d_depthwise_nchwc_f32", ints, list(plan.params),
+        builder.emit("conv2d_depthwise_pair_rows" if rows else "conv2d_depthwise_nchwc_f32", ints, list(plan.params),
                      [x, weights, y, workspace, bias_buffer, residual if residual is not None else y])
     else:
         if bias_value is not None and bias is None:
@@ -283,10 +328,12 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         if bf16:  # the tiles' input as bf16 pairs, per thread (conv.h's ortx_pointwise_bf16_pair_words)
             words = POINTWISE_PIXELS * -(-in_channels // 32) * 16
             buffers.append(builder.workspace(4 * words * builder.num_threads, label="bf16_pairs"))
-        builder.emit("conv_pointwise_nchwc_bf16" if bf16 else "conv_pointwise_nchwc_f32",
-                     [batch, in_channels, out_channels, height * width, int(residual is not None), plan.activation,
-                      builder.num_threads], list(plan.params), buffers)
-    builder.finish_blocked(node.outputs[0])
+        kernel = "conv_pointwise_pair_rows_bf16" if rows else "conv_pointwise_nchwc_bf16" if bf16 else \
+            "conv_pointwise_nchwc_f32"
+        builder.emit(kernel, [batch, in_channels, out_channels, height * width, int(residual is not None),
+                              plan.activation, builder.num_threads] + rows, list(plan.params), buffers)
+    if not y_rows:
+        builder.finish_blocked(node.outputs[0])
 
 
 def _fits_expand_rows(plan) -> bool:

@@ -1,0 +1,134 @@
+"""The pair-rows kernels (kernels/pair_rows.h: bf16 activations of a bf16 session on AMX): conv2d_depthwise_pair_rows
+and conv_pointwise_pair_rows_bf16 against the blocked kernels they stand for. A pair-rows input holds exactly the
+bf16 values the blocked kernels would round to, and a pair-rows output is their fp32 output rounded once, so each
+fast kernel must give the blocked kernel's bits (on the rounded input, then rounded); the channels past C of every
+pair-rows output must be zero (the AMX steps read them). The reference kernels agree within the tolerances.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ortx import _kernels
+from ortx.ep.precision import bf16_bits, round_to_bf16
+from tests.kernels.test_conv_nchwc import (
+    ACTIVATIONS, BF16_POINTWISE_CASES, DEPTHWISE_CASES, F32, amx, conv_ints, from_blocked, isa, pack_pointwise, random,
+    run_pointwise, to_blocked,
+)
+
+__all__ = ["amx", "isa"]  # fixtures
+BF16_STEP = 2.0 ** -8  # one bf16 rounding, relative
+SIDES = [(1, 0), (0, 1), (1, 1)]  # (in_rows, out_rows)
+
+
+def to_pair_rows(x: np.ndarray) -> np.ndarray:
+    """[N, C, H, W] float32 -> [N, ceil(C/32), H*W, 32] bf16 bits, zeros past C."""
+    n, c, h, w = x.shape
+    chunks = -(-c // 32)
+    padded = np.zeros((n, chunks * 32, h * w), np.uint16)
+    padded[:, :c] = bf16_bits(x).reshape(n, c, h * w)
+    return np.ascontiguousarray(padded.reshape(n, chunks, 32, h * w).transpose(0, 1, 3, 2))
+
+
+def from_pair_rows(rows: np.ndarray, channels: int, height: int, width: int) -> np.ndarray:
+    n, chunks = rows.shape[:2]
+    values = (rows.astype(np.uint32) << 16).view(np.float32).transpose(0, 1, 3, 2).reshape(n, chunks * 32, -1)
+    return np.ascontiguousarray(values[:, :channels].reshape(n, channels, height, width))
+
+
+def pair_rows_output(n: int, channels: int, pixels: int) -> np.ndarray:
+    """An output buffer of NaN bits, so every element a kernel fails to write shows."""
+    return np.full((n, -(-channels // 32), pixels, 32), 0xFFFF, np.uint16)
+
+
+def assert_pads_zero(rows: np.ndarray, channels: int):
+    flat = rows.transpose(0, 1, 3, 2).reshape(rows.shape[0], -1, rows.shape[2])
+    assert not np.any(flat[:, channels:]), "channels past C of a pair-rows output must be zero"
+
+
+def assert_agrees(actual, expected, rounded: bool):
+    """float32's tolerance (sums in another order), plus one bf16 step where both were rounded after."""
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(actual, expected, rtol=F32["rtol"] + (2 * BF16_STEP if rounded else 0.0),
+                               atol=F32["atol"] + F32["rtol"] * scale)
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[str(c) for c in DEPTHWISE_CASES])
+@pytest.mark.parametrize("sides", SIDES, ids=["in", "out", "both"])
+@pytest.mark.parametrize("activation", ["clip", "hard_swish"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, activation, threads):
+    """Both the rows-in-place form (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns) and the tiled form (the
+    others, and every shape on the portable ISA), bands at the image's edges, asymmetric pads, dilation."""
+    in_rows, out_rows = sides
+    n, c, h, w, kernel, stride, pads, dilation = case
+    code, params = ACTIVATIONS[activation]
+    ints, (oh, ow) = conv_ints((n, c, h, w), kernel, stride, pads, dilation, False, code, threads)
+    x, weights, bias = random((n, c, h, w), 60), random((c, 1, kernel, kernel), 61), random(c, 62)
+    x_in = round_to_bf16(x) if in_rows else x
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_f32", [1, *ints], [], [sizes])
+    workspace = np.empty(max(int(sizes[0]), 4), np.float32)
+    blocked = np.full((n, (c + 15) // 16, oh, ow, 16), np.nan, np.float32)
+    _kernels.call("conv2d_depthwise_nchwc_f32", ints, list(params),
+                  [to_blocked(x_in), weights, blocked, workspace, bias, blocked], num_threads=threads)
+    expected = from_blocked(blocked, c)
+    if out_rows:
+        expected = round_to_bf16(expected)
+
+    def run(use_ref):
+        source = to_pair_rows(x) if in_rows else to_blocked(x)
+        if out_rows:
+            y = pair_rows_output(n, c, oh * ow)
+        else:
+            y = np.full((n, (c + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("conv2d_depthwise_pair_rows", ints + [in_rows, out_rows], list(params),
+                      [source, weights, y, workspace, bias, y], num_threads=threads, use_ref=use_ref)
+        if not out_rows:
+            return from_blocked(y, c)
+        assert_pads_zero(y, c)
+        return from_pair_rows(y, c, oh, ow)
+
+    np.testing.assert_array_equal(run(False), expected)
+    assert_agrees(run(True), expected, bool(out_rows))
+
+
+@pytest.mark.parametrize("case", BF16_POINTWISE_CASES, ids=[str(c) for c in BF16_POINTWISE_CASES])
+@pytest.mark.parametrize("sides", SIDES, ids=["in", "out", "both"])
+@pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_pair_rows_gives_the_blocked_kernels_bits(isa, amx, case, sides, activation, residual, threads):
+    """On the AMX steps (full and partial 32-pixel steps read from the rows, odd output blocks whose chunk's second
+    half is zeroed, residuals read blocked); with AMX off or below AVX-512 the kernel runs the oracle, checked for
+    agreement only."""
+    in_rows, out_rows = sides
+    n, cin, cout, h, w = case
+    x, weights, bias = random((n, cin, h, w), 70), random((cout, cin), 71) * 0.2, random(cout, 72)
+    extra = random((n, cout, h, w), 73) if residual else None
+    code, params = ACTIVATIONS[activation]
+    expected = run_pointwise(x, weights, bias, extra, activation, threads, precision="bf16")
+    if out_rows:
+        expected = round_to_bf16(expected)
+    packed, packed_bias = pack_pointwise(weights, bias, "bf16")
+
+    def run(use_ref):
+        source = to_pair_rows(x) if in_rows else to_blocked(x)
+        if out_rows:
+            y = pair_rows_output(n, cout, h * w)
+        else:
+            y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
+        scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
+        _kernels.call("conv_pointwise_pair_rows_bf16",
+                      [n, cin, cout, h * w, int(residual), code, threads, in_rows, out_rows], list(params),
+                      [source, packed, packed_bias, y, to_blocked(extra) if residual else y, scratch],
+                      num_threads=threads, use_ref=use_ref)
+        if not out_rows:
+            return from_blocked(y, cout)
+        assert_pads_zero(y, cout)
+        return from_pair_rows(y, cout, h, w)
+
+    if amx == "amx" and isa == "avx512":  # the AMX steps on both sides
+        np.testing.assert_array_equal(run(False), expected)
+    else:
+        assert_agrees(run(False), expected, bool(out_rows))
+    assert_agrees(run(True), expected, bool(out_rows))
