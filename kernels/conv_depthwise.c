@@ -145,7 +145,7 @@ typedef struct depthwise_job {
     int in_rows, out_rows;  /* conv2d_depthwise_pair_rows: X, Y in pair rows; whether blocked_rows takes the shape */
     int in_place;
     void (*pair_load)(const uint16_t *src, int64_t count, float *dst);
-    void (*pair_store)(const float *src, int64_t count, int64_t channels, int zero_next, uint16_t *dst);
+    void (*pair_store)(const float *lo, const float *hi, int64_t count, int64_t channels, uint16_t *dst);
 } depthwise_job;
 
 static void depthwise_task(void *context, int64_t task, int thread) {
@@ -284,34 +284,32 @@ static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
  * Why: in a bf16 session on AMX the 1x1 conv that reads a depthwise conv's output rounds it to these rows anyway,
  * and the 1x1 conv before it can write them; the depthwise conv reading and writing half the bytes is most of the
  * gain (its multiply-adds are few; it is memory-bound).
- * Per task (band, block, image) as depthwise_nchwc_task: a pair-rows input's rows of the band are widened into the
- * thread's input tile (as plain rows for blocked_rows, as padded tile rows for the tiled form), and a pair-rows
- * output is computed into the thread's output tile and rounded from there. The sums are the blocked kernel's (same
- * code, same order), so each output is that kernel's on the widened input, then rounded. */
-static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
-    const depthwise_job *job = context;
+ * A pair-rows input is read in place by the ISA's blocked_rows_bf16 (each pixel's values widened as loaded), or
+ * widened into the tiled form's tile; a pair-rows output is computed into band buffers and rounded from there (depthwise_pair_rows_task).
+ * The sums are the blocked kernel's (same code, same order), so each output is that kernel's on the widened input,
+ * then rounded. */
+/* One block's band of output rows, from its blocked or pair-rows input, into y_band (the band's first output pixel:
+ * Y's block plane, or a thread's band buffer for a pair-rows output) with the bias, residual and activation. */
+static void depthwise_block_band(const depthwise_job *job, int64_t n, int64_t block, int64_t band, int thread,
+                                 float *y_band) {
     const ortx_conv_params *p = job->p;
     const depthwise_layout *t = &job->layout;
     const int64_t C = p->in_channels, H = p->in_height, W = p->in_width, OH = p->out_height, OW = p->out_width;
     const int64_t taps = p->kernel_height * p->kernel_width, tile_row = t->tile_width * 16;
-    const int in_rows_form = job->in_rows, out_rows_form = job->out_rows;
-    int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
     int64_t c0 = block * 16, channels = min64(16, C - c0);
     int64_t oy0 = band * t->band_rows, rows = min64(t->band_rows, OH - oy0);
     int64_t first = oy0 * p->stride_height - p->pad_top, in_rows = band_input_rows(p, rows);
     int64_t lo = min64(in_rows, max64(0, -first)), hi = max64(lo, min64(in_rows, H - first));
-    float *tile = job->workspace + thread * job->scratch, *out = tile + t->in_floats;
-    float *weights = out + t->out_floats, *bias = weights + round16(taps * 16);
+    float *tile = job->workspace + thread * job->scratch;
+    float *weights = tile + t->in_floats + t->out_floats, *bias = weights + round16(taps * 16);
     for (int64_t tap = 0; tap < taps; tap++)
         for (int64_t l = 0; l < 16; l++) weights[tap * 16 + l] = l < channels ? job->W[(c0 + l) * taps + tap] : 0.0f;
     for (int64_t l = 0; l < 16; l++) bias[l] = l < channels && p->has_bias ? job->bias[c0 + l] : 0.0f;
-    const int64_t chunk = n * ortx_pair_rows_chunks(C) + block / 2, half = block % 2 * 16;
-    const uint16_t *x_rows = (const uint16_t *)job->X + chunk * H * W * ORTX_PAIR_ROWS_CHUNK + half;
+    const int64_t chunk = n * ortx_pair_rows_chunks(C) + block / 2;
+    const uint16_t *x_rows = (const uint16_t *)job->X + chunk * H * W * ORTX_PAIR_ROWS_CHUNK + block % 2 * 16;
     const float *x_plane = job->X + (n * t->blocks + block) * H * W * 16;  /* blocked input */
-    int64_t y_offset = ((n * t->blocks + block) * OH + oy0) * OW * 16;
-    const float *residual = p->has_residual ? job->residual + y_offset : NULL;
-    float *y_band = out_rows_form ? out : job->Y + y_offset;  /* the band's first output pixel */
-    if (job->in_place && in_rows_form)  /* straight from the chunk plane: pixels of 64 bytes, as blocked ones */
+    const float *residual = p->has_residual ? job->residual + ((n * t->blocks + block) * OH + oy0) * OW * 16 : NULL;
+    if (job->in_place && job->in_rows)  /* straight from the chunk plane: pixels of 64 bytes, as blocked ones */
         job->isa->blocked_rows_bf16(p, (const float *)x_rows, weights, bias,
                                     residual ? residual - oy0 * OW * 16 : NULL, y_band - oy0 * OW * 16, oy0, rows);
     else if (job->in_place)
@@ -327,7 +325,7 @@ static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
         memset(tile + hi * tile_row, 0, (in_rows - hi) * tile_row * sizeof(float));
         for (int64_t r = lo; r < hi; r++) {
             float *dst = tile + r * tile_row + p->pad_left * 16;
-            if (in_rows_form)
+            if (job->in_rows)
                 job->pair_load(x_rows + (first + r) * W * ORTX_PAIR_ROWS_CHUNK, W, dst);
             else
                 memcpy(dst, x_plane + (first + r) * W * 16, W * 16 * sizeof(float));
@@ -335,11 +333,34 @@ static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
         job->isa->rows(p, tile, tile_row, rows, weights, bias, y_band);
         job->isa->finish(p, y_band, rows * OW, residual);
     }
-    if (out_rows_form) {  /* the last block of a chunk that C ends in also zeroes the chunk's other half */
-        int zero_next = block == t->blocks - 1 && t->blocks % 2 == 1;
-        job->pair_store(out, rows * OW, channels, zero_next,
-                        (uint16_t *)job->Y + (chunk * OH * OW + oy0 * OW) * ORTX_PAIR_ROWS_CHUNK + half);
+}
+
+/* A task of conv2d_depthwise_pair_rows: (image, block, band) for a blocked output; for a pair-rows output (image,
+ * chunk, band), both blocks of the chunk computed into band buffers (the thread's output tile and its scratch) and
+ * each pixel's 64 bytes stored at once (whole cache lines: a block's half lines stored by separate tasks cost
+ * a read of each line). */
+static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
+    const depthwise_job *job = context;
+    const ortx_conv_params *p = job->p;
+    const depthwise_layout *t = &job->layout;
+    const int64_t OH = p->out_height, OW = p->out_width;
+    if (!job->out_rows) {
+        int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
+        depthwise_block_band(job, n, block, band, thread,
+                             job->Y + ((n * t->blocks + block) * OH + band * t->band_rows) * OW * 16);
+        return;
     }
+    const int64_t chunks = ortx_pair_rows_chunks(p->in_channels);
+    int64_t band = task % t->bands, chunk = task / t->bands % chunks, n = task / (t->bands * chunks);
+    int64_t oy0 = band * t->band_rows, rows = min64(t->band_rows, OH - oy0);
+    float *lo = job->workspace + thread * job->scratch + t->in_floats, *hi = NULL;
+    depthwise_block_band(job, n, 2 * chunk, band, thread, lo);
+    if (2 * chunk + 1 < t->blocks) {
+        hi = ortx_thread_scratch(t->out_floats);
+        depthwise_block_band(job, n, 2 * chunk + 1, band, thread, hi);
+    }
+    job->pair_store(lo, hi, rows * OW, p->in_channels - 32 * chunk,
+                    (uint16_t *)job->Y + ((n * chunks + chunk) * OH * OW + oy0 * OW) * ORTX_PAIR_ROWS_CHUNK);
 }
 
 void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
@@ -381,5 +402,6 @@ void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, v
     if (isa == &ortx_depthwise_avx512) job.pair_load = ortx_pair_rows_load_avx512;
     if (isa == &ortx_depthwise_avx512 && ortx_cpu_has_avx512_bf16()) job.pair_store = ortx_pair_rows_store_avx512_bf16;
 #endif
-    ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_pair_rows_task, &job);
+    int64_t units = job.out_rows ? ortx_pair_rows_chunks(p.in_channels) : layout.blocks;
+    ortx_parallel_for(threads, p.batch * units * layout.bands, depthwise_pair_rows_task, &job);
 }

@@ -67,20 +67,27 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void finish_ti
     }
 }
 
-/* The same tile into pair rows (y at the tile's first pixel in the block's half of its chunk, 32 bf16 a pixel):
- * lanes past the block's `channels` written as zeros, and with `zero_next` the chunk's other half too. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void finish_tile_rows(
-    const amx_pointwise_job *job, const float *scratch, int64_t rows, const float *bias, const float *residual,
-    int64_t channels, int zero_next, uint16_t *y) {
-    const __m512 b = _mm512_loadu_ps(bias);
-    const __mmask16 keep = (__mmask16)(channels >= 16 ? 0xFFFF : (1u << channels) - 1u);
+/* The two stored C tiles of one 32-channel chunk (blocks b0 and b0 + 1; `c1` NULL when b0 is the last block) into
+ * pair rows: pixels [0, rows) through the epilogue, lanes past each block's channels zeroed, rounded, and each
+ * pixel's 64 bytes written by one store (a whole cache line: half-line stores of one block at a time made the
+ * expand convs' pair-rows outputs slower than their fp32 blocked ones). bias, residual at block b0; y at the
+ * tile's first pixel in its chunk plane. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void finish_chunk_rows(
+    const amx_pointwise_job *job, const float *c0, const float *c1, int64_t rows, const float *bias,
+    const float *residual, int64_t plane, int64_t channels, uint16_t *y) {
+    const __m512 b_lo = _mm512_loadu_ps(bias), b_hi = _mm512_loadu_ps(bias + 16);
+    const __mmask16 keep_lo = (__mmask16)(channels >= 16 ? 0xFFFF : (1u << channels) - 1u);
+    const __mmask16 keep_hi = (__mmask16)(channels >= 32 ? 0xFFFF : channels <= 16 ? 0 : (1u << (channels - 16)) - 1u);
     for (int64_t i = 0; i < rows; i++) {
-        __m512 v = _mm512_add_ps(_mm512_load_ps(scratch + i * 16), b);
-        if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + i * 16));
-        v = _mm512_maskz_mov_ps(keep, ortx_activation_avx512(v, job->activation, job->param0, job->param1));
-        uint16_t *row = y + i * ORTX_PAIR_ROWS_CHUNK;
-        _mm256_storeu_si256((__m256i *)row, (__m256i)_mm512_cvtneps_pbh(v));
-        if (zero_next) _mm256_storeu_si256((__m256i *)(row + 16), _mm256_setzero_si256());
+        __m512 lo = _mm512_add_ps(_mm512_load_ps(c0 + i * 16), b_lo), hi = _mm512_setzero_ps();
+        if (residual) lo = _mm512_add_ps(lo, _mm512_loadu_ps(residual + i * 16));
+        lo = _mm512_maskz_mov_ps(keep_lo, ortx_activation_avx512(lo, job->activation, job->param0, job->param1));
+        if (c1) {
+            hi = _mm512_add_ps(_mm512_load_ps(c1 + i * 16), b_hi);
+            if (residual) hi = _mm512_add_ps(hi, _mm512_loadu_ps(residual + (plane + i) * 16));
+            hi = _mm512_maskz_mov_ps(keep_hi, ortx_activation_avx512(hi, job->activation, job->param0, job->param1));
+        }
+        _mm512_storeu_si512(y + i * ORTX_PAIR_ROWS_CHUNK, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
 }
 
@@ -92,10 +99,10 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     const int64_t range = task % job->group_ranges, run = task / job->group_ranges % job->runs;
     const int64_t n = task / (job->group_ranges * job->runs);
     const int64_t row_words = job->pair_rows, chunks = job->pair_rows / CHUNK_PAIRS;
-    /* scratch: the A rows (STEP_PIXELS x row_words words), then one C tile's 16 x 16 floats */
-    float *scratch = ortx_thread_scratch(STEP_PIXELS * row_words + TILE_ROWS * 16);
+    /* scratch: the A rows (STEP_PIXELS x row_words words), then two C tiles' 16 x 16 floats */
+    float *scratch = ortx_thread_scratch(STEP_PIXELS * row_words + 2 * TILE_ROWS * 16);
     uint32_t *a = (uint32_t *)scratch;
-    float *c = scratch + STEP_PIXELS * row_words;
+    float *c = scratch + STEP_PIXELS * row_words, *c_next = c + TILE_ROWS * 16;
     const int64_t first_group = range * job->groups_per_range;
     const int64_t last_group = min64(groups, first_group + job->groups_per_range);
     const int64_t first_step = run * job->steps_per_run, last_step = min64(job->steps, first_step + job->steps_per_run);
@@ -146,7 +153,22 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         if (two) _tile_dpbf16ps(3, 5, 7);
                     }
                 }
-                for (int t = 0; t < 2 * pixel_tiles; t++) {
+                for (int64_t pt = 0; job->out_rows && pt < pixel_tiles; pt++) {  /* a chunk's two tiles at once */
+                    if (pt == 0) {
+                        _tile_stored(0, c, 64);
+                        if (two) _tile_stored(1, c_next, 64);
+                    } else {
+                        _tile_stored(2, c, 64);
+                        if (two) _tile_stored(3, c_next, 64);
+                    }
+                    const int64_t chunk = n * ortx_pair_rows_chunks(job->out_channels) + b0 / 2;
+                    const int64_t at = ((n * out_blocks + b0) * plane + p0 + pt * TILE_ROWS) * 16;
+                    finish_chunk_rows(job, c, two ? c_next : NULL, min64(TILE_ROWS, rows - pt * TILE_ROWS),
+                                      job->bias + b0 * 16, job->residual ? job->residual + at : NULL, plane,
+                                      job->out_channels - b0 * 16,
+                                      (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) * ORTX_PAIR_ROWS_CHUNK);
+                }
+                for (int t = 0; !job->out_rows && t < 2 * pixel_tiles; t++) {
                     const int64_t pt = t / 2, block = b0 + t % 2;
                     if (block >= out_blocks) continue;
                     switch (t) {  /* _tile_stored takes its tile number as a constant */
@@ -157,17 +179,8 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                     }
                     const int64_t at = ((n * out_blocks + block) * plane + p0 + pt * TILE_ROWS) * 16;
                     const int64_t count = min64(TILE_ROWS, rows - pt * TILE_ROWS);
-                    const float *residual = job->residual ? job->residual + at : NULL;
-                    if (job->out_rows) {
-                        const int64_t chunk = n * ortx_pair_rows_chunks(job->out_channels) + block / 2;
-                        finish_tile_rows(job, c, count, job->bias + block * 16, residual,
-                                         min64(16, job->out_channels - block * 16),
-                                         block == out_blocks - 1 && out_blocks % 2 == 1,
-                                         (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) *
-                                                                  ORTX_PAIR_ROWS_CHUNK + block % 2 * 16);
-                    } else {
-                        finish_tile(job, c, count, job->bias + block * 16, residual, job->Y + at);
-                    }
+                    finish_tile(job, c, count, job->bias + block * 16, job->residual ? job->residual + at : NULL,
+                                job->Y + at);
                 }
             }
         }

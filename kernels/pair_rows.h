@@ -10,8 +10,8 @@
  * together, made the depthwise conv read 32 bytes of every pixel's row per block: slower than fp32 blocked).
  * Writers round with vcvtneps2bf16 (round to nearest even, denormals to zero: ortx_bf16_from_float's numerics), as
  * the AMX steps round an fp32 input, so a tensor a 1x1 conv alone reads gives the same bits either way.
- * Helpers here move one 16-channel block (block b: the half b % 2 of chunk b / 2) of `count` pixels between pair
- * rows (32 bf16 a pixel) and fp32 pixels of 16 floats (conv.h's blocked pixels). */
+ * Helpers here widen one 16-channel block (block b: the half b % 2 of chunk b / 2) of `count` pixels from pair rows
+ * (32 bf16 a pixel) to fp32 pixels of 16 floats (conv.h's blocked pixels), and round a chunk's two blocks back. */
 #ifndef ORTX_PAIR_ROWS_H
 #define ORTX_PAIR_ROWS_H
 
@@ -23,22 +23,23 @@
 #define ORTX_PAIR_ROWS_CHUNK 32 /* bf16 channels a pixel in a chunk */
 static inline int64_t ortx_pair_rows_chunks(int64_t channels) { return (channels + 31) / 32; }
 
-/* Portable forms (and the oracle's): block b's lanes of `count` pixels widened to fp32 / rounded to bf16, lanes
- * at and past `channels` (0..16, the block's real channels) written as zeros; `zero_next`: also zero the 16 lanes
- * after the block (the second half of the last chunk when the channels end in its first). */
+/* Portable forms; the AVX-512 ones below compute the same. Block b's 16 values of `count` pixels widened to fp32
+ * (src at the pixel's block half). */
 static inline void ortx_pair_rows_load_portable(const uint16_t *src, int64_t count, float *dst) {
     for (int64_t i = 0; i < count; i++)
         for (int l = 0; l < 16; l++) dst[i * 16 + l] = ortx_bf16_to_float(src[i * ORTX_PAIR_ROWS_CHUNK + l]);
 }
 
-static inline void ortx_pair_rows_store_portable(const float *src, int64_t count, int64_t channels, int zero_next,
+/* A chunk's two blocks of `count` pixels (lo: its first 16 channels, hi: the next 16 or NULL past the last block;
+ * 16 floats a pixel) rounded into pair rows, channels at and past `channels` (the chunk's real ones, 1..32 and
+ * beyond) as zeros. */
+static inline void ortx_pair_rows_store_portable(const float *lo, const float *hi, int64_t count, int64_t channels,
                                                  uint16_t *dst) {
-    for (int64_t i = 0; i < count; i++) {
-        uint16_t *row = dst + i * ORTX_PAIR_ROWS_CHUNK;
-        for (int l = 0; l < 16; l++) row[l] = l < channels ? ortx_bf16_from_float(src[i * 16 + l]) : 0;
-        if (zero_next)
-            for (int l = 16; l < 32; l++) row[l] = 0;
-    }
+    for (int64_t i = 0; i < count; i++)
+        for (int l = 0; l < 32; l++) {
+            const float *src = l < 16 ? lo : hi;
+            dst[i * ORTX_PAIR_ROWS_CHUNK + l] = l < channels && src ? ortx_bf16_from_float(src[i * 16 + l % 16]) : 0;
+        }
 }
 
 #if ORTX_HAVE_X86
@@ -51,14 +52,16 @@ ORTX_TARGET_AVX512 static inline void ortx_pair_rows_load_avx512(const uint16_t 
     }
 }
 
-ORTX_TARGET_AVX512_BF16 static inline void ortx_pair_rows_store_avx512_bf16(const float *src, int64_t count,
-                                                                            int64_t channels, int zero_next,
+ORTX_TARGET_AVX512_BF16 static inline void ortx_pair_rows_store_avx512_bf16(const float *lo, const float *hi,
+                                                                            int64_t count, int64_t channels,
                                                                             uint16_t *dst) {
-    const __mmask16 keep = (__mmask16)(channels >= 16 ? 0xFFFF : (1u << channels) - 1u);
+    const __mmask16 keep_lo = (__mmask16)(channels >= 16 ? 0xFFFF : (1u << channels) - 1u);
+    const __mmask16 keep_hi = (__mmask16)(!hi || channels <= 16 ? 0 : channels >= 32 ? 0xFFFF
+                                                                                  : (1u << (channels - 16)) - 1u);
     for (int64_t i = 0; i < count; i++) {
-        __m256bh rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(keep, src + i * 16));
-        _mm256_storeu_si256((__m256i *)(dst + i * ORTX_PAIR_ROWS_CHUNK), (__m256i)rounded);
-        if (zero_next) _mm256_storeu_si256((__m256i *)(dst + i * ORTX_PAIR_ROWS_CHUNK + 16), _mm256_setzero_si256());
+        __m512 a = _mm512_maskz_loadu_ps(keep_lo, lo + i * 16);
+        __m512 b = keep_hi ? _mm512_maskz_loadu_ps(keep_hi, hi + i * 16) : _mm512_setzero_ps();
+        _mm512_storeu_si512(dst + i * ORTX_PAIR_ROWS_CHUNK, (__m512i)_mm512_cvtne2ps_pbh(b, a));
     }
 }
 #endif
