@@ -73,9 +73,10 @@ def is_pointwise(plan) -> bool:
             and (out_height, out_width) == (height, width))
 
 
-# Under precision bf16 a run is kept only when most of its 1x1 convs' multiply-adds are on maps of at most this
-# many pixels (see blocked_nodes).
+# Under precision bf16 a run is kept only when at least BF16_SMALL_MAP_SHARE of its 1x1 convs' multiply-adds are on
+# maps of at most BF16_SMALL_MAP_PIXELS pixels (see blocked_nodes).
 BF16_SMALL_MAP_PIXELS = 784
+BF16_SMALL_MAP_SHARE = 0.4
 BF16_BLOCKED_PATHS = ("avx512_bf16", "amx_bf16")  # the bf16 paths with blocked 1x1 conv kernels
 STEM_MAX_CHANNELS = 4  # dense convs from at most this many channels may write blocked outputs (a network's stem)
 
@@ -141,8 +142,8 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     On AMX the 1x1 convs run tdpbf16ps steps (kernels/conv_pointwise_nchwc_amx.c; before them, the vdpbf16ps tile
     lost to the NCHW AMX programs: MobileNetV2-style 1.77x, cls 1.14x). An Emerald Rapids VM, 2 threads, one
     process, against the NCHW AMX program: MobileNetV2-style 0.67-0.79x, cls 1.02-1.07x (kept blocked by the
-    small-map rule below; tuning's layout choice measures both); det and rec keep NCHW under the rule (with it at
-    3136 pixels det's runs went blocked: 1.26-1.30x).
+    small-map rule below; tuning's layout choice measures both); det keeps NCHW under the rule (with it at 3136
+    pixels det's runs went blocked: 1.26-1.30x), rec's runs are blocked since pair rows (the rule's share 0.4).
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
     bf16_path = _kernels.bf16_isa() if builder.precision == "bf16" else None
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
@@ -190,7 +191,9 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     if builder.precision == "bf16":
         # measured (2 threads, in-process A/B against the NCHW bf16 kernels): MobileNetV2-style 0.76-0.92 but
         # PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps, where the NCHW bf16 GEMM is as
-        # fast and the reorders are not paid back; rec 0.98-1.06
+        # fast and the reorders are not paid back; rec 0.98-1.06. With pair rows on AMX (pair_rows_values) rec's
+        # main run (46% of its 1x1 work on maps <= 784 pixels) went 0.914x blocked, det's (32%) still 1.09x at
+        # a 1600-pixel bound (65%): the share 0.4 (was 0.5) takes rec's and leaves det's
         small, total = collections.Counter(), collections.Counter()
         for node in convs:
             plan = plans[node]
@@ -198,7 +201,10 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
                 macs = float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
                 total[run(node)] += macs
                 small[run(node)] += macs if np.prod(plan.ints[5:7]) <= BF16_SMALL_MAP_PIXELS else 0.0
-        useful = {name for name in useful if small[name] >= 0.5 * total[name]}
+        for name in useful:
+            logger.debug("run of %s: %.0f%% of its 1x1 multiply-adds on maps of at most %d pixels", name.name,
+                         100.0 * small[name] / max(total[name], 1.0), BF16_SMALL_MAP_PIXELS)
+        useful = {name for name in useful if small[name] >= BF16_SMALL_MAP_SHARE * total[name]}
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen
