@@ -144,10 +144,12 @@ def _weights(name, shape, seed):
 
 @needs_avx512
 @pytest.mark.parametrize("threads", [1, 2])
-def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(threads):
-    """1x1 conv -> Mul by a scalar -> Add of a scalar -> HardSwish -> depthwise 3x3 -> Add of the 1x1's output
-    (a full-tensor operand) -> 1x1 conv. The depthwise output is also a graph output and feeds MaxPool (NCHW), so
-    it is reordered back once; the last conv's output is a graph output (reordered at once)."""
+@pytest.mark.parametrize("height,width", [(13, 17), (16, 16)])
+def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(threads, height, width):
+    """1x1 conv -> Mul by a per-channel constant -> Add of a scalar -> HardSwish -> depthwise 3x3 -> Add of the
+    1x1's output (a full-tensor operand) -> 1x1 conv. The depthwise output is also a graph output and feeds MaxPool
+    (NCHW), so it is reordered back once; the last conv's output is a graph output (reordered at once). The
+    per-channel constant is stored tiled over rows of 17 pixels (13x17) or 64 (16x16): no reorder of it."""
     c_in, hidden, c_out = 24, 40, 20
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
@@ -161,14 +163,14 @@ def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(thread
     ]
     initializers = [_weights("w1", (hidden, c_in, 1, 1), 1), _weights("w2", (hidden, 1, 3, 3), 2),
                     _weights("w3", (c_out, hidden, 1, 1), 3), numpy_helper.from_array(_random((c_out,), 4), "b3"),
-                    numpy_helper.from_array(np.array(0.75, np.float32), "scale"),
+                    numpy_helper.from_array(_random((1, hidden, 1, 1), 6), "scale"),
                     numpy_helper.from_array(np.array([0.25], np.float32), "shift")]
-    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, 13, 17])],
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, height, width])],
                    [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
-                    for name, shape in (("y", [1, c_out, 13, 17]), ("e", [1, hidden, 13, 17]),
-                                        ("pooled", [1, hidden, 6, 8]))],
+                    for name, shape in (("y", [1, c_out, height, width]), ("e", [1, hidden, height, width]),
+                                        ("pooled", [1, hidden, height // 2, width // 2]))],
                    initializers)
-    feeds = {"x": _random((1, c_in, 13, 17), 5)}
+    feeds = {"x": _random((1, c_in, height, width), 5)}
     expected, actual, session = _run_both(model, feeds, threads)
     for want, got in zip(expected, actual):
         assert_close(got, want)
@@ -183,7 +185,7 @@ def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(thread
 def test_squeeze_and_excitation_stays_blocked(batch):
     """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a
     per-channel [N, C, 1, 1] operand) -> Add of a constant [1, C, 1, 1] shift -> Relu -> 1x1: one run, no reorder
-    inside (the constant shift is reordered once per run, like an input)."""
+    inside (elementwise.blocked_operands: the constant shift stored blocked and tiled, the gate tiled by a copy)."""
     channels, squeezed = 40, 10
     nodes = [
         helper.make_node("Conv", ["x", "wd"], ["d"], name="depthwise", group=channels, pads=[1, 1, 1, 1]),
@@ -209,7 +211,8 @@ def test_squeeze_and_excitation_stays_blocked(batch):
     assert_close(actual, expected)
     counts = _kernel_counts(session)
     assert counts["global_avgpool_nchwc_f32"] == 1 and counts["conv2d_depthwise_nchwc_f32"] == 1
-    assert counts["reorder_to_nchwc_f32"] == 2  # x, and the constant shift (a per-channel operand)
+    assert counts["reorder_to_nchwc_f32"] == 1  # x (the constant shift is stored blocked, tiled over pixels)
+    assert counts["strided_copy"] == 1  # the computed gate tiled over the rows' pixels
     assert counts["reorder_from_nchwc_f32"] == 1  # y
 
 

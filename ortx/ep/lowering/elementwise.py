@@ -145,26 +145,54 @@ def channel_operand(shape, out_shape) -> bool:
             and tuple(shape[2:]) == (1, 1))
 
 
+# A blocked per-channel operand repeats every 16 lanes along the pixels: as [N, blocks, 1, 16] it made the chain
+# kernel's rows 16 elements long (an offset computed per 16 floats: PP-OCR det's RSE neck chains, run blocked, took
+# 20% of its time). It is stored tiled over up to this many pixels instead, so the rows are that many pixels long.
+BLOCKED_ROW_PIXELS = 64
+
+
+def _row_pixels(pixels: int) -> int:
+    """The largest divisor of `pixels` that is at most BLOCKED_ROW_PIXELS."""
+    return max(d for d in range(1, min(pixels, BLOCKED_ROW_PIXELS) + 1) if pixels % d == 0)
+
+
 def blocked_operands(node: ir.Node, builder, indices) -> tuple[list, list, object, tuple[int, ...]]:
     """For a node of a blocked run (ortx.ep.lowering.blocked_layout): the buffers and shapes of inputs `indices` and
-    of the output as views of the blocked tensors, [N, blocks, H*W, 16], pad lanes included (each element is
-    computed on its own, so pad lanes only ever meet pad lanes). An operand is output-shaped (its blocked buffer),
-    per-channel ([N or 1, C, 1, 1]: its blocked buffer, [N or 1, blocks, 1, 16]) or a single element (its buffer
-    as stored, broadcast)."""
+    of the output as views of the blocked tensors, [N, blocks, H*W / P, P * 16] with P = _row_pixels(H * W), pad
+    lanes included (each element is computed on its own, so pad lanes only ever meet pad lanes). An operand is
+    output-shaped (its blocked buffer), per-channel ([N or 1, C, 1, 1]: [N or 1, blocks, 1, P * 16], tiled over P
+    pixels: a constant once when compiled, a computed one, such as a squeeze-and-excitation scale, by a
+    strided_copy of its blocked form into a workspace before the node's step) or a single element (its buffer as
+    stored, broadcast)."""
     out = node.outputs[0]
     batch, channels, height, width = static_shape(out)
-    blocks = -(-channels // 16)
+    out_shape = static_shape(out)
+    blocks, pixels = -(-channels // 16), _row_pixels(height * width)
     refs, shapes = [], []
     for index in indices:
         value = node.inputs[index]
         shape = static_shape(value)
-        if shape == static_shape(out) or channel_operand(shape, static_shape(out)):
+        if shape == out_shape:
             refs.append(builder.blocked_buffer(value))
-            shapes.append((shape[0], blocks, shape[2] * shape[3], 16))
-        else:
+            shapes.append((shape[0], blocks, height * width // pixels, pixels * 16))
+            continue
+        if not channel_operand(shape, out_shape):
             refs.append(builder.buffer(value))
             shapes.append((1, 1, 1, 1))
-    return refs, shapes, builder.produce_blocked(out), (batch, blocks, height * width, 16)
+            continue
+        count, constant = shape[0], constant_value(value)
+        if constant is not None:
+            vector = np.zeros((count, blocks * 16), np.float32)
+            vector[:, :channels] = np.asarray(constant, np.float32).reshape(count, channels)
+            tiled = np.tile(vector.reshape(count, blocks, 1, 16), (1, 1, pixels, 1))
+            refs.append(builder.add_constant(tiled, label=f"{value.name}:blocked_rows"))
+        else:
+            tiled = builder.workspace(4 * count * blocks * pixels * 16, label=f"{value.name}:blocked_rows")
+            builder.emit("strided_copy", [4, 4, count, blocks, pixels, 16, blocks * 16, 16, 0, 1, 0], [],
+                         [builder.blocked_buffer(value), tiled])
+            refs.append(tiled)
+        shapes.append((count, blocks, 1, pixels * 16))
+    return refs, shapes, builder.produce_blocked(out), (batch, blocks, height * width // pixels, pixels * 16)
 
 
 def lower_unary(node: ir.Node, builder) -> None:
