@@ -72,7 +72,7 @@ def memory_ordered(nodes, inputs: list[ir.Value], outputs: list[ir.Value]) -> li
 
 def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, num_threads: int = 1,
                     precision: str = "fp32", sparse_policy=None, blocked: bool = True,
-                    fuse_expand: bool = True, pair_rows: str = "all") -> CompiledProgram:
+                    fuse_expand: bool = True, pair_rows: str = "exact") -> CompiledProgram:
     """Lowers `nodes` (a topological order) into one program reading `inputs` and writing `outputs`; the steps run
     in `memory_ordered(nodes)`, which lowers the arena's peak where independent branches allow. `precision`:
     ortx.ep.precision's option ("bf16": constant-weight GEMMs and convs get bf16 kernels). `sparse_policy`:

@@ -142,8 +142,9 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     On AMX the 1x1 convs run tdpbf16ps steps (kernels/conv_pointwise_nchwc_amx.c; before them, the vdpbf16ps tile
     lost to the NCHW AMX programs: MobileNetV2-style 1.77x, cls 1.14x). An Emerald Rapids VM, 2 threads, one
     process, against the NCHW AMX program: MobileNetV2-style 0.67-0.79x, cls 1.02-1.07x (kept blocked by the
-    small-map rule below; tuning's layout choice measures both); det keeps NCHW under the rule (with it at 3136
-    pixels det's runs went blocked: 1.26-1.30x), rec's runs are blocked since pair rows (the rule's share 0.4).
+    small-map rule below, then; tuning's layout choice measures both); det's runs went 1.26-1.30x blocked then.
+    Since pair rows and tiled channel operands in elementwise chains (without the latter det's blocked run was
+    1.19-1.23x), the small-map rule applies on the vdpbf16ps path only: det 0.90x, rec 0.87x the NCHW program.
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
     bf16_path = _kernels.bf16_isa() if builder.precision == "bf16" else None
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
@@ -188,12 +189,12 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     # nodes and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
     convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"]  # 1x1, depthwise
     useful = {run(node) for node in convs if np.prod(plans[node].ints[5:7]) > 1}
-    if builder.precision == "bf16":
-        # measured (2 threads, in-process A/B against the NCHW bf16 kernels): MobileNetV2-style 0.76-0.92 but
-        # PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps, where the NCHW bf16 GEMM is as
-        # fast and the reorders are not paid back; rec 0.98-1.06. With pair rows on AMX (pair_rows_values) rec's
-        # main run (46% of its 1x1 work on maps <= 784 pixels) went 0.914x blocked, det's (32%) still 1.09x at
-        # a 1600-pixel bound (65%): the share 0.4 (was 0.5) takes rec's and leaves det's
+    if builder.precision == "bf16" and bf16_path != "amx_bf16":
+        # measured on Zen 4's vdpbf16ps path (2 threads, in-process A/B against the NCHW bf16 kernels):
+        # MobileNetV2-style 0.76-0.92 but PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps,
+        # where the NCHW bf16 GEMM is as fast and the reorders are not paid back; rec 0.98-1.06. On AMX no such
+        # rule: with pair rows and the chains' tiled channel operands (elementwise.blocked_operands) every run
+        # gains there (in-process against the NCHW program, PAIR_ROWS "exact": det 0.90, rec 0.87)
         small, total = collections.Counter(), collections.Counter()
         for node in convs:
             plan = plans[node]
@@ -219,13 +220,15 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     1x1 and depthwise convs read, each as its X. Half the bytes of each such tensor move through memory, and a 1x1
     conv loads its AMX tiles from the rows as they lie instead of rounding its input.
     mode "exact": only tensors that 1x1 convs alone read (MobileNetV2's depthwise -> projection): they round their
-    input to these very bits, so the session's results do not change. "all" (the default): also the 1x1 convs'
+    input to these very bits, so the session's results do not change (the default). "all": also the 1x1 convs'
     outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16 values, as
-    the option's definition has it (bf16 activations; ortx/ep/precision.py). "off": none.
+    the option's definition allows (bf16 activations; ortx/ep/precision.py). "off": none.
     In-process against "off" (Emerald Rapids VM, 2 threads, 16 rounds, paired medians): MobileNetV2-style "exact"
     0.945, "all" 0.897 (cosine against ORT fp32 0.998439 -> 0.998712); PP-OCR cls 0.996 and 0.980 (0.999995 ->
-    0.999987). Before their writers stored whole 64-byte pixel lines (a block's half lines, one task each), "all"
-    read 1.05-1.08x: the half-line stores cost a read of every line."""
+    0.999987); against "exact", rec "all" 0.86 (0.999979 -> 0.999971) but det's cosine fell 0.999135 -> 0.994304
+    (benchmarks' seeded inputs), below issue #5's 0.999: "exact" stays the default. Before their writers stored
+    whole 64-byte pixel lines (a block's half lines, one task each), "all" read 1.05-1.08x: the half-line stores
+    cost a read of every line."""
     if mode not in PAIR_ROWS_MODES:
         raise ValueError(f"pair rows mode {mode!r}: expected one of {', '.join(PAIR_ROWS_MODES)}")
     if (mode == "off" or builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16"
