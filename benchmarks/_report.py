@@ -91,10 +91,11 @@ def row_arguments(parser, models: str) -> None:
     parser.add_argument("--no-write", action="store_true")
 
 
-def model_feeds(keys: str, rng, quiet_wait: float = 0.0):
+def model_feeds(keys: str, seed: int = 0, quiet_wait: float = 0.0):
     """(name, path, feeds) per comma-separated model key (benchmarks.memory.models; built ones live in a temporary
-    directory until the loop ends), the feeds uniform in [-1, 1) for its first input; before each, waits up to
-    `quiet_wait` s for a quiet host."""
+    directory until the loop ends), the feeds uniform in [-1, 1) for its first input, drawn from a generator seeded
+    with `seed` for each model (one shared generator made a model's input depend on the models listed before it);
+    before each, waits up to `quiet_wait` s for a quiet host."""
     import numpy as np
     import onnx
 
@@ -104,4 +105,5 @@ def model_feeds(keys: str, rng, quiet_wait: float = 0.0):
         for name, path, shape in models([key for key in keys.split(",") if key], directory):
             wait_for_quiet(quiet_wait)
             input_name = onnx.load(path, load_external_data=False).graph.input[0].name
+            rng = np.random.default_rng(seed)
             yield name, path, {input_name: rng.uniform(-1, 1, size=shape).astype(np.float32)}

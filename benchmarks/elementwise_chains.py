@@ -96,7 +96,7 @@ def main() -> int:
                  "up": rng.standard_normal((1, channels, size, size), np.float32)}
         rows.append(measure(f"det neck chain 1x{channels}x{size}x{size} (+GAP)",
                             neck_model(channels, size).SerializeToString(), feeds, args.threads, args.runs))
-    for name, path, feeds in model_feeds(args.models, rng, args.quiet_wait):
+    for name, path, feeds in model_feeds(args.models, 0, args.quiet_wait):
         rows.append(measure(name, path, feeds, args.threads, args.runs))
     commit = head_commit()
     body = (f"Measured {datetime.date.today()} on commit {commit}, {args.threads} threads, median of {args.runs} runs "

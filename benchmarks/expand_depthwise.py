@@ -91,7 +91,7 @@ def main() -> int:
     args = parser.parse_args()
     commit = head_commit()  # the code measured: read before anything runs
     rows = [measure(name, path, feeds, args.threads, args.runs)
-            for name, path, feeds in model_feeds(args.models, np.random.default_rng(0))]
+            for name, path, feeds in model_feeds(args.models, 0)]
     body = (f"Measured {datetime.date.today()} on commit {commit}, {host()}, {args.threads} threads, tuning off, "
             f"seeded random inputs. \"fused\" is OrtxEP with ortx.pipeline.EXPAND_DEPTHWISE on (sessions' default), "
             f"\"unfused\" with it off; pairs = the fused session's conv_expand_depthwise_nchwc_f32 steps; bitwise = "
