@@ -363,45 +363,47 @@ static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
                     (uint16_t *)job->Y + ((n * chunks + chunk) * OH * OW + oy0 * OW) * ORTX_PAIR_ROWS_CHUNK);
 }
 
+/* The blocked kernels' job (conv2d_depthwise_nchwc_f32's and conv2d_depthwise_pair_rows's): threads (one below
+ * 256K multiply-adds), bands, buffers; `tile_cleared` has one flag per thread. */
+static depthwise_job blocked_job(const ortx_conv_params *p, void *const *buffers, int num_threads, int *threads,
+                                 int *tile_cleared) {
+    *threads = (int)max64(1, min64(num_threads, p->workspace_threads));
+    double macs = (double)p->batch * p->in_channels * p->out_height * p->out_width * p->kernel_height *
+                  p->kernel_width;
+    if (macs < 256.0 * 1024) *threads = 1;
+    const ortx_depthwise_isa *isa = ortx_nchwc_depthwise_isa();
+    int64_t wanted = ORTX_TASKS_PER_THREAD * *threads, pieces = p->batch * ortx_nchwc_blocks(p->in_channels);
+    depthwise_layout layout = layout_of(p, 16, *threads > 1 ? (wanted + pieces - 1) / pieces : 1);
+    memset(tile_cleared, 0, (size_t)*threads * sizeof(int));
+    depthwise_job job = {p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
+                         scratch_floats(p, &layout), tile_cleared};
+    return job;
+}
+
 void ortx_conv2d_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
                                      int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
-    double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
-    if (macs < 256.0 * 1024) threads = 1;
-    const ortx_depthwise_isa *isa = ortx_nchwc_depthwise_isa();
-    int64_t blocks = ortx_nchwc_blocks(p.in_channels);
-    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
-    depthwise_layout layout = layout_of(&p, 16, threads > 1 ? (wanted + pieces - 1) / pieces : 1);
-    int tile_cleared[threads];
-    memset(tile_cleared, 0, sizeof(tile_cleared));
-    depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
-                         scratch_floats(&p, &layout), tile_cleared};
-    ortx_parallel_for(threads, p.batch * layout.blocks * layout.bands, depthwise_nchwc_task, &job);
+    int threads, tile_cleared[num_threads < 1 ? 1 : num_threads];
+    depthwise_job job = blocked_job(&p, buffers, num_threads, &threads, tile_cleared);
+    ortx_parallel_for(threads, p.batch * job.layout.blocks * job.layout.bands, depthwise_nchwc_task, &job);
 }
 
 void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, void *const *buffers,
                                      int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    int threads = (int)max64(1, min64(num_threads, p.workspace_threads));
-    double macs = (double)p.batch * p.in_channels * p.out_height * p.out_width * p.kernel_height * p.kernel_width;
-    if (macs < 256.0 * 1024) threads = 1;
-    const ortx_depthwise_isa *isa = ortx_nchwc_depthwise_isa();
-    int64_t blocks = ortx_nchwc_blocks(p.in_channels);
-    int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * blocks;
-    depthwise_layout layout = layout_of(&p, 16, threads > 1 ? (wanted + pieces - 1) / pieces : 1);
-    int tile_cleared[threads];
-    memset(tile_cleared, 0, sizeof(tile_cleared));
-    depthwise_job job = {&p, isa, layout, buffers[0], buffers[1], buffers[4], buffers[5], buffers[2], buffers[3],
-                         scratch_floats(&p, &layout), tile_cleared, (int)ints[ORTX_CONV_INTS],
-                         (int)ints[ORTX_CONV_INTS + 1], 0, ortx_pair_rows_load_portable,
-                         ortx_pair_rows_store_portable};
+    int threads, tile_cleared[num_threads < 1 ? 1 : num_threads];
+    depthwise_job job = blocked_job(&p, buffers, num_threads, &threads, tile_cleared);
+    const ortx_depthwise_isa *isa = job.isa;
+    job.in_rows = (int)ints[ORTX_CONV_INTS];
+    job.out_rows = (int)ints[ORTX_CONV_INTS + 1];
+    job.pair_load = ortx_pair_rows_load_portable;
+    job.pair_store = ortx_pair_rows_store_portable;
     job.in_place = isa->blocked_rows && isa->blocked_rows(&p, NULL, NULL, NULL, NULL, NULL, 0, 0) &&
                    (!job.in_rows || isa->blocked_rows_bf16);
 #if ORTX_HAVE_X86
     if (isa == &ortx_depthwise_avx512) job.pair_load = ortx_pair_rows_load_avx512;
     if (isa == &ortx_depthwise_avx512 && ortx_cpu_has_avx512_bf16()) job.pair_store = ortx_pair_rows_store_avx512_bf16;
 #endif
-    int64_t units = job.out_rows ? ortx_pair_rows_chunks(p.in_channels) : layout.blocks;
-    ortx_parallel_for(threads, p.batch * units * layout.bands, depthwise_pair_rows_task, &job);
+    int64_t units = job.out_rows ? ortx_pair_rows_chunks(p.in_channels) : job.layout.blocks;
+    ortx_parallel_for(threads, p.batch * units * job.layout.bands, depthwise_pair_rows_task, &job);
 }

@@ -214,6 +214,16 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
 PAIR_ROWS_MODES = ("all", "exact", "off")
 
 
+def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
+    """Per value (by identity: names may be empty), the (node, input index) pairs that read it."""
+    readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
+    for node in nodes:
+        for index, value in enumerate(node.inputs):
+            if value is not None:
+                readers[id(value)].append((node, index))
+    return readers
+
+
 def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> frozenset[str]:
     """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
     pair_rows.h) instead of blocked fp32: a 1x1 or depthwise conv's output that is no segment output and that only
@@ -234,12 +244,7 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     if (mode == "off" or builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16"
             or not builder.blocked_nodes or builder.expand_of):
         return frozenset()
-    readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
-    for node in nodes:
-        for index, value in enumerate(node.inputs):
-            if value is not None:
-                readers[id(value)].append((node, index))
-    output_values = {id(value) for value in outputs}
+    readers, output_values = _readers(nodes), {id(value) for value in outputs}
 
     def conv_kind(node: ir.Node) -> str | None:
         plan = plan_of(node) if node in builder.blocked_nodes else None
@@ -374,12 +379,7 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
         return {}
     if builder.precision == "bf16" and _kernels.bf16_isa() == "amx_bf16":
         return {}  # the fused step's 1x1 conv is the vdpbf16ps tile; the AMX steps unfused are faster (see above)
-    readers: dict[int, list[tuple[ir.Node, int]]] = collections.defaultdict(list)
-    for node in nodes:
-        for index, value in enumerate(node.inputs):
-            if value is not None:
-                readers[id(value)].append((node, index))
-    output_values = {id(value) for value in outputs}
+    readers, output_values = _readers(nodes), {id(value) for value in outputs}
     pairs = {}
     for node in nodes:
         if node not in builder.blocked_nodes:
