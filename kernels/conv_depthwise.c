@@ -285,7 +285,8 @@ static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
  * and the 1x1 conv before it can write them; the depthwise conv reading and writing half the bytes is most of the
  * gain (its multiply-adds are few; it is memory-bound).
  * A pair-rows input is read in place by the ISA's blocked_rows_bf16 (each pixel's values widened as loaded), or
- * widened into the tiled form's tile; a pair-rows output is computed into band buffers and rounded from there (depthwise_pair_rows_task).
+ * widened into the tiled form's tile; a pair-rows output is computed into band buffers and rounded from there
+ * (depthwise_pair_rows_task).
  * The sums are the blocked kernel's (same code, same order), so each output is that kernel's on the widened input,
  * then rounded. */
 /* One block's band of output rows, from its blocked or pair-rows input, into y_band (the band's first output pixel:

@@ -105,20 +105,21 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel
         int64_t ox = 0;
         if (KW_C > 0) {  /* 8 pixels at a time, then 4, then 1, each with the compile-time kernel width */
             const int kw = KW_C > 0 ? KW_C : 1, sw_c = SW_C > 0 ? SW_C : 1;
-            for (; ox + 8 <= OW; ox += 8)
-                pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 8, kw, sw_c, 0, NULL, NULL);
+#define TILE_PIXELS(j) pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, j, kw, sw_c, 0, NULL, NULL)
+            for (; ox + 8 <= OW; ox += 8) TILE_PIXELS(8);
             /* the row's last OW % 8 pixels in one call: 7 lone pixels would each be a chain of KH*KW dependent
              * FMAs (MobileNetV2's 7x7 maps: 4 + 1 + 1 + 1 ran at 19 GFLOP/s) */
             switch (OW - ox) {
-            case 7: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 7, kw, sw_c, 0, NULL, NULL); break;
-            case 6: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 6, kw, sw_c, 0, NULL, NULL); break;
-            case 5: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 5, kw, sw_c, 0, NULL, NULL); break;
-            case 4: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 4, kw, sw_c, 0, NULL, NULL); break;
-            case 3: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 3, kw, sw_c, 0, NULL, NULL); break;
-            case 2: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 2, kw, sw_c, 0, NULL, NULL); break;
-            case 1: pixels_avx512(in, ox, KH, dh * tile_row, weights, start, o + ox * 16, 1, kw, sw_c, 0, NULL, NULL); break;
+            case 7: TILE_PIXELS(7); break;
+            case 6: TILE_PIXELS(6); break;
+            case 5: TILE_PIXELS(5); break;
+            case 4: TILE_PIXELS(4); break;
+            case 3: TILE_PIXELS(3); break;
+            case 2: TILE_PIXELS(2); break;
+            case 1: TILE_PIXELS(1); break;
             default: break;
             }
+#undef TILE_PIXELS
             ox = OW;
         }
         for (; ox < OW; ox++) {
@@ -339,19 +340,20 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
     const int64_t taps_rows = ky_hi - ky_lo, step = dh * W * 16;
     float *out = y + oy * OW * 16;
     const float *res = residual ? residual + oy * OW * 16 : NULL;
-#define RES(column) (res ? res + (column) * 16 : NULL)
+#define ROW_PIXELS(j)                                                                                 \
+    pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, j, KW_C, SW_C, BF16_IN, p, \
+                  res ? res + ox * 16 : NULL)
     int64_t ox = x_lo;
     if (taps_rows > 0) {
-        for (; ox + 8 <= x_hi; ox += 8)
-            pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 8, KW_C, SW_C, BF16_IN, p, RES(ox));
+        for (; ox + 8 <= x_hi; ox += 8) ROW_PIXELS(8);
         switch (x_hi - ox) {
-        case 7: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 7, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 6: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 6, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 5: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 5, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 4: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 4, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 3: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 3, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 2: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 2, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
-        case 1: pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, 1, KW_C, SW_C, BF16_IN, p, RES(ox)); break;
+        case 7: ROW_PIXELS(7); break;
+        case 6: ROW_PIXELS(6); break;
+        case 5: ROW_PIXELS(5); break;
+        case 4: ROW_PIXELS(4); break;
+        case 3: ROW_PIXELS(3); break;
+        case 2: ROW_PIXELS(2); break;
+        case 1: ROW_PIXELS(1); break;
         default: break;
         }
     }
@@ -368,7 +370,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
         if (res) acc = _mm512_add_ps(acc, _mm512_loadu_ps(res + column * 16));
         _mm512_storeu_ps(out + column * 16, ortx_activation_avx512(acc, (int)p->activation, p->param0, p->param1));
     }
-#undef RES
+#undef ROW_PIXELS
 }
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) int blocked_rows_of(

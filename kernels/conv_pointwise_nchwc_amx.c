@@ -20,6 +20,10 @@
  *    epilogue (bias, residual, activation; ortx_activation_avx512) into Y. A C tile's row is one pixel's 16
  *    channels, so a full tile could be stored straight into the block; the scratch keeps the pixel tail and the
  *    epilogue in one path.
+ * 4. conv_pointwise_pair_rows_bf16 (conv.h) runs the same steps on pair rows (pair_rows.h): a step's A tiles are
+ *    loaded from the input rows as they lie (a chunk's 16 pixels are 1 KB of whole lines; a partial last step is
+ *    copied into the scratch with zero rows), and a chunk's two C tiles leave together, each pixel's 64 bytes of
+ *    bf16 in one store.
  * Numerics: tdpbf16ps's (ortx/ep/precision.py step 3), as the AMX GEMM's: not bitwise the vdpbf16ps tile.
  */
 #include "conv.h"
@@ -163,10 +167,10 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                     }
                     const int64_t chunk = n * ortx_pair_rows_chunks(job->out_channels) + b0 / 2;
                     const int64_t at = ((n * out_blocks + b0) * plane + p0 + pt * TILE_ROWS) * 16;
+                    uint16_t *y = (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) * ORTX_PAIR_ROWS_CHUNK;
                     finish_chunk_rows(job, c, two ? c_next : NULL, min64(TILE_ROWS, rows - pt * TILE_ROWS),
                                       job->bias + b0 * 16, job->residual ? job->residual + at : NULL, plane,
-                                      job->out_channels - b0 * 16,
-                                      (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) * ORTX_PAIR_ROWS_CHUNK);
+                                      job->out_channels - b0 * 16, y);
                 }
                 for (int t = 0; !job->out_rows && t < 2 * pixel_tiles; t++) {
                     const int64_t pt = t / 2, block = b0 + t % 2;

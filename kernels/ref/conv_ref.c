@@ -130,7 +130,8 @@ static void depthwise_ref(const int64_t *ints, const float *floats, void *const 
                     int64_t pixel = oy * p.out_width + ox;
                     ((uint16_t *)Y)[pair_rows_index(n, c, pixel, p.out_channels, out_pixels)] =
                         ortx_bf16_from_float(finish(&p, acc, residual, index));
-                    if (c == p.out_channels - 1) pair_rows_zero_pads((uint16_t *)Y, n, pixel, p.out_channels, out_pixels);
+                    if (c == p.out_channels - 1)
+                        pair_rows_zero_pads((uint16_t *)Y, n, pixel, p.out_channels, out_pixels);
                 }
 }
 
