@@ -36,9 +36,19 @@ def from_pair_rows(rows: np.ndarray, channels: int, height: int, width: int) -> 
     return np.ascontiguousarray(values[:, :channels].reshape(n, channels, height, width))
 
 
-def pair_rows_output(n: int, channels: int, pixels: int) -> np.ndarray:
-    """An output buffer of NaN bits, so every element a kernel fails to write shows."""
-    return np.full((n, -(-channels // 32), pixels, 32), 0xFFFF, np.uint16)
+def output_buffer(out_rows: bool, n: int, channels: int, height: int, width: int) -> np.ndarray:
+    """A pair-rows output of NaN bits (so every element a kernel fails to write shows), or a blocked one of NaNs."""
+    if out_rows:
+        return np.full((n, -(-channels // 32), height * width, 32), 0xFFFF, np.uint16)
+    return np.full((n, (channels + 15) // 16, height, width, 16), np.nan, np.float32)
+
+
+def read_output(y: np.ndarray, out_rows: bool, channels: int, height: int, width: int) -> np.ndarray:
+    """An output_buffer's values as [N, C, H, W] float32; a pair-rows one must hold zeros past C."""
+    if not out_rows:
+        return from_blocked(y, channels)
+    assert_pads_zero(y, channels)
+    return from_pair_rows(y, channels, height, width)
 
 
 def assert_pads_zero(rows: np.ndarray, channels: int):
@@ -77,17 +87,10 @@ def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, ac
         expected = round_to_bf16(expected)
 
     def run(use_ref):
-        source = to_pair_rows(x) if in_rows else to_blocked(x)
-        if out_rows:
-            y = pair_rows_output(n, c, oh * ow)
-        else:
-            y = np.full((n, (c + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        source, y = to_pair_rows(x) if in_rows else to_blocked(x), output_buffer(out_rows, n, c, oh, ow)
         _kernels.call("conv2d_depthwise_pair_rows", ints + [in_rows, out_rows], list(params),
                       [source, weights, y, workspace, bias, y], num_threads=threads, use_ref=use_ref)
-        if not out_rows:
-            return from_blocked(y, c)
-        assert_pads_zero(y, c)
-        return from_pair_rows(y, c, oh, ow)
+        return read_output(y, out_rows, c, oh, ow)
 
     np.testing.assert_array_equal(run(False), expected)
     assert_agrees(run(True), expected, bool(out_rows))
@@ -112,20 +115,13 @@ def test_pointwise_pair_rows_gives_the_blocked_kernels_bits(isa, amx, case, side
     packed, packed_bias = pack_pointwise(weights, bias, "bf16")
 
     def run(use_ref):
-        source = to_pair_rows(x) if in_rows else to_blocked(x)
-        if out_rows:
-            y = pair_rows_output(n, cout, h * w)
-        else:
-            y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
+        source, y = to_pair_rows(x) if in_rows else to_blocked(x), output_buffer(out_rows, n, cout, h, w)
         scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
         _kernels.call("conv_pointwise_pair_rows_bf16",
                       [n, cin, cout, h * w, int(residual), code, threads, in_rows, out_rows], list(params),
                       [source, packed, packed_bias, y, to_blocked(extra) if residual else y, scratch],
                       num_threads=threads, use_ref=use_ref)
-        if not out_rows:
-            return from_blocked(y, cout)
-        assert_pads_zero(y, cout)
-        return from_pair_rows(y, cout, h, w)
+        return read_output(y, out_rows, cout, h, w)
 
     if amx == "amx" and isa == "avx512":  # the AMX steps on both sides
         np.testing.assert_array_equal(run(False), expected)
