@@ -133,12 +133,14 @@ void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, voi
               ints[1] * 64 * (int64_t)sizeof(float), NULL, 0);
 }
 
+/* Whether the bf16 1x1 convs take the AVX512_BF16 tile, and whether their AMX steps (conv_pointwise_nchwc_amx.c). */
+static int avx512_bf16_path(void) { return ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16(); }
+static int amx_path(void) { return avx512_bf16_path() && ortx_amx_allowed() && ortx_cpu_has_amx_bf16(); }
+
 void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers,
                                     int num_threads) {
-    int fast = ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16();
-    if (fast && ortx_amx_allowed() && ortx_cpu_has_amx_bf16() &&
-        ortx_conv_pointwise_nchwc_bf16_amx(ints, floats, buffers, num_threads))
-        return;
+    int fast = avx512_bf16_path();
+    if (amx_path() && ortx_conv_pointwise_nchwc_bf16_amx(ints, floats, buffers, num_threads)) return;
     int64_t words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
     pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
               ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
@@ -150,9 +152,6 @@ void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, vo
  * oracle's loops run it. */
 void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
-    int fast = ortx_selected_isa() == ORTX_ISA_AVX512 && ortx_cpu_has_avx512_bf16();
-    if (fast && ortx_amx_allowed() && ortx_cpu_has_amx_bf16() &&
-        ortx_conv_pointwise_pair_rows_bf16_amx(ints, floats, buffers, num_threads))
-        return;
+    if (amx_path() && ortx_conv_pointwise_pair_rows_bf16_amx(ints, floats, buffers, num_threads)) return;
     ortx_conv_pointwise_pair_rows_bf16_ref(ints, floats, buffers, num_threads);
 }
