@@ -318,8 +318,11 @@ static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) 
     }
 }
 
-/* Step 1 of the AMX form for units [begin, end): unit u is chunk u / (phases * phase_rows), phase and row the rest;
- * each fills one row of one phase of a chunk plane (16 words per position). */
+/* Step 1 of the AMX form for units [begin, end): unit u is row u / (chunks * phases), chunk and phase the rest;
+ * each fills one row of one phase of a chunk plane (16 words per position). Row-major, so a thread's share of the
+ * units (a contiguous range, kernels/threadpool.c) is the band of rows its tile-major steps then read, from its
+ * own L2: chunk-major, half of every thread's A tiles came from the other core's (in-process A/B, 2 threads:
+ * ResNet-18's 3 -> 64 7x7/2 stem 0.925x, its 64 -> 64 3x3 conv at 56x56 0.943x, the bf16 model 0.985x). */
 static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const direct_job *job = context;
@@ -327,8 +330,9 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
     const ortx_conv_direct_geometry *g = &job->geometry;
     const int64_t H = p->in_height, W = p->in_width, cin_g = p->in_channels / p->group;
     const int64_t sh = p->stride_height, sw = p->stride_width, width = g->phase_width, rows = g->phase_rows;
+    const int64_t chunks = tile_chunks(p);
     for (int64_t unit = begin; unit < end; unit++) {
-        const int64_t h = unit / (sh * sw * rows), phase = unit / rows % (sh * sw), r = unit % rows;
+        const int64_t r = unit / (chunks * sh * sw), h = unit / (sh * sw) % chunks, phase = unit % (sh * sw);
         const int64_t qy = phase / sw, qx = phase % sw;
         if (!job->used_phase[phase]) continue;
         uint32_t *out = job->planes + (h * g->channel_floats + phase * rows * width + r * width) * CHUNK_WORDS;
