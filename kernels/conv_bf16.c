@@ -21,11 +21,18 @@
  * consecutive: Case 0's (ortx_conv_direct_bf16_packed_index), else gemm_pack_bf16's A operand of W_g as a
  * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_a_elements(Cout/g, K) values, in the format of the bf16 path
  * selected when packing: tiles on AMX, else MR-row K-pair panels).
+ * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X blocked [21] Y (and the residual) blocked (conv.h's NCHWc, pad
+ *   lanes of Y written as zeros): the AMX direct form reads a blocked X's vectors into its chunk planes and stores
+ *   C tile rows (one pixel's 16 channels) as they are, without the NCHW forms' transposes
+ *   (ortx_conv_direct_bf16_blocked_applies); other convs run conv2d_bf16 on NCHW copies (correct, never chosen).
+ * conv_bf16_nchwc_applies: ints the 20 conv ints; buffers [0] int64[1] out: 1 when conv2d_bf16_nchwc runs the conv
+ *   on the AMX direct form (on the bf16 path selected now), else 0.
  * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, the
  * form (1: Case 0, 0: the others).
  * conv_pack_bf16: ints the 20 conv ints; buffers [0] the fp32 weights (Cout, Cin/g, KH, KW) [1] the packed
  * weights (conv_sizes_bf16's elements).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "conv.h"
@@ -161,7 +168,7 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             }
             if (direct) {  /* Case 0 */
                 ortx_conv_direct_bf16(&p, x, weights + g * ortx_conv_direct_bf16_packed_elements(&p), Y + y_offset,
-                                      &epilogue, workspace, threads, NULL);
+                                      &epilogue, workspace, threads, NULL, 0);
                 continue;
             }
             ortx_bgemm_operand B = {NULL, x, plane, 1, NULL, NULL, NULL};  /* Case 1 */
@@ -179,6 +186,74 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
             ortx_bgemm(cout_g, N, K, &A, &B, Y + y_offset, N, &epilogue, workspace, threads);
         }
     }
+}
+
+/* count float32 [N][C][pixels] values between NCHW and the blocked layout ([N][ceil(C/16)][pixels][16], pad lanes
+ * written as zeros); to_blocked 0: blocked -> NCHW. */
+static void reorder_blocked(const float *src, float *dst, int64_t batch, int64_t channels, int64_t pixels,
+                            int to_blocked) {
+    const int64_t padded = ortx_round_up(channels, 16);
+    if (to_blocked) memset(dst, 0, batch * padded * pixels * sizeof(float));
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t c = 0; c < channels; c++)
+            for (int64_t i = 0; i < pixels; i++) {
+                int64_t plain = (n * channels + c) * pixels + i;
+                int64_t blocked = ((n * padded + c / 16 * 16) * pixels + i * 16) + c % 16;
+                if (to_blocked)
+                    dst[blocked] = src[plain];
+                else
+                    dst[plain] = src[blocked];
+            }
+}
+
+void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads, ortx_kernel_fn conv) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int x_blocked = ints[20] != 0, y_blocked = ints[21] != 0;
+    const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
+    const int64_t x_count = p.batch * p.in_channels * in_pixels, y_count = p.batch * p.out_channels * out_pixels;
+    float *x = x_blocked ? malloc(x_count * sizeof(float)) : (float *)buffers[0];
+    float *y = y_blocked ? malloc(y_count * sizeof(float)) : (float *)buffers[2];
+    float *residual = y_blocked && p.has_residual ? malloc(y_count * sizeof(float)) : (float *)buffers[5];
+    if ((x_blocked && !x) || (y_blocked && !y) || (y_blocked && p.has_residual && !residual)) abort();
+    if (x_blocked) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0);
+    if (y_blocked && p.has_residual) reorder_blocked(buffers[5], residual, p.batch, p.out_channels, out_pixels, 0);
+    void *plain[6] = {x, buffers[1], y, buffers[3], buffers[4], residual};
+    conv(ints, floats, plain, num_threads);
+    if (y_blocked) reorder_blocked(y, buffers[2], p.batch, p.out_channels, out_pixels, 1);
+    if (x_blocked) free(x);
+    if (y_blocked) free(y);
+    if (y_blocked && p.has_residual) free(residual);
+}
+
+void ortx_conv2d_bf16_nchwc(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int layout = (ints[20] ? ORTX_DIRECT_X_BLOCKED : 0) | (ints[21] ? ORTX_DIRECT_Y_BLOCKED : 0);
+    if (!layout || !ortx_conv_direct_bf16_blocked_applies(&p)) {
+        ortx_conv2d_bf16_nchwc_through_nchw(ints, floats, buffers, num_threads, ortx_conv2d_bf16);
+        return;
+    }
+    int threads = num_threads < 1 ? 1 : num_threads;
+    if (threads > p.workspace_threads) threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
+    const float *X = buffers[0], *bias = buffers[4], *residual = buffers[5];
+    float *Y = buffers[2], *workspace = buffers[3];
+    const int64_t in_channels = ints[20] ? ortx_round_up(p.in_channels, 16) : p.in_channels;
+    const int64_t out_channels = ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels;
+    const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
+    for (int64_t n = 0; n < p.batch; n++) {
+        int64_t y_offset = n * out_channels * out_pixels;
+        ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, 0, y_offset);
+        ortx_conv_direct_bf16(&p, X + n * in_channels * in_pixels, buffers[1], Y + y_offset, &epilogue, workspace,
+                              threads, NULL, layout);
+    }
+}
+
+void ortx_conv_bf16_nchwc_applies(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    (void)num_threads;
+    float unused[2] = {0.0f, 0.0f};
+    ortx_conv_params p = ortx_conv_params_read(ints, unused);
+    ((int64_t *)buffers[0])[0] = ortx_conv_direct_bf16_blocked_applies(&p);
 }
 
 void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {

@@ -105,6 +105,10 @@ int ortx_conv_direct_bf16_applies(const ortx_conv_params *original) {
     return computed <= 1.35 * needed;
 }
 
+int ortx_conv_direct_bf16_blocked_applies(const ortx_conv_params *p) {
+    return p->group == 1 && use_tiles() && !ortx_conv_rows_bf16_applies(p) && ortx_conv_direct_bf16_applies(p);
+}
+
 int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *original) {
     const ortx_conv_params q = effective(original), *p = &q;
     ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
@@ -178,6 +182,7 @@ typedef struct direct_job {
     const ortx_conv_params *unfolded;    /* not NULL: params is this conv's x-unfolded form (unfolds_x) */
     const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
     float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
+    int layout;                          /* ORTX_DIRECT_X_BLOCKED | ORTX_DIRECT_Y_BLOCKED (the AMX form) */
 } direct_job;
 
 /* Columns [lo, hi) of a phase row `width` wide whose input column j * sw + shift lies in [0, W). */
@@ -347,6 +352,18 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
         }
         int64_t lo, hi;  /* columns [lo, hi) read the input; the rest is zero */
         input_columns(qx - p->pad_left, sw, W, width, &lo, &hi);
+        if (job->layout & ORTX_DIRECT_X_BLOCKED) {  /* blocks 2h and 2h + 1 hold the chunk's 32 channels */
+            const int64_t first = 2 * ORTX_BGEMM_TILE_PAIRS * h, column = lo * sw + qx - p->pad_left;
+            const float *even = job->x + ((2 * h * H + iy) * W + column) * 16;
+            const int64_t rest = cin_g - first - 16;
+            memset(out, 0, lo * CHUNK_WORDS * sizeof(uint32_t));
+            if (hi > lo)
+                job->isa->chunk_run_blocked(even, rest > 0 ? even + H * W * 16 : NULL, sw * 16, hi - lo,
+                                            (int)min64(cin_g - first, 16), (int)min64(rest > 0 ? rest : 0, 16),
+                                            out + lo * CHUNK_WORDS);
+            memset(out + hi * CHUNK_WORDS, 0, (width - hi) * CHUNK_WORDS * sizeof(uint32_t));
+            continue;
+        }
         const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
         for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
             int64_t channel = 2 * ORTX_BGEMM_TILE_PAIRS * h + j;
@@ -463,6 +480,7 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     ortx_tile_state saved;
     ortx_bf16_direct_pending pending;  /* each step's store runs during the next one's products */
     pending.valid = 0;
+    pending.blocked = (job->layout & ORTX_DIRECT_Y_BLOCKED) != 0;
     job->isa->tiles_begin(&saved);
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
@@ -484,9 +502,9 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
 
 void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
-                           const ortx_conv_params *transposed) {
+                           const ortx_conv_params *transposed, int layout) {
     const ortx_conv_params q = effective(original), *p = &q;
-    direct_job job = {.params = p, .unfolded = unfolds_x(original) ? original : NULL,
+    direct_job job = {.layout = layout, .params = p, .unfolded = unfolds_x(original) ? original : NULL,
                       .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(), .x = x,
                       .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
                       .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};

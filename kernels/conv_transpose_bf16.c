@@ -104,6 +104,6 @@ void ortx_conv_transpose2d_bf16(const int64_t *ints, const float *floats, void *
             };
             ortx_conv_direct_bf16(&q, X + (n * p.in_channels + g * cin_g) * plane,
                                   weights + g * ortx_conv_direct_bf16_elements(&q), Y + y_offset, &epilogue,
-                                  workspace, threads, &p);
+                                  workspace, threads, &p, 0);
         }
 }

@@ -529,6 +529,8 @@ const ortx_kernel_entry ortx_family_bf16[] = {
     {"gemm_pack_bf16", gemm_pack_bf16, gemm_pack_bf16},
     {"gemm_sizes_bf16", gemm_sizes_bf16, gemm_sizes_bf16},
     {"conv2d_bf16", ortx_conv2d_bf16, ortx_conv2d_bf16_ref},
+    {"conv2d_bf16_nchwc", ortx_conv2d_bf16_nchwc, ortx_conv2d_bf16_nchwc_ref},
+    {"conv_bf16_nchwc_applies", ortx_conv_bf16_nchwc_applies, ortx_conv_bf16_nchwc_applies},
     {"conv_sizes_bf16", ortx_conv_sizes_bf16, ortx_conv_sizes_bf16},
     {"conv_pack_bf16", ortx_conv_pack_bf16, ortx_conv_pack_bf16},
     {"conv_bf16_rows_off", ortx_conv_rows_bf16_off, ortx_conv_rows_bf16_off},

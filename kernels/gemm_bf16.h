@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "ortx_kernels.h"
 
 /* Rows of the bf16 micro-tile (A panels' height): 8 x 32 outputs are 16 zmm accumulators, and 8 divides the
  * channel counts of most CNNs (64, 96, 128, ...), where 6 (the fp32 tile's) leaves a partial panel. */
@@ -179,6 +180,7 @@ typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const ui
 struct ortx_bf16_direct_pending {
     float scratch[2][32 * 32] __attribute__((aligned(64)));  /* [pixel][row], alternating */
     int valid, which, vectors, mt;
+    int blocked;  /* c is NCHWc (conv.h's blocked layout, 16 channels a vector): row blocks 16 * ldc apart */
     uint32_t masks[2];
     int64_t at[2], ldc, rows, row0;
     float *c;
@@ -188,6 +190,11 @@ struct ortx_bf16_direct_pending {
 /* The AMX direct conv's chunk planes (a_tiles paths): for k < count, the 64 bytes at dst + 16k are the 16 words
  * (bf16(channels[2j][k * step]) low, bf16(channels[2j + 1][k * step]) high), j < 16; a NULL channel reads zeros. */
 typedef void (*ortx_bf16_chunk_run_fn)(const float *const *channels, int64_t step, int64_t count, uint32_t *dst);
+/* The same from blocked input (conv.h's NCHWc): the 16 words at dst + 16k hold channels 0-15 of lo[k * step] and
+ * 0-15 of hi[k * step] (16 floats each) as consecutive pairs; channels past lo_channels / hi_channels (and all
+ * of a NULL hi) read zeros. */
+typedef void (*ortx_bf16_chunk_run_blocked_fn)(const float *lo, const float *hi, int64_t step, int64_t count,
+                                               int lo_channels, int hi_channels, uint32_t *dst);
 
 /* The tile configuration a thread had before a tiles task (64 bytes, sttilecfg's; palette 0: none). */
 typedef struct ortx_tile_state {
@@ -209,6 +216,7 @@ typedef struct ortx_bgemm_isa {
     ortx_bf16_direct_tiles_fn direct_tiles;  /* a_tiles paths: the direct conv's AMX step */
     void (*direct_finish)(ortx_bf16_direct_pending *pending);  /* ... and the store of its last step */
     ortx_bf16_chunk_run_fn chunk_run;        /* a_tiles paths: its input planes */
+    ortx_bf16_chunk_run_blocked_fn chunk_run_blocked;  /* ... from blocked input */
     /* a_tiles paths: around each task that runs block or direct_tiles on a thread, load our tile configuration
      * (saving the thread's) and then give the thread its own back (or release the tiles): other AMX code on the
      * caller's thread (ONNX Runtime's, OpenVINO's kernels) may cache its configuration or have released it. */
@@ -283,7 +291,17 @@ int64_t ortx_conv_direct_bf16_packed_elements(const struct ortx_conv_params *p);
 int64_t ortx_conv_direct_bf16_packed_index(const struct ortx_conv_params *p, int64_t m, int64_t c, int64_t tap);
 void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, const uint16_t *weights, float *y,
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
-                           const struct ortx_conv_params *transposed);
+                           const struct ortx_conv_params *transposed, int layout);
+/* ortx_conv_direct_bf16's layout bits (the AMX form only, one group): x, and y with the residual, in conv.h's
+ * blocked NCHWc layout instead of NCHW. */
+#define ORTX_DIRECT_X_BLOCKED 1
+#define ORTX_DIRECT_Y_BLOCKED 2
+/* Whether conv2d_bf16_nchwc runs p on the AMX direct form (else through NCHW copies, reorders around
+ * conv2d_bf16: correct everywhere, never chosen by the lowering). */
+int ortx_conv_direct_bf16_blocked_applies(const struct ortx_conv_params *p);
+/* conv2d_bf16_nchwc's other convs and its reference: `conv` (conv2d_bf16 or its reference) on NCHW copies. */
+void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *floats, void *const *buffers,
+                                         int num_threads, ortx_kernel_fn conv);
 
 /* conv2d_bf16's pixel-rows form (conv_bf16_rows.c): small output maps, vectors along output channels. */
 int ortx_conv_rows_bf16_applies(const struct ortx_conv_params *p);
@@ -304,11 +322,14 @@ void ortx_conv_transpose_pack_bf16(const int64_t *ints, const float *floats, voi
 void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_bf16_nchwc(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_bf16_nchwc_applies(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_sizes_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_pack_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Reference kernels (kernels/ref/gemm_bf16_ref.c). */
 void ortx_gemm_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_bf16_nchwc_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 #endif

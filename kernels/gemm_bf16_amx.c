@@ -228,6 +228,21 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_amx_bf16(const float *const *channels
     }
 }
 
+/* gemm_bf16.h's ortx_bf16_chunk_run_blocked_fn: one conversion per position, no transpose (the blocked vectors
+ * already hold a pixel's channels side by side). */
+ORTX_TARGET_AMX_BF16 static void chunk_run_blocked_amx_bf16(const float *lo, const float *hi, int64_t step,
+                                                            int64_t count, int lo_channels, int hi_channels,
+                                                            uint32_t *dst) {
+    const __mmask16 lo_mask = (__mmask16)(lo_channels >= 16 ? 0xffffu : (1u << lo_channels) - 1u);
+    const __mmask16 hi_mask = (__mmask16)(!hi || hi_channels <= 0 ? 0u : hi_channels >= 16 ? 0xffffu
+                                                                                         : (1u << hi_channels) - 1u);
+    for (int64_t k = 0; k < count; k++) {
+        __m512 first = _mm512_maskz_loadu_ps(lo_mask, lo + k * step);
+        __m512 second = hi_mask ? _mm512_maskz_loadu_ps(hi_mask, hi + k * step) : _mm512_setzero_ps();
+        _mm512_storeu_si512(dst + 16 * k, (__m512i)_mm512_cvtne2ps_pbh(second, first));
+    }
+}
+
 /* The direct conv's step (gemm_bf16.h's ortx_bf16_direct_tiles_fn), with the activations as A and the weights as
  * B: an A tile is 16 virtual pixels x 16 pairs, the 1 KB at one tap's offset in a chunk plane (64-byte rows one
  * pixel apart, so every tap's rows are whole cache lines); a B tile is 16 pairs x 16 output rows of the packed
@@ -271,9 +286,50 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
     if (mt == 2 && nt == 2) _tile_stored(3, scratch + 16 * 32 + 16, 128);
 }
 
+/* A pending step's store into a blocked output: a C tile row is one pixel's 16 channels, the vector the layout
+ * stores, so no transpose; the epilogue's operations in direct_store_row's order (the NCHW store's bits), pad
+ * channels past `rows` stored as zeros. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
+ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pending *s) {
+    const float *scratch = s->scratch[s->which];
+    const ortx_gemm_epilogue *e = s->epilogue;
+    for (int o = 0; o < s->mt; o++) {
+        const int64_t rows = s->rows - 16 * o < 16 ? s->rows - 16 * o : 16, block_floats = 16 * s->ldc;
+        const __mmask16 valid = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+        const __m512 bias = e->bias_row ? _mm512_maskz_loadu_ps(valid, e->bias_row + s->row0 + 16 * o)
+                                        : _mm512_setzero_ps();
+        const float *residual = e->residual ? e->residual + (s->row0 / 16 + o) * block_floats : NULL;
+        float *c = s->c + o * block_floats;
+        for (int v = 0; v < s->vectors; v++) {
+            uint32_t keep = s->masks[v];
+            for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
+                const int lane = __builtin_ctz(keep);
+                __m512 value = _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o);
+                if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
+                if (e->bias_row) value = _mm512_add_ps(value, bias);
+                if (residual)
+                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale), _mm512_loadu_ps(residual + 16 * q),
+                                            value);
+                if (e->activation != ORTX_ACT_NONE) {
+                    __m256 lo = _mm512_castps512_ps256(value);
+                    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
+                    lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
+                    hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
+                    value = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
+                                                                _mm256_castps_pd(hi), 1));
+                }
+                _mm512_storeu_ps(c + 16 * q, _mm512_maskz_mov_ps(valid, value));
+            }
+        }
+    }
+}
+
 /* A pending step's store: its C tiles transposed block by block to rows x pixels (in registers), then each row
  * vector through the direct-tile store. */
 ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s) {
+    if (s->blocked) {
+        direct_store_blocked(s);
+        return;
+    }
     const float *scratch = s->scratch[s->which];
     for (int v = 0; v < s->vectors; v++) {
         __mmask16 keep = (__mmask16)s->masks[v];
@@ -363,6 +419,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
     .direct_tiles = direct_tiles_amx_bf16,
     .direct_finish = direct_finish_amx_bf16,
     .chunk_run = chunk_run_amx_bf16,
+    .chunk_run_blocked = chunk_run_blocked_amx_bf16,
     .tiles_begin = tiles_begin_amx,
     .tiles_end = tiles_end_amx,
 };

@@ -121,3 +121,8 @@ void ortx_conv_transpose2d_bf16_ref(const int64_t *ints, const float *floats, vo
                 }
         }
 }
+
+/* conv2d_bf16_nchwc's oracle: the reference conv on NCHW copies (kernels/conv_bf16.c). */
+void ortx_conv2d_bf16_nchwc_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    ortx_conv2d_bf16_nchwc_through_nchw(ints, floats, buffers, num_threads, ortx_conv2d_bf16_ref);
+}
