@@ -51,4 +51,27 @@ ORTX_TARGET_AVX512 void ortx_pool_row_f32_avx512(const float *const *rows, int64
         _mm512_storeu_ps(out + ow, result);
     }
 }
+
+ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh,
+                                                      float *out, float *column_max) {
+    const int64_t IW = p->in[2], OW = p->out[2], h0 = oh * p->stride[1] - p->pad_begin[1];
+    int64_t first, last, padded;
+    ortx_pool_taps(p, 1, oh, &first, &last, &padded);
+    const __m512 lowest = _mm512_set1_ps(-FLT_MAX);
+    for (int64_t iw = 0; iw < IW; iw++) {  /* max(load, acc): a NaN tap leaves acc, as v > best ? v : best does */
+        __m512 acc = lowest;
+        for (int64_t i = first; i < last; i++)
+            acc = _mm512_max_ps(_mm512_loadu_ps(plane + ((h0 + i * p->dilation[1]) * IW + iw) * 16), acc);
+        _mm512_storeu_ps(column_max + iw * 16, acc);
+    }
+    for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w_first, w_last;
+        ortx_pool_taps(p, 2, ow, &w_first, &w_last, &padded);
+        const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
+        __m512 acc = lowest;
+        for (int64_t j = w_first; j < w_last; j++)
+            acc = _mm512_max_ps(_mm512_loadu_ps(column_max + (w0 + j * p->dilation[2]) * 16), acc);
+        _mm512_storeu_ps(out + ow * 16, acc);
+    }
+}
 #endif

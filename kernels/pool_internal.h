@@ -88,6 +88,11 @@ void ortx_pool_row_f32_portable(const float *const *rows, int64_t num_rows, int6
                                 const ortx_pool_params *p, int is_max);
 void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                             const ortx_pool_params *p, int is_max);
+/* maxpool_nchwc_f32's output row oh of one block on AVX-512 (pool.c): the window's valid input rows reduced
+ * into `column_max` (in[2] vectors of 16), then each output's valid w taps from it; -FLT_MAX where no tap. */
+#define ORTX_POOL_NCHWC_MAX_WIDTH 256
+void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh, float *out,
+                                   float *column_max);
 /* Max pooling with stride 2 and 2 or 3 w taps on AVX-512; everything else through ortx_pool_row_f32_avx2. */
 void ortx_pool_row_f32_avx512(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                               const ortx_pool_params *p, int is_max);

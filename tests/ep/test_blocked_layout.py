@@ -292,6 +292,35 @@ def test_bf16_on_amx_keeps_the_runs_tensors_in_pair_rows():
     assert cosine(every, expected) >= cosine(plain, expected) - 1e-3
 
 
+@pytest.mark.usefixtures("amx_path")
+@pytest.mark.parametrize("batch,size,threads", [(1, 224, 2), (2, 64, 1)])
+def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads, monkeypatch):
+    """ResNet-style under bf16 on AMX at 224x224: every conv (the 7x7 stem writing blocked from the NCHW input, the
+    3x3 convs with their residuals, the 1x1 stride-2 shortcuts) runs conv2d_bf16_nchwc, the MaxPool
+    maxpool_nchwc_f32 and the GlobalAveragePool its blocked kernel, so no reorder enters the run and one leaves it
+    (the pooled vector). At 64x64 the 4x4 and 2x2 maps' convs are not the direct form's (kept NCHW, as the kernel's
+    rule says) and the run ends before them. Either way the bits are those of the NCHW session
+    (dense_bf16_blocked off), whose convs compute the same products."""
+    from ortx.ep.lowering import blocked_layout
+
+    model = _models.resnet18_style(batch=batch, size=size, seed=3)
+    feeds = {"input": _random((batch, 3, size, size), 9)}
+    (expected,), (blocked,), session = _run_both(model, feeds, threads, precision="bf16")
+    counts = _kernel_counts(session)
+    if size == 224:
+        assert counts["conv2d_bf16_nchwc"] == 20 and "conv2d_bf16" not in counts, counts
+        assert counts["global_avgpool_nchwc_f32"] == 1, counts
+    else:
+        assert counts["conv2d_bf16_nchwc"] == 10 and counts["conv2d_bf16"] == 10, counts
+    assert counts["maxpool_nchwc_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
+    assert "reorder_to_nchwc_f32" not in counts, counts
+    monkeypatch.setattr(blocked_layout, "DENSE_BF16", False)
+    (_,), (plain,), session = _run_both(model, feeds, threads, precision="bf16")
+    assert "conv2d_bf16_nchwc" not in _kernel_counts(session)
+    np.testing.assert_array_equal(blocked, plain)
+    assert cosine(blocked, expected) >= BF16_MODEL_MIN_COSINE
+
+
 def _bf16_blocked_mobilenet(fused: int):
     import ortx.pipeline
 

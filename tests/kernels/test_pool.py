@@ -166,3 +166,39 @@ def test_isas_above_this_cpu_are_not_runnable():
     if missing:
         warnings.warn(f"pool kernels: ISAs not runnable on this CPU: {', '.join(missing)}")
     assert RUNNABLE_ISAS[-1] == _kernels.cpu_isa()
+
+
+def _blocked(x: np.ndarray) -> np.ndarray:
+    """[N, C, H, W] -> [N, C/16, H, W, 16] (pad lanes NaN: a max that read them into real lanes would show it)."""
+    n, c, h, w = x.shape
+    blocks = -(-c // 16)
+    padded = np.full((n, blocks * 16, h, w), np.nan, np.float32)
+    padded[:, :c] = x
+    return np.ascontiguousarray(padded.reshape(n, blocks, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+@pytest.mark.parametrize("case", [  # (N, C, H, W, kernel, stride, pads (top, left, bottom, right), dilation)
+    (1, 64, 112, 112, 3, 2, (1, 1, 1, 1), 1),  # ResNet's stem pool
+    (2, 20, 9, 13, 2, 2, (0, 0, 0, 0), 1),     # two images, a partial block
+    (1, 16, 10, 7, 3, 1, (1, 1, 1, 1), 1),     # stride 1 "same"
+    (1, 32, 11, 11, 3, 2, (0, 0, 1, 1), 2),    # dilation 2, end padding only (a ceil_mode shape)
+    (1, 16, 6, 300, 3, 2, (1, 1, 1, 1), 1),    # wider than the AVX-512 rows' column buffer: the portable loop
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_maxpool_nchwc_equals_maxpool_on_nchw(isa, case, threads):
+    """maxpool_nchwc_f32 (blocked runs' MaxPool) gives maxpool_f32's bits on each channel; its reference too."""
+    n, c, h, w, k, s, pads, d = case
+    x = np.random.default_rng(5).standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, 0, 0, :3] = np.nan  # a NaN tap is skipped by both
+    oh = (h + pads[0] + pads[2] - d * (k - 1) - 1) // s + 1
+    ow = (w + pads[1] + pads[3] - d * (k - 1) - 1) // s + 1
+    ints = [1, 1, h, w, 1, oh, ow, 1, k, k, 1, s, s, 0, pads[0], pads[1], 0, pads[2], pads[3], 1, d, d, 0]
+    expected = np.zeros((n, c, oh, ow), np.float32)
+    _kernels.call("maxpool_f32", [n * c] + ints[1:], [], [x, expected], num_threads=threads)
+    blocks = -(-c // 16)
+    for use_ref in (False, True):
+        y = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("maxpool_nchwc_f32", [n * blocks] + ints[1:], [], [_blocked(x), y], num_threads=threads,
+                      use_ref=use_ref)
+        got = np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, oh, ow)[:, :c])
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), err_msg=f"ref {use_ref}")

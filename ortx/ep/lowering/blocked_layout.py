@@ -43,8 +43,15 @@ reorder then blocks (MobileNetV2-style's 3 -> 32 stem at 112x112, 2 threads, pro
 + reorder 0.110-0.117 ms against conv2d_to_nchwc_f32's 0.178-0.181 ms).
 On the AMX path, tensors inside a run that only 1x1 and depthwise convs read are kept as bf16 pair rows
 (`pair_rows_values`, kernels/pair_rows.h): half the bytes, and the 1x1 convs' AMX tiles load them as they lie.
-Limits: dense convs from more channels (3x3 convs of ResNet-style blocks) neither read nor write blocked tensors,
-so a run ends at them.
+Under bf16 on AMX, dense convs that take the AMX direct form (`dense_bf16_blocked`: one group, conv2d_bf16's
+shape rule) read and write blocked tensors too (conv2d_bf16_nchwc: its chunk planes filled from blocked vectors,
+its C tile rows stored as blocked vectors, no transposes; a stem reads the NCHW input), and so does a 2-D MaxPool
+(maxpool_nchwc_f32), so ResNet-style networks run blocked from the stem to the global pool. The bits are the NCHW
+program's. ResNet-18-style, Emerald Rapids VM, 2 threads, in-process A/B against DENSE_BF16 off: 0.79x (before the
+blocked MaxPool 0.84x, a reorder of its output then entering the run); MobileNetV2-style, PP-OCR det/rec/cls and
+the BERT-like encoder 0.99-1.00x.
+Limits: elsewhere dense convs from more channels (3x3 convs of ResNet-style blocks) neither read nor write blocked
+tensors, so a run ends at them.
 """
 from __future__ import annotations
 
@@ -80,6 +87,8 @@ BF16_SMALL_MAP_PIXELS = 784
 BF16_SMALL_MAP_SHARE = 0.5
 BF16_BLOCKED_PATHS = ("avx512_bf16", "amx_bf16")  # the bf16 paths with blocked 1x1 conv kernels
 STEM_MAX_CHANNELS = 4  # dense convs from at most this many channels may write blocked outputs (a network's stem)
+# Dense convs on blocked tensors under bf16 on AMX (dense_bf16_blocked); False: they end runs as before (A/B, tests)
+DENSE_BF16 = True
 
 
 BLOCKED_BINARY = ("Add", "Sub", "Mul", "Div")
@@ -88,7 +97,7 @@ BLOCKED_BINARY = ("Add", "Sub", "Mul", "Div")
 def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
     """The inputs an elementwise node reads as blocked tensors (output-shaped float32 operands and per-channel ones,
     elementwise.channel_operand), when every other operand is a single element and the output is 4-D; else None. A
-    GlobalAveragePool reads its input blocked (global_avgpool_nchwc_f32)."""
+    GlobalAveragePool reads its input blocked (global_avgpool_nchwc_f32), a 2-D MaxPool too (maxpool_nchwc_f32)."""
     domain = node.domain if node.domain != "ai.onnx" else ""
     if domain == "" and node.op_type in elementwise.UNARY_CODES or (
             domain == elementwise.CONTRIB_DOMAIN and node.op_type in elementwise.CONTRIB_UNARY_CODES):
@@ -97,7 +106,7 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         data = (0, 1)
     elif (domain, node.op_type) == ("ai.ortx", "ElementwiseChain"):
         data = tuple(range(len(node.inputs)))
-    elif domain == "" and node.op_type == "GlobalAveragePool":
+    elif domain == "" and node.op_type in ("GlobalAveragePool", "MaxPool"):
         data = (0,)
     else:
         return None
@@ -110,11 +119,26 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         return None
     if node.op_type == "GlobalAveragePool":
         return (0,) if len(shapes[0]) == 4 else None
+    if node.op_type == "MaxPool":  # 2-D, without the Indices output (maxpool_nchwc_f32)
+        return (0,) if len(shapes[0]) == 4 and len([o for o in node.outputs if o is not None and o.name]) == 1 \
+            else None
     blocked = tuple(index for index, shape in zip(data, shapes)
                     if shape == out_shape or elementwise.channel_operand(shape, out_shape))
     if len(blocked) + sum(int(np.prod(shape, dtype=np.int64)) == 1 for shape in shapes) < len(shapes):
         return None  # an operand broadcast some other way
     return blocked if any(shapes[data.index(index)] == out_shape for index in blocked) else None
+
+
+def dense_bf16_blocked(plan, builder) -> bool:
+    """Whether a dense conv runs conv2d_bf16_nchwc's AMX direct form on blocked tensors (kernels/conv_bf16.c):
+    precision bf16 on the AMX path, one group, and the kernel's own rule (conv_bf16_nchwc_applies)."""
+    if not DENSE_BF16:
+        return False
+    if builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16" or plan.depthwise or plan.ints[15] != 1:
+        return False
+    out = np.zeros(1, np.int64)
+    _kernels.call("conv_bf16_nchwc_applies", list(plan.ints) + [builder.num_threads], [], [out])
+    return bool(out[0])
 
 
 def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
@@ -132,7 +156,10 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if is_pointwise(plan):
         return "both" if builder.precision == "bf16" or sparse.sparse_conv_choice(node, builder, plan) is None else None
     group, has_residual = plan.ints[15], plan.has_residual
-    if group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual:
+    stem = group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual
+    if dense_bf16_blocked(plan, builder):
+        return "writes" if stem else "both"  # a stem reads the graph's NCHW input
+    if stem:
         return "writes"  # fp32 under bf16 too (module docstring)
     return None
 
@@ -316,6 +343,9 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     bias_value = present(node, 2)
     bias = constant_value(bias_value) if bias_value is not None else None
     batch, in_channels, height, width, out_channels = plan.ints[:5]
+    if dense_bf16_blocked(plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
+        lower_dense_bf16(node, builder, plan)
+        return
     if not plan.depthwise and not is_pointwise(plan):  # Case stem: NCHW in, blocked out
         packed, packed_bias = pack_to_nchwc(plan.weights, bias)
         x = builder.buffer(node.inputs[0])
@@ -355,6 +385,26 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                               plan.activation, builder.num_threads] + rows, list(plan.params), buffers)
     if not y_rows:
         builder.finish_blocked(node.outputs[0])
+
+
+def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
+    """Step 2, Case dense bf16: one conv2d_bf16_nchwc step (conv2d_bf16's weights, workspace and epilogue) whose Y
+    and residual are blocked, and its X too unless the conv is a stem (blocked_nodes' role "writes")."""
+    ints = list(plan.ints) + [builder.num_threads]
+    sizes = np.zeros(3, np.int64)
+    _kernels.call("conv_sizes_bf16", ints, [], [sizes])
+    packed = np.empty(int(sizes[1]), np.uint16)
+    _kernels.call("conv_pack_bf16", ints, [], [np.ascontiguousarray(plan.weights), packed])
+    stem = plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual
+    x = builder.buffer(node.inputs[0]) if stem else builder.blocked_buffer(node.inputs[0])
+    y = builder.produce_blocked(node.outputs[0])
+    bias_value = present(node, 2)
+    residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else y
+    builder.emit("conv2d_bf16_nchwc", ints + [int(not stem), 1], list(plan.params),
+                 [x, builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16"), y,
+                  builder.workspace(max(int(sizes[0]), 4), label="conv"),
+                  builder.buffer(bias_value) if bias_value is not None else y, residual])
+    builder.finish_blocked(node.outputs[0])
 
 
 def _fits_expand_rows(plan) -> bool:

@@ -123,8 +123,14 @@ def _pool_ints(node: ir.Node, count_include_pad: int) -> list[int]:
 
 
 def lower_max_pool(node: ir.Node, builder) -> None:
-    builder.emit("maxpool_f32", _pool_ints(node, 0), [],
-                 [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+    ints = _pool_ints(node, 0)
+    if node in builder.blocked_nodes:  # a 2-D MaxPool inside a blocked run (ortx.ep.lowering.blocked_layout)
+        shape = static_shape(node.inputs[0])
+        builder.emit("maxpool_nchwc_f32", [shape[0] * -(-shape[1] // 16)] + ints[1:], [],
+                     [builder.blocked_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
+        builder.finish_blocked(node.outputs[0])
+        return
+    builder.emit("maxpool_f32", ints, [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
 
 
 def lower_average_pool(node: ir.Node, builder) -> None:
