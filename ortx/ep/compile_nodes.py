@@ -13,7 +13,7 @@ from ortx import _kernels
 from ortx.ep.lowering import LOWERINGS, blocked_layout
 from ortx.ep.lowering.conv import conv_plan_or_none
 from ortx.ep.lowering._values import NotStatic, numpy_dtype, size_bytes, static_shape
-from ortx.ep.lowering.layout import lower_alias
+from ortx.ep.lowering.layout import concat_in_place, lower_alias
 from ortx.ep.partition import node_inputs
 from ortx.ep.segment_builder import CompiledProgram, SegmentBuilder
 from ortx.memory.schedule import Step, memory_order
@@ -88,6 +88,7 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
     builder = SegmentBuilder(list(inputs), list(outputs), num_threads=num_threads, precision=precision,
                              sparse_policy=sparse_policy)
     order = memory_ordered(nodes, inputs, outputs)
+    builder.concat_slices = concat_in_place(order, inputs, outputs)
     if blocked:
         builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
         if fuse_expand:

@@ -72,6 +72,10 @@ class SegmentBuilder:
         # blocked_layout.pair_rows_values: tensors kept as bf16 pair rows (kernels/pair_rows.h) and their buffers
         self.pair_rows: frozenset[str] = frozenset()
         self._pair_rows: dict[str, BufferRef] = {}
+        # ortx.ep.lowering.layout.concat_in_place: tensors written straight into their Concat's output (part name ->
+        # (output name, byte offset, output bytes)), and per such arena buffer its (parent buffer index, offset)
+        self.concat_slices: dict[str, tuple[str, int, int]] = {}
+        self._slice_of: dict[int, tuple[int, int]] = {}
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
                 self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
@@ -90,16 +94,29 @@ class SegmentBuilder:
             raise ValueError(f"tensor {value.name!r} is kept in pair rows: no NCHW form of it is made")
         if value.name in self._plain_pending:  # produced blocked: reorder to NCHW once, before this first reader
             del self._plain_pending[value.name]
-            ref = self._by_value[value.name] = self._new(ARENA, -1, size_bytes(value), value.name)
+            ref = self._by_value[value.name] = self._arena_tensor(value)
             self._emit_reorder("reorder_from_nchwc_f32", value, self._blocked[value.name], ref)
             return ref
         array = constant_value(value)
-        if array is not None:
-            ref = self.add_constant(array, label=value.name)
-        else:
-            ref = self._new(ARENA, -1, size_bytes(value), value.name)
+        ref = self.add_constant(array, label=value.name) if array is not None else self._arena_tensor(value)
         self._by_value[value.name] = ref
         return ref
+
+    def _arena_tensor(self, value: ir.Value) -> BufferRef:
+        """A new arena buffer for a graph tensor: a slice of its Concat's output when concat_slices names it."""
+        ref = self._new(ARENA, -1, size_bytes(value), value.name)
+        part = self.concat_slices.get(value.name)
+        if part is not None:
+            parent_name, offset, parent_bytes = part
+            parent = self._by_value.get(parent_name)
+            if parent is None:
+                parent = self._by_value[parent_name] = self._new(ARENA, -1, parent_bytes, parent_name)
+            self._slice_of[ref.index] = (parent.index, offset)
+        return ref
+
+    def is_slice_of(self, part: BufferRef, whole: BufferRef, offset: int) -> bool:
+        """Whether `part`'s bytes are those of `whole` from `offset` on (a Concat then copies nothing)."""
+        return self._slice_of.get(part.index) == (whole.index, offset)
 
     def blocked_buffer(self, value: ir.Value) -> BufferRef:
         """A 4-D float32 tensor in the blocked layout: its producer's blocked output, or a reorder of its NCHW form
@@ -195,26 +212,30 @@ class SegmentBuilder:
         if not self.in_place:
             return {}, []
         steps = [(_kernels.KERNEL_NAMES[kernel_id], ints, buffers) for kernel_id, ints, _, buffers in self._steps]
-        return find_in_place(steps, lambda i: self._buffers[i].kind == ARENA, lambda i: self._buffers[i].nbytes,
-                             self._step_nodes)
+        sliced = set(self._slice_of) | {parent for parent, _ in self._slice_of.values()}  # placed by their Concat
+        return find_in_place(steps, lambda i: self._buffers[i].kind == ARENA and i not in sliced,
+                             lambda i: self._buffers[i].nbytes, self._step_nodes)
 
     def _planned_lifetimes(self, buffer_lifetimes: list[Lifetime], merged: dict[int, int]) -> list[Lifetime]:
-        """Buffer lifetimes with every in-place group folded into its representative's (same size)."""
+        """Buffer lifetimes with every in-place group folded into its representative's (same size) and every
+        Concat slice into its Concat output's (the larger)."""
         groups: dict[str, Lifetime] = {}
         for item in buffer_lifetimes:
             name = str(merged.get(int(item.name), int(item.name)))
             old = groups.get(name)
-            groups[name] = item if old is None else Lifetime(name, old.nbytes, min(old.first, item.first),
-                                                             max(old.last, item.last))
+            groups[name] = item if old is None else Lifetime(name, max(old.nbytes, item.nbytes),
+                                                             min(old.first, item.first), max(old.last, item.last))
         return [dataclasses.replace(item, name=name) for name, item in groups.items()]
 
     def finish(self) -> "CompiledProgram":
         buffer_lifetimes = self.lifetimes()
         merged, reuses = self._in_place()
+        merged.update({child: parent for child, (parent, _) in self._slice_of.items()})
         plan = plan_offsets(self._planned_lifetimes(buffer_lifetimes, merged))
         for item in buffer_lifetimes:
             index = int(item.name)
-            self._buffers[index].value = plan.offsets[str(merged.get(index, index))]
+            offset = self._slice_of[index][1] if index in self._slice_of else 0
+            self._buffers[index].value = plan.offsets[str(merged.get(index, index))] + offset
         tensors = tuple(TensorPlacement(self._buffers[int(t.name)].label, self._buffers[int(t.name)].value, t.nbytes,
                                         t.first, t.last, self._buffers[int(t.name)].workspace)
                         for t in buffer_lifetimes)

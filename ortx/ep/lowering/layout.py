@@ -3,7 +3,7 @@
 Aliases (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout in inference) share their input's bytes through
 `builder.alias`; their output shape is the inferred one. Transpose, Slice, Expand, Tile, DepthToSpace and
 SpaceToDepth are strided views copied by `strided_copy`; Concat and Split are `copy_rows` steps, one per input or
-output; Gather, Pad and nearest Resize have their own byte-moving kernels (element sizes 1, 2, 4, 8); linear
+output, except where `concat_in_place` lets a Concat's inputs be written straight into its output; Gather, Pad and nearest Resize have their own byte-moving kernels (element sizes 1, 2, 4, 8); linear
 Resize is float32 bilinear over the two innermost dims. Resize index maps are computed here with onnxruntime's
 float32 arithmetic (onnxruntime/core/providers/cpu/tensor/upsample*.h) so results match it exactly.
 """
@@ -14,7 +14,7 @@ import onnx_ir as ir
 
 from ortx.ep.lowering import _resize
 from ortx.ep.lowering._values import (NotStatic, attribute, constant_value, is_used, numpy_dtype, opset_version, present,
-                                      static_shape, string_attribute)
+                                      size_bytes, static_shape, string_attribute)
 
 # Packed sub-byte types would need bit-level moves.
 _UNSUPPORTED_DTYPES = {"INT4", "UINT4", "FLOAT4E2M1", "STRING"}
@@ -127,6 +127,47 @@ def check_concat(node: ir.Node) -> str | None:
     return None
 
 
+CONCAT_SLICE_ALIGNMENT = 64  # bytes: a slice starts where its producer's kernels expect a buffer to (one line)
+
+
+def concat_in_place(nodes, inputs, outputs) -> dict[str, tuple[str, int, int]]:
+    """The Concat inputs whose producers write straight into the Concat's output, so the Concat copies nothing:
+    part name -> (output name, byte offset, output bytes), for SegmentBuilder.concat_slices. A Concat qualifies when
+    its inputs are contiguous slices of its output (nothing before the axis but ones: NCHW channels of one image)
+    and its output is no segment output; an input when it is made in the segment (not a segment input or
+    output, not a constant), appears once in one such Concat, is no such Concat's output itself and starts on a
+    64-byte boundary. The builder then plans the inputs inside the output's bytes and keeps them out of in-place
+    reuse. Why: PP-OCRv4 det's head concatenates four 24 x 160 x 160 maps (9.8 MB) into the conv that reads them:
+    0.74 ms of copying in a 10.8 ms bf16 run."""
+    outside = {value.name for value in inputs} | {value.name for value in outputs}
+    concats = [node for node in nodes if node.op_type == "Concat" and node.domain in ("", "ai.onnx")]
+    concat_outputs = {node.outputs[0].name for node in concats}
+    counts: dict[str, int] = {}
+    for node in concats:
+        for value in node.inputs:
+            if value is not None:
+                counts[value.name] = counts.get(value.name, 0) + 1
+    slices: dict[str, tuple[str, int, int]] = {}
+    for node in concats:
+        output = node.outputs[0]
+        if output.name in outside or _data_reason(output) is not None:
+            continue
+        shape = static_shape(output)
+        axis = int(attribute(node, "axis", 0)) % len(shape)
+        if int(np.prod(shape[:axis], dtype=np.int64)) != 1:
+            continue
+        itemsize, total, offset = numpy_dtype(output).itemsize, size_bytes(output), 0
+        for value in node.inputs:
+            if value is None:
+                continue
+            nbytes = int(np.prod(static_shape(value), dtype=np.int64)) * itemsize
+            if (value.name not in outside and value.name not in concat_outputs and counts[value.name] == 1
+                    and constant_value(value) is None and offset % CONCAT_SLICE_ALIGNMENT == 0):
+                slices[value.name] = (output.name, offset, total)
+            offset += nbytes
+    return slices
+
+
 def lower_concat(node: ir.Node, builder) -> None:
     out_shape = static_shape(node.outputs[0])
     axis = int(attribute(node, "axis", 0)) % len(out_shape)
@@ -138,9 +179,9 @@ def lower_concat(node: ir.Node, builder) -> None:
         if value is None:
             continue
         row_bytes = int(np.prod(static_shape(value)[axis:], dtype=np.int64)) * elem
-        if row_bytes and rows:
-            builder.emit("copy_rows", [rows, row_bytes, row_bytes, dst_stride, 0, offset], [],
-                         [builder.buffer(value), builder.buffer(node.outputs[0])])
+        source, target = builder.buffer(value), builder.buffer(node.outputs[0])
+        if row_bytes and rows and not builder.is_slice_of(source, target, offset):
+            builder.emit("copy_rows", [rows, row_bytes, row_bytes, dst_stride, 0, offset], [], [source, target])
         offset += row_bytes
 
 
