@@ -178,7 +178,11 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
         return frozenset()
     nodes = list(nodes)
-    inputs_of = {node: _elementwise_inputs(node) for node in nodes}  # each node's questions asked once
+    # a MaxPool joins runs only where dense convs do (bf16 on AMX): elsewhere it would pull a lone 1x1 conv into a
+    # run of its own, paying two reorders for it
+    dense_runs = DENSE_BF16 and builder.precision == "bf16" and bf16_path == "amx_bf16"
+    inputs_of = {node: None if node.op_type == "MaxPool" and not dense_runs else _elementwise_inputs(node)
+                 for node in nodes}  # each node's questions asked once
     plans = {node: plan_of(node) for node in nodes if inputs_of[node] is None}
     roles = {node: role for node in nodes
              if (role := _role(node, builder, plans.get(node), inputs_of[node])) is not None}
