@@ -217,6 +217,61 @@ def test_squeeze_and_excitation_stays_blocked(batch):
 
 
 @needs_avx512
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nearest_resize_into_a_blocked_add_stays_blocked(precision, monkeypatch):
+    """An FPN step: 1x1 conv at 8x8 -> nearest Resize x2 -> Add with a 1x1 conv's output at 16x16 -> 1x1 conv. The
+    Resize, whose only reader takes it blocked, runs on the blocked array (resize_nearest over its H and W), so no
+    reorder surrounds it; a Resize of another 1x1 conv's output into a Concat stays NCHW (its smaller input is what
+    gets reordered). The bits are those of the session whose Resizes all run NCHW (there small's conv is NCHW too
+    and the Add reorders the upsampled map)."""
+    from ortx.ep.lowering import blocked_layout
+
+    scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["small"], name="small"),
+             helper.make_node("Conv", ["big_in", "w2"], ["big"], name="big"),
+             helper.make_node("Resize", ["small", "", "scales"], ["up"], mode="nearest", name="up"),
+             helper.make_node("Add", ["up", "big"], ["sum"], name="sum"),
+             helper.make_node("Conv", ["sum", "w3"], ["y"], name="y"),
+             helper.make_node("Conv", ["x", "w4"], ["small2"], name="small2"),
+             helper.make_node("Relu", ["small2"], ["act2"], name="act2"),
+             helper.make_node("Conv", ["act2", "w5"], ["small3"], name="small3"),
+             helper.make_node("Resize", ["small3", "", "scales"], ["up2"], mode="nearest", name="up2"),
+             helper.make_node("Concat", ["up2", "big"], ["z"], axis=1, name="z")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8]),
+                           helper.make_tensor_value_info("big_in", TensorProto.FLOAT, [1, 16, 16, 16])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16]),
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 96, 16, 16])],
+                   [_weights("w1", (48, 32, 1, 1), 11), _weights("w2", (48, 16, 1, 1), 12),
+                    _weights("w3", (32, 48, 1, 1), 13), _weights("w4", (48, 32, 1, 1), 16),
+                    _weights("w5", (48, 48, 1, 1), 17), scales])
+    feeds = {"x": _random((1, 32, 8, 8), 14), "big_in": _random((1, 16, 16, 16), 15)}
+
+    def steps_of(session):
+        steps = collections.defaultdict(list)
+        for compiled in session._compiled.values():
+            for claimed in compiled.plan.steps:
+                for step in getattr(getattr(claimed, "program", None), "steps", ()):
+                    steps[step.node].append(step.kernel)
+        return steps
+
+    (expected_y, expected_z), (y, z), session = _run_both(model, feeds, precision=precision)
+    steps = steps_of(session)
+    # the Add reorders only big (also read by the Concat, so its conv writes NCHW), not the upsampled map
+    assert steps["up"] == ["resize_nearest"] and steps["sum"].count("reorder_to_nchwc_f32") == 1, steps
+    assert steps["up2"] == ["reorder_from_nchwc_f32", "resize_nearest"], steps
+    if precision == "fp32":
+        assert_close(y, expected_y)
+        assert_close(z, expected_z)
+    monkeypatch.setattr(blocked_layout, "blocked_resize", lambda node: False)
+    (_, _), (plain_y, plain_z), plain = _run_both(model, feeds, precision=precision)
+    plain_steps = steps_of(plain)
+    assert plain_steps["up"] == ["resize_nearest"], plain_steps  # small's conv then stays NCHW, up is reordered
+    assert plain_steps["sum"].count("reorder_to_nchwc_f32") == 2, plain_steps
+    np.testing.assert_array_equal(y, plain_y)
+    np.testing.assert_array_equal(z, plain_z)
+
+
+@needs_avx512
 def test_a_lone_pointwise_conv_stays_nchw():
     """No blocked neighbour: the NCHW kernels, no reorders."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="pointwise"),

@@ -129,6 +129,24 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
     return blocked if any(shapes[data.index(index)] == out_shape for index in blocked) else None
 
 
+def blocked_resize(node: ir.Node) -> bool:
+    """A 4-D float32 nearest Resize of H and W only (its N and C maps the identity): on blocked tensors it is the
+    layout's own nearest resize of a [N * C/16, H, W, 16] array (resize_nearest), pad lanes copied along."""
+    from ortx.ep.lowering import _resize
+    from ortx.ep.lowering._values import opset_version
+
+    try:
+        shape = static_shape(node.inputs[0])
+        if len(shape) != 4 or numpy_dtype(node.inputs[0]) != np.float32:
+            return False
+        plan, _ = _resize.plan(node, opset_version(node))
+    except (NotStatic, TypeError, AttributeError, ValueError):
+        return False
+    if plan is None or plan.mode != "nearest":
+        return False
+    return all(tuple(plan.nearest_maps[axis]) == tuple(range(shape[axis])) for axis in (0, 1))
+
+
 def dense_bf16_blocked(plan, builder) -> bool:
     """Whether a dense conv runs conv2d_bf16_nchwc's AMX direct form on blocked tensors (kernels/conv_bf16.c):
     precision bf16 on the AMX path, one group, and the kernel's own rule (conv_bf16_nchwc_applies)."""
@@ -196,6 +214,15 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
             if value is not None:
                 consumers.setdefault(id(value), []).append((node, index))
     output_values = {id(value) for value in outputs}
+    # a nearest Resize reads and writes blocked tensors where every reader of its output takes it blocked (an FPN's
+    # upsampled map into a blocked Add): elsewhere (into a Concat) its NCHW input is the smaller map to reorder
+    for node in nodes:
+        readers = consumers.get(id(node.outputs[0]), []) if node.outputs else []
+        if (node.op_type == "Resize" and node.domain in ("", "ai.onnx") and readers
+                and id(node.outputs[0]) not in output_values
+                and all(roles.get(reader) == "both" and index in blocked_inputs[reader] for reader, index in readers)
+                and blocked_resize(node)):
+            roles[node], blocked_inputs[node] = "both", (0,)
     run_of: dict[ir.Node, ir.Node] = {}  # union-find over the nodes that blocked edges join (values by identity:
     # names may be empty)
 

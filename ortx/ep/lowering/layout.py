@@ -470,9 +470,17 @@ def check_resize(node: ir.Node) -> str | None:
 def lower_resize(node: ir.Node, builder) -> None:
     plan, _ = _resize.plan(node, opset_version(node))
     in_shape, out_shape = static_shape(node.inputs[0]), static_shape(node.outputs[0])
-    buffers = [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])]
     if np.prod(out_shape) == 0:
         return
+    if node in builder.blocked_nodes:  # blocked_layout.blocked_resize: H and W of a [N * C/16, H, W, 16] array
+        blocks = in_shape[0] * -(-in_shape[1] // 16)
+        ints = [4, 4, blocks, *in_shape[2:], 16, blocks, *out_shape[2:], 16, *range(blocks),
+                *plan.nearest_maps[2], *plan.nearest_maps[3], *range(16)]
+        builder.emit("resize_nearest", ints, [], [builder.blocked_buffer(node.inputs[0]),
+                                                  builder.produce_blocked(node.outputs[0])])
+        builder.finish_blocked(node.outputs[0])
+        return
+    buffers = [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])]
     if plan.mode == "nearest":
         ints = [numpy_dtype(node.inputs[0]).itemsize, len(in_shape), *in_shape, *out_shape]
         for axis_map in plan.nearest_maps:
