@@ -49,11 +49,23 @@ def _forget_negative_dims(model: ir.Model) -> None:
             value.shape = ir.Shape([None if isinstance(dim, int) and dim < 0 else dim for dim in value.shape])
 
 
+def _forget_declared_output_shapes(model: ir.Model) -> None:
+    """A graph output's declared shape is the exporter's word, not the producer's: where they differ, onnx's lenient
+    inference kept the declared one, and the kernels, which compute the producer's, wrote past the buffer planned
+    from it (a Concat of 48 + 48 channels declared 64: heap corruption). ONNX Runtime runs the inferred shape, so
+    the standard ops' outputs are re-inferred from their inputs; custom-domain producers keep theirs."""
+    for value in model.graph.outputs:
+        producer = value.producer()
+        if producer is not None and producer.domain in ("", "ai.onnx") and value.shape is not None:
+            value.shape = None
+
+
 def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.Model:
     """A copy of `model` with the given input shapes and every shape they imply made static where possible."""
     specialised = model.clone()
     _fix_input_shapes(specialised, input_shapes)
     _forget_negative_dims(specialised)
+    _forget_declared_output_shapes(specialised)
     shape_inference = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
 
     def infer(model: ir.Model) -> None:

@@ -205,3 +205,29 @@ def test_threads_share_one_session_and_results_are_bitwise_stable(resnet):
                 np.testing.assert_array_equal(got, want)
     reference = _ort_outputs(model, feeds[0])[0]
     assert_model_close(expected[0], reference)
+
+
+def test_a_declared_output_shape_that_contradicts_its_producer_runs_as_onnxruntime_runs_it():
+    """Concat of 48 + 48 channels declared as 64: the kernels write 96 channels, so the output is planned from the
+    producer's shape (before, the declared one sized the buffer and the Concat wrote past it)."""
+    import warnings
+
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Concat", ["a", "b"], ["z"], axis=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 48, 4, 4])
+                                            for name in ("a", "b")],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 64, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    rng = np.random.default_rng(3)
+    feeds = {name: rng.standard_normal((1, 48, 4, 4)).astype(np.float32) for name in ("a", "b")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = onnxruntime.InferenceSession(model.SerializeToString(),
+                                                providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        session = ortx.InferenceSession(model, providers=["OrtxEP", "CPUExecutionProvider"])
+        for _ in range(3):
+            (actual,) = session.run(None, feeds)
+            assert actual.shape == expected.shape == (1, 96, 4, 4)
+            np.testing.assert_array_equal(actual, expected)
