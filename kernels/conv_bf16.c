@@ -188,22 +188,13 @@ void ortx_conv2d_bf16(const int64_t *ints, const float *floats, void *const *buf
     }
 }
 
-/* count float32 [N][C][pixels] values between NCHW and the blocked layout ([N][ceil(C/16)][pixels][16], pad lanes
- * written as zeros); to_blocked 0: blocked -> NCHW. */
+/* [N][C][pixels] float32 between NCHW and the blocked layout (conv_nchwc.c's reorders; pad lanes written as zeros);
+ * to_blocked 0: blocked -> NCHW. */
 static void reorder_blocked(const float *src, float *dst, int64_t batch, int64_t channels, int64_t pixels,
-                            int to_blocked) {
-    const int64_t padded = ortx_round_up(channels, 16);
-    if (to_blocked) memset(dst, 0, batch * padded * pixels * sizeof(float));
-    for (int64_t n = 0; n < batch; n++)
-        for (int64_t c = 0; c < channels; c++)
-            for (int64_t i = 0; i < pixels; i++) {
-                int64_t plain = (n * channels + c) * pixels + i;
-                int64_t blocked = ((n * padded + c / 16 * 16) * pixels + i * 16) + c % 16;
-                if (to_blocked)
-                    dst[blocked] = src[plain];
-                else
-                    dst[plain] = src[blocked];
-            }
+                            int to_blocked, int threads) {
+    const int64_t ints[3] = {batch, channels, pixels};
+    void *buffers[2] = {(void *)src, dst};
+    (to_blocked ? ortx_reorder_to_nchwc_f32 : ortx_reorder_from_nchwc_f32)(ints, NULL, buffers, threads);
 }
 
 void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *floats, void *const *buffers,
@@ -216,11 +207,12 @@ void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *float
     float *y = y_blocked ? malloc(y_count * sizeof(float)) : (float *)buffers[2];
     float *residual = y_blocked && p.has_residual ? malloc(y_count * sizeof(float)) : (float *)buffers[5];
     if ((x_blocked && !x) || (y_blocked && !y) || (y_blocked && p.has_residual && !residual)) abort();
-    if (x_blocked) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0);
-    if (y_blocked && p.has_residual) reorder_blocked(buffers[5], residual, p.batch, p.out_channels, out_pixels, 0);
+    if (x_blocked) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0, num_threads);
+    if (y_blocked && p.has_residual)
+        reorder_blocked(buffers[5], residual, p.batch, p.out_channels, out_pixels, 0, num_threads);
     void *plain[6] = {x, buffers[1], y, buffers[3], buffers[4], residual};
     conv(ints, floats, plain, num_threads);
-    if (y_blocked) reorder_blocked(y, buffers[2], p.batch, p.out_channels, out_pixels, 1);
+    if (y_blocked) reorder_blocked(y, buffers[2], p.batch, p.out_channels, out_pixels, 1, num_threads);
     if (x_blocked) free(x);
     if (y_blocked) free(y);
     if (y_blocked && p.has_residual) free(residual);
