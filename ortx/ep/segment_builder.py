@@ -237,7 +237,9 @@ class SegmentBuilder:
             offset = self._slice_of[index][1] if index in self._slice_of else 0
             self._buffers[index].value = plan.offsets[str(merged.get(index, index))] + offset
         tensors = tuple(TensorPlacement(self._buffers[int(t.name)].label, self._buffers[int(t.name)].value, t.nbytes,
-                                        t.first, t.last, self._buffers[int(t.name)].workspace)
+                                        t.first, t.last, self._buffers[int(t.name)].workspace,
+                                        self._buffers[self._slice_of[int(t.name)][0]].label
+                                        if int(t.name) in self._slice_of else "")
                         for t in buffer_lifetimes)
         in_place = tuple(InPlaceListing(r.step, r.kernel, r.node, self._buffers[r.input_buffer].label,
                                         self._buffers[r.output_buffer].label, r.nbytes) for r in reuses)
@@ -274,7 +276,8 @@ class SegmentBuilder:
         )
         return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants),
                                listing, constants, tensors=tensors, in_place=in_place,
-                               buffer_lifetimes=tuple(buffer_lifetimes))
+                               buffer_lifetimes=tuple(self._planned_lifetimes(
+                                   buffer_lifetimes, {child: parent for child, (parent, _) in self._slice_of.items()})))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -298,6 +301,7 @@ class TensorPlacement:
     first: int
     last: int
     workspace: bool = False  # a kernel's scratch rather than a graph tensor
+    within: str = ""  # a Concat input planned inside its output (concat_in_place): that output's label
 
 
 @dataclasses.dataclass(frozen=True)
@@ -332,7 +336,8 @@ class CompiledProgram:
     native: object = None
     tensors: tuple[TensorPlacement, ...] = ()  # every arena buffer, in buffer order
     in_place: tuple[InPlaceListing, ...] = ()
-    buffer_lifetimes: tuple[Lifetime, ...] = ()  # before in-place merging: the plan's input without reuse
+    # before in-place merging (Concat slices folded into their output's): the plan's input without reuse
+    buffer_lifetimes: tuple[Lifetime, ...] = ()
 
     @property
     def arena_bytes(self) -> int:

@@ -194,8 +194,18 @@ def session_split_bounds(plan) -> tuple[int, int]:
     for position, step in enumerate(plan.steps):
         if isinstance(step, ClaimedStep):
             start = slots[position][0]
+            # a Concat input planned inside its output lives in the output's bytes: the output's span covers both
+            spans = {}
+            for t in step.program.tensors:
+                if t.within:
+                    first, last = spans.get(t.within, (t.first, t.last))
+                    spans[t.within] = (min(first, t.first), max(last, t.last))
             for index, t in enumerate(step.program.tensors):
-                item = Lifetime(f"{position}:{index}", t.nbytes, start + t.first, start + t.last)
+                if t.within:
+                    continue
+                first, last = spans.get(t.label, (t.first, t.last))
+                first, last = min(first, t.first), max(last, t.last)
+                item = Lifetime(f"{position}:{index}", t.nbytes, start + first, start + last)
                 (scratch if t.workspace else tensors).append(item)
     return lower_bound_bytes(tensors), lower_bound_bytes(scratch)
 

@@ -110,3 +110,8 @@ def test_placed_parts_share_the_concat_outputs_bytes_in_the_memory_plan():
         assert tensors[name].offset == offset, name
         offset += nbytes
     assert offset == whole.offset + whole.nbytes
+    # the memory accounting sees one buffer: the parts name their Concat and are folded into its lifetime
+    assert {tensors[name].within for name in ("b", "c", "a")} == {"cat"} and whole.within == ""
+    assert len(claimed.program.buffer_lifetimes) == len(claimed.program.tensors) - 3
+    folded = max(item.last for item in claimed.program.buffer_lifetimes if item.nbytes == whole.nbytes)
+    assert folded >= tensors["b"].last  # b is read again after the Concat (the Add)
