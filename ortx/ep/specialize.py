@@ -49,15 +49,36 @@ def _forget_negative_dims(model: ir.Model) -> None:
             value.shape = ir.Shape([None if isinstance(dim, int) and dim < 0 else dim for dim in value.shape])
 
 
-def _forget_declared_output_shapes(model: ir.Model) -> None:
+def _forget_declared_output_shapes(model: ir.Model) -> dict:
     """A graph output's declared shape is the exporter's word, not the producer's: where they differ, onnx's lenient
     inference kept the declared one, and the kernels, which compute the producer's, wrote past the buffer planned
     from it (a Concat of 48 + 48 channels declared 64: heap corruption). ONNX Runtime runs the inferred shape, so
-    the standard ops' outputs are re-inferred from their inputs; custom-domain producers keep theirs."""
+    the standard ops' outputs are re-inferred from their inputs (custom-domain producers keep theirs); returns the
+    declared shapes, which _restore_uninferred gives back where inference finds none."""
+    declared = {}
     for value in model.graph.outputs:
         producer = value.producer()
         if producer is not None and producer.domain in ("", "ai.onnx") and value.shape is not None:
+            declared[value] = value.shape
             value.shape = None
+    return declared
+
+
+def _restore_uninferred(declared: dict) -> bool:
+    """Gives each output whose inferred shape is missing or partly unknown its declared shape back when the two
+    agree on every dim inference knows (a Reshape to a graph input's shape: only the declaration is static);
+    whether any changed."""
+    changed = False
+    for value, shape in declared.items():
+        inferred = value.shape
+        if inferred is not None and all(isinstance(dim, int) for dim in inferred):
+            continue
+        if inferred is not None and (len(inferred) != len(shape) or any(
+                isinstance(known, int) and known != dim for known, dim in zip(inferred, shape))):
+            continue
+        value.shape = shape
+        changed = True
+    return changed
 
 
 def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.Model:
@@ -65,7 +86,7 @@ def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.
     specialised = model.clone()
     _fix_input_shapes(specialised, input_shapes)
     _forget_negative_dims(specialised)
-    _forget_declared_output_shapes(specialised)
+    declared = _forget_declared_output_shapes(specialised)
     shape_inference = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
 
     def infer(model: ir.Model) -> None:
@@ -84,4 +105,6 @@ def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.
             break
         previous = state
     infer(specialised)
+    if _restore_uninferred(declared):
+        infer(specialised)
     return specialised

@@ -231,3 +231,23 @@ def test_a_declared_output_shape_that_contradicts_its_producer_runs_as_onnxrunti
             (actual,) = session.run(None, feeds)
             assert actual.shape == expected.shape == (1, 96, 4, 4)
             np.testing.assert_array_equal(actual, expected)
+
+
+def test_a_declared_output_shape_inference_cannot_give_is_kept():
+    """Expand to a shape given as a graph input: onnx infers no output dims, so the declared [2, 3, 6] stays and
+    the node runs on OrtxEP as before (only a declaration that contradicts the producer is dropped)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Expand", ["x", "shape"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 1]),
+                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    feeds = {"x": np.arange(3, dtype=np.float32).reshape(3, 1), "shape": np.array([2, 1, 6], np.int64)}
+    expected = onnxruntime.InferenceSession(model.SerializeToString(),
+                                            providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    session = ortx.InferenceSession(model, providers=["OrtxEP", "CPUExecutionProvider"])
+    (actual,) = session.run(None, feeds)
+    np.testing.assert_array_equal(actual, expected)
+    assert [row.provider for row in session.assignment] == ["OrtxEP"]
