@@ -309,14 +309,7 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
                 if (residual)
                     value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale), _mm512_loadu_ps(residual + 16 * q),
                                             value);
-                if (e->activation != ORTX_ACT_NONE) {
-                    __m256 lo = _mm512_castps512_ps256(value);
-                    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
-                    lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
-                    hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
-                    value = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)),
-                                                                _mm256_castps_pd(hi), 1));
-                }
+                if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
                 _mm512_storeu_ps(c + 16 * q, _mm512_maskz_mov_ps(valid, value));
             }
         }
