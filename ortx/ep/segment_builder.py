@@ -230,7 +230,8 @@ class SegmentBuilder:
     def finish(self) -> "CompiledProgram":
         buffer_lifetimes = self.lifetimes()
         merged, reuses = self._in_place()
-        merged.update({child: parent for child, (parent, _) in self._slice_of.items()})
+        slices = {child: parent for child, (parent, _) in self._slice_of.items()}
+        merged.update(slices)
         plan = plan_offsets(self._planned_lifetimes(buffer_lifetimes, merged))
         for item in buffer_lifetimes:
             index = int(item.name)
@@ -276,8 +277,7 @@ class SegmentBuilder:
         )
         return CompiledProgram(program, plan, tuple(self._step_nodes), sum(c.nbytes for c in self._constants),
                                listing, constants, tensors=tensors, in_place=in_place,
-                               buffer_lifetimes=tuple(self._planned_lifetimes(
-                                   buffer_lifetimes, {child: parent for child, (parent, _) in self._slice_of.items()})))
+                               buffer_lifetimes=tuple(self._planned_lifetimes(buffer_lifetimes, slices)))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -66,7 +66,7 @@ def _forget_declared_output_shapes(model: ir.Model) -> dict:
 
 def _restore_uninferred(declared: dict) -> bool:
     """Gives each output whose inferred shape is missing or partly unknown its declared shape back when the two
-    agree on every dim inference knows (a Reshape to a graph input's shape: only the declaration is static);
+    agree on every dim inference knows (an Expand to a shape fed as a graph input: only the declaration is static);
     whether any changed."""
     changed = False
     for value, shape in declared.items():
