@@ -12,6 +12,19 @@
 #if ORTX_HAVE_X86
 #include <immintrin.h>
 
+/* The last n < 8 pixels of a row in one call of CALL(width) with a compile-time width (1-7). */
+#define PIXELS_TAIL(n, CALL)                  \
+    switch (n) {                              \
+    case 7: CALL(7); break;                   \
+    case 6: CALL(6); break;                   \
+    case 5: CALL(5); break;                   \
+    case 4: CALL(4); break;                   \
+    case 3: CALL(3); break;                   \
+    case 2: CALL(2); break;                   \
+    case 1: CALL(1); break;                   \
+    default: break;                           \
+    }
+
 ORTX_TARGET_AVX512 static void pack_avx512(const float *x, int64_t plane, int64_t channels, int64_t rows,
                                           int64_t width, float *dst, int64_t dst_row) {
     int64_t total = rows * width, row = 0, column = 0;
@@ -109,16 +122,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void rows_kernel
             for (; ox + 8 <= OW; ox += 8) TILE_PIXELS(8);
             /* the row's last OW % 8 pixels in one call: 7 lone pixels would each be a chain of KH*KW dependent
              * FMAs (MobileNetV2's 7x7 maps: 4 + 1 + 1 + 1 ran at 19 GFLOP/s) */
-            switch (OW - ox) {
-            case 7: TILE_PIXELS(7); break;
-            case 6: TILE_PIXELS(6); break;
-            case 5: TILE_PIXELS(5); break;
-            case 4: TILE_PIXELS(4); break;
-            case 3: TILE_PIXELS(3); break;
-            case 2: TILE_PIXELS(2); break;
-            case 1: TILE_PIXELS(1); break;
-            default: break;
-            }
+            PIXELS_TAIL(OW - ox, TILE_PIXELS);
 #undef TILE_PIXELS
             ox = OW;
         }
@@ -346,16 +350,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
     int64_t ox = x_lo;
     if (taps_rows > 0) {
         for (; ox + 8 <= x_hi; ox += 8) ROW_PIXELS(8);
-        switch (x_hi - ox) {
-        case 7: ROW_PIXELS(7); break;
-        case 6: ROW_PIXELS(6); break;
-        case 5: ROW_PIXELS(5); break;
-        case 4: ROW_PIXELS(4); break;
-        case 3: ROW_PIXELS(3); break;
-        case 2: ROW_PIXELS(2); break;
-        case 1: ROW_PIXELS(1); break;
-        default: break;
-        }
+        PIXELS_TAIL(x_hi - ox, ROW_PIXELS);
     }
     for (int64_t column = 0; column < OW; column++) {
         if (taps_rows > 0 && column >= x_lo && column < x_hi) continue;
