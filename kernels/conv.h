@@ -62,6 +62,14 @@ typedef struct ortx_depthwise_isa {
      * bytes a pixel whose first 32 are the block's 16 bf16 values (NULL where the ISA has none). */
     int (*blocked_rows_bf16)(const ortx_conv_params *p, const float *x, const float *weights, const float *bias,
                              const float *residual, float *y, int64_t oy0, int64_t rows);
+    /* Or, into a pair-rows output, one chunk (32 channels, `channels` of them real) at once: x its chunk plane of a
+     * pair-rows input (in_rows 1) or the first of its two blocks' planes of a blocked input (the second hi_offset
+     * bytes on; the same plane again when the chunk has one block), y its chunk plane; weights and bias as two
+     * vectors a tap: for a pair-rows input the even channels then the odd (tap t's at weights + t * 32 and + 16),
+     * for a blocked one the two blocks'. Returns 0 without writing when it does not take the conv (no residual;
+     * rows == 0: only that question). NULL where the ISA has none. */
+    int (*pair_rows)(const ortx_conv_params *p, const void *x, int in_rows, int64_t hi_offset, const float *weights,
+                     const float *bias, int64_t channels, uint16_t *y, int64_t oy0, int64_t rows);
 } ortx_depthwise_isa;
 
 /* Whether plane_rows applies: 3x3, dilation 1, pad_left 1, at least 16 output columns, and stride 1 with

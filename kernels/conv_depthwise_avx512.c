@@ -7,6 +7,7 @@
 #include "activation_avx512.h"
 #include "conv.h"
 #include "gemm_avx2.h"
+#include "pair_rows.h"
 #include "transpose_avx512.h"
 
 #if ORTX_HAVE_X86
@@ -398,8 +399,157 @@ ORTX_TARGET_AVX512 static int blocked_rows_bf16_avx512(const ortx_conv_params *p
     return blocked_rows_of(p, x, weights, bias, residual, y, oy0, rows, 1);
 }
 
+/* pair_rows: a chunk's 32 channels into a pair-rows output (pair_rows.h) at once, from a pair-rows input or from
+ * the chunk's two blocks of a blocked fp32 input, kept in two vectors a pixel ("a" and "b") from load to store: the
+ * blocked forms went through fp32 band buffers that a second pass rounded. Both inputs hold 64 bytes a pixel. A
+ * pair-rows pixel holds channel 2q in the low half of 32-bit word q and 2q + 1 in the high half, so one load, a shift
+ * and a mask widen all 32, a = the even channels and b = the odd (blocked_rows_bf16 spent a shuffle and a shift on
+ * each 16), and the store interleaves them back; from blocked input a and b are the two blocks (the second
+ * `hi_offset` bytes after the first), already in channel order. Weights and biases come in the same split: tap t's
+ * a-lanes at weights + t * 32, b-lanes at + 16. Each lane's FMAs, activation and rounding are blocked_row_kernel's
+ * then the pair-rows store's, so the bits are the same. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_load(const char *at, int64_t hi_offset,
+                                                                                  const int PAIR_IN, __m512 *a,
+                                                                                  __m512 *b) {
+    if (PAIR_IN) {
+        __m512i raw = _mm512_loadu_si512((const void *)at);
+        *a = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+        *b = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32((int)0xFFFF0000u)));
+    } else {
+        *a = _mm512_loadu_ps((const float *)at);
+        *b = _mm512_loadu_ps((const float *)(at + hi_offset));
+    }
+}
+
+/* One pixel's two vectors activated, rounded to bf16 and put in channel order (`order`: the interleave of even and
+ * odd channels, or NULL-like identity when PAIR_IN is 0); channels past `keep` zero. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_store_pixel(
+    __m512 a, __m512 b, const ortx_conv_params *p, __mmask32 keep, __m512i order, const int PAIR_IN, uint16_t *out) {
+    a = ortx_activation_avx512(a, (int)p->activation, p->param0, p->param1);
+    b = ortx_activation_avx512(b, (int)p->activation, p->param0, p->param1);
+    __m512i words = (__m512i)_mm512_cvtne2ps_pbh(b, a);  /* words: a's 16, then b's */
+    words = PAIR_IN ? _mm512_maskz_permutexvar_epi16(keep, order, words) : _mm512_maskz_mov_epi16(keep, words);
+    _mm512_storeu_si512((void *)out, words);
+}
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_pixels_avx512(
+    const char *in, int64_t hi_offset, int64_t ox, int64_t KH, int64_t row_step, const float *weights,
+    __m512 start_a, __m512 start_b, const ortx_conv_params *p, __mmask32 keep, __m512i order, uint16_t *out,
+    const int J, const int KW_C, const int SW_C, const int PAIR_IN) {
+    __m512 acc_a[8], acc_b[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) acc_a[j] = start_a, acc_b[j] = start_b;
+    for (int64_t ky = 0; ky < KH; ky++) {
+        const char *src = in + ky * row_step + ox * SW_C * 64;
+        __m512 wa[5], wb[5];  /* KW_C <= 5 */
+#pragma GCC unroll 5
+        for (int kx = 0; kx < KW_C; kx++) {
+            wa[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 32);
+            wb[kx] = _mm512_loadu_ps(weights + (ky * KW_C + kx) * 32 + 16);
+        }
+#pragma GCC unroll 32
+        for (int c = 0; c < (J - 1) * SW_C + KW_C; c++) {
+            __m512 a, b;
+            pair_load(src + c * 64, hi_offset, PAIR_IN, &a, &b);
+            __asm__("" : "+v"(a), "+v"(b));  /* keep them in registers: the compiler would reload them per tap */
+#pragma GCC unroll 8
+            for (int kx = 0; kx < KW_C; kx++) {
+                int j = c - kx;
+                if (j >= 0 && j % SW_C == 0 && j / SW_C < J) {
+                    acc_a[j / SW_C] = _mm512_fmadd_ps(wa[kx], a, acc_a[j / SW_C]);
+                    acc_b[j / SW_C] = _mm512_fmadd_ps(wb[kx], b, acc_b[j / SW_C]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++)
+        pair_store_pixel(acc_a[j], acc_b[j], p, keep, order, PAIR_IN, out + j * ORTX_PAIR_ROWS_CHUNK);
+}
+
+/* One output row of a chunk, as blocked_row_kernel_avx512 splits it: in-row columns J at a time, the border columns
+ * tap by tap. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_row_kernel_avx512(
+    const ortx_conv_params *p, const char *x, int64_t hi_offset, const float *weights, __m512 start_a,
+    __m512 start_b, __mmask32 keep, uint16_t *y, int64_t oy, const int KW_C, const int SW_C, const int PAIR_IN) {
+    const int64_t H = p->in_height, W = p->in_width, OW = p->out_width, KH = p->kernel_height;
+    const int64_t iy0 = oy * p->stride_height - p->pad_top, dh = p->dilation_height, pl = p->pad_left;
+    const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                           22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    int64_t ky_lo = 0, ky_hi = KH;
+    while (ky_lo < KH && iy0 + ky_lo * dh < 0) ky_lo++;
+    while (ky_hi > ky_lo && iy0 + (ky_hi - 1) * dh >= H) ky_hi--;
+    const int64_t x_lo = (pl + SW_C - 1) / SW_C, last = W - KW_C + pl;
+    const int64_t x_hi = last < 0 ? x_lo : (last / SW_C + 1 < OW ? last / SW_C + 1 : OW);
+    const char *in = x + ((iy0 + ky_lo * dh) * W - pl) * 64;
+    const float *w = weights + ky_lo * KW_C * 32;
+    const int64_t taps_rows = ky_hi - ky_lo, step = dh * W * 64;
+    uint16_t *out = y + oy * OW * ORTX_PAIR_ROWS_CHUNK;
+#define ROW_PIXELS(j)                                                                                          \
+    pair_pixels_avx512(in, hi_offset, ox, taps_rows, step, w, start_a, start_b, p, keep, order,                \
+                       out + ox * ORTX_PAIR_ROWS_CHUNK, j, KW_C, SW_C, PAIR_IN)
+    int64_t ox = x_lo;
+    if (taps_rows > 0) {
+        for (; ox + 8 <= x_hi; ox += 8) ROW_PIXELS(8);
+        PIXELS_TAIL(x_hi - ox, ROW_PIXELS);
+    }
+#undef ROW_PIXELS
+    for (int64_t column = 0; column < OW; column++) {
+        if (taps_rows > 0 && column >= x_lo && column < x_hi) continue;
+        __m512 acc_a = start_a, acc_b = start_b;
+        for (int64_t ky = ky_lo; ky < ky_hi; ky++)
+            for (int64_t kx = 0; kx < KW_C; kx++) {
+                int64_t ix = column * SW_C - pl + kx;
+                if (ix < 0 || ix >= W) continue;
+                __m512 a, b;
+                pair_load(x + ((iy0 + ky * dh) * W + ix) * 64, hi_offset, PAIR_IN, &a, &b);
+                acc_a = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW_C + kx) * 32), a, acc_a);
+                acc_b = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW_C + kx) * 32 + 16), b, acc_b);
+            }
+        pair_store_pixel(acc_a, acc_b, p, keep, order, PAIR_IN, out + column * ORTX_PAIR_ROWS_CHUNK);
+    }
+}
+
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_rows_of(
+    const ortx_conv_params *p, const char *x, int64_t hi_offset, const float *weights, const float *bias,
+    __mmask32 keep, uint16_t *y, int64_t oy0, int64_t rows, const int PAIR_IN) {
+    const int64_t KW = p->kernel_width, sw = p->stride_width;
+    const __m512 start_a = _mm512_loadu_ps(bias), start_b = _mm512_loadu_ps(bias + 16);
+    for (int64_t oy = oy0; oy < oy0 + rows; oy++) {
+        if (KW == 3 && sw == 1) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 3, 1,
+                                                       PAIR_IN);
+        else if (KW == 3) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 3, 2,
+                                                 PAIR_IN);
+        else if (sw == 1) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 5, 1,
+                                                 PAIR_IN);
+        else pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 5, 2, PAIR_IN);
+    }
+}
+
+/* 3x3 and 5x5, stride 1 or 2, dilation 1 across, no residual. */
+ORTX_TARGET_AVX512_BF16 static int pair_rows_avx512_bf16(const ortx_conv_params *p, const void *x, int in_rows,
+                                                        int64_t hi_offset, const float *weights, const float *bias,
+                                                        int64_t channels, uint16_t *y, int64_t oy0, int64_t rows) {
+    const int64_t KW = p->kernel_width, sw = p->stride_width;
+    if (p->dilation_width != 1 || (KW != 3 && KW != 5) || (sw != 1 && sw != 2) || p->has_residual) return 0;
+    if (rows == 0) return 1;
+    const __mmask32 keep = (__mmask32)(channels >= 32 ? 0xFFFFFFFFu : (1u << channels) - 1u);
+    if (in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, oy0, rows, 1);
+    else pair_rows_of(p, x, hi_offset, weights, bias, keep, y, oy0, rows, 0);
+    return 1;
+}
+
+/* The table's entry: pair_rows_avx512_bf16 where the CPU has AVX512_BF16, else no shape is taken. */
+ORTX_TARGET_AVX512 static int pair_rows_avx512(const ortx_conv_params *p, const void *x, int in_rows,
+                                              int64_t hi_offset, const float *weights, const float *bias,
+                                              int64_t channels, uint16_t *y, int64_t oy0, int64_t rows) {
+    if (!ortx_cpu_has_avx512_bf16()) return 0;
+    return pair_rows_avx512_bf16(p, x, in_rows, hi_offset, weights, bias, channels, y, oy0, rows);
+}
+
 const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512, plane_rows_avx512,
-                                                  finish_avx512, blocked_rows_avx512, blocked_rows_bf16_avx512};
+                                                  finish_avx512, blocked_rows_avx512, blocked_rows_bf16_avx512,
+                                                  pair_rows_avx512};
 
 #else
 /* Never selected off x86 (dispatch.c only picks AVX-512 after CPUID says so). */

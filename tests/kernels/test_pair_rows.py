@@ -65,11 +65,12 @@ def assert_agrees(actual, expected, rounded: bool):
 
 @pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[str(c) for c in DEPTHWISE_CASES])
 @pytest.mark.parametrize("sides", SIDES, ids=["in", "out", "both"])
-@pytest.mark.parametrize("activation", ["clip", "hard_swish"])
+@pytest.mark.parametrize("activation", ["clip", "hard_swish", "hard_sigmoid"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, activation, threads):
-    """Both the rows-in-place form (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns) and the tiled form (the
-    others, and every shape on the portable ISA), bands at the image's edges, asymmetric pads, dilation."""
+    """Both the rows-in-place forms (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns; pair rows on both sides a
+    whole chunk at once) and the tiled form (the others, and every shape on the portable ISA), bands at the image's
+    edges, asymmetric pads, dilation; hard_sigmoid is 0.5 at 0, so channels past C show unless masked."""
     in_rows, out_rows = sides
     n, c, h, w, kernel, stride, pads, dilation = case
     code, params = ACTIVATIONS[activation]
