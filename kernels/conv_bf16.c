@@ -21,10 +21,13 @@
  * consecutive: Case 0's (ortx_conv_direct_bf16_packed_index), else gemm_pack_bf16's A operand of W_g as a
  * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_a_elements(Cout/g, K) values, in the format of the bf16 path
  * selected when packing: tiles on AMX, else MR-row K-pair panels).
- * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X blocked [21] Y (and the residual) blocked (conv.h's NCHWc, pad
- *   lanes of Y written as zeros): the AMX direct form reads a blocked X's vectors into its chunk planes and stores
- *   C tile rows (one pixel's 16 channels) as they are, without the NCHW forms' transposes
- *   (ortx_conv_direct_bf16_blocked_applies); other convs run conv2d_bf16 on NCHW copies (correct, never chosen).
+ * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X's layout [21] Y's: 0 NCHW, 1 blocked (conv.h's NCHWc, pad lanes
+ *   of Y written as zeros), 2 bf16 pair rows (kernels/pair_rows.h, zeros past C); a residual is NCHW when Y is, else
+ *   blocked. The AMX direct form reads a blocked X's vectors into its chunk planes (pair rows: copies them) and
+ *   stores C tile rows (one pixel's 16 channels) as they are, without the NCHW forms' transposes (pair rows: a
+ *   pixel's two halves rounded together) (ortx_conv_direct_bf16_blocked_applies); other convs run conv2d_bf16 on
+ *   NCHW copies (correct, never chosen). A pair-rows X holds bf16 values, which the conv rounds its input to
+ *   anyway, so the results are those of the same X in fp32; a pair-rows Y is the fp32 result rounded once.
  * conv_bf16_nchwc_applies: ints the 20 conv ints; buffers [0] int64[1] out: 1 when conv2d_bf16_nchwc runs the conv
  *   on the AMX direct form (on the bf16 path selected now), else 0.
  * conv_sizes_bf16: ints the 20 conv ints; buffers [0] int64[3] out: workspace bytes, packed weight elements, the
@@ -38,6 +41,7 @@
 #include "conv.h"
 #include "gemm_bf16.h"
 #include "ortx_kernels.h"
+#include "pair_rows.h"
 #include "threadpool.h"
 
 static int is_pointwise(const ortx_conv_params *p) {
@@ -197,46 +201,73 @@ static void reorder_blocked(const float *src, float *dst, int64_t batch, int64_t
     (to_blocked ? ortx_reorder_to_nchwc_f32 : ortx_reorder_from_nchwc_f32)(ints, NULL, buffers, threads);
 }
 
+/* [N][C][pixels] float32 from / into bf16 pair rows ([N][ceil(C / 32)][pixels][32], zeros past C). */
+static void from_pair_rows(const uint16_t *src, float *dst, int64_t batch, int64_t channels, int64_t pixels) {
+    const int64_t chunks = ortx_pair_rows_chunks(channels);
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t c = 0; c < channels; c++)
+            for (int64_t i = 0; i < pixels; i++)
+                dst[(n * channels + c) * pixels + i] =
+                    ortx_bf16_to_float(src[((n * chunks + c / 32) * pixels + i) * 32 + c % 32]);
+}
+
+static void to_pair_rows(const float *src, uint16_t *dst, int64_t batch, int64_t channels, int64_t pixels) {
+    const int64_t chunks = ortx_pair_rows_chunks(channels);
+    for (int64_t n = 0; n < batch; n++)
+        for (int64_t c = 0; c < chunks * 32; c++)
+            for (int64_t i = 0; i < pixels; i++)
+                dst[((n * chunks + c / 32) * pixels + i) * 32 + c % 32] =
+                    c < channels ? ortx_bf16_from_float(src[(n * channels + c) * pixels + i]) : 0;
+}
+
 void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *floats, void *const *buffers,
                                          int num_threads, ortx_kernel_fn conv) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    const int x_blocked = ints[20] != 0, y_blocked = ints[21] != 0;
+    const int x_layout = (int)ints[20], y_layout = (int)ints[21];  /* 0 NCHW, 1 blocked, 2 pair rows */
     const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
     const int64_t x_count = p.batch * p.in_channels * in_pixels, y_count = p.batch * p.out_channels * out_pixels;
-    float *x = x_blocked ? malloc(x_count * sizeof(float)) : (float *)buffers[0];
-    float *y = y_blocked ? malloc(y_count * sizeof(float)) : (float *)buffers[2];
-    float *residual = y_blocked && p.has_residual ? malloc(y_count * sizeof(float)) : (float *)buffers[5];
-    if ((x_blocked && !x) || (y_blocked && !y) || (y_blocked && p.has_residual && !residual)) abort();
-    if (x_blocked) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0, num_threads);
-    if (y_blocked && p.has_residual)
+    float *x = x_layout ? malloc(x_count * sizeof(float)) : (float *)buffers[0];
+    float *y = y_layout ? malloc(y_count * sizeof(float)) : (float *)buffers[2];
+    float *residual = y_layout && p.has_residual ? malloc(y_count * sizeof(float)) : (float *)buffers[5];
+    if ((x_layout && !x) || (y_layout && !y) || (y_layout && p.has_residual && !residual)) abort();
+    if (x_layout == 1) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0, num_threads);
+    if (x_layout == 2) from_pair_rows(buffers[0], x, p.batch, p.in_channels, in_pixels);
+    if (y_layout && p.has_residual)  /* blocked for either output layout */
         reorder_blocked(buffers[5], residual, p.batch, p.out_channels, out_pixels, 0, num_threads);
     void *plain[6] = {x, buffers[1], y, buffers[3], buffers[4], residual};
     conv(ints, floats, plain, num_threads);
-    if (y_blocked) reorder_blocked(y, buffers[2], p.batch, p.out_channels, out_pixels, 1, num_threads);
-    if (x_blocked) free(x);
-    if (y_blocked) free(y);
-    if (y_blocked && p.has_residual) free(residual);
+    if (y_layout == 1) reorder_blocked(y, buffers[2], p.batch, p.out_channels, out_pixels, 1, num_threads);
+    if (y_layout == 2) to_pair_rows(y, buffers[2], p.batch, p.out_channels, out_pixels);
+    if (x_layout) free(x);
+    if (y_layout) free(y);
+    if (y_layout && p.has_residual) free(residual);
 }
 
 void ortx_conv2d_bf16_nchwc(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
-    const int layout = (ints[20] ? ORTX_DIRECT_X_BLOCKED : 0) | (ints[21] ? ORTX_DIRECT_Y_BLOCKED : 0);
+    const int layout = (ints[20] == 1 ? ORTX_DIRECT_X_BLOCKED : ints[20] == 2 ? ORTX_DIRECT_X_PAIR_ROWS : 0) |
+                       (ints[21] == 1 ? ORTX_DIRECT_Y_BLOCKED : ints[21] == 2 ? ORTX_DIRECT_Y_PAIR_ROWS : 0);
     if (!layout || !ortx_conv_direct_bf16_blocked_applies(&p)) {
         ortx_conv2d_bf16_nchwc_through_nchw(ints, floats, buffers, num_threads, ortx_conv2d_bf16);
         return;
     }
     int threads = num_threads < 1 ? 1 : num_threads;
     if (threads > p.workspace_threads) threads = p.workspace_threads < 1 ? 1 : (int)p.workspace_threads;
-    const float *X = buffers[0], *bias = buffers[4], *residual = buffers[5];
-    float *Y = buffers[2], *workspace = buffers[3];
-    const int64_t in_channels = ints[20] ? ortx_round_up(p.in_channels, 16) : p.in_channels;
-    const int64_t out_channels = ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels;
+    const float *bias = buffers[4], *residual = buffers[5];
+    const char *X = buffers[0];
+    char *Y = buffers[2];
+    float *workspace = buffers[3];
+    /* bytes a pixel of one image: NCHW 4 * C, blocked 4 * C rounded up to 16, pair rows 2 * C rounded up to 32 */
+    const int64_t x_pixel = ints[20] == 2 ? 2 * ortx_round_up(p.in_channels, 32)
+                                          : 4 * (ints[20] ? ortx_round_up(p.in_channels, 16) : p.in_channels);
+    const int64_t y_pixel = ints[21] == 2 ? 2 * ortx_round_up(p.out_channels, 32)
+                                          : 4 * (ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels);
+    const int64_t residual_floats = (ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels);
     const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
     for (int64_t n = 0; n < p.batch; n++) {
-        int64_t y_offset = n * out_channels * out_pixels;
-        ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, 0, y_offset);
-        ortx_conv_direct_bf16(&p, X + n * in_channels * in_pixels, buffers[1], Y + y_offset, &epilogue, workspace,
-                              threads, NULL, layout);
+        ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, 0, n * residual_floats * out_pixels);
+        ortx_conv_direct_bf16(&p, (const float *)(X + n * x_pixel * in_pixels), buffers[1],
+                              (float *)(Y + n * y_pixel * out_pixels), &epilogue, workspace, threads, NULL, layout);
     }
 }
 

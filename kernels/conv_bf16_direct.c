@@ -355,6 +355,18 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
         }
         int64_t lo, hi;  /* columns [lo, hi) read the input; the rest is zero */
         input_columns(qx - p->pad_left, sw, W, width, &lo, &hi);
+        if (job->layout & ORTX_DIRECT_X_PAIR_ROWS) {  /* chunk h's pixels are the positions, as they lie */
+            const int64_t column = lo * sw + qx - p->pad_left;
+            const uint16_t *src = (const uint16_t *)job->x + ((h * H + iy) * W + column) * 32;
+            memset(out, 0, lo * CHUNK_WORDS * sizeof(uint32_t));
+            if (sw == 1)
+                memcpy(out + lo * CHUNK_WORDS, src, (hi - lo) * CHUNK_WORDS * sizeof(uint32_t));
+            else
+                for (int64_t k = 0; k < hi - lo; k++)
+                    memcpy(out + (lo + k) * CHUNK_WORDS, src + k * sw * 32, CHUNK_WORDS * sizeof(uint32_t));
+            memset(out + hi * CHUNK_WORDS, 0, (width - hi) * CHUNK_WORDS * sizeof(uint32_t));
+            continue;
+        }
         if (job->layout & ORTX_DIRECT_X_BLOCKED) {  /* blocks 2h and 2h + 1 hold the chunk's 32 channels */
             const int64_t first = 2 * ORTX_BGEMM_TILE_PAIRS * h, column = lo * sw + qx - p->pad_left;
             const float *even = job->x + ((2 * h * H + iy) * W + column) * 16;
@@ -484,6 +496,7 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     ortx_bf16_direct_pending pending;  /* each step's store runs during the next one's products */
     pending.valid = 0;
     pending.blocked = (job->layout & ORTX_DIRECT_Y_BLOCKED) != 0;
+    pending.pair_rows = (job->layout & ORTX_DIRECT_Y_PAIR_ROWS) != 0;
     job->isa->tiles_begin(&saved);
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;
@@ -496,7 +509,8 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
             job->isa->direct_tiles(taps(p), tile_chunks(p), job->weights + row0 / ORTX_BGEMM_TILE_ROWS * panel, panel,
                                    job->planes + n0 * CHUNK_WORDS, job->offsets,
                                    job->geometry.channel_floats * CHUNK_WORDS, vectors, masks, at,
-                                   job->y + row0 * N, N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
+                                   pending.pair_rows ? (float *)((uint16_t *)job->y + row0 * N) : job->y + row0 * N,
+                                   N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
                                    job->epilogue, row0, &pending);
     }
     job->isa->direct_finish(&pending);
@@ -545,6 +559,9 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
     job.group_major = tiles && cout_g * channel_pairs(p) * area > plane_pairs(p) * g->channel_floats;
     if (job.group_major) groups = (panels + 1) / 2;  /* one 32-row step each: its weights stay in L2 */
     job.panels_per_group = (panels + groups - 1) / groups;
+    /* a pair-rows output: every step two 16-row panels of one chunk (a chunk's half lines stored by two steps
+     * would cost a read of each line, and the halves are rounded together) */
+    if (layout & ORTX_DIRECT_Y_PAIR_ROWS) job.panels_per_group += job.panels_per_group & 1;
     job.row_groups = (panels + job.panels_per_group - 1) / job.panels_per_group;
     int64_t units = job.tiles * job.row_groups;
     ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, tiles ? run_tile_units : run_units,

@@ -181,6 +181,7 @@ struct ortx_bf16_direct_pending {
     float scratch[2][32 * 32] __attribute__((aligned(64)));  /* [pixel][row], alternating */
     int valid, which, vectors, mt;
     int blocked;  /* c is NCHWc (conv.h's blocked layout, 16 channels a vector): row blocks 16 * ldc apart */
+    int pair_rows;  /* or c is the step's chunk plane of bf16 pair rows (row0 a multiple of 32) */
     uint32_t masks[2];
     int64_t at[2], ldc, rows, row0;
     float *c;
@@ -293,9 +294,13 @@ void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, con
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const struct ortx_conv_params *transposed, int layout);
 /* ortx_conv_direct_bf16's layout bits (the AMX form only, one group): x, and y with the residual, in conv.h's
- * blocked NCHWc layout instead of NCHW. */
+ * blocked NCHWc layout instead of NCHW; or x, or y (its residual blocked), in bf16 pair rows (kernels/pair_rows.h:
+ * a pixel's 64 bytes in a chunk are exactly a chunk plane's position, so the fill copies them, and a step's two
+ * 16-row halves are rounded into them). */
 #define ORTX_DIRECT_X_BLOCKED 1
 #define ORTX_DIRECT_Y_BLOCKED 2
+#define ORTX_DIRECT_X_PAIR_ROWS 4
+#define ORTX_DIRECT_Y_PAIR_ROWS 8
 /* Whether conv2d_bf16_nchwc runs p on the AMX direct form (else through NCHW copies, reorders around
  * conv2d_bf16: correct everywhere, never chosen by the lowering). */
 int ortx_conv_direct_bf16_blocked_applies(const struct ortx_conv_params *p);

@@ -316,9 +316,53 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
     }
 }
 
+/* The same into pair rows: a pixel's two 16-row halves (the second zero past `rows`) through direct_store_blocked's
+ * epilogue, rounded as the pair-rows writers round (vcvtne2ps2bf16) and stored as its 64 bytes of the chunk. */
+ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_pending *s) {
+    const float *scratch = s->scratch[s->which];
+    const ortx_gemm_epilogue *e = s->epilogue;
+    __mmask16 valid[2];
+    __m512 bias[2];
+    const float *residual[2];
+    for (int o = 0; o < 2; o++) {
+        const int64_t rows = s->rows - 16 * o < 0 ? 0 : s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
+        valid[o] = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+        bias[o] = e->bias_row && rows ? _mm512_maskz_loadu_ps(valid[o], e->bias_row + s->row0 + 16 * o)
+                                      : _mm512_setzero_ps();
+        residual[o] = e->residual && rows ? e->residual + (s->row0 / 16 + o) * 16 * s->ldc : NULL;
+    }
+    uint16_t *c = (uint16_t *)s->c;
+    for (int v = 0; v < s->vectors; v++) {
+        uint32_t keep = s->masks[v];
+        for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
+            const int lane = __builtin_ctz(keep);
+            __m512 half[2];
+            for (int o = 0; o < 2; o++) {
+                if (o >= s->mt) {
+                    half[o] = _mm512_setzero_ps();
+                    continue;
+                }
+                __m512 value = _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o);
+                if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
+                if (e->bias_row) value = _mm512_add_ps(value, bias[o]);
+                if (residual[o])
+                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
+                                            _mm512_loadu_ps(residual[o] + 16 * q), value);
+                if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
+                half[o] = _mm512_maskz_mov_ps(valid[o], value);
+            }
+            _mm512_storeu_si512(c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(half[1], half[0]));
+        }
+    }
+}
+
 /* A pending step's store: its C tiles transposed block by block to rows x pixels (in registers), then each row
  * vector through the direct-tile store. */
 ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s) {
+    if (s->pair_rows) {
+        direct_store_pair_rows(s);
+        return;
+    }
     if (s->blocked) {
         direct_store_blocked(s);
         return;

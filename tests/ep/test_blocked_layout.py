@@ -50,6 +50,13 @@ def _kernel_counts(session) -> collections.Counter:
                                for step in claimed.program.steps)
 
 
+def _steps(session) -> list:
+    from ortx.ep.runtime import ClaimedStep
+
+    return [step for compiled in session._compiled.values() for claimed in compiled.plan.steps
+            if isinstance(claimed, ClaimedStep) for step in claimed.program.steps]
+
+
 def _run_both(model, feeds, threads=2, **options):
     reference = onnxruntime.InferenceSession(to_ort_bytes(model), _options(threads),
                                              providers=["CPUExecutionProvider"]).run(None, feeds)
@@ -354,7 +361,9 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     3x3 convs with their residuals, the 1x1 stride-2 shortcuts) runs conv2d_bf16_nchwc, the MaxPool
     maxpool_nchwc_f32 and the GlobalAveragePool its blocked kernel, so no reorder enters the run and one leaves it
     (the pooled vector). At 64x64 the 4x4 and 2x2 maps' convs are not the direct form's (kept NCHW, as the kernel's
-    rule says) and the run ends before them. Either way the bits are those of the NCHW session
+    rule says) and the run ends before them. A tensor only convs read is bf16 pair rows (they round it anyway: the
+    same bits as fp32 blocked): each BasicBlock's conv1 -> conv2 edge, and a layer's output, which only the next
+    layer's stride-2 conv1 and 1x1 shortcut read. Either way the bits are those of the NCHW session
     (dense_bf16_blocked off), whose convs compute the same products."""
     from ortx.ep.lowering import blocked_layout
 
@@ -362,13 +371,23 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     feeds = {"input": _random((batch, 3, size, size), 9)}
     (expected,), (blocked,), session = _run_both(model, feeds, threads, precision="bf16")
     counts = _kernel_counts(session)
+    layouts = collections.Counter(tuple(step.ints[20:22]) for step in _steps(session)
+                                  if step.kernel == "conv2d_bf16_nchwc")
     if size == 224:
         assert counts["conv2d_bf16_nchwc"] == 20 and "conv2d_bf16" not in counts, counts
         assert counts["global_avgpool_nchwc_f32"] == 1, counts
+        # (X, Y) 0 NCHW, 1 blocked, 2 pair rows: the stem; conv1 of blocks whose input the residual also reads;
+        # conv2s, shortcuts and the stride-2 conv1s reading pair rows; those of them whose output only convs read
+        assert layouts == {(0, 1): 1, (1, 2): 5, (2, 1): 8, (2, 2): 6}, layouts
     else:
         assert counts["conv2d_bf16_nchwc"] == 10 and counts["conv2d_bf16"] == 10, counts
+        assert layouts == {(0, 1): 1, (1, 2): 3, (2, 1): 4, (2, 2): 2}, layouts  # layers 1 and 2 (the run's end)
     assert counts["maxpool_nchwc_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
     assert "reorder_to_nchwc_f32" not in counts, counts
+    monkeypatch.setattr(blocked_layout, "DENSE_PAIR_ROWS", False)
+    (_,), (fp32_edges,), session = _run_both(model, feeds, threads, precision="bf16")
+    assert all(step.ints[20:22] != [2, 1] for step in _steps(session) if step.kernel == "conv2d_bf16_nchwc")
+    np.testing.assert_array_equal(blocked, fp32_edges)
     monkeypatch.setattr(blocked_layout, "DENSE_BF16", False)
     (_,), (plain,), session = _run_both(model, feeds, threads, precision="bf16")
     assert "conv2d_bf16_nchwc" not in _kernel_counts(session)

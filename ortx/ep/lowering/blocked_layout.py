@@ -270,6 +270,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
 
 
 PAIR_ROWS_MODES = ("all", "exact", "off")
+DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
 
 
 def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
@@ -284,9 +285,13 @@ def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
 
 def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> frozenset[str]:
     """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
-    pair_rows.h) instead of blocked fp32: a 1x1 or depthwise conv's output that is no segment output and that only
-    1x1 and depthwise convs read, each as its X. Half the bytes of each such tensor move through memory, and a 1x1
-    conv loads its AMX tiles from the rows as they lie instead of rounding its input.
+    pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
+    only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
+    DENSE_PAIR_ROWS; not a stem, whose x-unfolded form writes blocked fp32 only). Half the bytes of each such tensor
+    move through memory, a 1x1 conv loads its AMX tiles from the rows as they lie instead of rounding its input, and
+    a dense conv copies them into its chunk planes. Dense convs in-process against DENSE_PAIR_ROWS off (2 threads,
+    bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 -> conv2 edges, and each layer's output that only the
+    next layer's stride-2 conv and shortcut read), PP-OCR det 1.001, rec 0.981 and 1.000.
     mode "exact": only tensors that 1x1 convs alone read (MobileNetV2's depthwise -> projection): they round their
     input to these very bits, so the session's results do not change (the default). "all": also the 1x1 convs'
     outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16 values, as
@@ -308,7 +313,11 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
         plan = plan_of(node) if node in builder.blocked_nodes else None
         if plan is None:
             return None
-        return "depthwise" if plan.depthwise else "pointwise" if is_pointwise(plan) else None
+        if plan.depthwise:
+            return "depthwise"
+        if is_pointwise(plan):
+            return "pointwise"
+        return "dense" if DENSE_PAIR_ROWS and dense_bf16_blocked(plan, builder) else None
 
     chosen = set()
     for node in nodes:
@@ -318,6 +327,8 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
         kinds = [conv_kind(reader) if index == 0 else None for reader, index in readers[id(value)]]
         if None in kinds or (mode == "exact" and "depthwise" in kinds):
             continue
+        if conv_kind(node) == "dense" and plan_of(node).ints[1] <= STEM_MAX_CHANNELS:
+            continue  # a stem: its NCHW input form (x-unfolded) writes fp32 blocked only
         chosen.add(value.name)
     logger.debug("%d tensors in pair rows", len(chosen))
     return frozenset(chosen)
@@ -426,15 +437,19 @@ def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
     packed = np.empty(int(sizes[1]), np.uint16)
     _kernels.call("conv_pack_bf16", ints, [], [np.ascontiguousarray(plan.weights), packed])
     stem = plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual
-    x = builder.buffer(node.inputs[0]) if stem else builder.blocked_buffer(node.inputs[0])
-    y = builder.produce_blocked(node.outputs[0])
+    x_rows, y_rows = node.inputs[0].name in builder.pair_rows, node.outputs[0].name in builder.pair_rows
+    x = (builder.buffer(node.inputs[0]) if stem else builder.pair_rows_buffer(node.inputs[0]) if x_rows
+         else builder.blocked_buffer(node.inputs[0]))
+    y = builder.pair_rows_buffer(node.outputs[0]) if y_rows else builder.produce_blocked(node.outputs[0])
     bias_value = present(node, 2)
     residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else y
-    builder.emit("conv2d_bf16_nchwc", ints + [int(not stem), 1], list(plan.params),
+    x_layout = 0 if stem else 2 if x_rows else 1
+    builder.emit("conv2d_bf16_nchwc", ints + [x_layout, 2 if y_rows else 1], list(plan.params),
                  [x, builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16"), y,
                   builder.workspace(max(int(sizes[0]), 4), label="conv"),
                   builder.buffer(bias_value) if bias_value is not None else y, residual])
-    builder.finish_blocked(node.outputs[0])
+    if not y_rows:
+        builder.finish_blocked(node.outputs[0])
 
 
 def _fits_expand_rows(plan) -> bool:
