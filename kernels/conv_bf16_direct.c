@@ -185,7 +185,11 @@ typedef struct direct_job {
     const ortx_conv_params *unfolded;    /* not NULL: params is this conv's x-unfolded form (unfolds_x) */
     const ortx_conv_params *transposed;  /* not NULL: step 3 scatters into this ConvTranspose's output */
     float *scratch;                      /* per thread, MR x TILE_PIXELS (transposed only) */
-    int layout;                          /* ORTX_DIRECT_X_BLOCKED | ORTX_DIRECT_Y_BLOCKED (the AMX form) */
+    int layout;                          /* ORTX_DIRECT_* bits (the AMX form) */
+    /* x-unfolded: value j of a position reads channel unfold_channel[j] at column ox * sw + unfold_shift[j]
+     * (computed once: per row they cost divisions); columns [unfold_lo, unfold_hi) read inside the row */
+    int64_t unfold_channel[2 * ORTX_BGEMM_TILE_PAIRS], unfold_shift[2 * ORTX_BGEMM_TILE_PAIRS];
+    int64_t unfold_lo, unfold_hi;
 } direct_job;
 
 /* Columns [lo, hi) of a phase row `width` wide whose input column j * sw + shift lies in [0, W). */
@@ -295,19 +299,12 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
  * tap reads inside the row go through isa->chunk_run (strided reads), the few at the edges one value at a time. */
 static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) {
     const ortx_conv_params *o = job->unfolded;
-    const int64_t H = o->in_height, W = o->in_width, KW = o->kernel_width, OW = o->out_width;
-    const int64_t sw = o->stride_width, dw = o->dilation_width, values = o->in_channels * KW;
-    int64_t lo = 0, hi = OW;
-    for (int64_t kx = 0; kx < KW; kx++) {  /* ox whose every tap kx reads inside the row */
-        int64_t first, end;
-        input_columns(kx * dw - o->pad_left, sw, W, OW, &first, &end);
-        lo = first > lo ? first : lo;
-        hi = end < hi ? end : hi;
-    }
-    if (hi < lo) hi = lo;
+    const int64_t H = o->in_height, W = o->in_width, OW = o->out_width, sw = o->stride_width;
+    const int64_t values = o->in_channels * o->kernel_width, lo = job->unfold_lo, hi = job->unfold_hi;
     const float *channels[2 * ORTX_BGEMM_TILE_PAIRS];
     for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++)
-        channels[j] = j < values ? job->x + (j / KW * H + iy) * W + lo * sw + j % KW * dw - o->pad_left : NULL;
+        channels[j] = j < values ? job->x + (job->unfold_channel[j] * H + iy) * W + lo * sw + job->unfold_shift[j]
+                                 : NULL;
     if (hi > lo) job->isa->chunk_run(channels, sw, hi - lo, out + lo * CHUNK_WORDS);
     for (int64_t ox = 0; ox < OW; ox++) {
         if (ox == lo && hi > lo) {  /* chunk_run's */
@@ -317,12 +314,31 @@ static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) 
         for (int64_t pair = 0; pair < ORTX_BGEMM_TILE_PAIRS; pair++) {
             uint16_t half[2] = {0, 0};
             for (int64_t k = 0; k < 2; k++) {
-                int64_t j = 2 * pair + k, ix = ox * sw + j % KW * dw - o->pad_left;
-                if (j < values && ix >= 0 && ix < W)
-                    half[k] = ortx_bf16_from_float(job->x[(j / KW * H + iy) * W + ix]);
+                int64_t j = 2 * pair + k, ix = j < values ? ox * sw + job->unfold_shift[j] : -1;
+                if (ix >= 0 && ix < W) half[k] = ortx_bf16_from_float(job->x[(job->unfold_channel[j] * H + iy) * W + ix]);
             }
             out[ox * CHUNK_WORDS + pair] = (uint32_t)half[0] | (uint32_t)half[1] << 16;
         }
+    }
+}
+
+/* The x-unfolded conv's per-value channels and column shifts, and the columns every tap reads inside the row. */
+static void plan_unfolding(direct_job *job) {
+    const ortx_conv_params *o = job->unfolded;
+    const int64_t W = o->in_width, KW = o->kernel_width, OW = o->out_width, sw = o->stride_width;
+    const int64_t dw = o->dilation_width;
+    int64_t lo = 0, hi = OW;
+    for (int64_t kx = 0; kx < KW; kx++) {  /* ox whose every tap kx reads inside the row */
+        int64_t first, end;
+        input_columns(kx * dw - o->pad_left, sw, W, OW, &first, &end);
+        lo = first > lo ? first : lo;
+        hi = end < hi ? end : hi;
+    }
+    job->unfold_lo = lo;
+    job->unfold_hi = hi < lo ? lo : hi;
+    for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
+        job->unfold_channel[j] = j / KW;
+        job->unfold_shift[j] = j % KW * dw - o->pad_left;
     }
 }
 
@@ -530,6 +546,7 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
     const int tiles = !transposed && job.isa->a_tiles;
     int32_t *offsets = (int32_t *)(workspace + ortx_round_up(plane_pairs(p) * g->channel_floats + slack_words(), 16));
     memset(job.used_phase, 0, sizeof(job.used_phase));
+    if (job.unfolded) plan_unfolding(&job);
     for (int64_t q = 0; q < (tiles ? area : cps * area); q++) {  /* the AMX form: one offset per tap */
         int64_t tap = q % area, dy = tap / p->kernel_width * p->dilation_height;
         int64_t dx = tap % p->kernel_width * p->dilation_width;
