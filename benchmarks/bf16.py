@@ -6,8 +6,10 @@ Issue #5's bf16 acceptance: OrtxEP bf16 <= 0.45x ORT fp32's time and faster than
 cosine >= 0.999 against fp32. Models as benchmarks/run.py builds them. Timing: ortx.measure.compare (ORT, OrtxEP
 and OpenVINO interleaved in blocks after warm-up, medians), the same thread count for all three. OpenVINO
 (`pip install -e '.[bench]'`) compiles for its "CPU" device with only INFERENCE_NUM_THREADS set: its default
-inference precision on a CPU with AVX512_BF16 is bf16 (the table states the precision it reports). Writes the
-"bf16 ... (N threads)" section of BENCHMARKS.md.
+inference precision on a CPU with AVX512_BF16 is bf16 (the table states the precision it reports). For the PP-OCR
+models the cosines are also measured on a rendered text image (benchmarks/text_image.py: a page for det, a line
+for rec and cls), their own domain: on the seeded random input det's output is a near-empty map whose cosine swings
+with any single rounding. Writes the "bf16 ... (N threads)" section of BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -21,8 +23,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import numpy as np  # noqa: E402
 import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
 
+import ortx  # noqa: E402
+from benchmarks import text_image  # noqa: E402
 from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx import _kernels  # noqa: E402
@@ -53,6 +59,28 @@ def openvino_runner(path: str, input_name: str, shape, threads: int):
     return run, precision.get_type_name() if hasattr(precision, "get_type_name") else str(precision)
 
 
+def _cosine(a, b) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def image_cosines(key: str, path: str, input_name: str, shape, threads: int, openvino_run) -> tuple | None:
+    """(OrtxEP bf16's, OpenVINO's or None) first-output cosine against ORT fp32 on the model's rendered text
+    input (text_image.for_model), or None for a model without one."""
+    x = text_image.for_model(key, shape)
+    if x is None:
+        return None
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    feeds = {input_name: x}
+    reference = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    session = ortx.InferenceSession(path, options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"precision": "bf16", "input_shapes": {input_name: list(shape)}},
+                                                      {}])
+    ours = _cosine(session.run(None, feeds)[0], reference)
+    return ours, (_cosine(openvino_run(feeds)[0], reference) if openvino_run else None)
+
+
 def wait_for_quiet(seconds: float) -> float:
     """Waits up to `seconds` for the 1-minute load average to drop below 1.0; returns the load it measured at."""
     deadline = time.monotonic() + seconds
@@ -61,6 +89,13 @@ def wait_for_quiet(seconds: float) -> float:
         time.sleep(5)
         load = os.getloadavg()[0]
     return load
+
+
+def _image_cell(on_image) -> str:
+    if not on_image:
+        return "-"
+    ours, openvino = on_image
+    return f"{ours:.6f} / {openvino:.6f}" if openvino is not None else f"{ours:.6f}"
 
 
 def main() -> int:
@@ -90,11 +125,13 @@ def main() -> int:
             print(f"measuring {name} (load {load:.2f}) ...", flush=True)
             result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
                              precision="bf16", others=others)
-            rows.append((result, shape, openvino_precision, load))
+            on_image = image_cosines(key, path, input_name, shape, args.threads, others.get("OpenVINO"))
+            rows.append((result, shape, openvino_precision, load, on_image))
             line = f"  ORT fp32 {result.ort_ms:.2f} ms, OrtxEP bf16 {result.ortx_ms:.2f} ms ({result.ratio:.2f}x)"
             for other in result.others:
                 line += f", {other.name} {other.median_ms:.2f} ms"
-            print(line + f", cosine {result.cosine:.6f}", flush=True)
+            line += f", cosine {result.cosine:.6f}"
+            print(line + (f", on a rendered text image {on_image[0]:.6f}" if on_image else ""), flush=True)
     threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
     commit = head_commit()
     lines = [
@@ -103,7 +140,9 @@ def main() -> int:
         f"engine, median of {args.runs} runs interleaved in blocks of 4 (ortx.measure.compare) after warm-up, seeded "
         "random inputs. OrtxEP runs precision='bf16' (constant-weight GEMMs and dense convs in bf16 with fp32 "
         "accumulation, the rest fp32); ratio = OrtxEP bf16 ms / ORT fp32 ms (goal <= 0.45); cosine = first output "
-        "against ORT fp32's (goal >= 0.999). Load = 1-minute load average when the model's measurement began "
+        "against ORT fp32's (goal >= 0.999) on the seeded random input and, for the PP-OCR models, on a rendered "
+        "text image (benchmarks/text_image.py: a page for det, a line for rec and cls; OrtxEP / OpenVINO). "
+        "Load = 1-minute load average when the model's measurement began "
         "(2 cores, shared); host = rounds of blocks in which ortx.host_contention's probe found the threads sharing "
         "one physical core, one thread slower than the other (uneven) or the threads far apart (a cache line's round "
         "trip >= 250 ns); paired = the median over rounds of OrtxEP's block median / OpenVINO's in the same round "
@@ -111,10 +150,10 @@ def main() -> int:
         "`python benchmarks/bf16.py`.",
         "",
         "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
-        "paired [range] | cosine OrtxEP | cosine OpenVINO | load | host |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "paired [range] | cosine OrtxEP | cosine OpenVINO | cosine on text image | load | host |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for result, shape, openvino_precision, load in rows:
+    for result, shape, openvino_precision, load, on_image in rows:
         other = result.others[0] if result.others else None
         openvino = f"{other.median_ms:.2f} ({openvino_precision})" if other else "-"
         versus = f"{result.ortx_ms / other.median_ms:.2f}" if other else "-"
@@ -122,14 +161,18 @@ def main() -> int:
         lines.append(
             f"| {result.name} | {'x'.join(map(str, shape))} | {result.ort_ms:.2f} | {result.ortx_ms:.2f} | "
             f"{result.ratio:.2f} | {openvino} | {versus} | {paired} | {result.cosine:.6f} | "
-            f"{f'{other.cosine:.6f}' if other else '-'} | {load:.1f} | {result.host_note()} |")
+            f"{f'{other.cosine:.6f}' if other else '-'} | {_image_cell(on_image)} | {load:.1f} | "
+            f"{result.host_note()} |")
     met_ratio = sum(r.ratio <= GOAL_RATIO for r, *_ in rows)
     met_cosine = sum(r.cosine >= GOAL_COSINE for r, *_ in rows)
+    # the PP-OCR models judged on their rendered text input, the others on the seeded one
+    met_domain = sum((image[0] if image else r.cosine) >= GOAL_COSINE for r, *_, image in rows)
     beat_openvino = sum(bool(r.others) and r.ortx_ms < r.others[0].median_ms for r, *_ in rows)
     beat_paired = sum(bool(r.others) and r.others[0].paired < 1.0 for r, *_ in rows)
     lines += ["", f"Goals met: ratio <= {GOAL_RATIO} on {met_ratio} of {len(rows)} models, cosine >= {GOAL_COSINE} "
-              f"on {met_cosine}, faster than OpenVINO on {beat_openvino} (paired: {beat_paired})."]
-    busiest = max((load for *_, load in rows), default=0.0)
+              f"on {met_cosine} (seeded random inputs; {met_domain} with the PP-OCR models on rendered text), "
+              f"faster than OpenVINO on {beat_openvino} (paired: {beat_paired})."]
+    busiest = max((load for *_, load, _ in rows), default=0.0)
     if busiest >= 1.0 and args.threads == 1:
         lines.append(f"Caution: measured at a load average up to {busiest:.1f} on {os.cpu_count()} cores: each engine "
                      "shared its core with other processes (the interleaved blocks spread that over all three); "

@@ -469,8 +469,8 @@ BLOCKED_LAYOUT = True
 EXPAND_DEPTHWISE = True
 
 # Which tensors of a bf16 session's blocked runs on AMX are kept as bf16 pair rows (blocked_layout.pair_rows_values'
-# mode: "all", "exact", "off"; its docstring has the measurements).
-PAIR_ROWS = "exact"
+# mode: "all", "exact", "off"; its docstring has the measurements). "all" since session 28.
+PAIR_ROWS = "all"
 
 # OrtxEP's own fusions (LEVEL_3_PASSES' additions, in their order): run after the standard passes, on a clone,
 # after fuse_qdq (so QDQ compute patterns become int8 QConv before any float fusion sees them).

@@ -329,25 +329,25 @@ def test_bf16_on_amx_runs_its_1x1_convs_blocked_unfused():
 
 @pytest.mark.usefixtures("amx_path")
 def test_bf16_on_amx_keeps_the_runs_tensors_in_pair_rows():
-    """PAIR_ROWS "exact" (the default): every depthwise conv writes its output as bf16 pair rows, which the 1x1 conv
-    alone reading it loads as its AMX tiles (as do 1x1 convs whose output only 1x1 convs read): the same bits as
-    with no pair rows, since those convs round their input to the same bf16 values. "all" also hands the expanded
-    maps to the depthwise convs as bf16 (the option's bf16 activations): every 1x1 conv then reads or writes pair
-    rows, as accurate against fp32 as with none, within the blocked test's margin."""
+    """PAIR_ROWS "all" (the default): every tensor between the run's 1x1 and depthwise convs is bf16 pair rows,
+    the expanded maps the depthwise convs read too (the option's bf16 activations): every 1x1 conv reads or writes
+    pair rows, and the result is as accurate against fp32 as with none, within the blocked test's margin. "exact"
+    keeps only the tensors 1x1 convs alone read (the depthwise convs' outputs, and 1x1 outputs only 1x1 convs
+    read), whose bits those convs round their input to anyway: the same bits as with no pair rows."""
     import ortx.pipeline
 
-    assert ortx.pipeline.PAIR_ROWS == "exact"
+    assert ortx.pipeline.PAIR_ROWS == "all"
     model = _models.mobilenetv2_style(size=64, seed=5)
     feeds = {"input": _random((1, 3, 64, 64), 8)}
     with _pair_rows("off"):
         (expected,), (plain,), _ = _run_both(model, feeds, precision="bf16")
-    (_,), (exact,), session = _run_both(model, feeds, precision="bf16")
+    with _pair_rows("exact"):
+        (_,), (exact,), session = _run_both(model, feeds, precision="bf16")
     np.testing.assert_array_equal(exact, plain)
     counts = _kernel_counts(session)
     assert counts["conv2d_depthwise_pair_rows"] == 17 and "conv2d_depthwise_nchwc_f32" not in counts
     assert counts["conv_pointwise_pair_rows_bf16"] == 24 and counts["conv_pointwise_nchwc_bf16"] == 10
-    with _pair_rows("all"):
-        (_,), (every,), session = _run_both(model, feeds, precision="bf16")
+    (_,), (every,), session = _run_both(model, feeds, precision="bf16")
     counts = _kernel_counts(session)
     assert counts["conv_pointwise_pair_rows_bf16"] == 34 and "conv_pointwise_nchwc_bf16" not in counts
     assert counts["conv2d_depthwise_pair_rows"] == 17
