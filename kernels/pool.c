@@ -9,6 +9,10 @@
  * maxpool_nchwc_f32: maxpool_f32's ints with channels = N * ceil(C/16) blocks, 2-D (the d dims 1); buffers = [x, y]
  *   in conv.h's blocked layout ([blocks][H][W][16], as blocked runs keep ResNet's stem -> MaxPool -> convs): each
  *   output pixel is the lane-wise max of its window's valid 16-float vectors, taps in maxpool_f32's order.
+ * maxpool_pair_rows_f32: maxpool_nchwc_f32 whose x is bf16 pair rows (pair_rows.h; a bf16 session's stem on AMX
+ *   writes them): ints its ints, then the blocks of one image (ceil(C/16)); block b of image n is the half b % 2 of
+ *   chunk n * ceil(C/32) + b / 2. y blocked fp32 as there. Max commutes with rounding, so y is the fp32 maxima
+ *   rounded to bf16 (widened back).
  *
  * Structure: a driver walks (channel, d, h) output rows, ranges of channels as thread-pool tasks, and hands each row's
  * valid input rows to a row function; the AVX2 row function vectorises along the output width for strides 1
@@ -20,6 +24,7 @@
 #include <float.h>
 #include <stdlib.h>
 
+#include "gemm_bf16.h"
 #include "isa.h"
 #include "ortx_kernels.h"
 #include "pool_internal.h"
@@ -151,7 +156,18 @@ typedef struct nchwc_pool_job {
     ortx_pool_params p;
     const float *x;
     float *y;
+    int64_t pair_rows_blocks;  /* maxpool_pair_rows_f32: blocks of one image; 0: x blocked */
 } nchwc_pool_job;
+
+/* Where block `block` (of all images) of the input lies: its blocked plane, or its half of a pair-rows chunk plane
+ * (*pair set), whose pixels are 32 bf16 apart. */
+static const void *pool_plane(const nchwc_pool_job *job, int64_t block, int *pair) {
+    const int64_t pixels = job->p.in[1] * job->p.in[2], per_image = job->pair_rows_blocks;
+    *pair = per_image > 0;
+    if (!*pair) return job->x + block * pixels * 16;
+    const int64_t n = block / per_image, b = block % per_image, chunks = (per_image + 1) / 2;
+    return (const uint16_t *)job->x + ((n * chunks + b / 2) * pixels * 32 + b % 2 * 16);
+}
 
 /* Output rows [begin, end): unit u is block u / OH, row u % OH; on AVX-512 ortx_maxpool_nchwc_row_avx512's column
  * maxima (ResNet-18's stem pool, 2 threads: 0.249 ms here portable, maxpool_f32 on NCHW 0.128). Max is exact. */
@@ -163,9 +179,14 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
 #if ORTX_HAVE_X86
     if (ortx_selected_isa() >= ORTX_ISA_AVX512 && IW <= ORTX_POOL_NCHWC_MAX_WIDTH) {
         float column_max[ORTX_POOL_NCHWC_MAX_WIDTH * 16] __attribute__((aligned(64)));
-        for (int64_t unit = begin; unit < end; unit++)
-            ortx_maxpool_nchwc_row_avx512(job->x + unit / OH * IH * IW * 16, p, unit % OH,
-                                          job->y + unit * OW * 16, column_max);
+        for (int64_t unit = begin; unit < end; unit++) {
+            int pair;
+            const void *plane = pool_plane(job, unit / OH, &pair);
+            if (pair)
+                ortx_maxpool_pair_rows_row_avx512(plane, p, unit % OH, job->y + unit * OW * 16, column_max);
+            else
+                ortx_maxpool_nchwc_row_avx512(plane, p, unit % OH, job->y + unit * OW * 16, column_max);
+        }
         return;
     }
 #endif
@@ -173,7 +194,8 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
         const int64_t block = unit / OH, oh = unit % OH, h0 = oh * p->stride[1] - p->pad_begin[1];
         int64_t h_first, h_last, h_padded;
         ortx_pool_taps(p, 1, oh, &h_first, &h_last, &h_padded);
-        const float *plane = job->x + block * IH * IW * 16;
+        int pair;
+        const void *plane = pool_plane(job, block, &pair);
         float *out = job->y + (block * OH + oh) * OW * 16;
         for (int64_t ow = 0; ow < OW; ow++) {
             int64_t w_first, w_last, w_padded;
@@ -182,10 +204,14 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
             float best[16];
             for (int l = 0; l < 16; l++) best[l] = -FLT_MAX;
             for (int64_t i = h_first; i < h_last; i++) {
-                const float *row = plane + (h0 + i * p->dilation[1]) * IW * 16;
+                const int64_t row = (h0 + i * p->dilation[1]) * IW;  /* the row's first pixel */
                 for (int64_t j = w_first; j < w_last; j++) {
-                    const float *v = row + (w0 + j * p->dilation[2]) * 16;
-                    for (int l = 0; l < 16; l++) best[l] = v[l] > best[l] ? v[l] : best[l];
+                    const int64_t pixel = row + w0 + j * p->dilation[2];
+                    for (int l = 0; l < 16; l++) {
+                        float v = pair ? ortx_bf16_to_float(((const uint16_t *)plane)[pixel * 32 + l])
+                                       : ((const float *)plane)[pixel * 16 + l];
+                        best[l] = v > best[l] ? v : best[l];
+                    }
                 }
             }
             for (int l = 0; l < 16; l++) out[ow * 16 + l] = best[l];
@@ -193,12 +219,22 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
     }
 }
 
-static void ortx_maxpool_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
-    (void)floats;
-    nchwc_pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1]};
+static void maxpool_blocked(const int64_t *ints, void *const *buffers, int num_threads, int64_t pair_rows_blocks) {
+    nchwc_pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], pair_rows_blocks};
     const int64_t units = job.p.channels * job.p.out[1];
     const int threads = units * job.p.out[2] * 16 * 4 >= 64 * 1024 ? num_threads : 1;  /* small maps: one thread */
     ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, maxpool_nchwc_rows, &job);
+}
+
+static void ortx_maxpool_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)floats;
+    maxpool_blocked(ints, buffers, num_threads, 0);
+}
+
+static void ortx_maxpool_pair_rows_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                       int num_threads) {
+    (void)floats;
+    maxpool_blocked(ints, buffers, num_threads, ints[ORTX_POOL_INTS]);
 }
 
 /* maxpool_nchwc_f32's oracle: maxpool_f32's reference on the blocks' lanes as channels. */
@@ -221,6 +257,26 @@ static void ortx_maxpool_nchwc_f32_ref(const int64_t *ints, const float *floats,
         for (int64_t i = 0; i < out_pixels; i++) dst[(c / 16 * out_pixels + i) * 16 + c % 16] = y[c * out_pixels + i];
     free(x);
     free(y);
+}
+
+/* maxpool_pair_rows_f32's oracle: the pair rows widened into a blocked copy, then maxpool_nchwc_f32's oracle. */
+static void ortx_maxpool_pair_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads) {
+    const ortx_pool_params p = ortx_pool_params_read(ints);
+    const int64_t pixels = p.in[1] * p.in[2], per_image = ints[ORTX_POOL_INTS], chunks = (per_image + 1) / 2;
+    float *x = malloc(p.channels * pixels * 16 * sizeof(float));
+    if (!x) abort();
+    const uint16_t *src = buffers[0];
+    for (int64_t block = 0; block < p.channels; block++) {
+        const int64_t n = block / per_image, b = block % per_image;
+        for (int64_t i = 0; i < pixels; i++)
+            for (int l = 0; l < 16; l++)
+                x[(block * pixels + i) * 16 + l] =
+                    ortx_bf16_to_float(src[((n * chunks + b / 2) * pixels + i) * 32 + b % 2 * 16 + l]);
+    }
+    void *blocked[2] = {x, buffers[1]};
+    ortx_maxpool_nchwc_f32_ref(ints, floats, blocked, num_threads);
+    free(x);
 }
 
 /* Portable global pools: four partial sums per channel so the compiler can keep several adds in flight. */
@@ -291,6 +347,7 @@ static void ortx_global_maxpool_f32(const int64_t *ints, const float *floats, vo
 const ortx_kernel_entry ortx_family_pool[] = {
     {"maxpool_f32", ortx_maxpool_f32, ortx_maxpool_f32_ref},
     {"maxpool_nchwc_f32", ortx_maxpool_nchwc_f32, ortx_maxpool_nchwc_f32_ref},
+    {"maxpool_pair_rows_f32", ortx_maxpool_pair_rows_f32, ortx_maxpool_pair_rows_f32_ref},
     {"avgpool_f32", ortx_avgpool_f32, ortx_avgpool_f32_ref},
     {"global_avgpool_f32", ortx_global_avgpool_f32, ortx_global_avgpool_f32_ref},
     {"global_maxpool_f32", ortx_global_maxpool_f32, ortx_global_maxpool_f32_ref},

@@ -52,8 +52,16 @@ ORTX_TARGET_AVX512 void ortx_pool_row_f32_avx512(const float *const *rows, int64
     }
 }
 
-ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh,
-                                                      float *out, float *column_max) {
+/* One 16-channel vector of a blocked pixel, or (PAIR) of a pair-rows pixel's half, widened from bf16. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 pool_pixel(const void *plane, int64_t pixel,
+                                                                                const int PAIR) {
+    if (!PAIR) return _mm512_loadu_ps((const float *)plane + pixel * 16);
+    __m256i half = _mm256_loadu_si256((const __m256i *)((const uint16_t *)plane + pixel * 32));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void maxpool_row(
+    const void *plane, const ortx_pool_params *p, int64_t oh, float *out, float *column_max, const int PAIR) {
     const int64_t IW = p->in[2], OW = p->out[2], h0 = oh * p->stride[1] - p->pad_begin[1];
     int64_t first, last, padded;
     ortx_pool_taps(p, 1, oh, &first, &last, &padded);
@@ -61,7 +69,7 @@ ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const 
     for (int64_t iw = 0; iw < IW; iw++) {  /* max(load, acc): a NaN tap leaves acc, as v > best ? v : best does */
         __m512 acc = lowest;
         for (int64_t i = first; i < last; i++)
-            acc = _mm512_max_ps(_mm512_loadu_ps(plane + ((h0 + i * p->dilation[1]) * IW + iw) * 16), acc);
+            acc = _mm512_max_ps(pool_pixel(plane, (h0 + i * p->dilation[1]) * IW + iw, PAIR), acc);
         _mm512_storeu_ps(column_max + iw * 16, acc);
     }
     for (int64_t ow = 0; ow < OW; ow++) {
@@ -73,5 +81,15 @@ ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const 
             acc = _mm512_max_ps(_mm512_loadu_ps(column_max + (w0 + j * p->dilation[2]) * 16), acc);
         _mm512_storeu_ps(out + ow * 16, acc);
     }
+}
+
+ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh,
+                                                      float *out, float *column_max) {
+    maxpool_row(plane, p, oh, out, column_max, 0);
+}
+
+ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_row_avx512(const uint16_t *plane, const ortx_pool_params *p,
+                                                          int64_t oh, float *out, float *column_max) {
+    maxpool_row(plane, p, oh, out, column_max, 1);
 }
 #endif

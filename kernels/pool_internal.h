@@ -93,6 +93,9 @@ void ortx_pool_row_f32_avx2(const float *const *rows, int64_t num_rows, int64_t 
 #define ORTX_POOL_NCHWC_MAX_WIDTH 256
 void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh, float *out,
                                    float *column_max);
+/* The same from one block's half of a pair-rows chunk plane (pair_rows.h: 32 bf16 a pixel), widened as loaded. */
+void ortx_maxpool_pair_rows_row_avx512(const uint16_t *plane, const ortx_pool_params *p, int64_t oh, float *out,
+                                       float *column_max);
 /* Max pooling with stride 2 and 2 or 3 w taps on AVX-512; everything else through ortx_pool_row_f32_avx2. */
 void ortx_pool_row_f32_avx512(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                               const ortx_pool_params *p, int is_max);

@@ -11,8 +11,9 @@ activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
 (ortx.ep.lowering.blocked_layout) run conv_pointwise_nchwc_bf16, the same numerics with vdpbf16ps's pair order (on
 AMX, its tdpbf16ps steps: step 3); a network's stem that writes into such a run (a dense conv from at most 4
 channels) stays fp32 (faster there). On AMX the tensors of such a run that only 1x1, depthwise and dense bf16 convs
-read travel as bf16 pair rows (kernels/pair_rows.h): the values the 1x1 and dense convs round them to anyway, and,
-for a depthwise conv's input, bf16 activations (its sums stay fp32; blocked_layout.pair_rows_values).
+(or a MaxPool) read travel as bf16 pair rows (kernels/pair_rows.h): the values the 1x1 and dense convs round them to
+anyway, and, for a depthwise conv's or a MaxPool's input, bf16 activations (their sums and maxima stay fp32;
+blocked_layout.pair_rows_values).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

@@ -357,14 +357,16 @@ def test_bf16_on_amx_keeps_the_runs_tensors_in_pair_rows():
 @pytest.mark.usefixtures("amx_path")
 @pytest.mark.parametrize("batch,size,threads", [(1, 224, 2), (2, 64, 1)])
 def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads, monkeypatch):
-    """ResNet-style under bf16 on AMX at 224x224: every conv (the 7x7 stem writing blocked from the NCHW input, the
-    3x3 convs with their residuals, the 1x1 stride-2 shortcuts) runs conv2d_bf16_nchwc, the MaxPool
-    maxpool_nchwc_f32 and the GlobalAveragePool its blocked kernel, so no reorder enters the run and one leaves it
-    (the pooled vector). At 64x64 the 4x4 and 2x2 maps' convs are not the direct form's (kept NCHW, as the kernel's
-    rule says) and the run ends before them. A tensor only convs read is bf16 pair rows (they round it anyway: the
-    same bits as fp32 blocked): each BasicBlock's conv1 -> conv2 edge, and a layer's output, which only the next
-    layer's stride-2 conv1 and 1x1 shortcut read. Either way the bits are those of the NCHW session
-    (dense_bf16_blocked off), whose convs compute the same products."""
+    """ResNet-style under bf16 on AMX at 224x224: every conv (the 7x7 stem writing from the NCHW input, the 3x3 convs
+    with their residuals, the 1x1 stride-2 shortcuts) runs conv2d_bf16_nchwc, the MaxPool its blocked kernel and
+    the GlobalAveragePool its blocked kernel, so no reorder enters the run and one leaves it (the pooled vector). At
+    64x64 the 4x4 and 2x2 maps' convs are not the direct form's (kept NCHW, as the kernel's rule says) and the run
+    ends before them. A tensor only convs read is bf16 pair rows (they round it anyway: the same bits as fp32
+    blocked): each BasicBlock's conv1 -> conv2 edge, and a layer's output, which only the next layer's stride-2 conv1
+    and 1x1 shortcut read. The stem's output, which only the MaxPool reads, is pair rows too (PAIR_ROWS "all"):
+    maxpool_pair_rows_f32's maxima are the fp32 ones rounded, so the convs after it see the same bits and the
+    first residual the bf16 values. Without that, the bits are those of the NCHW session (dense_bf16_blocked off),
+    whose convs compute the same products."""
     from ortx.ep.lowering import blocked_layout
 
     model = _models.resnet18_style(batch=batch, size=size, seed=3)
@@ -378,21 +380,25 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
         assert counts["global_avgpool_nchwc_f32"] == 1, counts
         # (X, Y) 0 NCHW, 1 blocked, 2 pair rows: the stem; conv1 of blocks whose input the residual also reads;
         # conv2s, shortcuts and the stride-2 conv1s reading pair rows; those of them whose output only convs read
-        assert layouts == {(0, 1): 1, (1, 2): 5, (2, 1): 8, (2, 2): 6}, layouts
+        assert layouts == {(0, 2): 1, (1, 2): 5, (2, 1): 8, (2, 2): 6}, layouts
     else:
         assert counts["conv2d_bf16_nchwc"] == 10 and counts["conv2d_bf16"] == 10, counts
-        assert layouts == {(0, 1): 1, (1, 2): 3, (2, 1): 4, (2, 2): 2}, layouts  # layers 1 and 2 (the run's end)
-    assert counts["maxpool_nchwc_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
-    assert "reorder_to_nchwc_f32" not in counts, counts
+        assert layouts == {(0, 2): 1, (1, 2): 3, (2, 1): 4, (2, 2): 2}, layouts  # layers 1 and 2 (the run's end)
+    assert counts["maxpool_pair_rows_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
+    assert "reorder_to_nchwc_f32" not in counts and "maxpool_nchwc_f32" not in counts, counts
+    assert cosine(blocked, expected) >= BF16_MODEL_MIN_COSINE
+    monkeypatch.setattr(blocked_layout, "POOL_PAIR_ROWS", False)
+    (_,), (fp32_pool,), session = _run_both(model, feeds, threads, precision="bf16")
+    assert _kernel_counts(session)["maxpool_nchwc_f32"] == 1
+    assert abs(cosine(fp32_pool, expected) - cosine(blocked, expected)) < 1e-4
     monkeypatch.setattr(blocked_layout, "DENSE_PAIR_ROWS", False)
     (_,), (fp32_edges,), session = _run_both(model, feeds, threads, precision="bf16")
     assert all(step.ints[20:22] != [2, 1] for step in _steps(session) if step.kernel == "conv2d_bf16_nchwc")
-    np.testing.assert_array_equal(blocked, fp32_edges)
+    np.testing.assert_array_equal(fp32_pool, fp32_edges)
     monkeypatch.setattr(blocked_layout, "DENSE_BF16", False)
     (_,), (plain,), session = _run_both(model, feeds, threads, precision="bf16")
     assert "conv2d_bf16_nchwc" not in _kernel_counts(session)
-    np.testing.assert_array_equal(blocked, plain)
-    assert cosine(blocked, expected) >= BF16_MODEL_MIN_COSINE
+    np.testing.assert_array_equal(fp32_pool, plain)
 
 
 def _bf16_blocked_mobilenet(fused: int):

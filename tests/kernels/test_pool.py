@@ -177,13 +177,16 @@ def _blocked(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(n, blocks, 16, h, w).transpose(0, 1, 3, 4, 2))
 
 
-@pytest.mark.parametrize("case", [  # (N, C, H, W, kernel, stride, pads (top, left, bottom, right), dilation)
+NCHWC_POOL_CASES = [  # (N, C, H, W, kernel, stride, pads (top, left, bottom, right), dilation)
     (1, 64, 112, 112, 3, 2, (1, 1, 1, 1), 1),  # ResNet's stem pool
     (2, 20, 9, 13, 2, 2, (0, 0, 0, 0), 1),     # two images, a partial block
     (1, 16, 10, 7, 3, 1, (1, 1, 1, 1), 1),     # stride 1 "same"
     (1, 32, 11, 11, 3, 2, (0, 0, 1, 1), 2),    # dilation 2, end padding only (a ceil_mode shape)
     (1, 16, 6, 300, 3, 2, (1, 1, 1, 1), 1),    # wider than the AVX-512 rows' column buffer: the portable loop
-])
+]
+
+
+@pytest.mark.parametrize("case", NCHWC_POOL_CASES)
 @pytest.mark.parametrize("threads", [1, 2])
 def test_maxpool_nchwc_equals_maxpool_on_nchw(isa, case, threads):
     """maxpool_nchwc_f32 (blocked runs' MaxPool) gives maxpool_f32's bits on each channel; its reference too."""
@@ -200,5 +203,30 @@ def test_maxpool_nchwc_equals_maxpool_on_nchw(isa, case, threads):
         y = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
         _kernels.call("maxpool_nchwc_f32", [n * blocks] + ints[1:], [], [_blocked(x), y], num_threads=threads,
                       use_ref=use_ref)
+        got = np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, oh, ow)[:, :c])
+        np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), err_msg=f"ref {use_ref}")
+
+
+@pytest.mark.parametrize("case", NCHWC_POOL_CASES + [(2, 40, 9, 9, 3, 2, (1, 1, 1, 1), 1)])  # + half a chunk
+@pytest.mark.parametrize("threads", [1, 2])
+def test_maxpool_pair_rows_equals_maxpool_of_the_rounded_input(isa, case, threads):
+    """maxpool_pair_rows_f32 (a bf16 stem's pair rows into a blocked MaxPool output) gives maxpool_f32's bits on
+    the bf16 values, block b of image n read from chunk n * chunks + b // 2's half b % 2; its reference too."""
+    from ortx.ep.precision import round_to_bf16
+    from tests.kernels.test_pair_rows import to_pair_rows
+
+    n, c, h, w, k, s, pads, d = case
+    x = np.random.default_rng(6).standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, 0, 0, :3] = np.nan
+    oh = (h + pads[0] + pads[2] - d * (k - 1) - 1) // s + 1
+    ow = (w + pads[1] + pads[3] - d * (k - 1) - 1) // s + 1
+    ints = [1, 1, h, w, 1, oh, ow, 1, k, k, 1, s, s, 0, pads[0], pads[1], 0, pads[2], pads[3], 1, d, d, 0]
+    expected = np.zeros((n, c, oh, ow), np.float32)
+    _kernels.call("maxpool_f32", [n * c] + ints[1:], [], [round_to_bf16(x), expected], num_threads=threads)
+    blocks = -(-c // 16)
+    for use_ref in (False, True):
+        y = np.full((n, blocks, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("maxpool_pair_rows_f32", [n * blocks] + ints[1:] + [blocks], [], [to_pair_rows(x), y],
+                      num_threads=threads, use_ref=use_ref)
         got = np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, oh, ow)[:, :c])
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), err_msg=f"ref {use_ref}")

@@ -41,8 +41,9 @@ defines; the depthwise convs stay fp32 as in NCHW) and a stem that writes into a
 (conv2d_to_nchwc_f32): its 3 input channels give the bf16 GEMM 14 K pairs, and the bf16 conv writes NCHW, which a
 reorder then blocks (MobileNetV2-style's 3 -> 32 stem at 112x112, 2 threads, profiled: conv2d_bf16 0.200-0.207 ms
 + reorder 0.110-0.117 ms against conv2d_to_nchwc_f32's 0.178-0.181 ms).
-On the AMX path, tensors inside a run that only 1x1 and depthwise convs read are kept as bf16 pair rows
-(`pair_rows_values`, kernels/pair_rows.h): half the bytes, and the 1x1 convs' AMX tiles load them as they lie.
+On the AMX path, tensors inside a run that only 1x1, depthwise and dense convs (and a MaxPool) read are kept as
+bf16 pair rows (`pair_rows_values`, kernels/pair_rows.h): half the bytes, and the 1x1 convs' AMX tiles load them as
+they lie.
 Under bf16 on AMX, dense convs that take the AMX direct form (`dense_bf16_blocked`: one group, conv2d_bf16's
 shape rule) read and write blocked tensors too (conv2d_bf16_nchwc: its chunk planes filled from blocked vectors,
 its C tile rows stored as blocked vectors, no transposes; a stem reads the NCHW input), and so does a 2-D MaxPool
@@ -271,6 +272,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
 
 PAIR_ROWS_MODES = ("all", "exact", "off")
 DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
+POOL_PAIR_ROWS = True  # under "all", a blocked MaxPool reads pair rows (maxpool_pair_rows_f32; pair_rows_values)
 
 
 def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
@@ -287,11 +289,15 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
     pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
     only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
-    DENSE_PAIR_ROWS; not a stem, whose x-unfolded form writes blocked fp32 only). Half the bytes of each such tensor
-    move through memory, a 1x1 conv loads its AMX tiles from the rows as they lie instead of rounding its input, and
-    a dense conv copies them into its chunk planes. Dense convs in-process against DENSE_PAIR_ROWS off (2 threads,
-    bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 -> conv2 edges, and each layer's output that only the
-    next layer's stride-2 conv and shortcut read), PP-OCR det 1.001, rec 0.981 and 1.000.
+    DENSE_PAIR_ROWS), or, under "all" with POOL_PAIR_ROWS, a blocked MaxPool (maxpool_pair_rows_f32; it writes
+    blocked fp32). Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
+    rows as they lie instead of rounding its input, and a dense conv copies them into its chunk planes. Dense convs
+    in-process against DENSE_PAIR_ROWS off (2 threads, bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 ->
+    conv2 edges, and each layer's output that only the next layer's stride-2 conv and shortcut read), PP-OCR det
+    1.001, rec 0.981 and 1.000. A MaxPool's maxima of rounded values are the fp32 maxima rounded, so the convs after
+    it see the same bits and only its fp32 readers (ResNet's first residual) see bf16 values: ResNet-18-style's stem
+    -> MaxPool in pair rows against POOL_PAIR_ROWS off 0.975-0.982 (three of four runs; 1.000 once), cosine
+    against ORT fp32 0.9999923 -> 0.9999933.
     mode "exact": only tensors that 1x1 (and dense) convs alone read (MobileNetV2's depthwise -> projection): they
     round their input to these very bits, so the session's results do not change. "all" (the default): also the
     1x1 convs' outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16
@@ -315,6 +321,8 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     readers, output_values = _readers(nodes), {id(value) for value in outputs}
 
     def conv_kind(node: ir.Node) -> str | None:
+        if node.op_type == "MaxPool" and node in builder.blocked_nodes:  # reads pair rows, writes blocked fp32
+            return "maxpool" if POOL_PAIR_ROWS else None
         plan = plan_of(node) if node in builder.blocked_nodes else None
         if plan is None:
             return None
@@ -330,10 +338,9 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
         if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
             continue
         kinds = [conv_kind(reader) if index == 0 else None for reader, index in readers[id(value)]]
-        if None in kinds or (mode == "exact" and "depthwise" in kinds):
+        if conv_kind(node) == "maxpool" or None in kinds or (mode == "exact" and ("depthwise" in kinds
+                                                                               or "maxpool" in kinds)):
             continue
-        if conv_kind(node) == "dense" and plan_of(node).ints[1] <= STEM_MAX_CHANNELS:
-            continue  # a stem: its NCHW input form (x-unfolded) writes fp32 blocked only
         chosen.add(value.name)
     logger.debug("%d tensors in pair rows", len(chosen))
     return frozenset(chosen)

@@ -126,8 +126,13 @@ def lower_max_pool(node: ir.Node, builder) -> None:
     ints = _pool_ints(node, 0)
     if node in builder.blocked_nodes:  # a 2-D MaxPool inside a blocked run (ortx.ep.lowering.blocked_layout)
         shape = static_shape(node.inputs[0])
-        builder.emit("maxpool_nchwc_f32", [shape[0] * -(-shape[1] // 16)] + ints[1:], [],
-                     [builder.blocked_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
+        blocks = -(-shape[1] // 16)
+        if node.inputs[0].name in builder.pair_rows:  # a bf16 stem's pair rows (blocked_layout.pair_rows_values)
+            builder.emit("maxpool_pair_rows_f32", [shape[0] * blocks] + ints[1:] + [blocks], [],
+                         [builder.pair_rows_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
+        else:
+            builder.emit("maxpool_nchwc_f32", [shape[0] * blocks] + ints[1:], [],
+                         [builder.blocked_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
         builder.finish_blocked(node.outputs[0])
         return
     builder.emit("maxpool_f32", ints, [], [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
