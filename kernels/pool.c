@@ -175,7 +175,7 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
     (void)thread;
     const nchwc_pool_job *job = context;
     const ortx_pool_params *p = &job->p;
-    const int64_t IH = p->in[1], IW = p->in[2], OH = p->out[1], OW = p->out[2];
+    const int64_t IW = p->in[2], OH = p->out[1], OW = p->out[2];
 #if ORTX_HAVE_X86
     if (ortx_selected_isa() >= ORTX_ISA_AVX512 && IW <= ORTX_POOL_NCHWC_MAX_WIDTH) {
         float column_max[ORTX_POOL_NCHWC_MAX_WIDTH * 16] __attribute__((aligned(64)));
