@@ -21,9 +21,9 @@
  * consecutive: Case 0's (ortx_conv_direct_bf16_packed_index), else gemm_pack_bf16's A operand of W_g as a
  * (Cout/g) x (Cin/g*KH*KW) matrix (each ortx_bgemm_a_elements(Cout/g, K) values, in the format of the bf16 path
  * selected when packing: tiles on AMX, else MR-row K-pair panels).
- * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X's layout [21] Y's: 0 NCHW, 1 blocked (conv.h's NCHWc, pad lanes
- *   of Y written as zeros), 2 bf16 pair rows (kernels/pair_rows.h, zeros past C); a residual is NCHW when Y is, else
- *   blocked. The AMX direct form reads a blocked X's vectors into its chunk planes (pair rows: copies them) and
+ * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X's layout [21] Y's [22] the residual's: 0 NCHW, 1 blocked (conv.h's
+ *   NCHWc, pad lanes of Y written as zeros), 2 bf16 pair rows (kernels/pair_rows.h, zeros past C); a residual is
+ *   NCHW when Y is, else blocked or (22 = 2) pair rows (bf16 activations: the values added are the bf16 ones). The AMX direct form reads a blocked X's vectors into its chunk planes (pair rows: copies them) and
  *   stores C tile rows (one pixel's 16 channels) as they are, without the NCHW forms' transposes (pair rows: a
  *   pixel's two halves rounded together) (ortx_conv_direct_bf16_blocked_applies); other convs run conv2d_bf16 on
  *   NCHW copies (correct, never chosen). A pair-rows X holds bf16 values, which the conv rounds its input to
@@ -224,6 +224,7 @@ void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *float
                                          int num_threads, ortx_kernel_fn conv) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
     const int x_layout = (int)ints[20], y_layout = (int)ints[21];  /* 0 NCHW, 1 blocked, 2 pair rows */
+    const int residual_rows = y_layout && ints[22] == 2;
     const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
     const int64_t x_count = p.batch * p.in_channels * in_pixels, y_count = p.batch * p.out_channels * out_pixels;
     float *x = x_layout ? malloc(x_count * sizeof(float)) : (float *)buffers[0];
@@ -232,7 +233,9 @@ void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *float
     if ((x_layout && !x) || (y_layout && !y) || (y_layout && p.has_residual && !residual)) abort();
     if (x_layout == 1) reorder_blocked(buffers[0], x, p.batch, p.in_channels, in_pixels, 0, num_threads);
     if (x_layout == 2) from_pair_rows(buffers[0], x, p.batch, p.in_channels, in_pixels);
-    if (y_layout && p.has_residual)  /* blocked for either output layout */
+    if (y_layout && p.has_residual && residual_rows)
+        from_pair_rows(buffers[5], residual, p.batch, p.out_channels, out_pixels);
+    else if (y_layout && p.has_residual)
         reorder_blocked(buffers[5], residual, p.batch, p.out_channels, out_pixels, 0, num_threads);
     void *plain[6] = {x, buffers[1], y, buffers[3], buffers[4], residual};
     conv(ints, floats, plain, num_threads);
@@ -245,8 +248,10 @@ void ortx_conv2d_bf16_nchwc_through_nchw(const int64_t *ints, const float *float
 
 void ortx_conv2d_bf16_nchwc(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int residual_rows = ints[21] && ints[22] == 2 && p.has_residual;
     const int layout = (ints[20] == 1 ? ORTX_DIRECT_X_BLOCKED : ints[20] == 2 ? ORTX_DIRECT_X_PAIR_ROWS : 0) |
-                       (ints[21] == 1 ? ORTX_DIRECT_Y_BLOCKED : ints[21] == 2 ? ORTX_DIRECT_Y_PAIR_ROWS : 0);
+                       (ints[21] == 1 ? ORTX_DIRECT_Y_BLOCKED : ints[21] == 2 ? ORTX_DIRECT_Y_PAIR_ROWS : 0) |
+                       (residual_rows ? ORTX_DIRECT_RESIDUAL_PAIR_ROWS : 0);
     if (!layout || !ortx_conv_direct_bf16_blocked_applies(&p)) {
         ortx_conv2d_bf16_nchwc_through_nchw(ints, floats, buffers, num_threads, ortx_conv2d_bf16);
         return;
@@ -262,7 +267,9 @@ void ortx_conv2d_bf16_nchwc(const int64_t *ints, const float *floats, void *cons
                                           : 4 * (ints[20] ? ortx_round_up(p.in_channels, 16) : p.in_channels);
     const int64_t y_pixel = ints[21] == 2 ? 2 * ortx_round_up(p.out_channels, 32)
                                           : 4 * (ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels);
-    const int64_t residual_floats = (ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels);
+    /* floats a pixel of one image of the residual (pair rows: half its bf16 values) */
+    const int64_t residual_floats = residual_rows ? ortx_round_up(p.out_channels, 32) / 2
+                                                  : (ints[21] ? ortx_round_up(p.out_channels, 16) : p.out_channels);
     const int64_t in_pixels = p.in_height * p.in_width, out_pixels = p.out_height * p.out_width;
     for (int64_t n = 0; n < p.batch; n++) {
         ortx_gemm_epilogue epilogue = ortx_conv_group_epilogue(&p, bias, residual, 0, n * residual_floats * out_pixels);

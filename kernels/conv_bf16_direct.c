@@ -513,6 +513,7 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
     pending.valid = 0;
     pending.blocked = (job->layout & ORTX_DIRECT_Y_BLOCKED) != 0;
     pending.pair_rows = (job->layout & ORTX_DIRECT_Y_PAIR_ROWS) != 0;
+    pending.residual_pair_rows = (job->layout & ORTX_DIRECT_RESIDUAL_PAIR_ROWS) != 0;
     job->isa->tiles_begin(&saved);
     for (int64_t unit = begin; unit < end; unit++) {
         int64_t n0 = unit / job->row_groups * TILE_PIXELS, group = unit % job->row_groups;

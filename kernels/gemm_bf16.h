@@ -182,6 +182,7 @@ struct ortx_bf16_direct_pending {
     int valid, which, vectors, mt;
     int blocked;  /* c is NCHWc (conv.h's blocked layout, 16 channels a vector): row blocks 16 * ldc apart */
     int pair_rows;  /* or c is the step's chunk plane of bf16 pair rows (row0 a multiple of 32) */
+    int residual_pair_rows;  /* the epilogue's residual is bf16 pair rows (of c's channels), not blocked fp32 */
     uint32_t masks[2];
     int64_t at[2], ldc, rows, row0;
     float *c;
@@ -301,6 +302,7 @@ void ortx_conv_direct_bf16(const struct ortx_conv_params *p, const float *x, con
 #define ORTX_DIRECT_Y_BLOCKED 2
 #define ORTX_DIRECT_X_PAIR_ROWS 4
 #define ORTX_DIRECT_Y_PAIR_ROWS 8
+#define ORTX_DIRECT_RESIDUAL_PAIR_ROWS 16  /* with a blocked or pair-rows y: its residual in pair rows */
 /* Whether conv2d_bf16_nchwc runs p on the AMX direct form (else through NCHW copies, reorders around
  * conv2d_bf16: correct everywhere, never chosen by the lowering). */
 int ortx_conv_direct_bf16_blocked_applies(const struct ortx_conv_params *p);

@@ -286,6 +286,23 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_ti
     if (mt == 2 && nt == 2) _tile_stored(3, scratch + 16 * 32 + 16, 128);
 }
 
+/* Where the residual's block `block` (16 rows) starts: its blocked fp32 plane (16 * ldc floats a block), or, with
+ * residual_pair_rows, its half of a chunk of bf16 pair rows (32 a pixel). NULL without a residual. */
+ORTX_TARGET_AMX_BF16 static inline const void *residual_block(const ortx_bf16_direct_pending *s, int64_t block) {
+    const ortx_gemm_epilogue *e = s->epilogue;
+    if (!e->residual) return NULL;
+    if (s->residual_pair_rows) return (const uint16_t *)e->residual + (block / 2 * s->ldc * 32 + block % 2 * 16);
+    return e->residual + block * 16 * s->ldc;
+}
+
+/* Pixel q's 16 residual values of a block from residual_block's start (pair rows widened from bf16). */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 residual_at(const void *block, int64_t q,
+                                                                                   int pair_rows) {
+    if (!pair_rows) return _mm512_loadu_ps((const float *)block + 16 * q);
+    __m256i half = _mm256_loadu_si256((const __m256i *)((const uint16_t *)block + 32 * q));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
+}
+
 /* A pending step's store into a blocked output: a C tile row is one pixel's 16 channels, the vector the layout
  * stores, so no transpose; the epilogue's operations in direct_store_row's order (the NCHW store's bits), pad
  * channels past `rows` stored as zeros. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
@@ -297,7 +314,7 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
         const __mmask16 valid = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
         const __m512 bias = e->bias_row ? _mm512_maskz_loadu_ps(valid, e->bias_row + s->row0 + 16 * o)
                                         : _mm512_setzero_ps();
-        const float *residual = e->residual ? e->residual + (s->row0 / 16 + o) * block_floats : NULL;
+        const void *residual = residual_block(s, s->row0 / 16 + o);
         float *c = s->c + o * block_floats;
         for (int v = 0; v < s->vectors; v++) {
             uint32_t keep = s->masks[v];
@@ -307,8 +324,8 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
                 if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
                 if (e->bias_row) value = _mm512_add_ps(value, bias);
                 if (residual)
-                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale), _mm512_loadu_ps(residual + 16 * q),
-                                            value);
+                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
+                                            residual_at(residual, q, s->residual_pair_rows), value);
                 if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
                 _mm512_storeu_ps(c + 16 * q, _mm512_maskz_mov_ps(valid, value));
             }
@@ -323,13 +340,13 @@ ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_p
     const ortx_gemm_epilogue *e = s->epilogue;
     __mmask16 valid[2];
     __m512 bias[2];
-    const float *residual[2];
+    const void *residual[2];
     for (int o = 0; o < 2; o++) {
         const int64_t rows = s->rows - 16 * o < 0 ? 0 : s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
         valid[o] = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
         bias[o] = e->bias_row && rows ? _mm512_maskz_loadu_ps(valid[o], e->bias_row + s->row0 + 16 * o)
                                       : _mm512_setzero_ps();
-        residual[o] = e->residual && rows ? e->residual + (s->row0 / 16 + o) * 16 * s->ldc : NULL;
+        residual[o] = rows ? residual_block(s, s->row0 / 16 + o) : NULL;
     }
     uint16_t *c = (uint16_t *)s->c;
     for (int v = 0; v < s->vectors; v++) {
@@ -347,7 +364,7 @@ ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_p
                 if (e->bias_row) value = _mm512_add_ps(value, bias[o]);
                 if (residual[o])
                     value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                            _mm512_loadu_ps(residual[o] + 16 * q), value);
+                                            residual_at(residual[o], q, s->residual_pair_rows), value);
                 if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
                 half[o] = _mm512_maskz_mov_ps(valid[o], value);
             }

@@ -12,8 +12,8 @@ activation), which run on the fp32 accumulators. The 1x1 convs of blocked runs
 AMX, its tdpbf16ps steps: step 3); a network's stem that writes into such a run (a dense conv from at most 4
 channels) stays fp32 (faster there). On AMX the tensors of such a run that only 1x1, depthwise and dense bf16 convs
 (or a MaxPool) read travel as bf16 pair rows (kernels/pair_rows.h): the values the 1x1 and dense convs round them to
-anyway, and, for a depthwise conv's or a MaxPool's input, bf16 activations (their sums and maxima stay fp32;
-blocked_layout.pair_rows_values).
+anyway, and, for a depthwise conv's or a MaxPool's input or a dense conv's residual, bf16 activations (their sums,
+maxima and residual additions stay fp32; blocked_layout.pair_rows_values).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

@@ -363,37 +363,40 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     64x64 the 4x4 and 2x2 maps' convs are not the direct form's (kept NCHW, as the kernel's rule says) and the run
     ends before them. A tensor only convs read is bf16 pair rows (they round it anyway: the same bits as fp32
     blocked): each BasicBlock's conv1 -> conv2 edge, and a layer's output, which only the next layer's stride-2 conv1
-    and 1x1 shortcut read. The stem's output, which only the MaxPool reads, is pair rows too (PAIR_ROWS "all"):
-    maxpool_pair_rows_f32's maxima are the fp32 ones rounded, so the convs after it see the same bits and the
-    first residual the bf16 values. Without that, the bits are those of the NCHW session (dense_bf16_blocked off),
-    whose convs compute the same products."""
+    and 1x1 shortcut read. Under PAIR_ROWS "all" (bf16 activations) the stem's output, which only the MaxPool reads,
+    is pair rows too (maxpool_pair_rows_f32's maxima are the fp32 ones rounded, so the convs after it see the same
+    bits and the first residual bf16 values), and so are block outputs a conv2 also reads as its residual (it adds
+    their bf16 values). Without those two, the bits are those of the NCHW session (dense_bf16_blocked off), whose
+    convs compute the same products."""
     from ortx.ep.lowering import blocked_layout
 
     model = _models.resnet18_style(batch=batch, size=size, seed=3)
     feeds = {"input": _random((batch, 3, size, size), 9)}
     (expected,), (blocked,), session = _run_both(model, feeds, threads, precision="bf16")
     counts = _kernel_counts(session)
-    layouts = collections.Counter(tuple(step.ints[20:22]) for step in _steps(session)
+    layouts = collections.Counter(tuple(step.ints[20:23]) for step in _steps(session)
                                   if step.kernel == "conv2d_bf16_nchwc")
+    # (X, Y, residual) 0 NCHW, 1 blocked, 2 pair rows: the stem; layer 1's first conv1 (it reads the MaxPool's
+    # blocked output); the conv2s with a residual in pair rows; the run's last conv2 (the global pool reads blocked)
     if size == 224:
         assert counts["conv2d_bf16_nchwc"] == 20 and "conv2d_bf16" not in counts, counts
         assert counts["global_avgpool_nchwc_f32"] == 1, counts
-        # (X, Y) 0 NCHW, 1 blocked, 2 pair rows: the stem; conv1 of blocks whose input the residual also reads;
-        # conv2s, shortcuts and the stride-2 conv1s reading pair rows; those of them whose output only convs read
-        assert layouts == {(0, 2): 1, (1, 2): 5, (2, 1): 8, (2, 2): 6}, layouts
-    else:
+        assert layouts == {(0, 2, 1): 1, (1, 2, 1): 1, (2, 2, 2): 6, (2, 1, 2): 1, (2, 2, 1): 11}, layouts
+    else:  # layers 1 and 2 (the run's end)
         assert counts["conv2d_bf16_nchwc"] == 10 and counts["conv2d_bf16"] == 10, counts
-        assert layouts == {(0, 2): 1, (1, 2): 3, (2, 1): 4, (2, 2): 2}, layouts  # layers 1 and 2 (the run's end)
+        assert layouts == {(0, 2, 1): 1, (1, 2, 1): 1, (2, 2, 2): 2, (2, 1, 2): 1, (2, 2, 1): 5}, layouts
     assert counts["maxpool_pair_rows_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
     assert "reorder_to_nchwc_f32" not in counts and "maxpool_nchwc_f32" not in counts, counts
     assert cosine(blocked, expected) >= BF16_MODEL_MIN_COSINE
     monkeypatch.setattr(blocked_layout, "POOL_PAIR_ROWS", False)
+    monkeypatch.setattr(blocked_layout, "RESIDUAL_PAIR_ROWS", False)
     (_,), (fp32_pool,), session = _run_both(model, feeds, threads, precision="bf16")
     assert _kernel_counts(session)["maxpool_nchwc_f32"] == 1
+    assert all(step.ints[22] == 1 for step in _steps(session) if step.kernel == "conv2d_bf16_nchwc")
     assert abs(cosine(fp32_pool, expected) - cosine(blocked, expected)) < 1e-4
     monkeypatch.setattr(blocked_layout, "DENSE_PAIR_ROWS", False)
     (_,), (fp32_edges,), session = _run_both(model, feeds, threads, precision="bf16")
-    assert all(step.ints[20:22] != [2, 1] for step in _steps(session) if step.kernel == "conv2d_bf16_nchwc")
+    assert all(step.ints[20] != 2 for step in _steps(session) if step.kernel == "conv2d_bf16_nchwc")
     np.testing.assert_array_equal(fp32_pool, fp32_edges)
     monkeypatch.setattr(blocked_layout, "DENSE_BF16", False)
     (_,), (plain,), session = _run_both(model, feeds, threads, precision="bf16")

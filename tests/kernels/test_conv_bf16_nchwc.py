@@ -16,8 +16,8 @@ from tests.kernels.test_conv_nchwc import amx, from_blocked, random, to_blocked
 from tests.kernels.test_pair_rows import assert_pads_zero, from_pair_rows, to_pair_rows
 
 __all__ = ["amx"]  # fixture
-# (X's layout, Y's): 0 NCHW, 1 blocked, 2 pair rows
-LAYOUTS = [(1, 0), (0, 1), (1, 1), (2, 1), (1, 2), (2, 2), (0, 2)]
+# (X's layout, Y's[, the residual's]): 0 NCHW, 1 blocked, 2 pair rows
+LAYOUTS = [(1, 0), (0, 1), (1, 1), (2, 1), (1, 2), (2, 2), (0, 2), (2, 1, 2), (2, 2, 2)]
 CASES = [  # (N, Cin, Cout, size, kernel, stride, pad, residual, activation)
     (1, 64, 64, 56, 3, 1, 1, 1, 1),     # ResNet-18's layer-1 conv with its residual and Relu
     (1, 64, 128, 56, 3, 2, 1, 0, 1),    # a downsampling 3x3 conv, two phases
@@ -46,19 +46,23 @@ def conv_case(n, cin, cout, size, kernel, stride, pad, residual, activation, thr
 @pytest.mark.parametrize("threads", [1, 2])
 def test_blocked_conv_gives_the_nchw_kernels_bits(amx, case, layout, threads):
     n, cin, cout, size, kernel, stride, pad, residual, activation = case
-    x_layout, y_layout = layout
+    x_layout, y_layout, residual_layout = (*layout, 1) if len(layout) == 2 else layout
     if cin < 8 and x_layout:
         pytest.skip("a stem reads the graph's NCHW input")
+    if residual_layout == 2 and not residual:
+        pytest.skip("no residual")
     ints, packed, workspace, out, form = conv_case(*case, threads)
     x, bias = random((n, cin, size, size), 32), random(cout, 33)
     res = random((n, cout, out, out), 34) if residual else np.zeros(1, np.float32)
+    if residual_layout == 2:  # a pair-rows residual adds its bf16 values
+        res = round_to_bf16(res)
     expected = np.full((n, cout, out, out), np.nan, np.float32)
     _kernels.call("conv2d_bf16", ints, [0.0, 0.0], [x, packed, expected, workspace, bias, res], threads)
     nans = np.full((n, cout, out, out), np.nan, np.float32)
     y = [nans, to_blocked(nans), np.full((n, -(-cout // 32), out * out, 32), 0xFFFF, np.uint16)][y_layout]
-    buffers = [[x, to_blocked(x), to_pair_rows(x)][x_layout], packed, y, workspace, bias,
-               (to_blocked(res) if y_layout else res) if residual else y]
-    _kernels.call("conv2d_bf16_nchwc", ints + [x_layout, y_layout], [0.0, 0.0], buffers, threads)
+    res_buffer = [res, to_blocked(res), to_pair_rows(res)][residual_layout if y_layout else 0] if residual else y
+    buffers = [[x, to_blocked(x), to_pair_rows(x)][x_layout], packed, y, workspace, bias, res_buffer]
+    _kernels.call("conv2d_bf16_nchwc", ints + [x_layout, y_layout, residual_layout], [0.0, 0.0], buffers, threads)
     if y_layout == 2:
         assert_pads_zero(y, cout)
         got, expected = from_pair_rows(y, cout, out, out), round_to_bf16(expected)
@@ -92,7 +96,7 @@ def test_blocked_conv_reference_agrees(case, layout):
             source = to_pair_rows(x)
         else:
             y, source = to_blocked(np.full((n, cout, out, out), np.nan, np.float32)), to_blocked(x)
-        _kernels.call("conv2d_bf16_nchwc", ints + list(layout), [0.0, 0.0],
+        _kernels.call("conv2d_bf16_nchwc", ints + list(layout) + [1], [0.0, 0.0],
                       [source, packed, y, workspace, bias, to_blocked(res) if residual else y], 1, use_ref)
         results.append(from_pair_rows(y, cout, out, out) if layout == (2, 2) else from_blocked(y, cout))
     scale = np.abs(results[1]).max()

@@ -273,6 +273,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
 PAIR_ROWS_MODES = ("all", "exact", "off")
 DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
 POOL_PAIR_ROWS = True  # under "all", a blocked MaxPool reads pair rows (maxpool_pair_rows_f32; pair_rows_values)
+RESIDUAL_PAIR_ROWS = True  # under "all", a dense bf16 conv reads its residual from pair rows (pair_rows_values)
 
 
 def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
@@ -289,15 +290,16 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
     pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
     only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
-    DENSE_PAIR_ROWS), or, under "all" with POOL_PAIR_ROWS, a blocked MaxPool (maxpool_pair_rows_f32; it writes
-    blocked fp32). Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
+    DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS: maxpool_pair_rows_f32; it writes blocked
+    fp32) or a dense conv's residual input (RESIDUAL_PAIR_ROWS: conv2d_bf16_nchwc adds the bf16 values). Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
     rows as they lie instead of rounding its input, and a dense conv copies them into its chunk planes. Dense convs
     in-process against DENSE_PAIR_ROWS off (2 threads, bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 ->
     conv2 edges, and each layer's output that only the next layer's stride-2 conv and shortcut read), PP-OCR det
     1.001, rec 0.981 and 1.000. A MaxPool's maxima of rounded values are the fp32 maxima rounded, so the convs after
     it see the same bits and only its fp32 readers (ResNet's first residual) see bf16 values: ResNet-18-style's stem
     -> MaxPool in pair rows against POOL_PAIR_ROWS off 0.975-0.982 (three of four runs; 1.000 once), cosine
-    against ORT fp32 0.9999923 -> 0.9999933.
+    against ORT fp32 0.9999923 -> 0.9999933; block outputs a conv2 also reads as its residual, against
+    RESIDUAL_PAIR_ROWS off, 0.977 and 0.986 (cosine 0.9999933 -> 0.9999927; det 1.023, its bits unchanged).
     mode "exact": only tensors that 1x1 (and dense) convs alone read (MobileNetV2's depthwise -> projection): they
     round their input to these very bits, so the session's results do not change. "all" (the default): also the
     1x1 convs' outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16
@@ -332,14 +334,20 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
             return "pointwise"
         return "dense" if DENSE_PAIR_ROWS and dense_bf16_blocked(plan, builder) else None
 
+    def residual_kind(node: ir.Node, index: int) -> str | None:
+        """A dense bf16 conv's residual input (conv2d_bf16_nchwc adds it from pair rows: bf16 activations)."""
+        return "residual" if RESIDUAL_PAIR_ROWS and index == 3 and conv_kind(node) == "dense" else None
+
     chosen = set()
     for node in nodes:
         value = node.outputs[0] if node.outputs else None
         if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
             continue
-        kinds = [conv_kind(reader) if index == 0 else None for reader, index in readers[id(value)]]
+        kinds = [conv_kind(reader) if index == 0 else residual_kind(reader, index)
+                 for reader, index in readers[id(value)]]
         if conv_kind(node) == "maxpool" or None in kinds or (mode == "exact" and ("depthwise" in kinds
-                                                                               or "maxpool" in kinds)):
+                                                                               or "maxpool" in kinds
+                                                                               or "residual" in kinds)):
             continue
         chosen.add(value.name)
     logger.debug("%d tensors in pair rows", len(chosen))
@@ -454,9 +462,12 @@ def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
          else builder.blocked_buffer(node.inputs[0]))
     y = builder.pair_rows_buffer(node.outputs[0]) if y_rows else builder.produce_blocked(node.outputs[0])
     bias_value = present(node, 2)
-    residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else y
+    residual_rows = plan.has_residual and node.inputs[3].name in builder.pair_rows
+    residual = (builder.pair_rows_buffer(node.inputs[3]) if residual_rows else builder.blocked_buffer(node.inputs[3])
+                if plan.has_residual else y)
     x_layout = 0 if stem else 2 if x_rows else 1
-    builder.emit("conv2d_bf16_nchwc", ints + [x_layout, 2 if y_rows else 1], list(plan.params),
+    builder.emit("conv2d_bf16_nchwc", ints + [x_layout, 2 if y_rows else 1, 2 if residual_rows else 1],
+                 list(plan.params),
                  [x, builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16"), y,
                   builder.workspace(max(int(sizes[0]), 4), label="conv"),
                   builder.buffer(bias_value) if bias_value is not None else y, residual])
