@@ -23,7 +23,8 @@
  * selected when packing: tiles on AMX, else MR-row K-pair panels).
  * conv2d_bf16_nchwc: conv2d_bf16 with ints [20] X's layout [21] Y's [22] the residual's: 0 NCHW, 1 blocked (conv.h's
  *   NCHWc, pad lanes of Y written as zeros), 2 bf16 pair rows (kernels/pair_rows.h, zeros past C); a residual is
- *   NCHW when Y is, else blocked or (22 = 2) pair rows (bf16 activations: the values added are the bf16 ones). The AMX direct form reads a blocked X's vectors into its chunk planes (pair rows: copies them) and
+ *   NCHW when Y is, else blocked or (22 = 2) pair rows (bf16 activations: the values added are the bf16 ones).
+ *   The AMX direct form reads a blocked X's vectors into its chunk planes (pair rows: copies them) and
  *   stores C tile rows (one pixel's 16 channels) as they are, without the NCHW forms' transposes (pair rows: a
  *   pixel's two halves rounded together) (ortx_conv_direct_bf16_blocked_applies); other convs run conv2d_bf16 on
  *   NCHW copies (correct, never chosen). A pair-rows X holds bf16 values, which the conv rounds its input to

@@ -291,7 +291,8 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
     only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
     DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS: maxpool_pair_rows_f32; it writes blocked
-    fp32) or a dense conv's residual input (RESIDUAL_PAIR_ROWS: conv2d_bf16_nchwc adds the bf16 values). Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
+    fp32) or a dense conv's residual input (RESIDUAL_PAIR_ROWS: conv2d_bf16_nchwc adds the bf16 values).
+    Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
     rows as they lie instead of rounding its input, and a dense conv copies them into its chunk planes. Dense convs
     in-process against DENSE_PAIR_ROWS off (2 threads, bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 ->
     conv2 edges, and each layer's output that only the next layer's stride-2 conv and shortcut read), PP-OCR det
