@@ -404,6 +404,32 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     np.testing.assert_array_equal(fp32_pool, plain)
 
 
+@pytest.mark.usefixtures("amx_path")
+def test_bf16_on_amx_a_stem_form_conv_inside_a_run_reads_nchw():
+    """A dense conv from 3 channels that a 1x1 conv inside the run feeds (1x1 to 3 channels, then 7x7) takes its
+    stem form, which reads NCHW: the tensor between them is not pair rows (it leaves the run through a reorder) and
+    the result matches fp32 within bf16's tolerance; the 7x7 conv's output, which only the next 3x3 conv reads, is
+    pair rows."""
+    tensor = lambda name, channels: helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, channels, 56, 56])
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["p"], name="pointwise"),
+        helper.make_node("Relu", ["p"], ["q"]),
+        helper.make_node("Conv", ["q", "w1"], ["a"], name="to_three"),
+        helper.make_node("Conv", ["a", "w2"], ["b"], name="stem_form", pads=[3, 3, 3, 3], kernel_shape=[7, 7]),
+        helper.make_node("Relu", ["b"], ["c"]),
+        helper.make_node("Conv", ["c", "w3"], ["y"], name="dense", pads=[1, 1, 1, 1]),
+    ]
+    model = _graph(nodes, [tensor("x", 64)], [tensor("y", 64)],
+                   [_weights("w0", (64, 64, 1, 1), 0), _weights("w1", (3, 64, 1, 1), 1),
+                    _weights("w2", (64, 3, 7, 7), 2), _weights("w3", (64, 64, 3, 3), 3)])
+    feeds = {"x": _random((1, 64, 56, 56), 4)}
+    (expected,), (actual,), session = _run_both(model, feeds, precision="bf16")
+    assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
+    steps = _steps(session)
+    assert [step.kernel for step in steps].count("reorder_from_nchwc_f32") == 2  # the 3 channels, the output
+    assert [tuple(step.ints[20:23]) for step in steps if step.kernel == "conv2d_bf16_nchwc"] == [(0, 2, 1), (2, 1, 1)]
+
+
 def _bf16_blocked_mobilenet(fused: int):
     import ortx.pipeline
 

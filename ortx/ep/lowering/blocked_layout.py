@@ -335,17 +335,23 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
             return "pointwise"
         return "dense" if DENSE_PAIR_ROWS and dense_bf16_blocked(plan, builder) else None
 
-    def residual_kind(node: ir.Node, index: int) -> str | None:
-        """A dense bf16 conv's residual input (conv2d_bf16_nchwc adds it from pair rows: bf16 activations)."""
-        return "residual" if RESIDUAL_PAIR_ROWS and index == 3 and conv_kind(node) == "dense" else None
+    def reader_kind(node: ir.Node, index: int) -> str | None:
+        """What reads a tensor as input `index` of `node`: a conv's X (not a dense conv's stem form, which reads
+        NCHW: lower_dense_bf16), or a dense conv's residual (conv2d_bf16_nchwc adds it from pair rows: bf16
+        activations); None: a reader that cannot take pair rows."""
+        kind = conv_kind(node)
+        if index == 3:
+            return "residual" if RESIDUAL_PAIR_ROWS and kind == "dense" else None
+        if index != 0 or (kind == "dense" and _dense_stem(plan_of(node))):
+            return None
+        return kind
 
     chosen = set()
     for node in nodes:
         value = node.outputs[0] if node.outputs else None
         if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
             continue
-        kinds = [conv_kind(reader) if index == 0 else residual_kind(reader, index)
-                 for reader, index in readers[id(value)]]
+        kinds = [reader_kind(reader, index) for reader, index in readers[id(value)]]
         if conv_kind(node) == "maxpool" or None in kinds or (mode == "exact" and ("depthwise" in kinds
                                                                                or "maxpool" in kinds
                                                                                or "residual" in kinds)):
@@ -449,6 +455,11 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         builder.finish_blocked(node.outputs[0])
 
 
+def _dense_stem(plan) -> bool:
+    """A dense bf16 conv in its stem form: from at most STEM_MAX_CHANNELS channels, it reads NCHW (x-unfolded)."""
+    return plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual
+
+
 def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
     """Step 2, Case dense bf16: one conv2d_bf16_nchwc step (conv2d_bf16's weights, workspace and epilogue) whose Y
     and residual are blocked, and its X too unless the conv is a stem (blocked_nodes' role "writes")."""
@@ -457,7 +468,7 @@ def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
     _kernels.call("conv_sizes_bf16", ints, [], [sizes])
     packed = np.empty(int(sizes[1]), np.uint16)
     _kernels.call("conv_pack_bf16", ints, [], [np.ascontiguousarray(plan.weights), packed])
-    stem = plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual
+    stem = _dense_stem(plan)
     x_rows, y_rows = node.inputs[0].name in builder.pair_rows, node.outputs[0].name in builder.pair_rows
     x = (builder.buffer(node.inputs[0]) if stem else builder.pair_rows_buffer(node.inputs[0]) if x_rows
          else builder.blocked_buffer(node.inputs[0]))
