@@ -303,72 +303,70 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 residua
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+/* What a step's store needs of its 16-row half o (rows row0 + 16o ...): the rows' mask (zeros past `rows`), their
+ * biases and the residual block's start. */
+typedef struct store_half {
+    __mmask16 valid;
+    __m512 bias;
+    const void *residual;
+} store_half;
+
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) store_half half_of(const ortx_bf16_direct_pending *s,
+                                                                                   int o) {
+    const ortx_gemm_epilogue *e = s->epilogue;
+    const int64_t rows = s->rows - 16 * o < 0 ? 0 : s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
+    store_half h;
+    h.valid = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
+    h.bias = e->bias_row && rows ? _mm512_maskz_loadu_ps(h.valid, e->bias_row + s->row0 + 16 * o) : _mm512_setzero_ps();
+    h.residual = rows ? residual_block(s, s->row0 / 16 + o) : NULL;
+    return h;
+}
+
+/* One C tile row (pixel q's 16 channels of a half) through the epilogue in direct_store_row's order (the NCHW
+ * store's bits), rows past the half's zeroed. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 epilogue_row(
+    const ortx_bf16_direct_pending *s, const store_half *h, __m512 value, int64_t q) {
+    const ortx_gemm_epilogue *e = s->epilogue;
+    if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
+    if (e->bias_row) value = _mm512_add_ps(value, h->bias);
+    if (h->residual)
+        value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale), residual_at(h->residual, q, s->residual_pair_rows),
+                                value);
+    if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
+    return _mm512_maskz_mov_ps(h->valid, value);
+}
+
 /* A pending step's store into a blocked output: a C tile row is one pixel's 16 channels, the vector the layout
- * stores, so no transpose; the epilogue's operations in direct_store_row's order (the NCHW store's bits), pad
- * channels past `rows` stored as zeros. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
+ * stores, so no transpose. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
 ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pending *s) {
     const float *scratch = s->scratch[s->which];
-    const ortx_gemm_epilogue *e = s->epilogue;
     for (int o = 0; o < s->mt; o++) {
-        const int64_t rows = s->rows - 16 * o < 16 ? s->rows - 16 * o : 16, block_floats = 16 * s->ldc;
-        const __mmask16 valid = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
-        const __m512 bias = e->bias_row ? _mm512_maskz_loadu_ps(valid, e->bias_row + s->row0 + 16 * o)
-                                        : _mm512_setzero_ps();
-        const void *residual = residual_block(s, s->row0 / 16 + o);
-        float *c = s->c + o * block_floats;
+        const store_half h = half_of(s, o);
+        float *c = s->c + o * 16 * s->ldc;
         for (int v = 0; v < s->vectors; v++) {
             uint32_t keep = s->masks[v];
             for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
                 const int lane = __builtin_ctz(keep);
-                __m512 value = _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o);
-                if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
-                if (e->bias_row) value = _mm512_add_ps(value, bias);
-                if (residual)
-                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                            residual_at(residual, q, s->residual_pair_rows), value);
-                if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
-                _mm512_storeu_ps(c + 16 * q, _mm512_maskz_mov_ps(valid, value));
+                _mm512_storeu_ps(c + 16 * q,
+                                 epilogue_row(s, &h, _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o), q));
             }
         }
     }
 }
 
-/* The same into pair rows: a pixel's two 16-row halves (the second zero past `rows`) through direct_store_blocked's
- * epilogue, rounded as the pair-rows writers round (vcvtne2ps2bf16) and stored as its 64 bytes of the chunk. */
+/* The same into pair rows: a pixel's two 16-row halves (the second zero past `rows`) through the same epilogue,
+ * rounded as the pair-rows writers round (vcvtne2ps2bf16) and stored as its 64 bytes of the chunk. */
 ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_pending *s) {
     const float *scratch = s->scratch[s->which];
-    const ortx_gemm_epilogue *e = s->epilogue;
-    __mmask16 valid[2];
-    __m512 bias[2];
-    const void *residual[2];
-    for (int o = 0; o < 2; o++) {
-        const int64_t rows = s->rows - 16 * o < 0 ? 0 : s->rows - 16 * o < 16 ? s->rows - 16 * o : 16;
-        valid[o] = (__mmask16)(rows >= 16 ? 0xffffu : (1u << rows) - 1u);
-        bias[o] = e->bias_row && rows ? _mm512_maskz_loadu_ps(valid[o], e->bias_row + s->row0 + 16 * o)
-                                      : _mm512_setzero_ps();
-        residual[o] = rows ? residual_block(s, s->row0 / 16 + o) : NULL;
-    }
+    const store_half h[2] = {half_of(s, 0), half_of(s, 1)};
     uint16_t *c = (uint16_t *)s->c;
     for (int v = 0; v < s->vectors; v++) {
         uint32_t keep = s->masks[v];
         for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
-            const int lane = __builtin_ctz(keep);
-            __m512 half[2];
-            for (int o = 0; o < 2; o++) {
-                if (o >= s->mt) {
-                    half[o] = _mm512_setzero_ps();
-                    continue;
-                }
-                __m512 value = _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o);
-                if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
-                if (e->bias_row) value = _mm512_add_ps(value, bias[o]);
-                if (residual[o])
-                    value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
-                                            residual_at(residual[o], q, s->residual_pair_rows), value);
-                if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
-                half[o] = _mm512_maskz_mov_ps(valid[o], value);
-            }
-            _mm512_storeu_si512(c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(half[1], half[0]));
+            const float *pixel = scratch + (16 * v + __builtin_ctz(keep)) * 32;
+            __m512 lo = epilogue_row(s, &h[0], _mm512_load_ps(pixel), q);
+            __m512 hi = s->mt == 2 ? epilogue_row(s, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
+            _mm512_storeu_si512(c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
 }
