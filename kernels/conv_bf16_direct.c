@@ -65,8 +65,9 @@ static int64_t plane_pairs(const ortx_conv_params *p) {
 static int64_t slack_words(void) { return use_tiles() ? SLACK_WORDS * CHUNK_WORDS : SLACK_WORDS; }
 
 /* x-unfolded convs: from fewer than 8 input channels (one group), the conv is run as the KH x 1 conv, stride
- * (sh, 1), of an input whose Cin x KW channels at output column ox are the values its taps kx read
- * (X[c][iy][ox * sw + kx * dw - pad_left], 0 outside), so no column is dropped and the pairs hold a row of the
+ * (sh, 1), of an input whose Cin x KW channels at output column ox are the values its taps kx read, value
+ * j = kx * Cin + c being X[c][iy][ox * sw + kx * dw - pad_left] (0 outside): pixels with their channels side by
+ * side, as the AMX form's windows (below) hold them; so no column is dropped and the pairs hold a row of the
  * patch. The AMX form unfolds when Cin x KW fills 16 to 32 values (one 16-pair chunk instead of 2-7 of its 16
  * pairs): ResNet's 3 -> 64 7x7/2 stem (21 values of 32) took the packed patch-matrix path before, its packing
  * (im2col in bf16) most of the time. The vdpbf16ps form unfolds from 8 values: in-process A/B at 2 threads on
@@ -90,6 +91,47 @@ static ortx_conv_params effective(const ortx_conv_params *p) {
     return q;
 }
 
+/* The AMX form's windowed x-unfolded convs (dilation 1 in x): the unfolded values of output column ox are one run,
+ * pixels ox * sw .. ox * sw + KW - 1 of a padded input row whose pixels hold their Cin channels side by side
+ * (value j = kx * Cin + c), so the planes are those rows (pixel_row) and an A tile's 16 rows are 64-byte windows
+ * sw * Cin * 2 bytes apart (ResNet's stem: 12), read in place. The values past a window's Cin x KW are the next
+ * pixels', which the weights' zero rows take to 0 unless one is infinite or NaN: then (pixel_row says so) the
+ * windows are copied into the chunk planes, zero past the values, as the unwindowed form has them. The planes'
+ * rows hold window_width(p) positions, pixels 0 .. window_width * sw - 1 from pad_left before the input, so the
+ * columns past OW are computed and dropped (ResNet's stem: 115 positions a row for 112 outputs). Against its chunk
+ * planes (11 words a position filled by 16-word transposes), kernel alone, 2 threads, in-process: ResNet-18's
+ * 3 -> 64 7x7/2 stem into pair rows 0.83x; with this change's other step mends (deferred stores, tile_lanes by
+ * row segments, the epilogue's fields read once) 0.77x. */
+static int windowed(const ortx_conv_params *original) {
+    return use_tiles() && unfolds_x(original) && original->dilation_width == 1;
+}
+
+static int64_t window_width(const ortx_conv_params *o) {
+    const int64_t sw = o->stride_width, last = (o->out_width - 1) * sw + o->kernel_width;
+    const int64_t pixels = o->pad_left + o->in_width > last ? o->pad_left + o->in_width : last;
+    return (pixels + sw - 1) / sw;
+}
+
+/* conv.h's direct geometry of the conv the direct form runs (effective), with the windowed form's row width. */
+static ortx_conv_direct_geometry geometry(const ortx_conv_params *original) {
+    const ortx_conv_params q = effective(original);
+    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(&q);
+    if (windowed(original)) {
+        g.phase_width = window_width(original);
+        g.channel_floats = g.phases_y * g.phases_x * g.phase_rows * g.phase_width;
+        g.virtual_pixels = q.out_height * g.phase_width;
+    }
+    return g;
+}
+
+/* Bytes of the windowed form's planes and their zeroed slack (the last tile's dropped rows read up to 32 positions
+ * and a window past them); 0 for other convs. */
+static int64_t window_bytes(const ortx_conv_params *original) {
+    if (!windowed(original)) return 0;
+    const int64_t position = original->stride_width * original->in_channels * 2;
+    return ortx_round_up(geometry(original).channel_floats * position + TILE_PIXELS * position + 64, 64);
+}
+
 /* Virtual pixels up to the last output pixel (the last row's dropped columns are not computed). */
 static int64_t virtual_pixels(const ortx_conv_params *p, const ortx_conv_direct_geometry *g) {
     return (p->out_height - 1) * g->phase_width + p->out_width;
@@ -102,7 +144,7 @@ int ortx_conv_direct_bf16_applies(const ortx_conv_params *original) {
     /* a 1x1 stride-1 conv is one GEMM on X as stored (Case 1 reads it in place) and a few input channels give
      * few k pairs per tile: both measured faster through ortx_bgemm */
     if ((taps(p) == 1 && p->stride_height == 1 && p->stride_width == 1) || cin_g < 8) return 0;
-    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    ortx_conv_direct_geometry g = geometry(original);
     double computed = (double)ortx_round_up(virtual_pixels(p, &g), ORTX_GEMM_NR) * 2 * channel_pairs(p);
     double needed = (double)p->out_height * p->out_width * cin_g;
     return computed <= 1.35 * needed;
@@ -114,9 +156,9 @@ int ortx_conv_direct_bf16_blocked_applies(const ortx_conv_params *p) {
 
 int64_t ortx_conv_direct_bf16_floats(const ortx_conv_params *original) {
     const ortx_conv_params q = effective(original), *p = &q;
-    ortx_conv_direct_geometry g = ortx_conv_direct_geometry_of(p);
+    ortx_conv_direct_geometry g = geometry(original);
     return ortx_round_up(plane_pairs(p) * g.channel_floats + slack_words(), 16) +
-           ortx_round_up(channel_pairs(p) * taps(p), 16);
+           ortx_round_up(channel_pairs(p) * taps(p), 16) + window_bytes(original) / (int64_t)sizeof(float);
 }
 
 int64_t ortx_conv_direct_bf16_elements(const ortx_conv_params *original) {
@@ -147,8 +189,8 @@ int64_t ortx_conv_direct_bf16_packed_elements(const ortx_conv_params *original) 
 
 int64_t ortx_conv_direct_bf16_packed_index(const ortx_conv_params *original, int64_t m, int64_t c, int64_t tap) {
     const ortx_conv_params q = effective(original), *p = &q;
-    if (unfolds_x(original)) {  /* channel c at tap (ky, kx) is unfolded channel c * KW + kx at tap ky */
-        c = c * original->kernel_width + tap % original->kernel_width;
+    if (unfolds_x(original)) {  /* channel c at tap (ky, kx) is unfolded channel kx * Cin + c at tap ky */
+        c = tap % original->kernel_width * original->in_channels + c;
         tap /= original->kernel_width;
     }
     if (!use_tiles()) return ortx_conv_direct_weight_index(p, m, c, tap);
@@ -190,6 +232,12 @@ typedef struct direct_job {
      * (computed once: per row they cost divisions); columns [unfold_lo, unfold_hi) read inside the row */
     int64_t unfold_channel[2 * ORTX_BGEMM_TILE_PAIRS], unfold_shift[2 * ORTX_BGEMM_TILE_PAIRS];
     int64_t unfold_lo, unfold_hi;
+    /* the AMX form's A planes: virtual pixel v of tap t of chunk h at a_planes + h * chunk_bytes + (offsets[t] + v)
+     * * position_bytes (the chunk planes, or the windowed form's rows: windows) */
+    const uint8_t *a_planes;
+    int64_t chunk_bytes, position_bytes;
+    uint16_t *windows;  /* the windowed form's rows (windowed) */
+    int *special;       /* set when a windowed row read an infinity or a NaN */
 } direct_job;
 
 /* Columns [lo, hi) of a phase row `width` wide whose input column j * sw + shift lies in [0, W). */
@@ -201,7 +249,7 @@ static void input_columns(int64_t shift, int64_t sw, int64_t W, int64_t width, i
 }
 
 /* One row of an x-unfolded conv's channel-pair plane (the vdpbf16ps form): word ox holds unfolded values 2cp and
- * 2cp + 1, value j = c * KW + kx being X[c][iy][ox * sw + kx * dw - pad_left] (0 outside the row or past the
+ * 2cp + 1, value j = kx * Cin + c being X[c][iy][ox * sw + kx * dw - pad_left] (0 outside the row or past the
  * values). The columns where both read inside the row go through isa->pair_run_strided, the few at the edges one
  * value at a time. */
 static void fill_unfolded_pair_row(const direct_job *job, int64_t cp, int64_t iy, uint32_t *out) {
@@ -213,11 +261,11 @@ static void fill_unfolded_pair_row(const direct_job *job, int64_t cp, int64_t iy
     for (int k = 0; k < 2; k++) {
         int64_t j = 2 * cp + k, first, end;
         if (j >= values) continue;
-        shift[k] = j % KW * dw - o->pad_left;
+        shift[k] = j / o->in_channels * dw - o->pad_left;
         input_columns(shift[k], sw, W, OW, &first, &end);
         lo = first > lo ? first : lo;
         hi = end < hi ? end : hi;
-        row[k] = job->x + (j / KW * H + iy) * W;
+        row[k] = job->x + (j % o->in_channels * H + iy) * W;
     }
     if (hi < lo) hi = lo;
     if (hi > lo)
@@ -294,7 +342,7 @@ static void fill_pairs(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
-/* One row of an x-unfolded conv's chunk plane (one chunk: at most 32 values): position ox, value j = c * KW + kx
+/* One row of an x-unfolded conv's chunk plane (one chunk: at most 32 values): position ox, value j = kx * Cin + c
  * is X[c][iy][ox * sw + kx * dw - pad_left] (0 outside the input or past the channels). The positions where every
  * tap reads inside the row go through isa->chunk_run (strided reads), the few at the edges one value at a time. */
 static void fill_unfolded_row(const direct_job *job, int64_t iy, uint32_t *out) {
@@ -337,8 +385,8 @@ static void plan_unfolding(direct_job *job) {
     job->unfold_lo = lo;
     job->unfold_hi = hi < lo ? lo : hi;
     for (int64_t j = 0; j < 2 * ORTX_BGEMM_TILE_PAIRS; j++) {
-        job->unfold_channel[j] = j / KW;
-        job->unfold_shift[j] = j % KW * dw - o->pad_left;
+        job->unfold_channel[j] = j % o->in_channels;
+        job->unfold_shift[j] = j / o->in_channels * dw - o->pad_left;
     }
 }
 
@@ -406,6 +454,51 @@ static void fill_chunks(void *context, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* Step 1 of the windowed form for units [begin, end): unit u is row u / sh of phase u % sh, the padded input row
+ * r * sh + qy - pad_top, pixel-major (pixel_row), zeros outside the input. */
+static void fill_windows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *o = job->unfolded, *p = job->params;
+    const ortx_conv_direct_geometry *g = &job->geometry;
+    const int64_t Cin = o->in_channels, H = o->in_height, W = o->in_width, sh = p->stride_height;
+    const int64_t row_values = g->phase_width * o->stride_width * Cin, left = o->pad_left * Cin;
+    for (int64_t unit = begin; unit < end; unit++) {
+        const int64_t r = unit / sh, qy = unit % sh, iy = r * sh + qy - p->pad_top;
+        if (!job->used_phase[qy]) continue;
+        uint16_t *out = job->windows + (qy * g->phase_rows + r) * row_values;
+        if (iy < 0 || iy >= H) {
+            memset(out, 0, row_values * sizeof(uint16_t));
+            continue;
+        }
+        memset(out, 0, left * sizeof(uint16_t));
+        if (job->isa->pixel_row(job->x + iy * W, H * W, Cin, W, out + left))
+            __atomic_store_n(job->special, 1, __ATOMIC_RELAXED);
+        memset(out + left + W * Cin, 0, (row_values - left - W * Cin) * sizeof(uint16_t));
+    }
+}
+
+/* The windowed form's rows as chunk planes (an infinite or NaN input): each position's window, zeros past its
+ * Cin x KW values. Units as fill_windows's. */
+static void copy_windows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const direct_job *job = context;
+    const ortx_conv_params *o = job->unfolded, *p = job->params;
+    const ortx_conv_direct_geometry *g = &job->geometry;
+    const int64_t Cin = o->in_channels, values = Cin * o->kernel_width, sh = p->stride_height;
+    const int64_t width = g->phase_width, step = o->stride_width * Cin, row_values = width * step;
+    for (int64_t unit = begin; unit < end; unit++) {
+        const int64_t r = unit / sh, qy = unit % sh, row = qy * g->phase_rows + r;
+        if (!job->used_phase[qy]) continue;
+        const uint16_t *windows = job->windows + row * row_values;
+        uint16_t *out = (uint16_t *)(job->planes + row * width * CHUNK_WORDS);
+        for (int64_t ox = 0; ox < width; ox++) {
+            memcpy(out + 2 * CHUNK_WORDS * ox, windows + ox * step, values * sizeof(uint16_t));
+            memset(out + 2 * CHUNK_WORDS * ox + values, 0, (2 * CHUNK_WORDS - values) * sizeof(uint16_t));
+        }
+    }
+}
+
 /* The transposed form's step 3: rows [row0, row0 + rows) of the tile at c (row stride TILE_PIXELS), pixels
  * [n0, n0 + count), to ConvTranspose output element (co, iy*KH + ky, ix*KW + kx) of row m = (co, ky, kx) and pixel
  * (iy, ix), with bias, residual and activation. */
@@ -445,21 +538,25 @@ static void scatter_tile(const direct_job *job, const float *c, int64_t rows, in
     }
 }
 
-/* The vectors (1 or 2) of the tile at virtual pixel n0, each one's kept lanes and its first kept output. */
+/* The vectors (1 or 2) of the tile at virtual pixel n0, each one's kept lanes and its first kept output: a vector's
+ * lanes run along virtual rows, the first OW columns of each row kept (a segment per row the vector touches). */
 static int tile_lanes(const direct_job *job, int64_t n0, uint32_t masks[2], int64_t at[2]) {
-    const int64_t width = job->geometry.phase_width, OW = job->params->out_width;
+    const int64_t width = job->geometry.phase_width, OW = job->params->out_width, OH = job->params->out_height;
     int vectors = job->pixels - n0 > ORTX_GEMM_NR ? 2 : 1;
-    int64_t row = n0 / width, column = n0 % width;
     masks[0] = masks[1] = 0;
     at[0] = at[1] = 0;
     for (int v = 0; v < vectors; v++) {
-        int first = 1;
-        for (int64_t lane = 0; lane < ORTX_GEMM_NR; lane++, column++) {
-            if (column == width) row++, column = 0;
-            if (column >= OW || row * width + column >= job->pixels) continue;
-            masks[v] |= 1u << lane;
-            if (first) at[v] = row * OW + column;
-            first = 0;
+        const int64_t first = n0 + v * ORTX_GEMM_NR;
+        int64_t row = first / width, column = first % width, found = 0;
+        for (int64_t lane = 0; lane < ORTX_GEMM_NR && row < OH; row++, column = 0) {
+            const int64_t run = min64(ORTX_GEMM_NR - lane, width - column);
+            const int64_t kept = OW > column ? min64(run, OW - column) : 0;
+            if (kept) {
+                masks[v] |= (uint32_t)((1u << kept) - 1u) << lane;
+                if (!found) at[v] = row * OW + column;
+                found = 1;
+            }
+            lane += run;
         }
     }
     return vectors;
@@ -524,8 +621,8 @@ static void run_tile_units(void *context, int64_t begin, int64_t end, int thread
         int64_t row_end = min64((group + 1) * rows_per_group, cout_g);
         for (int64_t row0 = group * rows_per_group; row0 < row_end; row0 += 2 * ORTX_BGEMM_TILE_ROWS)
             job->isa->direct_tiles(taps(p), tile_chunks(p), job->weights + row0 / ORTX_BGEMM_TILE_ROWS * panel, panel,
-                                   job->planes + n0 * CHUNK_WORDS, job->offsets,
-                                   job->geometry.channel_floats * CHUNK_WORDS, vectors, masks, at,
+                                   job->a_planes + n0 * job->position_bytes, job->offsets, job->chunk_bytes,
+                                   job->position_bytes, vectors, masks, at,
                                    pending.pair_rows ? (float *)((uint16_t *)job->y + row0 * N) : job->y + row0 * N,
                                    N, min64(2 * ORTX_BGEMM_TILE_ROWS, row_end - row0),
                                    job->epilogue, row0, &pending);
@@ -538,10 +635,12 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
                            const ortx_gemm_epilogue *epilogue, float *workspace, int threads,
                            const ortx_conv_params *transposed, int layout) {
     const ortx_conv_params q = effective(original), *p = &q;
+    int special = 0;
     direct_job job = {.layout = layout, .params = p, .unfolded = unfolds_x(original) ? original : NULL,
-                      .geometry = ortx_conv_direct_geometry_of(p), .isa = ortx_bgemm_select_isa(), .x = x,
+                      .geometry = geometry(original), .isa = ortx_bgemm_select_isa(), .x = x,
                       .planes = (uint32_t *)workspace, .weights = weights, .y = y, .epilogue = epilogue,
-                      .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(p)};
+                      .transposed = transposed, .scratch = workspace + ortx_conv_direct_bf16_floats(original),
+                      .special = &special};
     const ortx_conv_direct_geometry *g = &job.geometry;
     const int64_t sh = p->stride_height, sw = p->stride_width, area = taps(p), cps = channel_pairs(p);
     const int tiles = !transposed && job.isa->a_tiles;
@@ -562,7 +661,25 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
     /* as in ortx_sgemm: below ~2M multiply-adds one thread */
     int64_t cout_g = p->out_channels / p->group;
     if ((double)cout_g * p->out_height * p->out_width * cps * 2 * area < 128.0 * 128 * 128) threads = 1;
-    if (tiles)
+    job.a_planes = (const uint8_t *)job.planes;
+    job.position_bytes = CHUNK_WORDS * sizeof(uint32_t);
+    job.chunk_bytes = g->channel_floats * job.position_bytes;
+    if (windowed(original)) {
+        const int64_t position = original->stride_width * original->in_channels * 2;
+        job.windows = (uint16_t *)(offsets + ortx_round_up(cps * area, 16));
+        ortx_parallel_range(threads, sh * g->phase_rows, (int64_t)ORTX_TASKS_PER_THREAD * threads, fill_windows,
+                            &job);
+        memset((uint8_t *)job.windows + g->channel_floats * position, 0,
+               window_bytes(original) - g->channel_floats * position);
+        if (special)  /* the windows would carry it into other pixels' products: chunk planes instead */
+            ortx_parallel_range(threads, sh * g->phase_rows, (int64_t)ORTX_TASKS_PER_THREAD * threads, copy_windows,
+                                &job);
+        else {
+            job.a_planes = (const uint8_t *)job.windows;
+            job.position_bytes = position;
+            job.chunk_bytes = g->channel_floats * position;
+        }
+    } else if (tiles)
         ortx_parallel_range(threads, tile_chunks(p) * sh * sw * g->phase_rows, (int64_t)ORTX_TASKS_PER_THREAD * threads,
                             fill_chunks, &job);
     else

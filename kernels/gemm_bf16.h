@@ -160,18 +160,19 @@ typedef void (*ortx_bgemm_block_fn)(int64_t pairs, const uint16_t *a, const uint
                                     const ortx_gemm_epilogue *epilogue, int64_t row0, int64_t col0, uint16_t *tail);
 
 /* The AMX direct conv's step (conv_bf16_direct.c, tiles path; inside tiles_begin/tiles_end): for rows i < rows
- * (<= 32) and the 16 * vectors virtual pixels j of x (chunk planes: the 16 words of pairs 16h .. 16h+15 at virtual
- * pixel j of tap t are the 64 bytes at x + (h * chunk_words + tap_offsets[t] + j) * 16), acc[i][j] = sum over
- * 16-pair chunks h and taps t of those words times the weights' tile a + (h * taps + t) * 512 ([16 pairs][16
- * rows][2]; rows 16..31: + a_panel), in tdpbf16ps's order; then per vector v the lanes set in masks[v] are packed
- * together in lane order and written to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane), as
- * ortx_bf16_direct_tile_fn stores. */
+ * (<= 32) and the 16 * vectors virtual pixels j of x (input planes: the 16 words of pairs 16h .. 16h+15 at virtual
+ * pixel j of tap t are the 64 bytes at x + h * chunk_bytes + (tap_offsets[t] + j) * position_bytes; chunk planes
+ * have 64-byte positions, the windowed stem form's overlap), acc[i][j] = sum over 16-pair chunks h and taps t of
+ * those words times the weights' tile a + (h * taps + t) * 512 ([16 pairs][16 rows][2]; rows 16..31: + a_panel),
+ * in tdpbf16ps's order; then per vector v the lanes set in masks[v] are packed together in lane order and written
+ * to c[i * ldc + at[v] ...] after the epilogue of (row0 + i, at[v] + lane), as ortx_bf16_direct_tile_fn stores. */
 typedef struct ortx_bf16_direct_pending ortx_bf16_direct_pending;
 typedef void (*ortx_bf16_direct_tiles_fn)(int64_t taps, int64_t chunks, const uint16_t *a, int64_t a_panel,
-                                          const uint32_t *x, const int32_t *tap_offsets, int64_t chunk_words,
-                                          int vectors, const uint32_t *masks, const int64_t *at, float *c,
-                                          int64_t ldc, int64_t rows, const ortx_gemm_epilogue *epilogue,
-                                          int64_t row0, ortx_bf16_direct_pending *pending);
+                                          const uint8_t *x, const int32_t *tap_offsets, int64_t chunk_bytes,
+                                          int64_t position_bytes, int vectors, const uint32_t *masks,
+                                          const int64_t *at, float *c, int64_t ldc, int64_t rows,
+                                          const ortx_gemm_epilogue *epilogue, int64_t row0,
+                                          ortx_bf16_direct_pending *pending);
 
 /* The store of an AMX direct step is deferred: a step's products are left in `scratch` and its store runs during
  * the next step's tile products (or at direct_finish), so the vector units work while the tile unit does.
@@ -197,6 +198,11 @@ typedef void (*ortx_bf16_chunk_run_fn)(const float *const *channels, int64_t ste
  * of a NULL hi) read zeros. */
 typedef void (*ortx_bf16_chunk_run_blocked_fn)(const float *lo, const float *hi, int64_t step, int64_t count,
                                                int lo_channels, int hi_channels, uint32_t *dst);
+/* The windowed stem form's rows (conv_bf16_direct.c): dst[j * channels + c] = bf16(x[c * channel_stride + j]) for
+ * j < count, c < channels (<= 8): a row of pixels with their channels side by side. Returns nonzero when any of
+ * the values read is an infinity or a NaN. */
+typedef int (*ortx_bf16_pixel_row_fn)(const float *x, int64_t channel_stride, int64_t channels, int64_t count,
+                                      uint16_t *dst);
 
 /* The tile configuration a thread had before a tiles task (64 bytes, sttilecfg's; palette 0: none). */
 typedef struct ortx_tile_state {
@@ -219,6 +225,7 @@ typedef struct ortx_bgemm_isa {
     void (*direct_finish)(ortx_bf16_direct_pending *pending);  /* ... and the store of its last step */
     ortx_bf16_chunk_run_fn chunk_run;        /* a_tiles paths: its input planes */
     ortx_bf16_chunk_run_blocked_fn chunk_run_blocked;  /* ... from blocked input */
+    ortx_bf16_pixel_row_fn pixel_row;        /* ... the windowed stem form's */
     /* a_tiles paths: around each task that runs block or direct_tiles on a thread, load our tile configuration
      * (saving the thread's) and then give the thread its own back (or release the tiles): other AMX code on the
      * caller's thread (ONNX Runtime's, OpenVINO's kernels) may cache its configuration or have released it. */

@@ -20,6 +20,7 @@
  */
 #include <string.h>
 
+#include "activation_avx512.h"
 #include "bf16_direct_store_avx512.h"
 #include "gemm_avx2.h"
 #include "gemm_bf16.h"
@@ -243,6 +244,45 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_blocked_amx_bf16(const float *lo, con
     }
 }
 
+/* gemm_bf16.h's ortx_bf16_pixel_row_fn: per 16 pixels the channels' rows are rounded two to a vector (channel 2i
+ * in lanes 0-15, 2i + 1 in 16-31) and each 32-value output vector is picked from them by one or two word permutes
+ * (value g of the 16 pixels is channel g % channels of pixel g / channels). */
+ORTX_TARGET_AMX_BF16 static int pixel_row_amx_bf16(const float *x, int64_t channel_stride, int64_t channels,
+                                                   int64_t count, uint16_t *dst) {
+    uint16_t index[128] = {0};  /* [output vector][lane] */
+    __mmask32 upper[4] = {0, 0, 0, 0};  /* lanes from channels 4-7 */
+    for (int pixel = 0, g = 0; pixel < 16; pixel++)
+        for (int c = 0; c < channels; c++, g++) {
+            index[g] = (uint16_t)(c * 16 % 64 + pixel);
+            if (c >= 4) upper[g / 32] |= (__mmask32)1u << (g % 32);
+        }
+    const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+    __mmask16 special = 0;
+    for (int64_t k = 0; k < count; k += 16) {
+        const int64_t left = count - k < 16 ? count - k : 16, values = left * channels;
+        const __mmask16 mask = (__mmask16)((1u << left) - 1u);
+        __m512i rows[4];
+        for (int i = 0; i < 4; i++) {
+            __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+            if (2 * i < channels) lo = _mm512_maskz_loadu_ps(mask, x + 2 * i * channel_stride + k);
+            if (2 * i + 1 < channels) hi = _mm512_maskz_loadu_ps(mask, x + (2 * i + 1) * channel_stride + k);
+            special |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(lo), exponent), exponent) |
+                       _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(hi), exponent), exponent);
+            rows[i] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+        }
+        for (int v = 0; 32 * v < values; v++) {
+            const __m512i order = _mm512_loadu_si512(index + 32 * v);
+            __m512i picked = _mm512_permutex2var_epi16(rows[0], order, rows[1]);
+            if (upper[v]) picked = _mm512_mask_blend_epi16(upper[v], picked,
+                                                           _mm512_permutex2var_epi16(rows[2], order, rows[3]));
+            const int64_t n = values - 32 * v;
+            _mm512_mask_storeu_epi16(dst + k * channels + 32 * v, n >= 32 ? (__mmask32)~0u : ((__mmask32)1u << n) - 1u,
+                                     picked);
+        }
+    }
+    return special != 0;
+}
+
 /* The direct conv's step (gemm_bf16.h's ortx_bf16_direct_tiles_fn), with the activations as A and the weights as
  * B: an A tile is 16 virtual pixels x 16 pairs, the 1 KB at one tap's offset in a chunk plane (64-byte rows one
  * pixel apart, so every tap's rows are whole cache lines); a B tile is 16 pairs x 16 output rows of the packed
@@ -253,24 +293,24 @@ ORTX_TARGET_AMX_BF16 static void chunk_run_blocked_amx_bf16(const float *lo, con
  * read from channel-pair planes (this step before, the words of one tap 4 or 8 bytes off the lines): a stand-alone
  * replica of ResNet-18's 64 -> 64 3x3 conv at 56x56, 1 thread, went 39.5 -> 27.1 ns per 16-pair step. */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_products(
-    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint32_t *x,
-    const int32_t *tap_offsets, int64_t chunk_words) {
+    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint8_t *x,
+    const int32_t *tap_offsets, int64_t chunk_bytes, int64_t position_bytes) {
     _tile_zero(0);
     if (mt == 2) _tile_zero(1);
     if (nt == 2) _tile_zero(2);
     if (mt == 2 && nt == 2) _tile_zero(3);
     const uint16_t *wt = w;
     for (int64_t h = 0; h < chunks; h++) {
-        const uint32_t *chunk = x + h * chunk_words;
+        const uint8_t *chunk = x + h * chunk_bytes;
         for (int64_t t = 0; t < taps; t++, wt += CHUNK) {
-            const uint32_t *pixels = chunk + (int64_t)tap_offsets[t] * 16;
-            _tile_loadd(4, pixels, 64);
+            const uint8_t *pixels = chunk + (int64_t)tap_offsets[t] * position_bytes;
+            _tile_loadd(4, pixels, position_bytes);
             _tile_loadd(6, wt, 64);
             if (mt == 2) _tile_loadd(7, wt + w_panel, 64);
             _tile_dpbf16ps(0, 4, 6);
             if (mt == 2) _tile_dpbf16ps(1, 4, 7);
             if (nt == 2) {
-                _tile_loadd(5, pixels + 16 * 16, 64);
+                _tile_loadd(5, pixels + 16 * position_bytes, position_bytes);
                 _tile_dpbf16ps(2, 5, 6);
                 if (mt == 2) _tile_dpbf16ps(3, 5, 7);
             }
@@ -323,16 +363,17 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) store_half hal
 }
 
 /* One C tile row (pixel q's 16 channels of a half) through the epilogue in direct_store_row's order (the NCHW
- * store's bits), rows past the half's zeroed. */
+ * store's bits: activation_avx512.h's are the AVX2 activation's on 16 lanes), rows past the half's zeroed. `e` is
+ * the caller's local copy of the step's epilogue: read through the pending record, every field was loaded again
+ * after each store (the kernels are built without strict aliasing). */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 epilogue_row(
-    const ortx_bf16_direct_pending *s, const store_half *h, __m512 value, int64_t q) {
-    const ortx_gemm_epilogue *e = s->epilogue;
+    const ortx_bf16_direct_pending *s, const ortx_gemm_epilogue *e, const store_half *h, __m512 value, int64_t q) {
     if (e->alpha != 1.0f) value = _mm512_mul_ps(value, _mm512_set1_ps(e->alpha));
     if (e->bias_row) value = _mm512_add_ps(value, h->bias);
     if (h->residual)
         value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale), residual_at(h->residual, q, s->residual_pair_rows),
                                 value);
-    if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
+    if (e->activation != ORTX_ACT_NONE) value = ortx_activation_avx512(value, e->activation, e->param0, e->param1);
     return _mm512_maskz_mov_ps(h->valid, value);
 }
 
@@ -340,6 +381,7 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 epilogu
  * stores, so no transpose. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
 ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pending *s) {
     const float *scratch = s->scratch[s->which];
+    const ortx_gemm_epilogue e = *s->epilogue;
     for (int o = 0; o < s->mt; o++) {
         const store_half h = half_of(s, o);
         float *c = s->c + o * 16 * s->ldc;
@@ -348,7 +390,7 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
             for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
                 const int lane = __builtin_ctz(keep);
                 _mm512_storeu_ps(c + 16 * q,
-                                 epilogue_row(s, &h, _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o), q));
+                                 epilogue_row(s, &e, &h, _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o), q));
             }
         }
     }
@@ -359,13 +401,14 @@ ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pen
 ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_pending *s) {
     const float *scratch = s->scratch[s->which];
     const store_half h[2] = {half_of(s, 0), half_of(s, 1)};
+    const ortx_gemm_epilogue e = *s->epilogue;
     uint16_t *c = (uint16_t *)s->c;
     for (int v = 0; v < s->vectors; v++) {
         uint32_t keep = s->masks[v];
         for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
             const float *pixel = scratch + (16 * v + __builtin_ctz(keep)) * 32;
-            __m512 lo = epilogue_row(s, &h[0], _mm512_load_ps(pixel), q);
-            __m512 hi = s->mt == 2 ? epilogue_row(s, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
+            __m512 lo = epilogue_row(s, &e, &h[0], _mm512_load_ps(pixel), q);
+            __m512 hi = s->mt == 2 ? epilogue_row(s, &e, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
             _mm512_storeu_si512(c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
         }
     }
@@ -405,9 +448,10 @@ ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s)
 /* One step with compile-time tile counts: its products, then the pending store (overlapping them), then its own
  * tiles to scratch. */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_step(
-    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint32_t *x,
-    const int32_t *tap_offsets, int64_t chunk_words, const ortx_bf16_direct_pending *pending, float *scratch) {
-    direct_tiles_products(mt, nt, taps, chunks, w, w_panel, x, tap_offsets, chunk_words);
+    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint8_t *x,
+    const int32_t *tap_offsets, int64_t chunk_bytes, int64_t position_bytes, const ortx_bf16_direct_pending *pending,
+    float *scratch) {
+    direct_tiles_products(mt, nt, taps, chunks, w, w_panel, x, tap_offsets, chunk_bytes, position_bytes);
     if (pending->valid) direct_store(pending);
     direct_tiles_stored(mt, nt, scratch);
 }
@@ -418,28 +462,30 @@ ORTX_TARGET_AMX_BF16 static void direct_finish_amx_bf16(ortx_bf16_direct_pending
 }
 
 ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chunks, const uint16_t *a,
-                                                      int64_t a_panel, const uint32_t *x, const int32_t *tap_offsets,
-                                                      int64_t chunk_words, int vectors, const uint32_t *masks,
-                                                      const int64_t *at, float *c, int64_t ldc, int64_t rows,
+                                                      int64_t a_panel, const uint8_t *x, const int32_t *tap_offsets,
+                                                      int64_t chunk_bytes, int64_t position_bytes, int vectors,
+                                                      const uint32_t *masks, const int64_t *at, float *c,
+                                                      int64_t ldc, int64_t rows,
                                                       const ortx_gemm_epilogue *e, int64_t row0,
                                                       ortx_bf16_direct_pending *pending) {
     const int mt = rows > 16 ? 2 : 1, which = pending->valid ? 1 - pending->which : 0;
     float *scratch = pending->scratch[which];
     /* issue this step's products, run the previous step's store while the tile unit works, then store ours; steps
-     * of fewer than 12 k steps store at once (ResNet's 7x7 stem, x-unfolded: 7 k steps, 6-11% slower deferred,
-     * where 3x3 convs of 18-72 k steps gained 2-15%) */
-    if (taps * chunks < 12) {
+     * of fewer than 4 k steps store at once. (ResNet's 7x7 stem, 7 k steps, had been 6-11% slower deferred when its
+     * planes were chunk planes; from windows, kernel alone at 2 threads, 0.97-0.985x deferred; 1x1 stride-2 convs
+     * of 4 and 8 chunks 1.00-1.02x, a 3x3 conv from 32 channels 0.98x; 3x3 convs of 18-72 k steps gained 2-15%.) */
+    if (taps * chunks < 4) {
         if (pending->valid) direct_store(pending);
         pending->valid = 0;
     }
     if (mt == 2 && vectors == 2)
-        direct_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+        direct_step(2, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_bytes, position_bytes, pending, scratch);
     else if (mt == 2)
-        direct_step(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+        direct_step(2, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_bytes, position_bytes, pending, scratch);
     else if (vectors == 2)
-        direct_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+        direct_step(1, 2, taps, chunks, a, a_panel, x, tap_offsets, chunk_bytes, position_bytes, pending, scratch);
     else
-        direct_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_words, pending, scratch);
+        direct_step(1, 1, taps, chunks, a, a_panel, x, tap_offsets, chunk_bytes, position_bytes, pending, scratch);
     pending->valid = 1;
     pending->which = which;
     pending->vectors = vectors;
@@ -453,7 +499,7 @@ ORTX_TARGET_AMX_BF16 static void direct_tiles_amx_bf16(int64_t taps, int64_t chu
     pending->rows = rows;
     pending->row0 = row0;
     pending->epilogue = e;
-    if (taps * chunks < 12) direct_finish_amx_bf16(pending);
+    if (taps * chunks < 4) direct_finish_amx_bf16(pending);
 }
 
 const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
@@ -472,6 +518,7 @@ const ortx_bgemm_isa ortx_bgemm_isa_amx_bf16 = {
     .direct_finish = direct_finish_amx_bf16,
     .chunk_run = chunk_run_amx_bf16,
     .chunk_run_blocked = chunk_run_blocked_amx_bf16,
+    .pixel_row = pixel_row_amx_bf16,
     .tiles_begin = tiles_begin_amx,
     .tiles_end = tiles_end_amx,
 };

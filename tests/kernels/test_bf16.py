@@ -330,6 +330,9 @@ UNFOLDED_CASES = [
     (3, 20, 45, 7, 2, 3, 1, 1),    # a 7x7/2 RGB stem (21 values): edge columns where some taps read padding
     (4, 9, 26, 5, 1, 3, 1, 2),     # 5x5 from 4 channels (20 values), dilation 2
     (3, 16, 66, 3, 2, 1, 1, 1),    # a 3x3/2 RGB stem (9 values: unfolded on the vdpbf16ps form only)
+    (5, 12, 23, 5, 1, 2, 1, 1),    # windows 10 bytes apart (stride 1, odd Cin: 2-byte aligned tile rows)
+    (2, 17, 50, 9, 3, 4, 1, 1),    # stride 3 (windows 12 bytes apart), 2 channels, columns dropped per row
+    (7, 9, 30, 3, 1, 0, 1, 1),     # no padding: every window inside the row, 7 channels (two permutes a vector)
 ]
 
 
@@ -401,6 +404,26 @@ def test_x_unfolded_direct_conv_matches_fp32_and_reference(isa, case):
     values = case[0] * case[3]
     assert conv_form(*case) == (1 if isa != "amx" or 16 <= values <= 32 else 0)
     test_conv_matches_fp32_and_reference(isa, case)
+
+
+@pytest.mark.parametrize("special", [np.nan, np.inf])
+def test_x_unfolded_conv_keeps_a_nan_or_an_infinity_in_its_windows(isa, special):
+    """The AMX form's windows read the next pixels' values, which zero weights cancel unless one is a NaN or an
+    infinity: such an input takes the zero-padded copies, so only the outputs whose window holds it are hit."""
+    case = UNFOLDED_CASES[0]
+    model = conv_model(*case, seed=sum(case))
+    x = random((2, case[0], case[2], case[2]), 13)
+    x[0, 1, 20, 30] = special
+    x[1, 2, 0, 44] = -special
+    fp32 = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    fast = run_graph(model, {"x": x}, num_threads=2, precision="bf16")[0]
+    hit = ~np.isfinite(fp32)
+    assert 0 < hit.sum() < hit.size // 8
+    np.testing.assert_array_equal(~np.isfinite(fast), hit)
+    np.testing.assert_array_equal(np.isnan(fast), np.isnan(fp32))
+    np.testing.assert_array_equal(fast[np.isinf(fp32)], fp32[np.isinf(fp32)])
+    assert_close_bf16(np.where(hit, 0, fast), np.where(hit, 0, fp32), what=f"conv {case} beside the {special}")
 
 
 def numpy_conv_bf16(x, weights, stride, pad, group):
