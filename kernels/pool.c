@@ -13,6 +13,10 @@
  *   writes them): ints its ints, then the blocks of one image (ceil(C/16)); block b of image n is the half b % 2 of
  *   chunk n * ceil(C/32) + b / 2. y blocked fp32 as there. Max commutes with rounding, so y is the fp32 maxima
  *   rounded to bf16 (widened back).
+ * maxpool_pair_rows_bf16: the same into pair rows: ints maxpool_f32's with channels = N * ceil(C/32) chunks (2-D);
+ *   buffers = [x, y], both pair rows. Each output pixel's 32 values are its window's maxima of the bf16 values
+ *   (NaNs left out, -inf where no value is left: maxpool_pair_rows_f32's output rounded), computed on 16-bit order
+ *   keys (pool_internal.h's ortx_pool_bf16_key), a chunk's 32 channels a vector: no widening, half the bytes out.
  *
  * Structure: a driver walks (channel, d, h) output rows, ranges of channels as thread-pool tasks, and hands each row's
  * valid input rows to a row function; the AVX2 row function vectorises along the output width for strides 1
@@ -219,6 +223,56 @@ static void maxpool_nchwc_rows(void *context, int64_t begin, int64_t end, int th
     }
 }
 
+/* maxpool_pair_rows_bf16's output rows [begin, end): unit u is chunk u / OH, row u % OH. */
+static void maxpool_pair_rows_bf16_rows(void *context, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const nchwc_pool_job *job = context;
+    const ortx_pool_params *p = &job->p;
+    const int64_t IW = p->in[2], OH = p->out[1], OW = p->out[2], pixels = p->in[1] * IW;
+    const uint16_t *x = (const uint16_t *)job->x;
+    uint16_t *y = (uint16_t *)job->y;
+#if ORTX_HAVE_X86
+    if (ortx_selected_isa() >= ORTX_ISA_AVX512 && IW <= ORTX_POOL_NCHWC_MAX_WIDTH) {
+        int16_t column_key[ORTX_POOL_NCHWC_MAX_WIDTH * 32] __attribute__((aligned(64)));
+        for (int64_t unit = begin; unit < end; unit++)
+            ortx_maxpool_pair_rows_bf16_row_avx512(x + unit / OH * pixels * 32, p, unit % OH, y + unit * OW * 32,
+                                                   column_key);
+        return;
+    }
+#endif
+    for (int64_t unit = begin; unit < end; unit++) {
+        const int64_t oh = unit % OH, h0 = oh * p->stride[1] - p->pad_begin[1];
+        const uint16_t *plane = x + unit / OH * pixels * 32;
+        int64_t h_first, h_last, h_padded;
+        ortx_pool_taps(p, 1, oh, &h_first, &h_last, &h_padded);
+        for (int64_t ow = 0; ow < OW; ow++) {
+            int64_t w_first, w_last, w_padded;
+            ortx_pool_taps(p, 2, ow, &w_first, &w_last, &w_padded);
+            const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
+            int16_t best[32];
+            for (int l = 0; l < 32; l++) best[l] = ORTX_POOL_BF16_LOWEST;
+            for (int64_t i = h_first; i < h_last; i++)
+                for (int64_t j = w_first; j < w_last; j++) {
+                    const uint16_t *pixel = plane + ((h0 + i * p->dilation[1]) * IW + w0 + j * p->dilation[2]) * 32;
+                    for (int l = 0; l < 32; l++) {
+                        int16_t key = ortx_pool_bf16_key(pixel[l]);
+                        best[l] = key > best[l] ? key : best[l];
+                    }
+                }
+            for (int l = 0; l < 32; l++) y[(unit * OW + ow) * 32 + l] = ortx_pool_bf16_value(best[l]);
+        }
+    }
+}
+
+static void ortx_maxpool_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads) {
+    (void)floats;
+    nchwc_pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], 0};
+    const int64_t units = job.p.channels * job.p.out[1];
+    const int threads = units * job.p.out[2] * 64 >= 64 * 1024 ? num_threads : 1;  /* small maps: one thread */
+    ortx_parallel_range(threads, units, (int64_t)ORTX_TASKS_PER_THREAD * threads, maxpool_pair_rows_bf16_rows, &job);
+}
+
 static void maxpool_blocked(const int64_t *ints, void *const *buffers, int num_threads, int64_t pair_rows_blocks) {
     nchwc_pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], pair_rows_blocks};
     const int64_t units = job.p.channels * job.p.out[1];
@@ -260,6 +314,31 @@ static void ortx_maxpool_nchwc_f32_ref(const int64_t *ints, const float *floats,
 }
 
 /* maxpool_pair_rows_f32's oracle: the pair rows widened into a blocked copy, then maxpool_nchwc_f32's oracle. */
+static void ortx_maxpool_pair_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                           int num_threads);
+
+/* maxpool_pair_rows_bf16's oracle: each chunk's two blocks through maxpool_pair_rows_f32's oracle, rounded back. */
+static void ortx_maxpool_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                            int num_threads) {
+    const ortx_pool_params p = ortx_pool_params_read(ints);
+    const int64_t out_pixels = p.out[1] * p.out[2], chunks = p.channels;
+    float *y = malloc(chunks * 2 * out_pixels * 16 * sizeof(float));
+    if (!y) abort();
+    int64_t blocked[ORTX_POOL_INTS + 1];
+    for (int i = 0; i < ORTX_POOL_INTS; i++) blocked[i] = ints[i];
+    blocked[0] = 2 * chunks;
+    blocked[ORTX_POOL_INTS] = 2 * chunks;  /* as one image: block b is the half b % 2 of chunk b / 2 */
+    void *f32_buffers[2] = {buffers[0], y};
+    ortx_maxpool_pair_rows_f32_ref(blocked, floats, f32_buffers, num_threads);
+    uint16_t *dst = buffers[1];
+    for (int64_t c = 0; c < chunks; c++)
+        for (int64_t i = 0; i < out_pixels; i++)
+            for (int l = 0; l < 32; l++)
+                dst[(c * out_pixels + i) * 32 + l] =
+                    ortx_bf16_from_float(y[((2 * c + l / 16) * out_pixels + i) * 16 + l % 16]);
+    free(y);
+}
+
 static void ortx_maxpool_pair_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                            int num_threads) {
     const ortx_pool_params p = ortx_pool_params_read(ints);
@@ -348,6 +427,7 @@ const ortx_kernel_entry ortx_family_pool[] = {
     {"maxpool_f32", ortx_maxpool_f32, ortx_maxpool_f32_ref},
     {"maxpool_nchwc_f32", ortx_maxpool_nchwc_f32, ortx_maxpool_nchwc_f32_ref},
     {"maxpool_pair_rows_f32", ortx_maxpool_pair_rows_f32, ortx_maxpool_pair_rows_f32_ref},
+    {"maxpool_pair_rows_bf16", ortx_maxpool_pair_rows_bf16, ortx_maxpool_pair_rows_bf16_ref},
     {"avgpool_f32", ortx_avgpool_f32, ortx_avgpool_f32_ref},
     {"global_avgpool_f32", ortx_global_avgpool_f32, ortx_global_avgpool_f32_ref},
     {"global_maxpool_f32", ortx_global_maxpool_f32, ortx_global_maxpool_f32_ref},

@@ -88,6 +88,45 @@ ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const 
     maxpool_row(plane, p, oh, out, column_max, 0);
 }
 
+/* ortx_pool_bf16_key on 32 lanes, NaNs aside (a positive NaN keys above +inf, a negative one below -inf's key);
+ * also its inverse. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512i pair_key(__m512i v) {
+    return _mm512_ternarylogic_epi32(v, _mm512_srai_epi16(v, 15), _mm512_set1_epi16(0x7FFF), 0x78);  /* a ^ (b & c) */
+}
+
+ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_bf16_row_avx512(const uint16_t *plane, const ortx_pool_params *p,
+                                                              int64_t oh, uint16_t *out, int16_t *column_key) {
+    const int64_t IW = p->in[2], OW = p->out[2], h0 = oh * p->stride[1] - p->pad_begin[1];
+    int64_t first, last, padded;
+    ortx_pool_taps(p, 1, oh, &first, &last, &padded);
+    const __m512i lowest = _mm512_set1_epi16(ORTX_POOL_BF16_LOWEST), infinity = _mm512_set1_epi16(0x7F80);
+    const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+    for (int64_t iw = 0; iw < IW; iw++) {
+        __m512i acc = lowest;
+        for (int64_t i = first; i < last; i++)
+            acc = _mm512_max_epi16(pair_key(_mm512_loadu_si512(plane + ((h0 + i * p->dilation[1]) * IW + iw) * 32)),
+                                   acc);
+        if (_mm512_cmpgt_epi16_mask(acc, infinity)) {  /* a positive NaN won: again, NaNs as the lowest */
+            acc = lowest;
+            for (int64_t i = first; i < last; i++) {
+                __m512i v = _mm512_loadu_si512(plane + ((h0 + i * p->dilation[1]) * IW + iw) * 32);
+                __mmask32 nan = _mm512_cmpgt_epi16_mask(_mm512_and_si512(v, magnitude), infinity);
+                acc = _mm512_max_epi16(_mm512_mask_mov_epi16(pair_key(v), nan, lowest), acc);
+            }
+        }
+        _mm512_store_si512(column_key + iw * 32, acc);
+    }
+    for (int64_t ow = 0; ow < OW; ow++) {
+        int64_t w_first, w_last;
+        ortx_pool_taps(p, 2, ow, &w_first, &w_last, &padded);
+        const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
+        __m512i acc = lowest;
+        for (int64_t j = w_first; j < w_last; j++)
+            acc = _mm512_max_epi16(_mm512_load_si512(column_key + (w0 + j * p->dilation[2]) * 32), acc);
+        _mm512_storeu_si512(out + ow * 32, pair_key(acc));
+    }
+}
+
 ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_row_avx512(const uint16_t *plane, const ortx_pool_params *p,
                                                           int64_t oh, float *out, float *column_max) {
     maxpool_row(plane, p, oh, out, column_max, 1);

@@ -96,6 +96,25 @@ void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p
 /* The same from one block's half of a pair-rows chunk plane (pair_rows.h: 32 bf16 a pixel), widened as loaded. */
 void ortx_maxpool_pair_rows_row_avx512(const uint16_t *plane, const ortx_pool_params *p, int64_t oh, float *out,
                                        float *column_max);
+/* maxpool_pair_rows_bf16's output row oh of one chunk on AVX-512 (pool.c): 32 channels a vector as 16-bit order keys
+ * (ortx_pool_bf16_key), `column_key` in[2] vectors of 32 keys. */
+void ortx_maxpool_pair_rows_bf16_row_avx512(const uint16_t *plane, const ortx_pool_params *p, int64_t oh,
+                                            uint16_t *out, int16_t *column_key);
+
+/* A bf16 value's order key: the bits as int16 with the magnitude bits flipped when the sign is set, so keys compare
+ * as the values do (-0 below +0); NaNs key as -inf (a NaN tap is left out, as maxpool_f32's v > best leaves it).
+ * ortx_pool_bf16_value inverts it (the same flip). */
+#define ORTX_POOL_BF16_LOWEST ((int16_t)0x807F) /* -inf's key: a window with no value left */
+static inline int16_t ortx_pool_bf16_key(uint16_t v) {
+    if ((v & 0x7FFFu) > 0x7F80u) return ORTX_POOL_BF16_LOWEST;
+    return (int16_t)(v & 0x8000u ? v ^ 0x7FFFu : v);
+}
+
+static inline uint16_t ortx_pool_bf16_value(int16_t key) {
+    const uint16_t bits = (uint16_t)key;
+    return (uint16_t)(bits & 0x8000u ? bits ^ 0x7FFFu : bits);
+}
+
 /* Max pooling with stride 2 and 2 or 3 w taps on AVX-512; everything else through ortx_pool_row_f32_avx2. */
 void ortx_pool_row_f32_avx512(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                               const ortx_pool_params *p, int is_max);

@@ -366,8 +366,9 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     and 1x1 shortcut read. Under PAIR_ROWS "all" (bf16 activations) the stem's output, which only the MaxPool reads,
     is pair rows too (maxpool_pair_rows_f32's maxima are the fp32 ones rounded, so the convs after it see the same
     bits and the first residual bf16 values), and so are block outputs a conv2 also reads as its residual (it adds
-    their bf16 values). Without those two, the bits are those of the NCHW session (dense_bf16_blocked off), whose
-    convs compute the same products."""
+    their bf16 values); so is the MaxPool's output (maxpool_pair_rows_bf16: those maxima rounded, which is what
+    the blocked fp32 output gave its readers, so the bits do not change). Without those three, the bits are those
+    of the NCHW session (dense_bf16_blocked off), whose convs compute the same products."""
     from ortx.ep.lowering import blocked_layout
 
     model = _models.resnet18_style(batch=batch, size=size, seed=3)
@@ -376,18 +377,22 @@ def test_bf16_on_amx_runs_resnet_blocked_from_stem_to_pool(batch, size, threads,
     counts = _kernel_counts(session)
     layouts = collections.Counter(tuple(step.ints[20:23]) for step in _steps(session)
                                   if step.kernel == "conv2d_bf16_nchwc")
-    # (X, Y, residual) 0 NCHW, 1 blocked, 2 pair rows: the stem; layer 1's first conv1 (it reads the MaxPool's
-    # blocked output); the conv2s with a residual in pair rows; the run's last conv2 (the global pool reads blocked)
+    # (X, Y, residual) 0 NCHW, 1 blocked, 2 pair rows: the stem; the conv2s with a residual in pair rows (layer 1's
+    # first one: the MaxPool's output); the run's last conv2 (the global pool reads blocked)
     if size == 224:
         assert counts["conv2d_bf16_nchwc"] == 20 and "conv2d_bf16" not in counts, counts
         assert counts["global_avgpool_nchwc_f32"] == 1, counts
-        assert layouts == {(0, 2, 1): 1, (1, 2, 1): 1, (2, 2, 2): 6, (2, 1, 2): 1, (2, 2, 1): 11}, layouts
+        assert layouts == {(0, 2, 1): 1, (2, 2, 2): 7, (2, 1, 2): 1, (2, 2, 1): 11}, layouts
     else:  # layers 1 and 2 (the run's end)
         assert counts["conv2d_bf16_nchwc"] == 10 and counts["conv2d_bf16"] == 10, counts
-        assert layouts == {(0, 2, 1): 1, (1, 2, 1): 1, (2, 2, 2): 2, (2, 1, 2): 1, (2, 2, 1): 5}, layouts
-    assert counts["maxpool_pair_rows_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
+        assert layouts == {(0, 2, 1): 1, (2, 2, 2): 3, (2, 1, 2): 1, (2, 2, 1): 5}, layouts
+    assert counts["maxpool_pair_rows_bf16"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
     assert "reorder_to_nchwc_f32" not in counts and "maxpool_nchwc_f32" not in counts, counts
     assert cosine(blocked, expected) >= BF16_MODEL_MIN_COSINE
+    monkeypatch.setattr(blocked_layout, "POOL_OUT_PAIR_ROWS", False)
+    (_,), (fp32_pool_out,), session = _run_both(model, feeds, threads, precision="bf16")
+    assert _kernel_counts(session)["maxpool_pair_rows_f32"] == 1
+    np.testing.assert_array_equal(fp32_pool_out, blocked)
     monkeypatch.setattr(blocked_layout, "POOL_PAIR_ROWS", False)
     monkeypatch.setattr(blocked_layout, "RESIDUAL_PAIR_ROWS", False)
     (_,), (fp32_pool,), session = _run_both(model, feeds, threads, precision="bf16")

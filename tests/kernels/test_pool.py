@@ -230,3 +230,56 @@ def test_maxpool_pair_rows_equals_maxpool_of_the_rounded_input(isa, case, thread
                       num_threads=threads, use_ref=use_ref)
         got = np.ascontiguousarray(y.transpose(0, 1, 4, 2, 3).reshape(n, blocks * 16, oh, ow)[:, :c])
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), err_msg=f"ref {use_ref}")
+
+
+@pytest.mark.parametrize("case", NCHWC_POOL_CASES + [(2, 40, 9, 9, 3, 2, (1, 1, 1, 1), 1)])  # + half a chunk
+@pytest.mark.parametrize("threads", [1, 2])
+def test_maxpool_pair_rows_bf16_is_maxpool_of_the_rounded_input_rounded(isa, case, threads):
+    """maxpool_pair_rows_bf16 (pair rows in and out, maxima on 16-bit order keys) gives maxpool_f32's values on the
+    bf16 input: NaNs left out (a window of NaNs only, and one with a positive NaN beside values), infinities and
+    both zeros ordered as floats (+0 above -0: maxpool_f32 may keep either, so zeros compare as values); a window
+    with no value left is -inf (maxpool_f32's lowest float, rounded); channels past C stay zero; its reference
+    too."""
+    from ortx.ep.precision import bf16_bits, round_to_bf16
+    from tests.kernels.test_pair_rows import assert_pads_zero, from_pair_rows, to_pair_rows
+
+    n, c, h, w, k, s, pads, d = case
+    x = np.random.default_rng(7).standard_normal((n, c, h, w)).astype(np.float32)
+    x[0, 0, :, :] = np.nan  # windows of NaNs only
+    x[0, 1, 0, :4] = [np.nan, -np.inf, np.inf, -np.nan]
+    x[-1, -1] = -np.abs(x[-1, -1])  # a channel of no positive value: maxima of -0 alone and of -0 beside +0
+    x[-1, -1, ::2, ::3] = -0.0
+    x[-1, -1, h // 2 + 1::3, 1::3] = 0.0  # the top half: -0 alone
+    oh = (h + pads[0] + pads[2] - d * (k - 1) - 1) // s + 1
+    ow = (w + pads[1] + pads[3] - d * (k - 1) - 1) // s + 1
+    ints = [1, 1, h, w, 1, oh, ow, 1, k, k, 1, s, s, 0, pads[0], pads[1], 0, pads[2], pads[3], 1, d, d, 0]
+    maxima = np.zeros((n, c, oh, ow), np.float32)
+    _kernels.call("maxpool_f32", [n * c] + ints[1:], [], [round_to_bf16(x), maxima], num_threads=threads)
+    expected = (bf16_bits(maxima).astype(np.uint32) << 16).view(np.float32)  # rounded: -FLT_MAX becomes -inf
+    assert np.isneginf(expected[0, 0]).all() and not np.isnan(expected).any()
+    chunks = -(-c // 32)
+    for use_ref in (False, True):
+        y = np.full((n, chunks, oh * ow, 32), 0xFFFF, np.uint16)
+        _kernels.call("maxpool_pair_rows_bf16", [n * chunks] + ints[1:], [], [to_pair_rows(x), y],
+                      num_threads=threads, use_ref=use_ref)
+        assert_pads_zero(y, c)
+        got = from_pair_rows(y, c, oh, ow)
+        np.testing.assert_array_equal(got, expected, err_msg=f"ref {use_ref}")
+        if not use_ref:  # and its bits: +0 above -0, where maxpool_f32 keeps whichever zero it meets first
+            keyed = key_maxpool(bf16_bits(x), k, s, pads, d, oh, ow)
+            assert {0, 0x8000} <= set(np.unique(keyed[-1, -1]).tolist()), "both zeros must be maxima somewhere"
+            np.testing.assert_array_equal(bf16_bits(got), keyed)
+
+
+def key_maxpool(bits, k, s, pads, d, oh, ow):
+    """Max pooling of bf16 bits as 16-bit order keys (magnitude flipped under a set sign; NaNs as -inf's key)."""
+    keys = np.where(bits & 0x8000, bits ^ 0x7FFF, bits).astype(np.uint16).view(np.int16)
+    lowest = np.int16(np.uint16(0x807F).view(np.int16))
+    keys = np.where((bits & 0x7FFF) > 0x7F80, lowest, keys)
+    padded = np.pad(keys, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])), constant_values=lowest)
+    best = np.full(keys.shape[:2] + (oh, ow), lowest, np.int16)
+    for ky in range(k):
+        for kx in range(k):
+            best = np.maximum(best, padded[:, :, ky * d:ky * d + s * (oh - 1) + 1:s, kx * d:kx * d + s * (ow - 1) + 1:s])
+    bits = best.view(np.uint16)
+    return np.where(bits & 0x8000, bits ^ 0x7FFF, bits).astype(np.uint16)

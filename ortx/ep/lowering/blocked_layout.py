@@ -273,6 +273,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
 PAIR_ROWS_MODES = ("all", "exact", "off")
 DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
 POOL_PAIR_ROWS = True  # under "all", a blocked MaxPool reads pair rows (maxpool_pair_rows_f32; pair_rows_values)
+POOL_OUT_PAIR_ROWS = True  # ... and writes them where its readers take them (maxpool_pair_rows_bf16)
 RESIDUAL_PAIR_ROWS = True  # under "all", a dense bf16 conv reads its residual from pair rows (pair_rows_values)
 
 
@@ -290,8 +291,10 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
     pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
     only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
-    DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS: maxpool_pair_rows_f32; it writes blocked
-    fp32) or a dense conv's residual input (RESIDUAL_PAIR_ROWS: conv2d_bf16_nchwc adds the bf16 values).
+    DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS: maxpool_pair_rows_f32, writing blocked
+    fp32; a MaxPool whose input is pair rows writes them too where its readers take them, POOL_OUT_PAIR_ROWS:
+    maxpool_pair_rows_bf16, the same maxima rounded) or a dense conv's residual input (RESIDUAL_PAIR_ROWS:
+    conv2d_bf16_nchwc adds the bf16 values).
     Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
     rows as they lie instead of rounding its input, and a dense conv copies them into its chunk planes. Dense convs
     in-process against DENSE_PAIR_ROWS off (2 threads, bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 ->
@@ -300,7 +303,9 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     it see the same bits and only its fp32 readers (ResNet's first residual) see bf16 values: ResNet-18-style's stem
     -> MaxPool in pair rows against POOL_PAIR_ROWS off 0.975-0.982 (three of four runs; 1.000 once), cosine
     against ORT fp32 0.9999923 -> 0.9999933; block outputs a conv2 also reads as its residual, against
-    RESIDUAL_PAIR_ROWS off, 0.977 and 0.986 (cosine 0.9999933 -> 0.9999927; det 1.023, its bits unchanged).
+    RESIDUAL_PAIR_ROWS off, 0.977 and 0.986 (cosine 0.9999933 -> 0.9999927; det 1.023, its bits unchanged); the
+    MaxPool writing pair rows (its maxima on 16-bit keys, a chunk a vector) against POOL_OUT_PAIR_ROWS off 0.975 and
+    0.980, the same bits (session 29).
     mode "exact": only tensors that 1x1 (and dense) convs alone read (MobileNetV2's depthwise -> projection): they
     round their input to these very bits, so the session's results do not change. "all" (the default): also the
     1x1 convs' outputs a depthwise conv reads (the expanded maps), which the depthwise conv then reads as bf16
@@ -352,7 +357,9 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
         if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
             continue
         kinds = [reader_kind(reader, index) for reader, index in readers[id(value)]]
-        if conv_kind(node) == "maxpool" or None in kinds or (mode == "exact" and ("depthwise" in kinds
+        if conv_kind(node) == "maxpool" and not (POOL_OUT_PAIR_ROWS and node.inputs[0].name in chosen):
+            continue  # maxpool_pair_rows_bf16 reads and writes pair rows; no kernel writes them from blocked fp32
+        if None in kinds or (mode == "exact" and ("depthwise" in kinds
                                                                                or "maxpool" in kinds
                                                                                or "residual" in kinds)):
             continue

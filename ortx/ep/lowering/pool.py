@@ -127,6 +127,11 @@ def lower_max_pool(node: ir.Node, builder) -> None:
     if node in builder.blocked_nodes:  # a 2-D MaxPool inside a blocked run (ortx.ep.lowering.blocked_layout)
         shape = static_shape(node.inputs[0])
         blocks = -(-shape[1] // 16)
+        if node.outputs[0].name in builder.pair_rows:  # pair rows in and out (blocked_layout.pair_rows_values)
+            chunks = -(-shape[1] // 32)
+            builder.emit("maxpool_pair_rows_bf16", [shape[0] * chunks] + ints[1:], [],
+                         [builder.pair_rows_buffer(node.inputs[0]), builder.pair_rows_buffer(node.outputs[0])])
+            return
         if node.inputs[0].name in builder.pair_rows:  # a bf16 stem's pair rows (blocked_layout.pair_rows_values)
             builder.emit("maxpool_pair_rows_f32", [shape[0] * blocks] + ints[1:] + [blocks], [],
                          [builder.pair_rows_buffer(node.inputs[0]), builder.produce_blocked(node.outputs[0])])
