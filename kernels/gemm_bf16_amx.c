@@ -292,32 +292,6 @@ ORTX_TARGET_AMX_BF16 static int pixel_row_amx_bf16(const float *x, int64_t chann
  * tiles (1-2), nt: 16-pixel halves (1-2). Measured against B tiles
  * read from channel-pair planes (this step before, the words of one tap 4 or 8 bytes off the lines): a stand-alone
  * replica of ResNet-18's 64 -> 64 3x3 conv at 56x56, 1 thread, went 39.5 -> 27.1 ns per 16-pair step. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_products(
-    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint8_t *x,
-    const int32_t *tap_offsets, int64_t chunk_bytes, int64_t position_bytes) {
-    _tile_zero(0);
-    if (mt == 2) _tile_zero(1);
-    if (nt == 2) _tile_zero(2);
-    if (mt == 2 && nt == 2) _tile_zero(3);
-    const uint16_t *wt = w;
-    for (int64_t h = 0; h < chunks; h++) {
-        const uint8_t *chunk = x + h * chunk_bytes;
-        for (int64_t t = 0; t < taps; t++, wt += CHUNK) {
-            const uint8_t *pixels = chunk + (int64_t)tap_offsets[t] * position_bytes;
-            _tile_loadd(4, pixels, position_bytes);
-            _tile_loadd(6, wt, 64);
-            if (mt == 2) _tile_loadd(7, wt + w_panel, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            if (mt == 2) _tile_dpbf16ps(1, 4, 7);
-            if (nt == 2) {
-                _tile_loadd(5, pixels + 16 * position_bytes, position_bytes);
-                _tile_dpbf16ps(2, 5, 6);
-                if (mt == 2) _tile_dpbf16ps(3, 5, 7);
-            }
-        }
-    }
-}
-
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_stored(const int mt, const int nt,
                                                                                           float *scratch) {
     _tile_stored(0, scratch, 128);
@@ -445,14 +419,94 @@ ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s)
     }
 }
 
+/* A pending step's kept pixels in store order: scratch slot (16 v + lane) and output pixel (at[v] + the kept lanes
+ * before it), for the stores interleaved with the next step's products. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) int pending_pixels(
+    const ortx_bf16_direct_pending *s, uint8_t *slots, int64_t *pixels) {
+    int count = 0;
+    for (int v = 0; v < s->vectors; v++) {
+        uint32_t keep = s->masks[v];
+        for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
+            slots[count] = (uint8_t)(16 * v + __builtin_ctz(keep));
+            pixels[count++] = q;
+        }
+    }
+    return count;
+}
+
+/* One kept pixel of a pending step into pair rows (its two halves rounded together) or blocked vectors, as
+ * direct_store_pair_rows and direct_store_blocked store it. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void store_pixel(
+    const ortx_bf16_direct_pending *s, const ortx_gemm_epilogue *e, const store_half *h, int slot, int64_t q) {
+    const float *pixel = s->scratch[s->which] + slot * 32;
+    if (s->pair_rows) {
+        __m512 lo = epilogue_row(s, e, &h[0], _mm512_load_ps(pixel), q);
+        __m512 hi = s->mt == 2 ? epilogue_row(s, e, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
+        _mm512_storeu_si512((uint16_t *)s->c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        return;
+    }
+    for (int o = 0; o < s->mt; o++)
+        _mm512_storeu_ps(s->c + o * 16 * s->ldc + 16 * q, epilogue_row(s, e, &h[o], _mm512_load_ps(pixel + 16 * o), q));
+}
+
+/* The step's products. With `interleave` (a pending step into pair rows or blocked vectors), that step's pixel
+ * stores are spread over the k steps, a few after each one's products, so the vector work sits between the tile
+ * instructions in program order instead of queuing behind all of them (as oneDNN's AMX brgemm interleaves its
+ * tile stores). Kernel alone, 2 threads, in-process against the store after all products: ResNet-18's 3x3 convs
+ * 64 @56 0.955-0.971, 64 -> 128 /2 0.973, 256 @14 0.982, 512 @7 0.990; PP-OCR det's 96 -> 24 @160 (blocked out)
+ * 1.006. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_tiles_products(
+    const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint8_t *x,
+    const int32_t *tap_offsets, int64_t chunk_bytes, int64_t position_bytes, const ortx_bf16_direct_pending *pending,
+    int interleave) {
+    uint8_t slots[32];
+    int64_t pixels[32];
+    store_half halves[2] = {{0}, {0}};
+    ortx_gemm_epilogue e = {.alpha = 1.0f};
+    int count = 0, stored = 0, per = 0;
+    if (interleave) {
+        count = pending_pixels(pending, slots, pixels);
+        per = (int)((count + taps * chunks - 1) / (taps * chunks));  /* pixels after each k step's products */
+        halves[0] = half_of(pending, 0);
+        halves[1] = half_of(pending, 1);
+        e = *pending->epilogue;
+    }
+    _tile_zero(0);
+    if (mt == 2) _tile_zero(1);
+    if (nt == 2) _tile_zero(2);
+    if (mt == 2 && nt == 2) _tile_zero(3);
+    const uint16_t *wt = w;
+    for (int64_t h = 0; h < chunks; h++) {
+        const uint8_t *chunk = x + h * chunk_bytes;
+        for (int64_t t = 0; t < taps; t++, wt += CHUNK) {
+            const uint8_t *at = chunk + (int64_t)tap_offsets[t] * position_bytes;
+            _tile_loadd(4, at, position_bytes);
+            _tile_loadd(6, wt, 64);
+            if (mt == 2) _tile_loadd(7, wt + w_panel, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            if (mt == 2) _tile_dpbf16ps(1, 4, 7);
+            if (nt == 2) {
+                _tile_loadd(5, at + 16 * position_bytes, position_bytes);
+                _tile_dpbf16ps(2, 5, 6);
+                if (mt == 2) _tile_dpbf16ps(3, 5, 7);
+            }
+            if (interleave)
+                for (const int until = stored + per < count ? stored + per : count; stored < until; stored++)
+                    store_pixel(pending, &e, halves, slots[stored], pixels[stored]);
+        }
+    }
+}
+
 /* One step with compile-time tile counts: its products, then the pending store (overlapping them), then its own
  * tiles to scratch. */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void direct_step(
     const int mt, const int nt, int64_t taps, int64_t chunks, const uint16_t *w, int64_t w_panel, const uint8_t *x,
     const int32_t *tap_offsets, int64_t chunk_bytes, int64_t position_bytes, const ortx_bf16_direct_pending *pending,
     float *scratch) {
-    direct_tiles_products(mt, nt, taps, chunks, w, w_panel, x, tap_offsets, chunk_bytes, position_bytes);
-    if (pending->valid) direct_store(pending);
+    const int interleave = pending->valid && (pending->pair_rows || pending->blocked);
+    direct_tiles_products(mt, nt, taps, chunks, w, w_panel, x, tap_offsets, chunk_bytes, position_bytes, pending,
+                          interleave);
+    if (pending->valid && !interleave) direct_store(pending);
     direct_tiles_stored(mt, nt, scratch);
 }
 
