@@ -60,9 +60,34 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 pool_pixe
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16));
 }
 
+/* ortx_pool_bf16_key on 32 lanes, NaNs aside (a positive NaN keys above +inf, a negative one below -inf's key);
+ * also its inverse. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512i pair_key(__m512i v) {
+    return _mm512_ternarylogic_epi32(v, _mm512_srai_epi16(v, 15), _mm512_set1_epi16(0x7FFF), 0x78);  /* a ^ (b & c) */
+}
+
+/* The w pass of both max pools: output ow is the max of its valid taps' column vectors (64 bytes a column: 16
+ * floats, or with KEYS 32 bf16 order keys, stored back as values). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void window_maxima(const ortx_pool_params *p,
+                                                                                 const void *columns, void *out,
+                                                                                 __m512i lowest, const int KEYS) {
+    for (int64_t ow = 0; ow < p->out[2]; ow++) {
+        int64_t w_first, w_last, padded;
+        ortx_pool_taps(p, 2, ow, &w_first, &w_last, &padded);
+        const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
+        __m512i acc = lowest;
+        for (int64_t j = w_first; j < w_last; j++) {
+            const __m512i column = _mm512_load_si512((const char *)columns + (w0 + j * p->dilation[2]) * 64);
+            acc = KEYS ? _mm512_max_epi16(column, acc)
+                       : _mm512_castps_si512(_mm512_max_ps(_mm512_castsi512_ps(column), _mm512_castsi512_ps(acc)));
+        }
+        _mm512_storeu_si512((char *)out + ow * 64, KEYS ? pair_key(acc) : acc);
+    }
+}
+
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void maxpool_row(
     const void *plane, const ortx_pool_params *p, int64_t oh, float *out, float *column_max, const int PAIR) {
-    const int64_t IW = p->in[2], OW = p->out[2], h0 = oh * p->stride[1] - p->pad_begin[1];
+    const int64_t IW = p->in[2], h0 = oh * p->stride[1] - p->pad_begin[1];
     int64_t first, last, padded;
     ortx_pool_taps(p, 1, oh, &first, &last, &padded);
     const __m512 lowest = _mm512_set1_ps(-FLT_MAX);
@@ -70,17 +95,9 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void maxpool_row
         __m512 acc = lowest;
         for (int64_t i = first; i < last; i++)
             acc = _mm512_max_ps(pool_pixel(plane, (h0 + i * p->dilation[1]) * IW + iw, PAIR), acc);
-        _mm512_storeu_ps(column_max + iw * 16, acc);
+        _mm512_store_ps(column_max + iw * 16, acc);
     }
-    for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t w_first, w_last;
-        ortx_pool_taps(p, 2, ow, &w_first, &w_last, &padded);
-        const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
-        __m512 acc = lowest;
-        for (int64_t j = w_first; j < w_last; j++)
-            acc = _mm512_max_ps(_mm512_loadu_ps(column_max + (w0 + j * p->dilation[2]) * 16), acc);
-        _mm512_storeu_ps(out + ow * 16, acc);
-    }
+    window_maxima(p, column_max, out, _mm512_castps_si512(lowest), 0);
 }
 
 ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const ortx_pool_params *p, int64_t oh,
@@ -88,15 +105,9 @@ ORTX_TARGET_AVX512 void ortx_maxpool_nchwc_row_avx512(const float *plane, const 
     maxpool_row(plane, p, oh, out, column_max, 0);
 }
 
-/* ortx_pool_bf16_key on 32 lanes, NaNs aside (a positive NaN keys above +inf, a negative one below -inf's key);
- * also its inverse. */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512i pair_key(__m512i v) {
-    return _mm512_ternarylogic_epi32(v, _mm512_srai_epi16(v, 15), _mm512_set1_epi16(0x7FFF), 0x78);  /* a ^ (b & c) */
-}
-
 ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_bf16_row_avx512(const uint16_t *plane, const ortx_pool_params *p,
                                                               int64_t oh, uint16_t *out, int16_t *column_key) {
-    const int64_t IW = p->in[2], OW = p->out[2], h0 = oh * p->stride[1] - p->pad_begin[1];
+    const int64_t IW = p->in[2], h0 = oh * p->stride[1] - p->pad_begin[1];
     int64_t first, last, padded;
     ortx_pool_taps(p, 1, oh, &first, &last, &padded);
     const __m512i lowest = _mm512_set1_epi16(ORTX_POOL_BF16_LOWEST), infinity = _mm512_set1_epi16(0x7F80);
@@ -116,15 +127,7 @@ ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_bf16_row_avx512(const uint16_t *p
         }
         _mm512_store_si512(column_key + iw * 32, acc);
     }
-    for (int64_t ow = 0; ow < OW; ow++) {
-        int64_t w_first, w_last;
-        ortx_pool_taps(p, 2, ow, &w_first, &w_last, &padded);
-        const int64_t w0 = ow * p->stride[2] - p->pad_begin[2];
-        __m512i acc = lowest;
-        for (int64_t j = w_first; j < w_last; j++)
-            acc = _mm512_max_epi16(_mm512_load_si512(column_key + (w0 + j * p->dilation[2]) * 32), acc);
-        _mm512_storeu_si512(out + ow * 32, pair_key(acc));
-    }
+    window_maxima(p, column_key, out, lowest, 1);
 }
 
 ORTX_TARGET_AVX512 void ortx_maxpool_pair_rows_row_avx512(const uint16_t *plane, const ortx_pool_params *p,
