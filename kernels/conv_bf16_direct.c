@@ -25,7 +25,7 @@
  * steps of 32 rows x 32 virtual pixels (isa->direct_tiles), C tiles transposed to rows x pixels for the store.
  * With `layout` (conv2d_bf16_nchwc, one group) x and/or y are blocked (conv.h's NCHWc): a chunk's 32 channels are
  * two blocked vectors per position, converted to its 16 words without a transpose (isa->chunk_run_blocked), and a C
- * tile row is one pixel's 16 channels, stored as that pixel's vector (gemm_bf16_amx.c's direct_store_blocked).
+ * tile row is one pixel's 16 channels, stored as that pixel's vector (gemm_bf16_amx.c's direct_store_rows).
  * (Channel-pair planes read as B tiles put a tap's 16 words 4 or 8 bytes off the cache lines: every tile row
  * straddled two lines.) Known limits: the padding costs up to 15 zero pairs per tap (Cin = 8: 3/4 of the work);
  * the planes of a group are workspace (2 bytes per input value and phase); a 1x1 conv at stride 2 fills one phase

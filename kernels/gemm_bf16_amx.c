@@ -351,52 +351,52 @@ ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) __m512 epilogu
     return _mm512_maskz_mov_ps(h->valid, value);
 }
 
-/* A pending step's store into a blocked output: a C tile row is one pixel's 16 channels, the vector the layout
- * stores, so no transpose. Kept lane j of vector v is output pixel at[v] + (kept lanes before j). */
-ORTX_TARGET_AMX_BF16 static void direct_store_blocked(const ortx_bf16_direct_pending *s) {
-    const float *scratch = s->scratch[s->which];
-    const ortx_gemm_epilogue e = *s->epilogue;
-    for (int o = 0; o < s->mt; o++) {
-        const store_half h = half_of(s, o);
-        float *c = s->c + o * 16 * s->ldc;
-        for (int v = 0; v < s->vectors; v++) {
-            uint32_t keep = s->masks[v];
-            for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
-                const int lane = __builtin_ctz(keep);
-                _mm512_storeu_ps(c + 16 * q,
-                                 epilogue_row(s, &e, &h, _mm512_load_ps(scratch + (16 * v + lane) * 32 + 16 * o), q));
-            }
-        }
-    }
-}
-
-/* The same into pair rows: a pixel's two 16-row halves (the second zero past `rows`) through the same epilogue,
- * rounded as the pair-rows writers round (vcvtne2ps2bf16) and stored as its 64 bytes of the chunk. */
-ORTX_TARGET_AMX_BF16 static void direct_store_pair_rows(const ortx_bf16_direct_pending *s) {
-    const float *scratch = s->scratch[s->which];
-    const store_half h[2] = {half_of(s, 0), half_of(s, 1)};
-    const ortx_gemm_epilogue e = *s->epilogue;
-    uint16_t *c = (uint16_t *)s->c;
+/* A pending step's kept pixels in store order: scratch slot (16 v + lane) and output pixel (at[v] + the kept lanes
+ * before it). */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) int pending_pixels(
+    const ortx_bf16_direct_pending *s, uint8_t *slots, int64_t *pixels) {
+    int count = 0;
     for (int v = 0; v < s->vectors; v++) {
         uint32_t keep = s->masks[v];
         for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
-            const float *pixel = scratch + (16 * v + __builtin_ctz(keep)) * 32;
-            __m512 lo = epilogue_row(s, &e, &h[0], _mm512_load_ps(pixel), q);
-            __m512 hi = s->mt == 2 ? epilogue_row(s, &e, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
-            _mm512_storeu_si512(c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            slots[count] = (uint8_t)(16 * v + __builtin_ctz(keep));
+            pixels[count++] = q;
         }
     }
+    return count;
+}
+
+/* One kept pixel of a pending step from its C tile rows: into pair rows (its two halves through the epilogue,
+ * rounded together into its 64 bytes) or into blocked vectors (one a half). */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void store_pixel(
+    const ortx_bf16_direct_pending *s, const ortx_gemm_epilogue *e, const store_half *h, int slot, int64_t q) {
+    const float *pixel = s->scratch[s->which] + slot * 32;
+    if (s->pair_rows) {
+        __m512 lo = epilogue_row(s, e, &h[0], _mm512_load_ps(pixel), q);
+        __m512 hi = s->mt == 2 ? epilogue_row(s, e, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
+        _mm512_storeu_si512((uint16_t *)s->c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+        return;
+    }
+    for (int o = 0; o < s->mt; o++)
+        _mm512_storeu_ps(s->c + o * 16 * s->ldc + 16 * q, epilogue_row(s, e, &h[o], _mm512_load_ps(pixel + 16 * o), q));
+}
+
+/* A pending step's store into a blocked or pair-rows output: a C tile row is one pixel's 16 channels, the vector
+ * the layout stores, so no transpose (the interleaved stores' pixels, all at once). */
+ORTX_TARGET_AMX_BF16 static void direct_store_rows(const ortx_bf16_direct_pending *s) {
+    uint8_t slots[32];
+    int64_t pixels[32];
+    const int count = pending_pixels(s, slots, pixels);
+    const store_half h[2] = {half_of(s, 0), half_of(s, 1)};
+    const ortx_gemm_epilogue e = *s->epilogue;
+    for (int i = 0; i < count; i++) store_pixel(s, &e, h, slots[i], pixels[i]);
 }
 
 /* A pending step's store: its C tiles transposed block by block to rows x pixels (in registers), then each row
  * vector through the direct-tile store. */
 ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s) {
-    if (s->pair_rows) {
-        direct_store_pair_rows(s);
-        return;
-    }
-    if (s->blocked) {
-        direct_store_blocked(s);
+    if (s->pair_rows || s->blocked) {
+        direct_store_rows(s);
         return;
     }
     const float *scratch = s->scratch[s->which];
@@ -417,36 +417,6 @@ ORTX_TARGET_AMX_BF16 static void direct_store(const ortx_bf16_direct_pending *s)
             }
         }
     }
-}
-
-/* A pending step's kept pixels in store order: scratch slot (16 v + lane) and output pixel (at[v] + the kept lanes
- * before it), for the stores interleaved with the next step's products. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) int pending_pixels(
-    const ortx_bf16_direct_pending *s, uint8_t *slots, int64_t *pixels) {
-    int count = 0;
-    for (int v = 0; v < s->vectors; v++) {
-        uint32_t keep = s->masks[v];
-        for (int64_t q = s->at[v]; keep; keep &= keep - 1, q++) {
-            slots[count] = (uint8_t)(16 * v + __builtin_ctz(keep));
-            pixels[count++] = q;
-        }
-    }
-    return count;
-}
-
-/* One kept pixel of a pending step into pair rows (its two halves rounded together) or blocked vectors, as
- * direct_store_pair_rows and direct_store_blocked store it. */
-ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void store_pixel(
-    const ortx_bf16_direct_pending *s, const ortx_gemm_epilogue *e, const store_half *h, int slot, int64_t q) {
-    const float *pixel = s->scratch[s->which] + slot * 32;
-    if (s->pair_rows) {
-        __m512 lo = epilogue_row(s, e, &h[0], _mm512_load_ps(pixel), q);
-        __m512 hi = s->mt == 2 ? epilogue_row(s, e, &h[1], _mm512_load_ps(pixel + 16), q) : _mm512_setzero_ps();
-        _mm512_storeu_si512((uint16_t *)s->c + 32 * q, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-        return;
-    }
-    for (int o = 0; o < s->mt; o++)
-        _mm512_storeu_ps(s->c + o * 16 * s->ldc + 16 * q, epilogue_row(s, e, &h[o], _mm512_load_ps(pixel + 16 * o), q));
 }
 
 /* The step's products. With `interleave` (a pending step into pair rows or blocked vectors), that step's pixel
