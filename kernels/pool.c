@@ -315,7 +315,23 @@ static void ortx_maxpool_nchwc_f32_ref(const int64_t *ints, const float *floats,
 
 /* maxpool_pair_rows_f32's oracle: the pair rows widened into a blocked copy, then maxpool_nchwc_f32's oracle. */
 static void ortx_maxpool_pair_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
-                                           int num_threads);
+                                           int num_threads) {
+    const ortx_pool_params p = ortx_pool_params_read(ints);
+    const int64_t pixels = p.in[1] * p.in[2], per_image = ints[ORTX_POOL_INTS], chunks = (per_image + 1) / 2;
+    float *x = malloc(p.channels * pixels * 16 * sizeof(float));
+    if (!x) abort();
+    const uint16_t *src = buffers[0];
+    for (int64_t block = 0; block < p.channels; block++) {
+        const int64_t n = block / per_image, b = block % per_image;
+        for (int64_t i = 0; i < pixels; i++)
+            for (int l = 0; l < 16; l++)
+                x[(block * pixels + i) * 16 + l] =
+                    ortx_bf16_to_float(src[((n * chunks + b / 2) * pixels + i) * 32 + b % 2 * 16 + l]);
+    }
+    void *blocked[2] = {x, buffers[1]};
+    ortx_maxpool_nchwc_f32_ref(ints, floats, blocked, num_threads);
+    free(x);
+}
 
 /* maxpool_pair_rows_bf16's oracle: each chunk's two blocks through maxpool_pair_rows_f32's oracle, rounded back. */
 static void ortx_maxpool_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
@@ -337,25 +353,6 @@ static void ortx_maxpool_pair_rows_bf16_ref(const int64_t *ints, const float *fl
                 dst[(c * out_pixels + i) * 32 + l] =
                     ortx_bf16_from_float(y[((2 * c + l / 16) * out_pixels + i) * 16 + l % 16]);
     free(y);
-}
-
-static void ortx_maxpool_pair_rows_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
-                                           int num_threads) {
-    const ortx_pool_params p = ortx_pool_params_read(ints);
-    const int64_t pixels = p.in[1] * p.in[2], per_image = ints[ORTX_POOL_INTS], chunks = (per_image + 1) / 2;
-    float *x = malloc(p.channels * pixels * 16 * sizeof(float));
-    if (!x) abort();
-    const uint16_t *src = buffers[0];
-    for (int64_t block = 0; block < p.channels; block++) {
-        const int64_t n = block / per_image, b = block % per_image;
-        for (int64_t i = 0; i < pixels; i++)
-            for (int l = 0; l < 16; l++)
-                x[(block * pixels + i) * 16 + l] =
-                    ortx_bf16_to_float(src[((n * chunks + b / 2) * pixels + i) * 32 + b % 2 * 16 + l]);
-    }
-    void *blocked[2] = {x, buffers[1]};
-    ortx_maxpool_nchwc_f32_ref(ints, floats, blocked, num_threads);
-    free(x);
 }
 
 /* Portable global pools: four partial sums per channel so the compiler can keep several adds in flight. */
