@@ -1,24 +1,16 @@
 /* The bf16 direct conv's store of one tile row vector, shared by the vdpbf16ps tile (gemm_bf16_avx512.c) and the
  * AMX step (gemm_bf16_amx.c): a vector's 16 lanes cover output pixels with padding columns among them, so the kept
- * lanes (`keep`) are compressed to the front, the epilogue runs on them (the activation through the AVX2 code on
- * each half, as every other bf16 epilogue does, so both paths agree bit for bit), and `store` lanes go to dst. */
+ * lanes (`keep`) are compressed to the front, the epilogue runs on them (activation_avx512.h's activation: the AVX2
+ * code's bits on 16 lanes, as every other bf16 epilogue's, so both paths agree bit for bit), and `store` lanes go
+ * to dst. */
 #ifndef ORTX_BF16_DIRECT_STORE_AVX512_H
 #define ORTX_BF16_DIRECT_STORE_AVX512_H
 
+#include "activation_avx512.h"
 #include "gemm_avx2.h"
 
 #if ORTX_HAVE_X86
 #include <immintrin.h>
-
-/* The epilogue's activation on 16 lanes, through the AVX2 code on each half (every bf16 epilogue's bits). */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 ortx_bf16_activation_halves(
-    __m512 value, const ortx_gemm_epilogue *e) {
-    __m256 lo = _mm512_castps512_ps256(value);
-    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(value), 1));
-    lo = ortx_activation_avx2(lo, e->activation, e->param0, e->param1);
-    hi = ortx_activation_avx2(hi, e->activation, e->param0, e->param1);
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
-}
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_bf16_direct_store_row(
     __m512 value, __mmask16 keep, __mmask16 store, const ortx_gemm_epilogue *e, int64_t row, int64_t at,
@@ -29,7 +21,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_bf16_d
     if (e->residual)
         value = _mm512_fmadd_ps(_mm512_set1_ps(e->residual_scale),
                                 _mm512_maskz_loadu_ps(store, e->residual + row * e->residual_row_stride + at), value);
-    if (e->activation != ORTX_ACT_NONE) value = ortx_bf16_activation_halves(value, e);
+    if (e->activation != ORTX_ACT_NONE) value = ortx_activation_avx512(value, e->activation, e->param0, e->param1);
     _mm512_mask_storeu_ps(dst, store, value);
 }
 
