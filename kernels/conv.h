@@ -139,7 +139,7 @@ int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats,
 /* The same kernels on bf16 pair rows (pair_rows.h) in place of blocked fp32 tensors, where a bf16 session on AMX
  * keeps a tensor so (ortx/ep/lowering/blocked_layout.py's pair_rows_values): conv_pointwise_pair_rows_bf16 (ints
  * conv_pointwise_nchwc_bf16's, then in_rows, out_rows) and conv2d_depthwise_pair_rows (conv2d_depthwise_nchwc_f32's
- * 20 ints, then in_rows, out_rows); 1 puts that side in pair rows. */
+ * 20 ints, then in_rows, out_rows, chunk_weights: conv_depthwise.c); 1 puts that side in pair rows. */
 void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads);
 int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,

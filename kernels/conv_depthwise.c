@@ -148,6 +148,7 @@ typedef struct depthwise_job {
     void (*pair_load)(const uint16_t *src, int64_t count, float *dst);
     void (*pair_store)(const float *lo, const float *hi, int64_t count, int64_t channels, uint16_t *dst);
     int band_major;  /* pair_rows tasks (image, band, chunk): a thread's share is rows of every chunk */
+    const float *chunk_weights;  /* pair_rows_chunk_band's weights and biases per chunk, packed (NULL: made per task) */
 } depthwise_job;
 
 static void depthwise_task(void *context, int64_t task, int thread) {
@@ -281,8 +282,14 @@ static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
 }
 
 /* conv2d_depthwise_pair_rows: conv2d_depthwise_nchwc_f32 whose X, or Y, or both are in pair rows (pair_rows.h)
- * instead of the blocked layout: ints are its 20 conv ints, then in_rows, out_rows (1: that side in pair rows);
- * buffers as its ([X, W, Y, workspace, bias, residual]; the residual, when there is one, blocked fp32).
+ * instead of the blocked layout: ints are its 20 conv ints, then in_rows, out_rows (1: that side in pair rows),
+ * then chunk_weights; buffers as its ([X, W, Y, workspace, bias, residual]; the residual, when there is one, blocked
+ * fp32), then with chunk_weights 1 a seventh: each 32-channel chunk's weights and biases as pair_rows_chunk_band
+ * hands them to the ISA's pair_rows ([chunk][tap][32] then [chunk]'s 32 biases, lanes in the input's order: for a
+ * pair-rows input the chunk's even channels, then its odd; 0 past C), packed once by the lowering
+ * (blocked_layout.pack_depthwise_chunks). Made per task instead (a scalar gather of taps x 32 weights), the whole
+ * models ran, in-process, 2 threads, same bits: MobileNetV2-style 1.02x, rec 1.01x, det 1.00x (MobileNetV2's 7x7
+ * convs, 30 chunks of one band each, spent about a third of their time on it).
  * Why: in a bf16 session on AMX the 1x1 conv that reads a depthwise conv's output rounds it to these rows anyway,
  * and the 1x1 conv before it can write them; the depthwise conv reading and writing half the bytes is most of the
  * gain (its multiply-adds are few; it is memory-bound).
@@ -343,18 +350,25 @@ static void depthwise_block_band(const depthwise_job *job, int64_t n, int64_t bl
 }
 
 /* A chunk's band of output rows by the ISA's pair_rows: its weights and biases split as the input's layout asks
- * (channels past C zero), then the rows read and written in place. */
+ * (channels past C zero; packed by the lowering, or made here), then the rows read and written in place. */
 static void pair_rows_chunk_band(const depthwise_job *job, int64_t n, int64_t chunk, int64_t oy0, int64_t rows) {
     const ortx_conv_params *p = job->p;
     const int64_t C = p->in_channels, taps = p->kernel_height * p->kernel_width, blocks = job->layout.blocks;
     const int64_t chunks = ortx_pair_rows_chunks(C), c0 = chunk * ORTX_PAIR_ROWS_CHUNK;
     const int64_t plane_in = p->in_height * p->in_width, plane_out = p->out_height * p->out_width;
-    float weights[25 * 32 + 32] __attribute__((aligned(64))), *bias = weights + taps * 32;  /* 5x5 at most */
-    for (int64_t l = 0; l < 32; l++) {
-        int64_t c = c0 + l, lane = job->in_rows ? l / 2 + (l % 2) * 16 : l;  /* pair rows: even channels, then odd */
-        for (int64_t tap = 0; tap < taps; tap++) weights[tap * 32 + lane] = c < C ? job->W[c * taps + tap] : 0.0f;
-        bias[lane] = c < C && p->has_bias ? job->bias[c] : 0.0f;
+    float local[25 * 32 + 32] __attribute__((aligned(64)));  /* 5x5 at most */
+    const float *weights = local;
+    if (job->chunk_weights) {
+        weights = job->chunk_weights + chunk * (taps * 32 + 32);
+    } else {
+        float *bias = local + taps * 32;
+        for (int64_t l = 0; l < 32; l++) {
+            int64_t c = c0 + l, lane = job->in_rows ? l / 2 + (l % 2) * 16 : l;  /* pair rows: even, then odd */
+            for (int64_t tap = 0; tap < taps; tap++) local[tap * 32 + lane] = c < C ? job->W[c * taps + tap] : 0.0f;
+            bias[lane] = c < C && p->has_bias ? job->bias[c] : 0.0f;
+        }
     }
+    const float *bias = weights + taps * 32;
     const void *x = (const uint16_t *)job->X + (n * chunks + chunk) * plane_in * ORTX_PAIR_ROWS_CHUNK;
     int64_t hi_offset = 0;
     if (!job->in_rows) {
@@ -431,6 +445,7 @@ void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, v
     const ortx_depthwise_isa *isa = job.isa;
     job.in_rows = (int)ints[ORTX_CONV_INTS];
     job.out_rows = (int)ints[ORTX_CONV_INTS + 1];
+    job.chunk_weights = ints[ORTX_CONV_INTS + 2] ? buffers[6] : NULL;
     job.pair_load = ortx_pair_rows_load_portable;
     job.pair_store = ortx_pair_rows_store_portable;
     job.in_place = isa->blocked_rows && isa->blocked_rows(&p, NULL, NULL, NULL, NULL, NULL, 0, 0) &&

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ortx import _kernels
+from ortx.ep.lowering.blocked_layout import pack_depthwise_chunks
 from ortx.ep.precision import bf16_bits, round_to_bf16
 from tests.kernels.test_conv_nchwc import (
     ACTIVATIONS, BF16_POINTWISE_CASES, DEPTHWISE_CASES, F32, amx, conv_ints, from_blocked, isa, pack_pointwise, random,
@@ -67,10 +68,12 @@ def assert_agrees(actual, expected, rounded: bool):
 @pytest.mark.parametrize("sides", SIDES, ids=["in", "out", "both"])
 @pytest.mark.parametrize("activation", ["clip", "hard_swish", "hard_sigmoid"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, activation, threads):
+@pytest.mark.parametrize("chunk_weights", [False, True], ids=["per_task", "packed"])
+def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, activation, threads, chunk_weights):
     """Both the rows-in-place forms (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns; pair rows on both sides a
-    whole chunk at once) and the tiled form (the others, and every shape on the portable ISA), bands at the image's
-    edges, asymmetric pads, dilation; hard_sigmoid is 0.5 at 0, so channels past C show unless masked."""
+    whole chunk at once, its weights made per task or packed by blocked_layout.pack_depthwise_chunks) and the tiled
+    form (the others, and every shape on the portable ISA), bands at the image's edges, asymmetric pads, dilation;
+    hard_sigmoid is 0.5 at 0, so channels past C show unless masked."""
     in_rows, out_rows = sides
     n, c, h, w, kernel, stride, pads, dilation = case
     code, params = ACTIVATIONS[activation]
@@ -89,8 +92,9 @@ def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, ac
 
     def run(use_ref):
         source, y = to_pair_rows(x) if in_rows else to_blocked(x), output_buffer(out_rows, n, c, oh, ow)
-        _kernels.call("conv2d_depthwise_pair_rows", ints + [in_rows, out_rows], list(params),
-                      [source, weights, y, workspace, bias, y], num_threads=threads, use_ref=use_ref)
+        extra = [pack_depthwise_chunks(weights.reshape(c, -1), bias, bool(in_rows))] if chunk_weights else []
+        _kernels.call("conv2d_depthwise_pair_rows", ints + [in_rows, out_rows, int(chunk_weights)], list(params),
+                      [source, weights, y, workspace, bias, y, *extra], num_threads=threads, use_ref=use_ref)
         return read_output(y, out_rows, c, oh, ow)
 
     np.testing.assert_array_equal(run(False), expected)

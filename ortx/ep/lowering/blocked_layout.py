@@ -399,6 +399,22 @@ def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[n
     return np.ascontiguousarray(packed), pack_pointwise(weights, bias)[1]
 
 
+def pack_depthwise_chunks(weights: np.ndarray, bias: np.ndarray | None, pair_rows_input: bool) -> np.ndarray:
+    """conv2d_depthwise_pair_rows's chunk_weights (kernels/conv_depthwise.c): per 32-channel chunk, each tap's 32
+    lanes then the 32 biases, lanes in the input's order (pair rows: the chunk's even channels, then its odd); zeros
+    past C. weights: [C, taps]."""
+    channels, taps = weights.shape
+    chunks = -(-channels // 32)
+    lanes = np.zeros((chunks * 32, taps + 1), np.float32)
+    lanes[:channels, :taps] = weights
+    if bias is not None:
+        lanes[:channels, taps] = bias
+    lanes = lanes.reshape(chunks, 32, taps + 1)
+    if pair_rows_input:
+        lanes = np.concatenate([lanes[:, 0::2], lanes[:, 1::2]], axis=1)
+    return np.ascontiguousarray(lanes.transpose(0, 2, 1)).reshape(-1)
+
+
 def pack_to_nchwc(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """conv.h's packing of conv2d_to_nchwc_f32: tap-major [Cin*KH*KW][ceil(Cout/16)*16] weights and the bias padded
     alike, zeros past Cout."""
@@ -437,11 +453,19 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     rows = [int(x_rows), int(y_rows)] if x_rows or y_rows else []  # the pair-rows kernels' two extra ints
     if plan.depthwise:
         weights = builder.add_constant(plan.weights.reshape(-1), label=f"{node.name}:weights")
-        ints = list(plan.ints) + [builder.num_threads] + rows
         workspace = builder.workspace(max(depthwise_workspace_bytes, 4), label="conv")
         bias_buffer = builder.buffer(bias_value) if bias_value is not None else y
-        builder.emit("conv2d_depthwise_pair_rows" if rows else "conv2d_depthwise_nchwc_f32", ints, list(plan.params),
-                     [x, weights, y, workspace, bias_buffer, residual if residual is not None else y])
+        buffers = [x, weights, y, workspace, bias_buffer, residual if residual is not None else y]
+        if rows:
+            # each chunk's weights and biases as the pair-rows kernel hands them to its ISA step, packed here once
+            # (a constant bias only; an output in pair rows: the only side whose step reads them)
+            packed = y_rows and (bias_value is None or bias is not None)
+            if packed:
+                chunk_weights = pack_depthwise_chunks(plan.weights.reshape(in_channels, -1), bias, x_rows)
+                buffers.append(builder.add_constant(chunk_weights, label=f"{node.name}:chunk_weights"))
+            rows = rows + [int(packed)]
+        builder.emit("conv2d_depthwise_pair_rows" if rows else "conv2d_depthwise_nchwc_f32",
+                     list(plan.ints) + [builder.num_threads] + rows, list(plan.params), buffers)
     else:
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
