@@ -68,6 +68,13 @@ def _parse_precision(value) -> str:
     return text
 
 
+def _parse_names(value) -> tuple[str, ...]:
+    names = [part.strip() for part in (value.split(",") if isinstance(value, str) else value)]
+    if not all(isinstance(name, str) for name in names) or "" in names:
+        raise ValueError(f"expected node names separated by commas, got {value!r}")
+    return tuple(dict.fromkeys(names))
+
+
 def _parse_devices(value) -> str:
     from ortx.ep.devices import select
 
@@ -95,6 +102,10 @@ PROVIDER_OPTIONS = {
     "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
                   "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
                   _parse_precision),
+    "fp32_nodes": ("under precision 'bf16', nodes that keep fp32 kernels and fp32 tensors in and out, 'NODE,...' "
+                   "(the model's names; a node the graph passes fused, e.g. a BatchNormalization, names the conv it "
+                   "joined): where bf16's error grows most, often a network's first layers "
+                   "(benchmarks/bf16_sensitivity.py)", _parse_names),
     "devices": ("the devices OrtxEP places nodes on, in order of preference, e.g. 'npu,dsp,cpu' (default 'cpu'; "
                 "`ortx devices` lists them); nodes none of them runs go to ONNX Runtime", _parse_devices),
     "placement": ("forces nodes onto devices, 'NODE:DEVICE,...' (the device must be in `devices` and able to run "
@@ -116,6 +127,7 @@ class OrtxOptions:
     jit_cache_dir: str = ""
     tuning: str = "cached"
     precision: str = "fp32"
+    fp32_nodes: tuple = ()
     devices: str = "cpu"
     placement: dict = dataclasses.field(default_factory=dict)
     sparse: str = "auto"

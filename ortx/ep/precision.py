@@ -14,6 +14,11 @@ channels) stays fp32 (faster there). On AMX the tensors of such a run that only 
 (or a MaxPool) read travel as bf16 pair rows (kernels/pair_rows.h): the values the 1x1 and dense convs round them to
 anyway, and, for a depthwise conv's or a MaxPool's input or a dense conv's residual, bf16 activations (their sums,
 maxima and residual additions stay fp32; blocked_layout.pair_rows_values).
+Provider option `fp32_nodes` names nodes of a bf16 session that keep fp32 kernels, and fp32 tensors in and out
+(mark_fp32_nodes marks them in the prepared graph; the lowerings ask SegmentBuilder.precision_of): for layers where
+bf16's error grows most. MobileNetV2-style (random weights) with its first 8 conv layers so: output cosine against
+fp32 0.9993-0.9994 instead of 0.9982-0.9987 on three inputs, at 1.26x the time (2 threads, session 30; where
+its error comes from: benchmarks/bf16_sensitivity.py).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,
@@ -37,6 +42,29 @@ import numpy as np
 
 PRECISIONS = ("fp32", "bf16")
 KERNEL_SUFFIX = {"fp32": "f32", "bf16": "bf16"}  # the GEMM kernels of each: gemm_f32, gemm_bf16, ...
+# Provider option fp32_nodes: nodes of a bf16 session that keep every kernel fp32, marked in the prepared graph
+# (mark_fp32_nodes); the lowerings ask SegmentBuilder.precision_of(node).
+PRECISION_KEY = "ortx.precision"
+
+
+def mark_fp32_nodes(graph, names, fused_from_key: str) -> None:
+    """Marks the graph's nodes named in `names` fp32: a name the graph passes fused into another node (a Conv's
+    BatchNormalization, say) marks that node. Raises ValueError naming the option and every name not found."""
+    present = {node.name for node in graph}
+    holders: dict[str, list] = {}
+    for node in graph:
+        holders.setdefault(node.name, []).append(node)
+        for original in filter(None, node.metadata_props.get(fused_from_key, "").split(",")):
+            if original != node.name:
+                holders.setdefault(original, []).append(node)
+    missing = [name for name in names if name not in holders]
+    if missing:
+        raise ValueError(f"OrtxEP option fp32_nodes: {', '.join(repr(name) for name in missing)} not in the graph "
+                         f"after the graph passes (removed, or a name the model does not have); its nodes: "
+                         f"{sorted(present)[:20]}")
+    for name in names:
+        for node in holders[name]:
+            node.metadata_props[PRECISION_KEY] = "fp32"
 
 
 def round_to_bf16(values: np.ndarray) -> np.ndarray:

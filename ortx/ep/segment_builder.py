@@ -20,7 +20,7 @@ import onnx_ir as ir
 from ortx import _kernels
 from ortx.ep.lowering._values import constant_value, size_bytes, static_shape
 from ortx.ep.lowering.blocked_layout import blocked_nbytes
-from ortx.ep.precision import PRECISIONS
+from ortx.ep.precision import PRECISION_KEY, PRECISIONS
 from ortx.memory.inplace import InPlaceReuse, find_in_place
 from ortx.memory.plan import Lifetime, MemoryPlan, plan_offsets
 
@@ -50,7 +50,7 @@ class SegmentBuilder:
         if precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
         self.num_threads = num_threads
-        self.precision = precision  # ortx.ep.precision: what the GEMM/conv lowerings emit
+        self.precision = precision  # ortx.ep.precision: what the GEMM/conv lowerings emit (see precision_of)
         # ortx.tune.sparse_choice: dense or sparse kernels per constant-weight layer (None: the prior alone)
         self.sparse_policy = sparse_policy
         self.in_place = in_place
@@ -79,6 +79,11 @@ class SegmentBuilder:
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
                 self._by_value[value.name] = self._new(EXTERNAL, index, size_bytes(value), value.name)
+
+    def precision_of(self, node: ir.Node) -> str:
+        """The precision `node`'s kernels run: the session's, or fp32 for a node provider option fp32_nodes marked
+        (ortx.ep.precision.mark_fp32_nodes)."""
+        return "fp32" if node.metadata_props.get(PRECISION_KEY) == "fp32" else self.precision
 
     def _new(self, kind: int, value: int, nbytes: int, label: str, *, workspace: bool = False) -> BufferRef:
         self._buffers.append(_Buffer(kind, value, nbytes, label, workspace))

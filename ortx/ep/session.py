@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import threading
 
 import numpy as np
@@ -17,10 +18,13 @@ import onnxruntime
 from ortx import pipeline
 from ortx.artifact import is_artifact, read_artifact
 from ortx.compile_artifact import ORT_DEVICE as ORT_LABEL
-from ortx.ep.assignment import Assignment, NodeAssignment
+from ortx.ep.assignment import FUSED_FROM_KEY, Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
+from ortx.ep.precision import mark_fp32_nodes
 from ortx.ep.trace import RunTrace
+
+logger = logging.getLogger(__name__)
 
 _ONNX_TYPE_NAMES = {
     onnx.TensorProto.FLOAT: "tensor(float)", onnx.TensorProto.DOUBLE: "tensor(double)",
@@ -118,6 +122,10 @@ class InferenceSession:
         del proto
         self._prepared = pipeline.prepare_model(model, passes=() if self._artifact is not None
                                                 else pipeline.DEFAULT_PASSES)
+        if self._choice.ortx.fp32_nodes:
+            if self._choice.ortx.precision == "fp32":
+                logger.warning("OrtxEP option fp32_nodes has no effect under precision 'fp32'")
+            mark_fp32_nodes(self._prepared.model.graph, self._choice.ortx.fp32_nodes, FUSED_FROM_KEY)
         if self._artifact is not None and self._artifact.records is not None:
             self._merge_artifact_records()
         self._ort = pipeline.OrtSettings(sub_session_options(self._sess_options, shares_cores_with_ortx=True),

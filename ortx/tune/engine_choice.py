@@ -32,6 +32,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx.ep.fallback import OrtSegment, segment_model
+from ortx.ep.precision import PRECISION_KEY
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, switch_over
 from ortx.tune import engine_confirm
@@ -89,6 +90,8 @@ def segment_signature(nodes, num_threads: int, precision: str = "fp32") -> str:
     for node in nodes:
         attributes = ",".join(f"{name}={_attribute_text(attribute)}" for name, attribute in sorted(node.attributes.items()))
         digest.update(f"|{node.domain}::{node.op_type}({attributes})".encode())
+        if node.metadata_props.get(PRECISION_KEY):  # provider option fp32_nodes: another program
+            digest.update(f" precision={node.metadata_props[PRECISION_KEY]}".encode())
         digest.update((" in " + " ".join(_value_text(v) for v in node.inputs)).encode())
         digest.update((" out " + " ".join(_value_text(v) for v in node.outputs)).encode())
     return digest.hexdigest()

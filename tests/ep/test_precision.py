@@ -74,6 +74,36 @@ def test_bf16_runs_gemms_and_dense_convs_in_bf16_and_the_rest_in_fp32(cnn):
     assert "bf16" not in _session(cnn).assignment.precision_counts()
 
 
+def test_fp32_nodes_keep_the_named_layers_fp32_in_a_bf16_session(cnn):
+    """Named by the model's names, a fused BatchNormalization's name reaching its conv; the other dense layers stay
+    bf16; the outputs move towards fp32's; an unknown name is an error naming it."""
+    convs = [node.name for node in cnn.graph.node if node.op_type == "Conv"]
+    expand, project = convs[1], convs[3]  # the inverted residual's 1x1 convs
+    gemm = next(node.name for node in cnn.graph.node if node.op_type == "Gemm")
+    assert parse_providers(PROVIDERS, [{"fp32_nodes": f" {expand} ,{gemm},{expand}"}, {}]).ortx.fp32_nodes == (
+        expand, gemm)
+    plain, mixed = _session(cnn, precision="bf16"), _session(cnn, precision="bf16", fp32_nodes=f"{expand},{gemm}")
+    rows = {row.name: row.precision for row in mixed.assignment}
+    assert rows[expand] == rows[gemm] == "fp32" and rows[project] == "bf16", str(mixed.assignment)
+    assert mixed.assignment.precision_counts()["bf16"] == plain.assignment.precision_counts()["bf16"] - 2
+    feeds = {"x": np.random.default_rng(1).uniform(-1, 1, (1, 3, 40, 40)).astype(np.float32)}
+    fp32 = _session(cnn).run(None, feeds)[0]
+    all_fp32 = _session(cnn, precision="bf16", fp32_nodes=",".join(convs + [gemm])).run(None, feeds)[0]
+    np.testing.assert_allclose(all_fp32, fp32, rtol=1e-4, atol=1e-6)
+    assert np.abs(mixed.run(None, feeds)[0] - fp32).max() < np.abs(plain.run(None, feeds)[0] - fp32).max()
+    with pytest.raises(ValueError, match=r"fp32_nodes: 'no_such_node' not in the graph"):
+        _session(cnn, precision="bf16", fp32_nodes="no_such_node")
+
+
+def test_fp32_nodes_marks_the_conv_a_batchnormalization_was_fused_into():
+    model = _models.mobilenetv2_style(size=64)
+    conv = [node for node in model.graph.node if node.op_type == "Conv"][2]  # the first 1x1 projection
+    batchnorm = next(node.name for node in model.graph.node if node.input[0] == conv.output[0])
+    assert {row.name: row.precision for row in _session(model, precision="bf16").assignment}[conv.name] == "bf16"
+    rows = {row.name: row.precision for row in _session(model, precision="bf16", fp32_nodes=batchnorm).assignment}
+    assert rows[conv.name] == "fp32", (conv.name, batchnorm)
+
+
 def test_bf16_session_matches_ort_fp32_within_bf16_tolerance(cnn):
     feeds = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 40, 40)).astype(np.float32)}
     expected = onnxruntime.InferenceSession(to_ort_bytes(cnn), providers=["CPUExecutionProvider"]).run(None, feeds)[0]

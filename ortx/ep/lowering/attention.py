@@ -169,7 +169,7 @@ def lower_multi_head_attention(node: ir.Node, builder) -> None:
     dtype, probability_scale, zero = _probability_grid(node)
     ints = [B, H, S, L, D, Dv, *plan["offsets"], *plan["row_strides"], H * Dv, *plan["batch_strides"], S * H * Dv,
             builder.num_threads, {None: 0, "uint8": 1, "int8": 2}[dtype], zero]
-    kernel = "multi_head_attention_bf16" if builder.precision == "bf16" else "multi_head_attention_f32"
+    kernel = "multi_head_attention_bf16" if builder.precision_of(node) == "bf16" else "multi_head_attention_f32"
     builder.emit(kernel, ints, [plan["scale"], probability_scale],
                  [q, k, v, builder.buffer(node.outputs[0]), workspace])
 

@@ -147,12 +147,14 @@ def blocked_resize(node: ir.Node) -> bool:
     return all(tuple(plan.nearest_maps[axis]) == tuple(range(shape[axis])) for axis in (0, 1))
 
 
-def dense_bf16_blocked(plan, builder) -> bool:
+def dense_bf16_blocked(node: ir.Node, plan, builder) -> bool:
     """Whether a dense conv runs conv2d_bf16_nchwc's AMX direct form on blocked tensors (kernels/conv_bf16.c):
-    precision bf16 on the AMX path, one group, and the kernel's own rule (conv_bf16_nchwc_applies)."""
+    precision bf16 (the node's: builder.precision_of) on the AMX path, one group, and the kernel's own rule
+    (conv_bf16_nchwc_applies)."""
     if not DENSE_BF16:
         return False
-    if builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16" or plan.depthwise or plan.ints[15] != 1:
+    if (builder.precision_of(node) != "bf16" or _kernels.bf16_isa() != "amx_bf16" or plan.depthwise
+            or plan.ints[15] != 1):
         return False
     out = np.zeros(1, np.int64)
     _kernels.call("conv_bf16_nchwc_applies", list(plan.ints) + [builder.num_threads], [], [out])
@@ -172,10 +174,11 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if bias is not None and constant_value(bias) is None:
         return None  # the blocked kernels pack the bias with the weights
     if is_pointwise(plan):
-        return "both" if builder.precision == "bf16" or sparse.sparse_conv_choice(node, builder, plan) is None else None
+        bf16 = builder.precision_of(node) == "bf16"
+        return "both" if bf16 or sparse.sparse_conv_choice(node, builder, plan) is None else None
     group, has_residual = plan.ints[15], plan.has_residual
     stem = group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual
-    if dense_bf16_blocked(plan, builder):
+    if dense_bf16_blocked(node, plan, builder):
         return "writes" if stem else "both"  # a stem reads the graph's NCHW input
     if stem:
         return "writes"  # fp32 under bf16 too (module docstring)
@@ -329,6 +332,8 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     readers, output_values = _readers(nodes), {id(value) for value in outputs}
 
     def conv_kind(node: ir.Node) -> str | None:
+        if builder.precision_of(node) == "fp32":  # provider option fp32_nodes: no bf16 value in or out
+            return None
         if node.op_type == "MaxPool" and node in builder.blocked_nodes:  # reads pair rows, writes blocked fp32
             return "maxpool" if POOL_PAIR_ROWS else None
         plan = plan_of(node) if node in builder.blocked_nodes else None
@@ -338,7 +343,7 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
             return "depthwise"
         if is_pointwise(plan):
             return "pointwise"
-        return "dense" if DENSE_PAIR_ROWS and dense_bf16_blocked(plan, builder) else None
+        return "dense" if DENSE_PAIR_ROWS and dense_bf16_blocked(node, plan, builder) else None
 
     def reader_kind(node: ir.Node, index: int) -> str | None:
         """What reads a tensor as input `index` of `node`: a conv's X (not a dense conv's stem form, which reads
@@ -434,7 +439,7 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     bias_value = present(node, 2)
     bias = constant_value(bias_value) if bias_value is not None else None
     batch, in_channels, height, width, out_channels = plan.ints[:5]
-    if dense_bf16_blocked(plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
+    if dense_bf16_blocked(node, plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
         lower_dense_bf16(node, builder, plan)
         return
     if not plan.depthwise and not is_pointwise(plan):  # Case stem: NCHW in, blocked out
@@ -470,7 +475,7 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
         weights = plan.weights.reshape(out_channels, in_channels)
-        bf16 = builder.precision == "bf16"
+        bf16 = builder.precision_of(node) == "bf16"
         packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(weights, bias)
         buffers = [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
                    builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
@@ -572,7 +577,7 @@ def lower_expand_depthwise(expand: ir.Node, depthwise: ir.Node, builder, expand_
     if expand_bias_value is not None and expand_bias is None:
         raise ValueError(f"bias {expand_bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
     in_channels, out_channels = expand_plan.ints[1], expand_plan.ints[4]
-    bf16 = builder.precision == "bf16"
+    bf16 = builder.precision_of(expand) == "bf16"
     packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(
         expand_plan.weights.reshape(out_channels, in_channels), expand_bias)
     x = builder.blocked_buffer(expand.inputs[0])

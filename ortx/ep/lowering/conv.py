@@ -6,8 +6,9 @@ once by conv_winograd_pack_f32).
 float32 tensors only. Constant weights are packed once here (gemm_pack_f32 through `_kernels.call`) and stored with
 `builder.add_constant`; activations are packed at run time into `builder.workspace` sized by the kernels' own
 size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
-Under `builder.precision == "bf16"` (ortx/ep/precision.py), Gemm and MatMul with a constant operand and dense or
-grouped convs run the bf16 kernels instead (weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16,
+Under precision "bf16" (ortx/ep/precision.py; per node, builder.precision_of: provider option fp32_nodes keeps
+some fp32), Gemm and MatMul with a constant operand and dense or grouped convs run the bf16 kernels instead
+(weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16,
 sizes from gemm_sizes_bf16/conv_sizes_bf16), and so do ConvTransposes whose kernel equals their stride without
 padding, from 64 input channels per group (conv_transpose2d_bf16); depthwise convs, other transposed convs and
 products of two activations stay fp32.
@@ -368,7 +369,7 @@ def lower_conv(node: ir.Node, builder) -> None:
         blocked_layout.lower_blocked_conv(node, builder, plan, workspace)
     elif plan.depthwise:  # fp32 under every precision: few multiply-adds per weight, memory-bound
         _lower_conv_like(node, builder, plan, 1, "conv2d_depthwise_f32")
-    elif builder.precision == "bf16":
+    elif builder.precision_of(node) == "bf16":
         _lower_conv_like(node, builder, plan, BF16_CONV, "conv2d_bf16")
     elif sparse.try_sparse_conv(node, builder, plan, _conv_buffers(node, builder, plan)):
         return  # ortx.tune.sparse_choice chose sparse_conv2d_f32 for these weights
@@ -402,7 +403,7 @@ def _lower_conv_transpose_bf16(node: ir.Node, builder, plan: ConvPlan) -> bool:
 
 def lower_conv_transpose(node: ir.Node, builder) -> None:
     plan = _transpose_plan(node)
-    if builder.precision == "bf16" and _lower_conv_transpose_bf16(node, builder, plan):
+    if builder.precision_of(node) == "bf16" and _lower_conv_transpose_bf16(node, builder, plan):
         return
     _lower_conv_like(node, builder, plan, 2, "conv_transpose2d_f32")
 
@@ -451,7 +452,8 @@ def _try_sparse_gemm(node: ir.Node, builder, plan: dict) -> bool:
     """sparse_gemm_f32 for a Gemm with constant B, an activation A as stored and no C, or C a constant row
     (a bias per column), when ortx.tune.sparse_choice chooses sparse."""
     b_value, c_shape, beta = constant_value(node.inputs[1]), plan["c_shape"], plan["beta"]
-    if builder.precision != "fp32" or b_value is None or plan["trans_a"] or constant_value(node.inputs[0]) is not None:
+    if (builder.precision_of(node) != "fp32" or b_value is None or plan["trans_a"]
+            or constant_value(node.inputs[0]) is not None):
         return False
     bias = None
     if c_shape is not None and beta != 0.0:
@@ -475,7 +477,7 @@ def lower_gemm(node: ir.Node, builder) -> None:
     a_value, b_value = constant_value(node.inputs[0]), constant_value(node.inputs[1])
     a_packed = b_packed = False
     # bf16 only with a constant operand (a weight); a product of two activations stays fp32
-    precision = builder.precision if (a_value is not None or b_value is not None) else "fp32"
+    precision = builder.precision_of(node) if (a_value is not None or b_value is not None) else "fp32"
     if b_value is not None:  # constant B (the usual weight): packed once, alpha folded in
         b = builder.add_constant(_pack(b_value[None], N, K, b_strides[1], b_strides[0], 1, alpha, precision),
                                  label=f"{node.name}:B")
@@ -545,11 +547,12 @@ def lower_matmul(node: ir.Node, builder) -> None:
     b_batch = int(np.prod(b2[:-2], dtype=np.int64))
     output = builder.buffer(node.outputs[0])
     a = builder.buffer(node.inputs[0])
-    if b_value is not None and b_batch == 1 and builder.precision == "fp32" and band.try_band_matmul(
+    fp32 = builder.precision_of(node) == "fp32"
+    if b_value is not None and b_batch == 1 and fp32 and band.try_band_matmul(
             node, builder, M * int(np.prod(batch, dtype=np.int64)), np.asarray(b_value, dtype=np.float32).reshape(K, N),
             a, output):
         return  # Case constant B with narrow panel bands (a mel filterbank): every batch's rows in one product
-    if b_value is not None and b_batch == 1 and builder.precision == "fp32" and sparse.try_sparse_gemm(
+    if b_value is not None and b_batch == 1 and fp32 and sparse.try_sparse_gemm(
             node, builder, M * int(np.prod(batch, dtype=np.int64)),
             np.asarray(b_value, dtype=np.float32).reshape(K, N).T, a, output):
         return  # Case constant B chosen sparse (ortx.tune.sparse_choice): every batch's rows in one product
@@ -560,7 +563,7 @@ def lower_matmul(node: ir.Node, builder) -> None:
         b_offsets = _batch_offsets(b2[:-2], batch, K * N)
     precision = "fp32"
     if b_value is not None:  # Case constant B: each distinct matrix packed once (in bf16 under precision bf16)
-        precision = builder.precision
+        precision = builder.precision_of(node)
         packed = _pack(np.asarray(b_value, dtype=np.float32).reshape(b_batch, K, N), N, K, 1, N, 1,
                        precision=precision)
         b = builder.add_constant(packed, label=f"{node.name}:B")
@@ -605,18 +608,19 @@ def lower_fused_matmul(node: ir.Node, builder) -> None:
     bias = np.asarray(constant_value(node.inputs[2]), dtype=np.float32).reshape(N)
     a, output, residual = builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0]), present(node, 3)
     activation, activation_params = plan["activation"]
-    if builder.precision == "fp32" and sparse.try_sparse_gemm(
+    precision = builder.precision_of(node)
+    if precision == "fp32" and sparse.try_sparse_gemm(
             node, builder, M, weights.T, a, output, bias,
             builder.buffer(residual) if residual is not None else None, activation, activation_params):
         return  # Case sparse: the CSR kernel adds the bias and the residual and applies the activation
-    in_epilogue = builder.precision == "fp32" and activation in TEMPLATE_ACTIVATIONS
-    packed = _pack(weights[None], N, K, 1, N, 1, precision=builder.precision)
+    in_epilogue = precision == "fp32" and activation in TEMPLATE_ACTIVATIONS
+    packed = _pack(weights[None], N, K, 1, N, 1, precision=precision)
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1),
                b=builder.add_constant(packed, label=f"{node.name}:B"), b_packed=True, b_strides=(N, 1), output=output,
                bias_mode=2, bias=builder.add_constant(bias, label=f"{node.name}:bias"),
                residual=builder.buffer(residual) if residual is not None else None,
                residual_strides=(N, 1, 0), activation=activation if in_epilogue else 0,
-               activation_params=activation_params if in_epilogue else (0.0, 0.0), precision=builder.precision)
+               activation_params=activation_params if in_epilogue else (0.0, 0.0), precision=precision)
     if activation and not in_epilogue:  # Case dense, exp-based activation: in place, as the unfused graph ran it
         builder.emit("unary_f32", [UNARY_CODE_OF_ACTIVATION[activation], M * N], list(activation_params),
                      [output, output])
