@@ -6,6 +6,19 @@ import dataclasses
 FUSED_FROM_KEY = "ortx.fused_from"
 
 
+def nodes_by_user_name(graph, fused_from_key: str = FUSED_FROM_KEY) -> dict[str, list]:
+    """The user's node names -> the nodes of the graph after the graph passes that hold them: a node by its own
+    name, and by the names of the nodes fused into it (its fused_from), in graph order. Options that name nodes
+    (placement, fp32_nodes) resolve through it."""
+    holders: dict[str, list] = {}
+    for node in graph:
+        holders.setdefault(node.name, []).append(node)
+        for original in filter(None, node.metadata_props.get(fused_from_key, "").split(",")):
+            if original != node.name:
+                holders.setdefault(original, []).append(node)
+    return holders
+
+
 @dataclasses.dataclass(frozen=True)
 class NodeAssignment:
     name: str

@@ -24,6 +24,7 @@ import logging
 
 import onnx_ir as ir
 
+from ortx.ep.assignment import nodes_by_user_name
 from ortx.ep.capability import Decision, _static_reason
 from ortx.ep.devices import Device
 from ortx.ep.devices import cpu as cpu_device
@@ -84,20 +85,14 @@ def _forced_nodes(graph: ir.Graph, forced: dict[str, str], fused_from_key: str, 
                   strict: bool = True) -> dict[str, str]:
     """User node name -> graph node name (a node the passes fused is found through the fused node's sources);
     a name not found is an error when `strict`, else left out."""
-    names = {node.name for node in graph}
-    sources = {}
-    for node in graph:
-        for original in filter(None, node.metadata_props.get(fused_from_key, "").split(",")):
-            sources.setdefault(original, node.name)
+    holders = nodes_by_user_name(graph, fused_from_key)
     found = {}
     for name in forced:
-        if name in names:
-            found[name] = name
-        elif name in sources:
-            found[name] = sources[name]
+        if name in holders:  # the node of that name, else the one the passes fused it into
+            found[name] = next((node.name for node in holders[name] if node.name == name), holders[name][0].name)
         elif strict:
             raise ValueError(f"OrtxEP option placement: node {name!r} is not in the graph after the graph passes "
-                             f"(removed or renamed); its nodes: {sorted(names)[:20]}")
+                             f"(removed or renamed); its nodes: {sorted(node.name for node in graph)[:20]}")
     return found
 
 

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ortx.ep.assignment import nodes_by_user_name
+
 PRECISIONS = ("fp32", "bf16")
 KERNEL_SUFFIX = {"fp32": "f32", "bf16": "bf16"}  # the GEMM kernels of each: gemm_f32, gemm_bf16, ...
 # Provider option fp32_nodes: nodes of a bf16 session that keep every kernel fp32, marked in the prepared graph
@@ -50,18 +52,12 @@ PRECISION_KEY = "ortx.precision"
 def mark_fp32_nodes(graph, names, fused_from_key: str) -> None:
     """Marks the graph's nodes named in `names` fp32: a name the graph passes fused into another node (a Conv's
     BatchNormalization, say) marks that node. Raises ValueError naming the option and every name not found."""
-    present = {node.name for node in graph}
-    holders: dict[str, list] = {}
-    for node in graph:
-        holders.setdefault(node.name, []).append(node)
-        for original in filter(None, node.metadata_props.get(fused_from_key, "").split(",")):
-            if original != node.name:
-                holders.setdefault(original, []).append(node)
+    holders = nodes_by_user_name(graph, fused_from_key)
     missing = [name for name in names if name not in holders]
     if missing:
         raise ValueError(f"OrtxEP option fp32_nodes: {', '.join(repr(name) for name in missing)} not in the graph "
                          f"after the graph passes (removed, or a name the model does not have); its nodes: "
-                         f"{sorted(present)[:20]}")
+                         f"{sorted(node.name for node in graph)[:20]}")
     for name in names:
         for node in holders[name]:
             node.metadata_props[PRECISION_KEY] = "fp32"
