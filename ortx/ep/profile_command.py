@@ -39,6 +39,9 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--top", type=_positive, default=15, help="how many of OrtxEP's slowest nodes to list")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="OrtxEP's precision option (ONNX Runtime runs fp32 either way)")
+    parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
+                        help="with --precision bf16: layers that keep fp32 kernels (OrtxEP's fp32_nodes option), to "
+                        "see what keeping them costs")
     parser.add_argument("--trace-dir", default=None, help="keep the two profile files in this directory")
     parser.set_defaults(handler=run_profile_command)
     return parser
@@ -52,7 +55,7 @@ def _positive(text: str) -> int:
 
 
 def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None, ortx_ep: bool,
-             precision: str = "fp32"):
+             ortx_options: dict | None = None):
     import onnxruntime
 
     import ortx
@@ -65,18 +68,18 @@ def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None
         options.intra_op_num_threads = threads
     if ortx_ep:
         return ortx.InferenceSession(model, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                     provider_options=[{"input_shapes": shapes, "precision": precision}, {}])
+                                     provider_options=[{"input_shapes": shapes, **(ortx_options or {})}, {}])
     return onnxruntime.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def _profile(model: bytes, feeds: dict, shapes: dict, threads: int | None, runs: int, prefix: str,
-             ortx_ep: bool, precision: str = "fp32") -> tuple[str, float]:
+             ortx_ep: bool, ortx_options: dict | None = None) -> tuple[str, float]:
     """(the profile file, the median ms of the same runs without the profiler)."""
-    session = _session(model, shapes, threads, prefix, ortx_ep, precision)
+    session = _session(model, shapes, threads, prefix, ortx_ep, ortx_options)
     for _ in range(runs + 1):
         session.run(None, feeds)
     path = session.end_profiling()
-    plain = _session(model, shapes, threads, None, ortx_ep, precision)
+    plain = _session(model, shapes, threads, None, ortx_ep, ortx_options)
     plain.run(None, feeds)
     times = []
     for _ in range(runs):
@@ -92,6 +95,11 @@ def run_profile_command(args, out=None) -> int:
     from ortx.optimize import CheckInputError, check_input_shape_names, random_feeds
 
     out = out or sys.stdout
+    if args.fp32_nodes and args.precision != "bf16":
+        print("ortx profile: error: --fp32-nodes keeps layers fp32 in a bf16 session: give --precision bf16",
+              file=sys.stderr)
+        return 2
+    ortx_options = {"precision": args.precision, **({"fp32_nodes": args.fp32_nodes} if args.fp32_nodes else {})}
     directory = args.trace_dir or tempfile.mkdtemp(prefix="ortx-profile-")
     try:
         os.makedirs(directory, exist_ok=True)
@@ -105,7 +113,7 @@ def run_profile_command(args, out=None) -> int:
         ort_path, ort_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,
                                     os.path.join(directory, "ort"), ortx_ep=False)
         ortx_path, ortx_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,
-                                      os.path.join(directory, "ortx"), ortx_ep=True, precision=args.precision)
+                                      os.path.join(directory, "ortx"), ortx_ep=True, ortx_options=ortx_options)
         ort, ours = summarize(read_trace(ort_path)), summarize(read_trace(ortx_path))
     except (OSError, ValueError, ModelLoadError, CheckInputError) as error:
         print(f"ortx profile: error: {error}", file=sys.stderr)

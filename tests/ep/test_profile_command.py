@@ -42,6 +42,21 @@ def test_profile_prints_both_engines_and_keeps_the_traces(tmp_path, capsys):
     assert ortx_summary.runs == 3 and {node.name for node in ortx_summary.nodes} == {"conv", "add_chain"}
 
 
+def test_profile_passes_fp32_nodes_to_a_bf16_session(tmp_path, capsys):
+    path = _model_file(tmp_path)
+    args = ["profile", str(path), "--input-shape", "x:1x3x8x8", "--runs", "2", "--threads", "1", "--precision",
+            "bf16"]
+    assert main(args) == 0
+    assert "conv2d_bf16" in capsys.readouterr().out
+    assert main(args + ["--fp32-nodes", "conv"]) == 0
+    text = capsys.readouterr().out
+    assert "conv2d_f32" in text and "conv2d_bf16" not in text
+    assert main(args + ["--fp32-nodes", "nope"]) == 2
+    assert "fp32_nodes: 'nope' not in the graph" in capsys.readouterr().err
+    assert main(args[:-2] + ["--fp32-nodes", "conv"]) == 2
+    assert "give --precision bf16" in capsys.readouterr().err
+
+
 def test_summary_medians_and_groups():
     events = [{"cat": "Session", "name": "model_run", "ts": start, "dur": 100} for start in (0, 200, 400)]
     for start, slow in ((0, 90), (200, 30), (400, 50)):  # the first run is a warm-up
