@@ -8,10 +8,9 @@ float32 tensors only. Constant weights are packed once here (gemm_pack_f32 throu
 size queries (gemm_sizes_f32, conv_sizes_f32), so the C side is the one definition of every layout.
 Under precision "bf16" (ortx/ep/precision.py; per node, builder.precision_of: provider option fp32_nodes keeps
 some fp32), Gemm and MatMul with a constant operand and dense or grouped convs run the bf16 kernels instead
-(weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16,
-sizes from gemm_sizes_bf16/conv_sizes_bf16), and so do ConvTransposes whose kernel equals their stride without
-padding, from 64 input channels per group (conv_transpose2d_bf16); depthwise convs, other transposed convs and
-products of two activations stay fp32.
+(weights packed once as bf16 K pairs by gemm_pack_bf16/conv_pack_bf16, sizes from gemm_sizes_bf16/conv_sizes_bf16),
+and so do ConvTransposes whose kernel equals their stride without padding, from 64 input channels per group
+(conv_transpose2d_bf16); depthwise convs, other transposed convs and products of two activations stay fp32.
 Conv/ConvTranspose: 1-D (lowered as 2-D with H = 1) and 2-D; pads are resolved as onnxruntime resolves them and
 the resulting output size must equal the inferred one, else the node is declined.
 """
