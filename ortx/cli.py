@@ -16,6 +16,7 @@ ortx: a neural-network compiler toolkit for ONNX models.
                                       the default (-O2) output is standard ONNX that plain onnxruntime runs
   ortx memory IN.onnx                 activation memory: naive, ORT-style reuse, the ortx plan, its lower bound
   ortx profile IN.onnx                where a run's time goes: per op type and kernel, ORT and OrtxEP side by side
+  ortx fp32-nodes IN.onnx             which layers a bf16 OrtxEP session keeps fp32 to meet an output cosine target
   ortx tune IN.onnx --budget 10m      tunes kernels within a budget; records, per claimed segment, whether
                                       OrtxEP or ORT is faster here
   ortx quantize IN.onnx -o OUT.onnx   int8 post-training quantization (--calibration DATA) to QDQ ONNX;
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     from ortx.compile_command import add_compile_command
+    from ortx.ep.fp32_nodes_command import add_fp32_nodes_command
     from ortx.ep.profile_command import add_profile_command
     from ortx.memory.command import add_memory_command
     from ortx.pruning.command import add_prune_command
@@ -97,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_command(commands)
     add_profile_command(commands)
+    add_fp32_nodes_command(commands)
     add_tune_command(commands)
     add_quantize_command(commands)
     add_prune_command(commands)

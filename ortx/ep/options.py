@@ -104,8 +104,8 @@ PROVIDER_OPTIONS = {
                   _parse_precision),
     "fp32_nodes": ("under precision 'bf16', nodes that keep fp32 kernels and fp32 tensors in and out, 'NODE,...' "
                    "(the model's names; a node the graph passes fused, e.g. a BatchNormalization, names the conv it "
-                   "joined): where bf16's error grows most, often a network's first layers "
-                   "(benchmarks/bf16_sensitivity.py)", _parse_names),
+                   "joined): where bf16's error grows most, often a network's first layers; `ortx fp32-nodes "
+                   "MODEL --target-cosine 0.999` chooses them by measurement", _parse_names),
     "devices": ("the devices OrtxEP places nodes on, in order of preference, e.g. 'npu,dsp,cpu' (default 'cpu'; "
                 "`ortx devices` lists them); nodes none of them runs go to ONNX Runtime", _parse_devices),
     "placement": ("forces nodes onto devices, 'NODE:DEVICE,...' (the device must be in `devices` and able to run "

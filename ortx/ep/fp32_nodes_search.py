@@ -1,0 +1,236 @@
+"""Which layers of a bf16 session keep fp32 (provider option fp32_nodes) so its outputs meet a cosine target.
+
+Why: bf16's error is not spread evenly: on MobileNetV2-style most of it comes from the first layers
+(benchmarks/bf16_sensitivity.py), and keeping every layer fp32 gives up bf16's speed. This measures it on the
+user's inputs with OrtxEP's own kernels, not a simulation:
+1. Inputs: the first `samples` calibration samples given (ortx.quantization.calibration_data: an .npz, a folder of
+   them, a dict of stacked arrays or feed dicts), else `samples` seeded random inputs in [-1, 1) (ortx.measure's);
+   the reference is ONNX Runtime's CPU EP in
+   fp32 on the same inputs. A session's score is its worst cosine over every float output and input.
+2. Candidates: the layers the all-bf16 session runs on bf16 kernels (its assignment's "bf16" rows).
+3. Sensitivity: one session per candidate with that layer alone fp32; its gain is the score over the all-bf16 one.
+4. Greedy: layers added in order of gain (each step one session) until the target is met; then pruning: each chosen
+   layer, least gain first, is dropped again if the target still holds without it. Unreachable (even every layer
+   fp32 scores below it): reported, nothing chosen.
+5. Timing (`time_runs` > 0): the all-bf16, the chosen and the all-fp32 sessions compiled as the user would run them
+   (JIT on), interleaved in blocks with ortx.measure's idle and warm-in, medians; the search's own sessions run on
+   the step interpreter with tuning off (the same kernels, so the same numbers, without a compile per candidate).
+Cost: 2 + candidates + chosen + pruning tries sessions; MobileNetV2-style (52 candidates): about a minute.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import onnxruntime
+
+from ortx.measure import random_feeds, switch_over
+from ortx.model_io import ModelSource, load, to_ort_bytes
+
+DEFAULT_TARGET = 0.999
+DEFAULT_SAMPLES = 4
+FLOAT_TYPES = ("tensor(float)", "tensor(double)", "tensor(float16)")
+
+# progress(stage, done, total): stage "sensitivity", "greedy", "pruning" or "timing"
+SearchProgress = Callable[[str, int, int], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fp32NodesChoice:
+    """What search_fp32_nodes found: the layers to keep fp32, the scores on the way and, when timed, the times."""
+
+    target: float
+    met: bool  # the chosen layers' score >= target (with none chosen when bf16 alone meets it)
+    fp32_nodes: tuple[str, ...]  # the provider option's value, in graph order
+    candidates: int  # layers the all-bf16 session runs on bf16 kernels
+    score_bf16: float  # worst cosine of the all-bf16 session
+    score_chosen: float  # ... with fp32_nodes
+    score_fp32: float  # ... with every candidate fp32
+    gains: dict  # layer -> its score alone fp32 minus score_bf16, every candidate
+    sessions: int  # sessions built by the search
+    seconds: float
+    times_ms: dict = dataclasses.field(default_factory=dict)  # "bf16", "chosen", "fp32" -> median ms, when timed
+
+    def provider_options(self) -> dict:
+        """OrtxEP's options for the chosen mix."""
+        return {"precision": "bf16", **({"fp32_nodes": ",".join(self.fp32_nodes)} if self.fp32_nodes else {})}
+
+    def summary(self) -> str:
+        lines = [f"bf16 session: worst cosine {self.score_bf16:.6f} against ONNX Runtime fp32 (target "
+                 f"{self.target:g}); {self.candidates} layers on bf16 kernels"]
+        if not self.met:
+            lines.append(f"target unreachable: with every one of them fp32 the worst cosine is {self.score_fp32:.6f}")
+        elif not self.fp32_nodes:
+            lines.append("the bf16 session meets the target as it is: no layer needs fp32")
+        else:
+            lines.append(f"{len(self.fp32_nodes)} layer(s) kept fp32: worst cosine {self.score_chosen:.6f} (every "
+                         f"layer fp32: {self.score_fp32:.6f})")
+            ranked = sorted(self.gains.items(), key=lambda item: -item[1])[:10]
+            lines.append("largest gains alone: " + ", ".join(f"{name} +{gain:.2e}" for name, gain in ranked))
+        if self.times_ms:
+            bf16 = self.times_ms["bf16"]
+            lines.append("median ms: " + ", ".join(f"{name} {ms:.3f} ({ms / bf16:.2f}x bf16)"
+                                                   for name, ms in self.times_ms.items()))
+        lines.append(f"{self.sessions} sessions, {self.seconds:.1f} s")
+        if self.met:
+            lines.append(f"provider_options={self.provider_options()!r}")
+        return "\n".join(lines)
+
+
+def _check_target(target: object) -> float:
+    if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < float(target) < 1.0:
+        raise ValueError(f"target cosine must be a number in (0, 1), not {target!r}")
+    return float(target)
+
+
+def _worst_cosine(outputs: Sequence[Sequence[np.ndarray]], references: Sequence[Sequence[np.ndarray]],
+                  floats: Sequence[bool]) -> float:
+    worst = 1.0
+    for got, expected in zip(outputs, references):
+        for value, reference, is_float in zip(got, expected, floats):
+            if not is_float:
+                continue
+            a, b = np.asarray(value, np.float64).ravel(), np.asarray(reference, np.float64).ravel()
+            if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+                return -1.0  # a non-finite output: no cosine to trust
+            norms = np.linalg.norm(a) * np.linalg.norm(b)
+            worst = min(worst, float(a @ b / norms) if norms else float(np.array_equal(a, b)))
+    return worst
+
+
+class _Sessions:
+    """Builds and scores OrtxEP bf16 sessions with given fp32_nodes on the inputs."""
+
+    def __init__(self, data: bytes, feeds: list[dict], threads: int | None, options: dict):
+        from ortx.ep.session import InferenceSession
+
+        self._factory = InferenceSession
+        self.data, self.feeds, self.threads, self.options = data, feeds, threads, options
+        self.built = 0
+        reference = onnxruntime.InferenceSession(data, self.session_options(),
+                                                 providers=["CPUExecutionProvider"])
+        self.floats = [output.type in FLOAT_TYPES for output in reference.get_outputs()]
+        if not any(self.floats):
+            raise ValueError("the model has no float output to compare")
+        self.references = [reference.run(None, feed) for feed in feeds]
+
+    def session_options(self) -> onnxruntime.SessionOptions:
+        options = onnxruntime.SessionOptions()
+        if self.threads:
+            options.intra_op_num_threads = self.threads
+        return options
+
+    def build(self, fp32_nodes: Sequence[str], *, fast_build: bool = True):
+        options = {"precision": "bf16", **self.options}
+        if fp32_nodes:
+            options["fp32_nodes"] = ",".join(fp32_nodes)
+        if fast_build:  # the step interpreter, tuning off: the same kernels without a compile per session
+            options.update(jit="off", tuning="off")
+        self.built += 1
+        return self._factory(self.data, self.session_options(), providers=["OrtxEP", "CPUExecutionProvider"],
+                             provider_options=[options, {}])
+
+    def score(self, fp32_nodes: Sequence[str]) -> float:
+        session = self.build(fp32_nodes)
+        return _worst_cosine([session.run(None, feed) for feed in self.feeds], self.references, self.floats)
+
+
+def _bf16_layers(session) -> list[str]:
+    return [row.name for row in session.assignment if row.provider == "OrtxEP" and row.precision == "bf16"]
+
+
+def _time(sessions: dict, feed: dict, runs: int, progress: SearchProgress | None) -> dict:
+    """Median ms per session, interleaved in blocks of 4 runs after ortx.measure's idle and warm-in."""
+    times = {name: [] for name in sessions}
+    rounds = max(1, runs // 4)
+    for index in range(rounds):
+        for name, session in sessions.items():
+            run = lambda: session.run(None, feed)  # noqa: E731
+            switch_over(run)
+            for _ in range(4):
+                start = time.perf_counter()
+                run()
+                times[name].append((time.perf_counter() - start) * 1e3)
+        if progress:
+            progress("timing", index + 1, rounds)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, calibration: object = None,
+                      samples: int = DEFAULT_SAMPLES, threads: int | None = None, input_shapes: dict | None = None,
+                      time_runs: int = 0, progress: SearchProgress | None = None) -> Fp32NodesChoice:
+    """The fewest layers a bf16 OrtxEP session keeps fp32 (greedy by measured gain, then pruned) for its worst output
+    cosine against ONNX Runtime fp32 to reach `target` on the inputs (see the module docstring). `input_shapes`
+    fixes dynamic input dims (OrtxEP's option of that name) for random inputs and the sessions."""
+    from ortx.quantization.calibration_data import calibration_set
+
+    target = _check_target(target)
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, not {samples}")
+    start = time.perf_counter()
+    proto = load(model)
+    data = to_ort_bytes(proto)
+    options = {}
+    if input_shapes:
+        options["input_shapes"] = {name: tuple(shape) for name, shape in input_shapes.items()}
+    if calibration is not None:
+        feeds = []
+        for feed in calibration_set(calibration, proto):
+            feeds.append(feed)
+            if len(feeds) == samples:
+                break
+    else:
+        probe = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+        feeds = [random_feeds(probe, input_shapes, seed=seed) for seed in range(samples)]
+    sessions = _Sessions(data, feeds, threads, options)
+    bf16 = sessions.build(())
+    candidates = _bf16_layers(bf16)
+    if not candidates:
+        raise ValueError("the bf16 session runs no layer on bf16 kernels (no constant-weight Conv, Gemm or MatMul "
+                         "OrtxEP claims): there is nothing to keep fp32")
+    score_bf16 = _worst_cosine([bf16.run(None, feed) for feed in feeds], sessions.references, sessions.floats)
+    del bf16
+    score_fp32 = sessions.score(candidates)
+    gains: dict[str, float] = {}
+    chosen: list[str] = []
+    score_chosen = score_bf16
+    met = score_bf16 >= target
+    if not met and score_fp32 >= target:
+        for index, name in enumerate(candidates):
+            gains[name] = sessions.score([name]) - score_bf16
+            if progress:
+                progress("sensitivity", index + 1, len(candidates))
+        order = sorted(candidates, key=lambda name: -gains[name])
+        for name in order:  # greedy: the largest gains first until the target holds
+            chosen.append(name)
+            score_chosen = sessions.score(chosen)
+            if progress:
+                progress("greedy", len(chosen), len(candidates))
+            if score_chosen >= target:
+                met = True
+                break
+        tries = sorted(chosen, key=lambda name: gains[name]) if met else []
+        for index, name in enumerate(tries):  # pruning, least gain first
+            trial = [other for other in chosen if other != name]
+            if trial:
+                score = sessions.score(trial)
+                if score >= target:
+                    chosen, score_chosen = trial, score
+            if progress:
+                progress("pruning", index + 1, len(tries))
+    elif not met:
+        chosen = []
+    chosen_in_order = tuple(name for name in candidates if name in chosen) if met else ()
+    times = {}
+    if time_runs > 0:
+        timed = {"bf16": sessions.build((), fast_build=False)}
+        if chosen_in_order:
+            timed["chosen"] = sessions.build(chosen_in_order, fast_build=False)
+        timed["fp32"] = sessions.build(candidates, fast_build=False)
+        times = _time(timed, feeds[0], time_runs, progress)
+    return Fp32NodesChoice(target, met, chosen_in_order, len(candidates), score_bf16,
+                           score_chosen if met else score_bf16, score_fp32, gains, sessions.built,
+                           time.perf_counter() - start, times)
