@@ -13,8 +13,9 @@ from ortx.cli_args import input_shape
 DESCRIPTION = """\
 Finds the fewest layers of MODEL that an OrtxEP session with precision 'bf16' keeps fp32 (its provider option
 fp32_nodes) for the session's outputs to reach a cosine target against ONNX Runtime's CPU EP in fp32, measured
-with OrtxEP's own kernels on the inputs given: each layer alone fp32 first (its gain), then layers added by gain
-until the target holds, then each chosen layer dropped again where the target holds without it. The score is the
+with OrtxEP's own kernels on the inputs given: each layer alone fp32 first (its gain), its cost from profiles of
+the all-bf16 and all-fp32 sessions, then layers added by gain per cost until the target holds, then each chosen
+layer, costliest first, dropped again where the target holds without it. The score is the
 worst cosine over every float output and input. Prints the gains, the choice and, with --time-runs, the medians of
 the all-bf16, chosen and all-fp32 sessions, and the provider_options to use.
 Inputs: --calibration DATA (an .npz whose arrays are named after the model inputs and stacked on the batch axis,
@@ -48,8 +49,11 @@ def add_fp32_nodes_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=_positive, default=None, help="intra-op threads of every session")
     parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append", default=[],
                         help="fix an input's shape (repeat for several inputs); needed for dynamic dims")
-    parser.add_argument("--time-runs", type=int, default=40, metavar="N",
-                        help="timed runs of the all-bf16, chosen and all-fp32 sessions (default 40; 0: no timing)")
+    parser.add_argument("--cost-runs", type=int, default=20, metavar="N",
+                        help="profiled runs for the layers' costs (default 20; 0: order by gain alone)")
+    parser.add_argument("--time-runs", type=int, default=80, metavar="N",
+                        help="timed runs of the all-bf16, chosen and all-fp32 sessions each, in blocks of 4 "
+                        "(default 80; 0: no timing)")
     parser.add_argument("--json", metavar="OUT.json", help="also write the result as JSON")
     parser.set_defaults(handler=run_fp32_nodes_command)
     return parser
@@ -69,7 +73,8 @@ def run_fp32_nodes_command(args, out=None) -> int:
     try:
         choice = search_fp32_nodes(args.model, target=args.target_cosine, calibration=args.calibration,
                                    samples=args.samples, threads=args.threads,
-                                   input_shapes=dict(args.input_shape) or None, time_runs=max(0, args.time_runs),
+                                   input_shapes=dict(args.input_shape) or None, cost_runs=max(0, args.cost_runs),
+                                   time_runs=max(0, args.time_runs),
                                    progress=progress)
     except (OSError, ValueError, ModelLoadError, CalibrationDataError) as error:
         print(f"ortx fp32-nodes: error: {error}", file=sys.stderr)
@@ -79,7 +84,9 @@ def run_fp32_nodes_command(args, out=None) -> int:
         document = {"target": choice.target, "met": choice.met, "fp32_nodes": list(choice.fp32_nodes),
                     "candidates": choice.candidates, "score_bf16": choice.score_bf16,
                     "score_chosen": choice.score_chosen, "score_fp32": choice.score_fp32, "gains": choice.gains,
-                    "times_ms": choice.times_ms, "sessions": choice.sessions, "seconds": choice.seconds,
+                    "costs_ms": choice.costs_ms,
+                    "times_ms": choice.times_ms, "paired_to_bf16": choice.paired, "sessions": choice.sessions,
+                    "seconds": choice.seconds,
                     "provider_options": choice.provider_options() if choice.met else None}
         write_bytes_atomically(args.json, (json.dumps(document, indent=2) + "\n").encode())
     return 0 if choice.met else 1

@@ -9,18 +9,28 @@ user's inputs with OrtxEP's own kernels, not a simulation:
    fp32 on the same inputs. A session's score is its worst cosine over every float output and input.
 2. Candidates: the layers the all-bf16 session runs on bf16 kernels (its assignment's "bf16" rows).
 3. Sensitivity: one session per candidate with that layer alone fp32; its gain is the score over the all-bf16 one.
-4. Greedy: layers added in order of gain (each step one session) until the target is met; then pruning: each chosen
-   layer, least gain first, is dropped again if the target still holds without it. Unreachable (even every layer
-   fp32 scores below it): reported, nothing chosen.
+   Cost (`cost_runs` > 0, the default): what keeping the layer fp32 adds to a run, its node's median time in a
+   profile of the all-fp32 session minus that in the all-bf16 one (ortx.ep.trace_summary; both compiled as a user
+   runs them); with cost_runs 0 every layer costs the same.
+4. Greedy: layers added in order of gain per cost (each step one session) until the target is met; then pruning:
+   each chosen layer, costliest first, is dropped again if the target still holds without it, in passes until none
+   can go (roundings partly cancel, so the score is not monotonic in the set). Unreachable (even
+   every layer fp32 scores below it): reported, nothing chosen. So the choice minimises the measured time the
+   kept layers add, as far as a greedy order can (gains need not add up: each step is measured whole).
 5. Timing (`time_runs` > 0): the all-bf16, the chosen and the all-fp32 sessions compiled as the user would run them
-   (JIT on), interleaved in blocks with ortx.measure's idle and warm-in, medians; the search's own sessions run on
-   the step interpreter with tuning off (the same kernels, so the same numbers, without a compile per candidate).
-Cost: 2 + candidates + chosen + pruning tries sessions; MobileNetV2-style (52 candidates): about a minute.
+   (JIT on), interleaved in blocks of 4 runs with ortx.measure's idle and warm-in: block medians' medians, and per
+   round each one's block median over the all-bf16 one's (paired, as ortx.measure.compare pairs). The search's own
+   sessions run on the step interpreter with tuning off (the same kernels, so the same numbers, without a compile
+   per candidate).
+Cost: 2 + candidates + chosen + pruning tries sessions (+ 2 profiled); MobileNetV2-style: about 20 s.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import statistics
+import tempfile
 import time
 from typing import Callable, Sequence
 
@@ -34,7 +44,7 @@ DEFAULT_TARGET = 0.999
 DEFAULT_SAMPLES = 4
 FLOAT_TYPES = ("tensor(float)", "tensor(double)", "tensor(float16)")
 
-# progress(stage, done, total): stage "sensitivity", "greedy", "pruning" or "timing"
+# progress(stage, done, total): stage "sensitivity", "cost", "greedy", "pruning" or "timing"
 SearchProgress = Callable[[str, int, int], None]
 
 
@@ -50,9 +60,11 @@ class Fp32NodesChoice:
     score_chosen: float  # ... with fp32_nodes
     score_fp32: float  # ... with every candidate fp32
     gains: dict  # layer -> its score alone fp32 minus score_bf16, every candidate
+    costs_ms: dict  # layer -> what keeping it fp32 adds to a run (profiles; empty without cost_runs)
     sessions: int  # sessions built by the search
     seconds: float
     times_ms: dict = dataclasses.field(default_factory=dict)  # "bf16", "chosen", "fp32" -> median ms, when timed
+    paired: dict = dataclasses.field(default_factory=dict)  # ... -> median over rounds of its time / bf16's
 
     def provider_options(self) -> dict:
         """OrtxEP's options for the chosen mix."""
@@ -68,11 +80,11 @@ class Fp32NodesChoice:
         else:
             lines.append(f"{len(self.fp32_nodes)} layer(s) kept fp32: worst cosine {self.score_chosen:.6f} (every "
                          f"layer fp32: {self.score_fp32:.6f})")
-            ranked = sorted(self.gains.items(), key=lambda item: -item[1])[:10]
-            lines.append("largest gains alone: " + ", ".join(f"{name} +{gain:.2e}" for name, gain in ranked))
+            chosen = [f"{name} (+{self.gains[name]:.2e}" + (f", +{self.costs_ms[name]:.3f} ms)" if self.costs_ms
+                                                             else ")") for name in self.fp32_nodes]
+            lines.append("kept fp32 (gain alone, cost): " + ", ".join(chosen))
         if self.times_ms:
-            bf16 = self.times_ms["bf16"]
-            lines.append("median ms: " + ", ".join(f"{name} {ms:.3f} ({ms / bf16:.2f}x bf16)"
+            lines.append("median ms: " + ", ".join(f"{name} {ms:.3f} ({self.paired[name]:.2f}x bf16, paired)"
                                                    for name, ms in self.times_ms.items()))
         lines.append(f"{self.sessions} sessions, {self.seconds:.1f} s")
         if self.met:
@@ -123,14 +135,18 @@ class _Sessions:
             options.intra_op_num_threads = self.threads
         return options
 
-    def build(self, fp32_nodes: Sequence[str], *, fast_build: bool = True):
+    def build(self, fp32_nodes: Sequence[str], *, fast_build: bool = True, profile_prefix: str | None = None):
         options = {"precision": "bf16", **self.options}
         if fp32_nodes:
             options["fp32_nodes"] = ",".join(fp32_nodes)
         if fast_build:  # the step interpreter, tuning off: the same kernels without a compile per session
             options.update(jit="off", tuning="off")
+        session_options = self.session_options()
+        if profile_prefix:
+            session_options.enable_profiling = True
+            session_options.profile_file_prefix = profile_prefix
         self.built += 1
-        return self._factory(self.data, self.session_options(), providers=["OrtxEP", "CPUExecutionProvider"],
+        return self._factory(self.data, session_options, providers=["OrtxEP", "CPUExecutionProvider"],
                              provider_options=[options, {}])
 
     def score(self, fp32_nodes: Sequence[str]) -> float:
@@ -138,33 +154,65 @@ class _Sessions:
         return _worst_cosine([session.run(None, feed) for feed in self.feeds], self.references, self.floats)
 
 
+def _layer_costs(sessions: _Sessions, candidates: list[str], runs: int) -> dict[str, float]:
+    """Per candidate, its node's median ms in a profile of the all-fp32 session minus the all-bf16 one's (at least
+    1 us: a layer never costs nothing); a layer neither profile names costs the median of the others."""
+    from ortx.ep.trace_summary import read_trace, summarize
+
+    directory = tempfile.mkdtemp(prefix="ortx-fp32-nodes-")
+    try:
+        per_layer = []
+        for name, fp32_nodes in (("bf16", ()), ("fp32", candidates)):
+            session = sessions.build(fp32_nodes, fast_build=False, profile_prefix=os.path.join(directory, name))
+            for _ in range(runs + 1):  # the first is summarize's warm-up
+                session.run(None, sessions.feeds[0])
+            times = {}
+            for node in summarize(read_trace(session.end_profiling())).nodes:
+                for layer in [node.name, *filter(None, node.fused_from.split(","))]:
+                    times.setdefault(layer, node.median_ms)
+            per_layer.append(times)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    bf16, fp32 = per_layer
+    costs = {name: max(1e-3, fp32[name] - bf16[name]) for name in candidates if name in bf16 and name in fp32}
+    typical = statistics.median(costs.values()) if costs else 1.0
+    return {name: costs.get(name, typical) for name in candidates}
+
+
 def _bf16_layers(session) -> list[str]:
     return [row.name for row in session.assignment if row.provider == "OrtxEP" and row.precision == "bf16"]
 
 
-def _time(sessions: dict, feed: dict, runs: int, progress: SearchProgress | None) -> dict:
-    """Median ms per session, interleaved in blocks of 4 runs after ortx.measure's idle and warm-in."""
-    times = {name: [] for name in sessions}
+def _time(sessions: dict, feed: dict, runs: int, progress: SearchProgress | None) -> tuple[dict, dict]:
+    """Per session the median of its block medians (ms) and the median over rounds of its block median over the
+    first session's in the same round (paired: the host's drift between rounds moves it less); rounds of blocks of
+    4 runs, each after ortx.measure's idle and warm-in."""
+    blocks = {name: [] for name in sessions}
     rounds = max(1, runs // 4)
     for index in range(rounds):
         for name, session in sessions.items():
             run = lambda: session.run(None, feed)  # noqa: E731
             switch_over(run)
+            times = []
             for _ in range(4):
                 start = time.perf_counter()
                 run()
-                times[name].append((time.perf_counter() - start) * 1e3)
+                times.append((time.perf_counter() - start) * 1e3)
+            blocks[name].append(statistics.median(times))
         if progress:
             progress("timing", index + 1, rounds)
-    return {name: statistics.median(values) for name, values in times.items()}
+    first = next(iter(blocks.values()))
+    return ({name: statistics.median(values) for name, values in blocks.items()},
+            {name: statistics.median(a / b for a, b in zip(values, first)) for name, values in blocks.items()})
 
 
 def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, calibration: object = None,
                       samples: int = DEFAULT_SAMPLES, threads: int | None = None, input_shapes: dict | None = None,
-                      time_runs: int = 0, progress: SearchProgress | None = None) -> Fp32NodesChoice:
-    """The fewest layers a bf16 OrtxEP session keeps fp32 (greedy by measured gain, then pruned) for its worst output
-    cosine against ONNX Runtime fp32 to reach `target` on the inputs (see the module docstring). `input_shapes`
-    fixes dynamic input dims (OrtxEP's option of that name) for random inputs and the sessions."""
+                      cost_runs: int = 20, time_runs: int = 0,
+                      progress: SearchProgress | None = None) -> Fp32NodesChoice:
+    """The layers a bf16 OrtxEP session keeps fp32 (greedy by measured gain per measured cost, then pruned) for its
+    worst output cosine against ONNX Runtime fp32 to reach `target` on the inputs (see the module docstring).
+    `input_shapes` fixes dynamic input dims (OrtxEP's option of that name) for random inputs and the sessions."""
     from ortx.quantization.calibration_data import calibration_set
 
     target = _check_target(target)
@@ -195,6 +243,7 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
     del bf16
     score_fp32 = sessions.score(candidates)
     gains: dict[str, float] = {}
+    costs: dict[str, float] = {}
     chosen: list[str] = []
     score_chosen = score_bf16
     met = score_bf16 >= target
@@ -203,8 +252,12 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
             gains[name] = sessions.score([name]) - score_bf16
             if progress:
                 progress("sensitivity", index + 1, len(candidates))
-        order = sorted(candidates, key=lambda name: -gains[name])
-        for name in order:  # greedy: the largest gains first until the target holds
+        if cost_runs > 0:
+            costs = _layer_costs(sessions, candidates, cost_runs)
+            if progress:
+                progress("cost", 1, 1)
+        order = sorted(candidates, key=lambda name: -gains[name] / costs.get(name, 1.0))
+        for name in order:  # greedy: the largest gains per cost first until the target holds
             chosen.append(name)
             score_chosen = sessions.score(chosen)
             if progress:
@@ -212,25 +265,34 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
             if score_chosen >= target:
                 met = True
                 break
-        tries = sorted(chosen, key=lambda name: gains[name]) if met else []
-        for index, name in enumerate(tries):  # pruning, least gain first
-            trial = [other for other in chosen if other != name]
-            if trial:
-                score = sessions.score(trial)
-                if score >= target:
-                    chosen, score_chosen = trial, score
-            if progress:
-                progress("pruning", index + 1, len(tries))
+        # pruning, costliest first (least gain first where costs are equal), in passes until no layer can go: the
+        # score is not monotonic in the set (roundings partly cancel), so a layer kept in one pass may go in the next
+        tried: set[tuple[str, ...]] = set()
+        changed = met
+        while changed:
+            changed = False
+            ordered = sorted(chosen, key=lambda name: (-costs.get(name, 1.0), gains[name]))
+            for index, name in enumerate(ordered):
+                trial = [other for other in chosen if other != name]
+                if trial and tuple(trial) not in tried:
+                    tried.add(tuple(trial))
+                    score = sessions.score(trial)
+                    if score >= target:
+                        chosen, score_chosen, changed = trial, score, True
+                if progress:  # a pass: done/total of the layers it tries
+                    progress("pruning", len(ordered) if changed else index + 1, len(ordered))
+                if changed:
+                    break
     elif not met:
         chosen = []
     chosen_in_order = tuple(name for name in candidates if name in chosen) if met else ()
-    times = {}
+    times, paired = {}, {}
     if time_runs > 0:
         timed = {"bf16": sessions.build((), fast_build=False)}
         if chosen_in_order:
             timed["chosen"] = sessions.build(chosen_in_order, fast_build=False)
         timed["fp32"] = sessions.build(candidates, fast_build=False)
-        times = _time(timed, feeds[0], time_runs, progress)
+        times, paired = _time(timed, feeds[0], time_runs, progress)
     return Fp32NodesChoice(target, met, chosen_in_order, len(candidates), score_bf16,
-                           score_chosen if met else score_bf16, score_fp32, gains, sessions.built,
-                           time.perf_counter() - start, times)
+                           score_chosen if met else score_bf16, score_fp32, gains, costs, sessions.built,
+                           time.perf_counter() - start, times, paired)

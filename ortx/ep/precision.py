@@ -19,8 +19,8 @@ Provider option `fp32_nodes` names nodes of a bf16 session that keep fp32 kernel
 bf16's error grows most. MobileNetV2-style (random weights) with its first 8 conv layers so: output cosine against
 fp32 0.9993-0.9994 instead of 0.9982-0.9987 on three inputs, at 1.26x the time (2 threads, session 30; where
 its error comes from: benchmarks/bf16_sensitivity.py). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search) chooses
-them by measurement for a cosine target: on MobileNetV2-style 4 layers (conv_22, conv_29, conv_49, conv_84) for
-0.999, cosine 0.9991-0.9992 at 1.18x (session 31).
+them by measurement for a cosine target on given inputs: on MobileNetV2-style 5 layers for 0.999 (conv_22, conv_29,
+conv_84, conv_104, conv_111; worst cosine 0.99902 on 4 random inputs) at 1.15-1.17x (session 31).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

@@ -56,7 +56,8 @@ def test_the_chosen_layers_meet_the_target_and_none_can_be_dropped(model):
     assert set(choice.gains) >= set(choice.fp32_nodes) and len(choice.gains) == choice.candidates
     assert choice.score_bf16 == pytest.approx(bf16, abs=1e-9)
     assert choice.score_chosen >= target and choice.score_fp32 >= choice.score_chosen
-    assert {"sensitivity", "greedy", "pruning"} <= stages
+    assert {"sensitivity", "cost", "greedy", "pruning"} <= stages
+    assert set(choice.costs_ms) == set(choice.gains) and min(choice.costs_ms.values()) > 0
     assert choice.provider_options() == {"precision": "bf16", "fp32_nodes": ",".join(choice.fp32_nodes)}
     # the search's sessions (step interpreter, tuning off) score what a user's session does
     assert _worst_cosine(model, choice.fp32_nodes) == pytest.approx(choice.score_chosen, abs=1e-9)
@@ -67,9 +68,10 @@ def test_the_chosen_layers_meet_the_target_and_none_can_be_dropped(model):
 
 def test_a_target_bf16_meets_keeps_no_layer_and_the_times_are_reported(model):
     choice = search_fp32_nodes(model, target=0.5, samples=1, threads=2, time_runs=4)
-    assert choice.met and choice.fp32_nodes == () and not choice.gains
+    assert choice.met and choice.fp32_nodes == () and not choice.gains and not choice.costs_ms
     assert choice.provider_options() == {"precision": "bf16"}
-    assert set(choice.times_ms) == {"bf16", "fp32"} and all(ms > 0 for ms in choice.times_ms.values())
+    assert set(choice.times_ms) == set(choice.paired) == {"bf16", "fp32"}
+    assert all(ms > 0 for ms in choice.times_ms.values()) and choice.paired["bf16"] == 1.0
     assert "no layer needs fp32" in choice.summary()
 
 
