@@ -11,13 +11,14 @@ import sys
 from ortx.cli_args import input_shape
 
 DESCRIPTION = """\
-Finds the fewest layers of MODEL that an OrtxEP session with precision 'bf16' keeps fp32 (its provider option
-fp32_nodes) for the session's outputs to reach a cosine target against ONNX Runtime's CPU EP in fp32, measured
-with OrtxEP's own kernels on the inputs given: each layer alone fp32 first (its gain), its cost from profiles of
-the all-bf16 and all-fp32 sessions, then layers added by gain per cost until the target holds, then each chosen
-layer, costliest first, dropped again where the target holds without it. The score is the
-worst cosine over every float output and input. Prints the gains, the choice and, with --time-runs, the medians of
-the all-bf16, chosen and all-fp32 sessions, and the provider_options to use.
+Chooses the layers of MODEL that an OrtxEP session with precision 'bf16' keeps fp32 (its provider option
+fp32_nodes) for the session's outputs to reach a cosine target against ONNX Runtime's CPU EP in fp32, at a low
+added time, measured with OrtxEP's own kernels on the inputs given: each layer alone fp32 first (its gain), its
+cost from profiles of the all-bf16 and all-fp32 sessions, then layers added by gain per cost until the target
+holds, then each chosen layer, costliest first, dropped again where the target holds without it (in passes until
+none can go). The score is the worst cosine over every float output and input. Prints the choice with each kept
+layer's gain and cost and, with --time-runs, the medians of the all-bf16, chosen and all-fp32 sessions (paired
+ratios to the all-bf16 one), and the provider_options to use.
 Inputs: --calibration DATA (an .npz whose arrays are named after the model inputs and stacked on the batch axis,
 or a folder of them: the first --samples samples), else --samples seeded random inputs in [-1, 1).
 exit status: 0 target met, 1 target unreachable (even with every layer fp32), 2 usage or input error."""

@@ -5,8 +5,8 @@ Why: bf16's error is not spread evenly: on MobileNetV2-style most of it comes fr
 user's inputs with OrtxEP's own kernels, not a simulation:
 1. Inputs: the first `samples` calibration samples given (ortx.quantization.calibration_data: an .npz, a folder of
    them, a dict of stacked arrays or feed dicts), else `samples` seeded random inputs in [-1, 1) (ortx.measure's);
-   the reference is ONNX Runtime's CPU EP in
-   fp32 on the same inputs. A session's score is its worst cosine over every float output and input.
+   the reference is ONNX Runtime's CPU EP in fp32 on the same inputs. A session's score is its worst cosine over
+   every float output and input.
 2. Candidates: the layers the all-bf16 session runs on bf16 kernels (its assignment's "bf16" rows).
 3. Sensitivity: one session per candidate with that layer alone fp32; its gain is the score over the all-bf16 one.
    Cost (`cost_runs` > 0, the default): what keeping the layer fp32 adds to a run, its node's median time in a
@@ -14,9 +14,9 @@ user's inputs with OrtxEP's own kernels, not a simulation:
    runs them); with cost_runs 0 every layer costs the same.
 4. Greedy: layers added in order of gain per cost (each step one session) until the target is met; then pruning:
    each chosen layer, costliest first, is dropped again if the target still holds without it, in passes until none
-   can go (roundings partly cancel, so the score is not monotonic in the set). Unreachable (even
-   every layer fp32 scores below it): reported, nothing chosen. So the choice minimises the measured time the
-   kept layers add, as far as a greedy order can (gains need not add up: each step is measured whole).
+   can go (roundings partly cancel, so the score is not monotonic in the set). Unreachable (even every layer fp32
+   scores below it): reported, nothing chosen. So the choice keeps the measured time the kept layers add low, as
+   far as a greedy order can (gains need not add up: each step is measured whole).
 5. Timing (`time_runs` > 0): the all-bf16, the chosen and the all-fp32 sessions compiled as the user would run them
    (JIT on), interleaved in blocks of 4 runs with ortx.measure's idle and warm-in: block medians' medians, and per
    round each one's block median over the all-bf16 one's (paired, as ortx.measure.compare pairs). The search's own
