@@ -17,6 +17,17 @@ def input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, shape
 
 
+def positive_int(text: str) -> int:
+    """An integer >= 1 (an argparse type: anything else is a usage error naming the flag)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def device_list(text: str) -> str:
     """'npu,dsp,cpu' -> the same names, checked against ortx.ep.devices (an unknown name is a usage error)."""
     from ortx.ep.devices import select

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from ortx.cli_args import input_shape
+from ortx.cli_args import input_shape, positive_int
 
 DESCRIPTION = """\
 Chooses the layers of MODEL that an OrtxEP session with precision 'bf16' keeps fp32 (its provider option
@@ -22,13 +22,6 @@ ratios to the all-bf16 one), and the provider_options to use.
 Inputs: --calibration DATA (an .npz whose arrays are named after the model inputs and stacked on the batch axis,
 or a folder of them: the first --samples samples), else --samples seeded random inputs in [-1, 1).
 exit status: 0 target met, 1 target unreachable (even with every layer fp32), 2 usage or input error."""
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _cosine(text: str) -> float:
@@ -46,8 +39,8 @@ def add_fp32_nodes_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--target-cosine", type=_cosine, default=0.999,
                         help="worst output cosine against ONNX Runtime fp32 to reach (default 0.999)")
     parser.add_argument("--calibration", metavar="DATA", help="inputs: an .npz or a folder of .npz files")
-    parser.add_argument("--samples", type=_positive, default=4, help="inputs scored (default 4)")
-    parser.add_argument("--threads", type=_positive, default=None, help="intra-op threads of every session")
+    parser.add_argument("--samples", type=positive_int, default=4, help="inputs scored (default 4)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="intra-op threads of every session")
     parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append", default=[],
                         help="fix an input's shape (repeat for several inputs); needed for dynamic dims")
     parser.add_argument("--cost-runs", type=int, default=20, metavar="N",

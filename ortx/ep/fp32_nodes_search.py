@@ -100,16 +100,17 @@ def _check_target(target: object) -> float:
 
 def _worst_cosine(outputs: Sequence[Sequence[np.ndarray]], references: Sequence[Sequence[np.ndarray]],
                   floats: Sequence[bool]) -> float:
+    """The lowest cosine over inputs and float outputs (ortx.quantization.sensitivity's metric, per input); -1 when
+    an output is not finite (no cosine to trust)."""
+    from ortx.quantization.sensitivity import one_minus_cosine
+
     worst = 1.0
     for got, expected in zip(outputs, references):
-        for value, reference, is_float in zip(got, expected, floats):
-            if not is_float:
-                continue
-            a, b = np.asarray(value, np.float64).ravel(), np.asarray(reference, np.float64).ravel()
-            if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
-                return -1.0  # a non-finite output: no cosine to trust
-            norms = np.linalg.norm(a) * np.linalg.norm(b)
-            worst = min(worst, float(a @ b / norms) if norms else float(np.array_equal(a, b)))
+        got = [np.asarray(value) for value, is_float in zip(got, floats) if is_float]
+        expected = [np.asarray(value) for value, is_float in zip(expected, floats) if is_float]
+        if not all(np.all(np.isfinite(value)) for value in got + expected):
+            return -1.0
+        worst = min(worst, 1.0 - one_minus_cosine([expected], [got]))
     return worst
 
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 
-from ortx.cli_args import input_shape
+from ortx.cli_args import input_shape, positive_int
 
 DESCRIPTION = """\
 Runs MODEL with ONNX Runtime's CPU EP and with OrtxEP (ortx.InferenceSession, providers OrtxEP then CPU), each
@@ -32,11 +32,11 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("model", help="ONNX model path")
     parser.add_argument("--input-shape", metavar="NAME:D1xD2x...", type=input_shape, action="append", default=[],
                         help="fix an input's shape (repeat for several inputs); needed for dynamic dims")
-    parser.add_argument("--runs", type=_positive, default=20, help="profiled runs per engine after one warm-up "
+    parser.add_argument("--runs", type=positive_int, default=20, help="profiled runs per engine after one warm-up "
                         "(default 20)")
-    parser.add_argument("--threads", type=_positive, default=None, help="intra-op threads of both engines "
+    parser.add_argument("--threads", type=positive_int, default=None, help="intra-op threads of both engines "
                         "(default: ONNX Runtime's default)")
-    parser.add_argument("--top", type=_positive, default=15, help="how many of OrtxEP's slowest nodes to list")
+    parser.add_argument("--top", type=positive_int, default=15, help="how many of OrtxEP's slowest nodes to list")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                         help="OrtxEP's precision option (ONNX Runtime runs fp32 either way)")
     parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
@@ -45,13 +45,6 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--trace-dir", default=None, help="keep the two profile files in this directory")
     parser.set_defaults(handler=run_profile_command)
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _session(model: bytes, shapes: dict, threads: int | None, prefix: str | None, ortx_ep: bool,
