@@ -114,27 +114,30 @@ def _worst_cosine(outputs: Sequence[Sequence[np.ndarray]], references: Sequence[
     return worst
 
 
+def _session_options(threads: int | None) -> onnxruntime.SessionOptions:
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
 class _Sessions:
     """Builds and scores OrtxEP bf16 sessions with given fp32_nodes on the inputs."""
 
-    def __init__(self, data: bytes, feeds: list[dict], threads: int | None, options: dict):
+    def __init__(self, data: bytes, reference: onnxruntime.InferenceSession, feeds: list[dict], threads: int | None,
+                 options: dict):
         from ortx.ep.session import InferenceSession
 
         self._factory = InferenceSession
         self.data, self.feeds, self.threads, self.options = data, feeds, threads, options
         self.built = 0
-        reference = onnxruntime.InferenceSession(data, self.session_options(),
-                                                 providers=["CPUExecutionProvider"])
         self.floats = [output.type in FLOAT_TYPES for output in reference.get_outputs()]
         if not any(self.floats):
             raise ValueError("the model has no float output to compare")
         self.references = [reference.run(None, feed) for feed in feeds]
 
     def session_options(self) -> onnxruntime.SessionOptions:
-        options = onnxruntime.SessionOptions()
-        if self.threads:
-            options.intra_op_num_threads = self.threads
-        return options
+        return _session_options(self.threads)
 
     def build(self, fp32_nodes: Sequence[str], *, fast_build: bool = True, profile_prefix: str | None = None):
         options = {"precision": "bf16", **self.options}
@@ -225,6 +228,7 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
     options = {}
     if input_shapes:
         options["input_shapes"] = {name: tuple(shape) for name, shape in input_shapes.items()}
+    reference = onnxruntime.InferenceSession(data, _session_options(threads), providers=["CPUExecutionProvider"])
     if calibration is not None:
         feeds = []
         for feed in calibration_set(calibration, proto):
@@ -232,9 +236,8 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
             if len(feeds) == samples:
                 break
     else:
-        probe = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-        feeds = [random_feeds(probe, input_shapes, seed=seed) for seed in range(samples)]
-    sessions = _Sessions(data, feeds, threads, options)
+        feeds = [random_feeds(reference, input_shapes, seed=seed) for seed in range(samples)]
+    sessions = _Sessions(data, reference, feeds, threads, options)
     bf16 = sessions.build(())
     candidates = _bf16_layers(bf16)
     if not candidates:
@@ -284,8 +287,6 @@ def search_fp32_nodes(model: ModelSource, *, target: float = DEFAULT_TARGET, cal
                     progress("pruning", len(ordered) if changed else index + 1, len(ordered))
                 if changed:
                     break
-    elif not met:
-        chosen = []
     chosen_in_order = tuple(name for name in candidates if name in chosen) if met else ()
     times, paired = {}, {}
     if time_runs > 0:
