@@ -80,7 +80,7 @@ class Fp32NodesChoice:
         else:
             lines.append(f"{len(self.fp32_nodes)} layer(s) kept fp32: worst cosine {self.score_chosen:.6f} (every "
                          f"layer fp32: {self.score_fp32:.6f})")
-            chosen = [f"{name} (+{self.gains[name]:.2e}" + (f", +{self.costs_ms[name]:.3f} ms)" if self.costs_ms
+            chosen = [f"{name} ({self.gains[name]:+.2e}" + (f", +{self.costs_ms[name]:.3f} ms)" if self.costs_ms
                                                              else ")") for name in self.fp32_nodes]
             lines.append("kept fp32 (gain alone, cost): " + ", ".join(chosen))
         if self.times_ms:
