@@ -24,6 +24,8 @@ Strategies (each deterministic given its seed):
   Without transfer it measures random samples until `initial` are ok.
 The pieces are public so ortx.tune.scheduler can run rounds of chosen tasks: TaskProgress (one task's measured
 set, best and best-so-far, resumed from records) and measure_round (one measure call, every result a row).
+  A candidate whose features equal a measured or already chosen schedule's (a twin: the same loop nest) is
+  skipped.
 Limits: the model ranks by regression on log time (no ranking loss); a batch is the top of one ranking, so its
 schedules can be close neighbours of each other.
 """
@@ -213,9 +215,15 @@ class EvolutionarySearch(RandomSearch):
             scores.update(zip(children, self.model.predict(self._featurised(list(children)))))
         return sorted(scores, key=scores.__getitem__)
 
+    def _twin_key(self, schedule: Schedule) -> bytes:
+        return self._featurised([schedule])[0].tobytes()
+
     def propose(self, count: int, measured: set[Schedule]) -> list[Schedule]:
         chosen: list[Schedule] = []
         ranked = self._ranked(measured) if self._fit() else []
+        # Twins: schedules whose features are equal (say an M block larger than the task's rows, clipped to them)
+        # run the same loop nest and get the same prediction; a batch would spend its trials on one of them.
+        twins = {self._twin_key(schedule) for schedule in measured} if ranked else set()
         for schedule in ranked:
             if len(chosen) == count:
                 break
@@ -223,9 +231,12 @@ class EvolutionarySearch(RandomSearch):
                 picked = super().propose(1, measured | set(chosen))
                 if picked:
                     chosen.append(picked[0])
+                    twins.add(self._twin_key(picked[0]))
                     continue
-            if schedule not in chosen:
+            key = self._twin_key(schedule)
+            if schedule not in chosen and key not in twins:
                 chosen.append(schedule)
+                twins.add(key)
         if len(chosen) < count:
             chosen += super().propose(count - len(chosen), measured | set(chosen))
         return chosen

@@ -64,6 +64,27 @@ def test_guided_search_finds_the_known_best_with_a_seed(database):
     assert result.best.schedule == expected  # 64 of 464 valid schedules measured
 
 
+def test_guided_search_never_spends_a_trial_on_a_twin():
+    """A knob the features do not see (here "spare", like an M block clipped to a task's rows) makes twins: the
+    same loop nest, the same prediction; a batch takes at most one of them, and none of a measured schedule."""
+    spare = Space("spare", {**SPACE.choices, "spare": (1, 2, 3, 4)}, valid=SPACE.valid,
+                  featurize=lambda s: np.array([math.log2(s["tile_m"]), math.log2(s["tile_n"]),
+                                                math.log2(s["unroll"]), float(s["order"] == "mn")]))
+    search_ = EvolutionarySearch(spare, seed=0, epsilon=0.0)
+    twin = lambda schedule: spare.features(schedule).tobytes()  # noqa: E731
+    measured = set(RandomSearch(spare, seed=1).propose(8, set()))
+    for schedule in measured:
+        search_.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
+    for _ in range(6):
+        batch = search_.propose(4, measured)
+        assert len(batch) == 4
+        keys = [twin(schedule) for schedule in batch]
+        assert len(set(keys)) == 4 and not set(keys) & {twin(schedule) for schedule in measured}
+        for schedule in batch:
+            search_.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
+        measured |= set(batch)
+
+
 def test_search_is_deterministic_given_a_seed(tmp_path):
     orders = []
     for attempt in range(2):
