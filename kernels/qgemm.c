@@ -535,7 +535,10 @@ static void depthwise_plane(void *context, int64_t task, int thread_index) {
     int32_t *acc = taps + ortx_round_up(p->kernel_height * p->kernel_width, 16);
     uint8_t mask = p->input_signed ? 0x80 : 0, zero_u = (uint8_t)(p->x_zero_point + (p->input_signed ? 128 : 0));
     const uint8_t *in = j->x + (n * p->in_channels + c) * p->in_height * p->in_width;
-    for (int64_t row = 0; row < j->plane_height; row++) {
+    int copied = ortx_selected_isa() >= ORTX_ISA_AVX512 &&
+                 ortx_qdepthwise_pad_plane_avx512(in, p->in_height, p->in_width, p->pad_top, p->pad_left,
+                                                  j->plane_height, j->plane_width, zero_u, mask, plane);
+    for (int64_t row = 0; !copied && row < j->plane_height; row++) {
         uint8_t *line = plane + row * j->plane_width;
         int64_t source_row = row - p->pad_top;
         if (source_row < 0 || source_row >= p->in_height) {

@@ -148,6 +148,11 @@ static inline void ortx_qgemm_pack_scalar(const uint8_t *const source[4], int64_
     }
 }
 
+/* qdepthwise2d_i8's padded plane (rows of plane_width bytes: the zero point around the input, signed input flipped
+ * to unsigned by `flip`) by AVX-512 (kernels/qgemm_avx512.c); 0 when a padded row does not fit in 64 bytes. */
+int ortx_qdepthwise_pad_plane_avx512(const uint8_t *in, int64_t in_height, int64_t in_width, int64_t pad_top,
+                                     int64_t pad_left, int64_t plane_height, int64_t plane_width, uint8_t zero_u,
+                                     uint8_t flip, uint8_t *plane);
 /* Vector QuantizeLinear / DequantizeLinear bodies (kernels/qgemm_avx512.c): each does a prefix of whole 16-lane
  * vectors and returns its length; the caller finishes the tail with the scalar loop (same results). */
 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,

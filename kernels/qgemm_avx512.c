@@ -347,6 +347,30 @@ ORTX_TARGET_AVX512 __attribute__((optimize("fp-contract=off"))) static void epil
     }
 }
 
+/* qdepthwise2d_i8's padded plane copy when a padded row fits in 64 bytes (the 7x7 to 56x56 maps of MobileNetV2-like
+ * nets): per row one masked load of the input row (the lanes outside it are never read), the sign flip, the zero
+ * point blended into the padding, one 64-byte store; a store's spill past its row is zero points, overwritten by
+ * the next row or landing in the plane's 64 bytes of slack. The scalar copy made three libc calls a row, most of a
+ * 7x7 plane's time. Returns 0 (nothing written) when a row does not fit. */
+ORTX_TARGET_AVX512 int ortx_qdepthwise_pad_plane_avx512(const uint8_t *in, int64_t in_height, int64_t in_width,
+                                                        int64_t pad_top, int64_t pad_left, int64_t plane_height,
+                                                        int64_t plane_width, uint8_t zero_u, uint8_t flip,
+                                                        uint8_t *plane) {
+    if (plane_width > 64 || in_width < 1 || pad_left < 0 || pad_left + in_width > 64) return 0;
+    __mmask64 columns = (in_width >= 64 ? ~0ULL : (1ULL << in_width) - 1) << pad_left;
+    __m512i fill = _mm512_set1_epi8((char)zero_u), flips = _mm512_set1_epi8((char)flip);
+    for (int64_t row = 0; row < plane_height; row++) {
+        int64_t source_row = row - pad_top;
+        __m512i line = fill;
+        if (source_row >= 0 && source_row < in_height) {
+            __m512i values = _mm512_maskz_loadu_epi8(columns, in + source_row * in_width - pad_left);
+            line = _mm512_mask_blend_epi8(columns, fill, _mm512_xor_si512(values, flips));
+        }
+        _mm512_storeu_si512(plane + row * plane_width, line);
+    }
+    return 1;
+}
+
 /* QuantizeLinear over 16 lanes: x / scale, clamp (max first: NaN becomes low, as the scalar loop), round to nearest
  * even (cvtps2dq), + zero point, narrowed (in range after the clamp). Returns how many elements it did. */
 ORTX_TARGET_AVX512 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high,
@@ -459,6 +483,13 @@ const ortx_qgemm_isa ortx_qgemm_isa_avx512_vbmi = {.name = "avx512_vnni_vbmi", .
                                                    .pack_run = ortx_qgemm_pack_run_portable,
                                                    .epilogue = ortx_qgemm_epilogue_portable,
                                                    .depthwise_row = ortx_qdepthwise_row_portable};
+int ortx_qdepthwise_pad_plane_avx512(const uint8_t *in, int64_t in_height, int64_t in_width, int64_t pad_top,
+                                     int64_t pad_left, int64_t plane_height, int64_t plane_width, uint8_t zero_u,
+                                     uint8_t flip, uint8_t *plane) {
+    (void)in, (void)in_height, (void)in_width, (void)pad_top, (void)pad_left, (void)plane_height, (void)plane_width;
+    (void)zero_u, (void)flip, (void)plane;
+    return 0;
+}
 int64_t ortx_quantize_avx512(const float *x, int64_t count, float scale, float low, float high, int32_t zero,
                              void *y) {
     (void)x, (void)count, (void)scale, (void)low, (void)high, (void)zero, (void)y;

@@ -154,7 +154,9 @@ def test_qconv_float_output_with_residual(isa, activation):
 DEPTHWISE_CASES = [  # (N, C, H, W, K, stride, pad, dilation)
     (1, 19, 13, 37, 3, 1, 1, 1), (2, 8, 14, 14, 3, 2, 1, 1), (1, 5, 11, 20, 5, 1, 2, 1), (1, 4, 9, 33, 3, 2, 0, 1),
     (1, 3, 12, 12, 3, 1, 2, 2), (1, 6, 10, 40, 3, 3, 1, 1),
-]
+    (1, 24, 7, 7, 3, 1, 1, 1), (1, 9, 14, 14, 3, 2, 1, 1), (1, 2, 5, 62, 3, 1, 1, 1), (1, 2, 4, 64, 3, 1, 0, 1),
+    (1, 3, 6, 70, 3, 1, 1, 1),
+]  # from 7x7: MobileNetV2-like small maps, rows at the 64-byte edge of the vector plane copy, one past it
 
 
 @pytest.mark.parametrize("case", DEPTHWISE_CASES)
