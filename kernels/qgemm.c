@@ -560,7 +560,8 @@ static void depthwise_plane(void *context, int64_t task, int thread_index) {
     const int8_t *w = j->weights + c * j->k4 * ORTX_QGEMM_MR * 4;
     for (int64_t k = 0; k < area; k++) taps[k] = w[(k / 4) * ORTX_QGEMM_MR * 4 + k % 4];
     int whole_plane = p->out_pixel_stride == 1;
-    for (int64_t oh = 0; oh < p->out_height; oh++) {
+    int done = whole_plane && j->isa->depthwise_plane && j->isa->depthwise_plane(p, plane, j->plane_width, taps, acc);
+    for (int64_t oh = 0; !done && oh < p->out_height; oh++) {
         int32_t *row = whole_plane ? acc + oh * p->out_width : acc;  /* a row's 16-lane spill lands on the next */
         j->isa->depthwise_row(p, plane, j->plane_width, taps, oh, row);
         if (!whole_plane)

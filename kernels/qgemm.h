@@ -107,6 +107,11 @@ typedef void (*ortx_qgemm_sparse_micro_fn)(const ortx_qsparse *w, int64_t panel,
                                            const uint8_t *b, int64_t block_stride, int64_t blocks,
                                            const int64_t *quad_offsets, int accumulate, int32_t *acc);
 
+/* Every output row of a depthwise plane at once (row stride out_width, 16 lanes of slack after the last): 1 when
+ * done, 0 when the ISA's function does not take this geometry (the caller then runs depthwise_row per row). */
+typedef int (*ortx_qdepthwise_plane_fn)(const ortx_qconv_params *p, const uint8_t *plane, int64_t plane_width,
+                                        const int32_t *taps, int32_t *acc);
+
 typedef struct ortx_qgemm_isa {
     const char *name;
     ortx_qgemm_micro_fn micro;
@@ -114,6 +119,7 @@ typedef struct ortx_qgemm_isa {
     ortx_qgemm_pack_run_fn pack_run;
     ortx_qgemm_epilogue_fn epilogue;
     ortx_qdepthwise_row_fn depthwise_row;
+    ortx_qdepthwise_plane_fn depthwise_plane;  /* optional (NULL: per row) */
 } ortx_qgemm_isa;
 
 extern const ortx_qgemm_isa ortx_qgemm_isa_portable;
