@@ -442,30 +442,49 @@ static const uint8_t triple_stride2[64] __attribute__((aligned(64))) = {
 #define ORTX_TARGET_AVX512_VNNI_VBMI \
     __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi")))
 
-ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_params *p, const uint8_t *plane,
-                                                            int64_t plane_width, const int32_t *taps, int64_t oh,
-                                                            int32_t *acc) {
-    if (p->kernel_width != 3 || p->dilation_width != 1 || p->stride_width > 2 || p->kernel_height > 8) {
-        depthwise_row_avx512(p, plane, plane_width, taps, oh, acc);
-        return;
-    }
-    __m512i order = _mm512_load_si512(p->stride_width == 1 ? triple_stride1 : triple_stride2);
-    __m512i weights[8];
+/* The three-wide taps of each kernel row as one dword (the fourth byte 0) and the permutation of the stride; 0 when
+ * the geometry is not the three-wide one these rows compute. */
+ORTX_TARGET_AVX512_VNNI_VBMI static inline int triple_setup(const ortx_qconv_params *p, const int32_t *taps,
+                                                            __m512i weights[8], __m512i *order) {
+    if (p->kernel_width != 3 || p->dilation_width != 1 || p->stride_width > 2 || p->kernel_height > 8) return 0;
+    *order = _mm512_load_si512(p->stride_width == 1 ? triple_stride1 : triple_stride2);
     for (int64_t kh = 0; kh < p->kernel_height; kh++) {
         const int32_t *t = taps + kh * 3;
         weights[kh] = _mm512_set1_epi32((int32_t)((uint32_t)(t[0] & 0xff) | (uint32_t)(t[1] & 0xff) << 8 |
                                                   (uint32_t)(t[2] & 0xff) << 16));
     }
-    const uint8_t *top = plane + oh * p->stride_height * plane_width;
-    for (int64_t ow = 0; ow < p->out_width; ow += 16) {
-        __m512i sum = _mm512_setzero_si512();
-        for (int64_t kh = 0; kh < p->kernel_height; kh++) {
-            const uint8_t *x = top + kh * p->dilation_height * plane_width + ow * p->stride_width;
-            __m512i triples = _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x));
-            sum = _mm512_dpbusd_epi32(sum, triples, weights[kh]);
+    return 1;
+}
+
+/* Output rows [first, first + count) into acc (row stride out_width; a row's 16-lane spill past its end is
+ * rewritten by the next row, the last one's lands in the caller's slack). */
+ORTX_TARGET_AVX512_VNNI_VBMI static inline void triple_rows(const ortx_qconv_params *p, const uint8_t *plane,
+                                                            int64_t plane_width, const __m512i weights[8],
+                                                            __m512i order, int64_t first, int64_t count,
+                                                            int32_t *acc) {
+    int64_t row_step = p->stride_height * plane_width, tap_step = p->dilation_height * plane_width;
+    for (int64_t oh = first; oh < first + count; oh++) {
+        const uint8_t *top = plane + oh * row_step;
+        for (int64_t ow = 0; ow < p->out_width; ow += 16) {
+            const uint8_t *x = top + ow * p->stride_width;
+            __m512i sum = _mm512_setzero_si512();
+            for (int64_t kh = 0; kh < p->kernel_height; kh++)
+                sum = _mm512_dpbusd_epi32(sum, _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x + kh * tap_step)),
+                                          weights[kh]);
+            _mm512_storeu_si512(acc + (oh - first) * p->out_width + ow, sum);
         }
-        _mm512_storeu_si512(acc + ow, sum);
     }
+}
+
+ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_params *p, const uint8_t *plane,
+                                                            int64_t plane_width, const int32_t *taps, int64_t oh,
+                                                            int32_t *acc) {
+    __m512i weights[8], order;
+    if (!triple_setup(p, taps, weights, &order)) {
+        depthwise_row_avx512(p, plane, plane_width, taps, oh, acc);
+        return;
+    }
+    triple_rows(p, plane, plane_width, weights, order, oh, 1, acc);
 }
 
 /* depthwise_row_vbmi over every output row of a plane in one call: the taps and the permutation set up once, and
@@ -473,27 +492,9 @@ ORTX_TARGET_AVX512_VNNI_VBMI static void depthwise_row_vbmi(const ortx_qconv_par
  * vpdpbusd each). The same instructions per row, so the same exact int32 sums. */
 ORTX_TARGET_AVX512_VNNI_VBMI static int depthwise_plane_vbmi(const ortx_qconv_params *p, const uint8_t *plane,
                                                              int64_t plane_width, const int32_t *taps, int32_t *acc) {
-    if (p->kernel_width != 3 || p->dilation_width != 1 || p->stride_width > 2 || p->kernel_height > 8) return 0;
-    __m512i order = _mm512_load_si512(p->stride_width == 1 ? triple_stride1 : triple_stride2);
-    __m512i weights[8];
-    for (int64_t kh = 0; kh < p->kernel_height; kh++) {
-        const int32_t *t = taps + kh * 3;
-        weights[kh] = _mm512_set1_epi32((int32_t)((uint32_t)(t[0] & 0xff) | (uint32_t)(t[1] & 0xff) << 8 |
-                                                  (uint32_t)(t[2] & 0xff) << 16));
-    }
-    int64_t row_step = p->stride_height * plane_width, tap_step = p->dilation_height * plane_width;
-    for (int64_t oh = 0; oh < p->out_height; oh++) {
-        const uint8_t *top = plane + oh * row_step;
-        for (int64_t ow = 0; ow < p->out_width; ow += 16) {
-            const uint8_t *x = top + ow * p->stride_width;
-            __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                              _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x)), weights[0]);
-            for (int64_t kh = 1; kh < p->kernel_height; kh++)
-                sum = _mm512_dpbusd_epi32(sum, _mm512_permutexvar_epi8(order, _mm512_loadu_si512(x + kh * tap_step)),
-                                          weights[kh]);
-            _mm512_storeu_si512(acc + oh * p->out_width + ow, sum);  /* the spill past a row: the next row rewrites it */
-        }
-    }
+    __m512i weights[8], order;
+    if (!triple_setup(p, taps, weights, &order)) return 0;
+    triple_rows(p, plane, plane_width, weights, order, 0, p->out_height, acc);
     return 1;
 }
 
