@@ -20,12 +20,11 @@ Strategies (each deterministic given its seed):
   2. evolution against the model: `generations` times, the `survivors` best predicted and their neighbours are
      scored, never measured;
   3. the best predicted unmeasured candidates fill the batch, each slot with probability `epsilon` a random
-     sample instead (exploration).
+     sample instead (exploration), skipping twins: a candidate whose features equal a measured or already chosen
+     schedule's (the same loop nest, the same prediction).
   Without transfer it measures random samples until `initial` are ok.
 The pieces are public so ortx.tune.scheduler can run rounds of chosen tasks: TaskProgress (one task's measured
 set, best and best-so-far, resumed from records) and measure_round (one measure call, every result a row).
-  A candidate whose features equal a measured or already chosen schedule's (a twin: the same loop nest) is
-  skipped.
 Limits: the model ranks by regression on log time (no ranking loss); a batch is the top of one ranking, so its
 schedules can be close neighbours of each other.
 """

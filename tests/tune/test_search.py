@@ -70,18 +70,21 @@ def test_guided_search_never_spends_a_trial_on_a_twin():
     spare = Space("spare", {**SPACE.choices, "spare": (1, 2, 3, 4)}, valid=SPACE.valid,
                   featurize=lambda s: np.array([math.log2(s["tile_m"]), math.log2(s["tile_n"]),
                                                 math.log2(s["unroll"]), float(s["order"] == "mn")]))
-    search_ = EvolutionarySearch(spare, seed=0, epsilon=0.0)
-    twin = lambda schedule: spare.features(schedule).tobytes()  # noqa: E731
+    guided = EvolutionarySearch(spare, seed=0, epsilon=0.0)
+
+    def nest(schedule):
+        return spare.features(schedule).tobytes()
+
     measured = set(RandomSearch(spare, seed=1).propose(8, set()))
     for schedule in measured:
-        search_.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
+        guided.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
     for _ in range(6):
-        batch = search_.propose(4, measured)
+        batch = guided.propose(4, measured)
         assert len(batch) == 4
-        keys = [twin(schedule) for schedule in batch]
-        assert len(set(keys)) == 4 and not set(keys) & {twin(schedule) for schedule in measured}
+        nests = [nest(schedule) for schedule in batch]
+        assert len(set(nests)) == 4 and not set(nests) & {nest(schedule) for schedule in measured}
         for schedule in batch:
-            search_.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
+            guided.observe(MeasureResult(schedule, "ok", synthetic_ms(schedule)))
         measured |= set(batch)
 
 
