@@ -9,7 +9,11 @@ chosen dense convs' and the Gemm's weights are rounded to bf16 (ortx.ep.precisio
 it with graph optimizations off (the casts stay). OrtxEP bf16 rounds every such input and weight except the stem's
 (fp32), its output (written fp32) and the depthwise convs' weights (their sums fp32). Reported: 1 - cosine against the unrounded model's
 output, x 1e5, mean and range over seeded standard-normal inputs (the goal is 100). "first k exact": the first k
-conv-like nodes (in graph order) unrounded, their inputs and weights, the rest as OrtxEP bf16.
+conv-like nodes (in graph order) unrounded, their inputs and weights, the rest as OrtxEP bf16. "only ROLE
+tensors": the activations of one role rounded (expanded maps: the depthwise convs' inputs; depthwise outputs: the
+projection convs' inputs; narrow: the rest), weights exact; "first k exact but expanded": as "first k exact" with
+those k nodes' expanded maps still rounded (what a depthwise + projection kernel that keeps its sums fp32 would
+leave); "narrow exact, first k ...": the same with every narrow tensor unrounded too.
 Writes the "bf16 error by layer" section of BENCHMARKS.md.
 """
 from __future__ import annotations
@@ -100,7 +104,39 @@ def variants(model: onnx.ModelProto) -> dict:
                                  lambda i, n: first_fp16[1](i, n) or ("fp16" if i in dense else None))
     table["every activation fp16, weights exact"] = ortx_rule(activations="fp16", weights=None)
     table["every activation and weight fp16"] = ortx_rule(activations="fp16", weights="fp16")
+    # By tensor role: "expanded" = a depthwise conv's input, "depthwise output" = a 1x1 conv's input a depthwise conv
+    # wrote, "narrow" = the rest (block outputs, the residual stream, the 1x1 expands' inputs); weights exact.
+    roles = _activation_roles(model, convs)
+    every = ortx_rule()[0]
+    for role in ("expanded", "depthwise output", "narrow"):
+        table[f"only {role} tensors, weights exact"] = (
+            lambda i, n, role=role: every(i, n) if roles[i] == role else None, lambda i, n: None)
+    for first in (10, 13, 20):  # a design target: the first blocks exact but for their expanded maps
+        table[f"first {first} exact but expanded"] = (
+            lambda i, n, first=first: every(i, n) if i >= first or roles[i] == "expanded" else None,
+            ortx_rule(first_exact=first)[1])
+    for first in (6, 10):  # and every narrow tensor fp32 (the small ones)
+        table[f"narrow exact, first {first} exact but expanded"] = (
+            lambda i, n, first=first: every(i, n) if roles[i] == "expanded" or (i >= first and roles[i] != "narrow")
+            else None, ortx_rule(first_exact=first)[1])
     return table
+
+
+def _activation_roles(model: onnx.ModelProto, convs) -> list:
+    """Per conv-like node, the role of the activations it reads (see variants)."""
+    producer = {output: node for node in model.graph.node for output in node.output}
+
+    def depthwise(node) -> bool:
+        return node is not None and node.op_type in ("Conv", "FusedConv") and _group(node) > 1
+
+    def writer(name: str):  # the conv-like node behind a chain of other ops (activations)
+        node = producer.get(name)
+        while node is not None and node.op_type not in CONV_LIKE and node.input:
+            node = producer.get(node.input[0])
+        return node
+
+    return ["expanded" if depthwise(node) else "depthwise output" if depthwise(writer(node.input[0])) else "narrow"
+            for node in convs]
 
 
 def main() -> int:
@@ -121,7 +157,7 @@ def main() -> int:
             out = session.run(None, {"input": x})[0].ravel().astype(np.float64)
             errors.append((1 - out @ y / np.linalg.norm(out) / np.linalg.norm(y)) * 1e5)
         rows.append((name, float(np.mean(errors)), float(np.min(errors)), float(np.max(errors))))
-        print(f"{name:40s} mean {rows[-1][1]:7.1f}  [{rows[-1][2]:.1f}, {rows[-1][3]:.1f}]", flush=True)
+        print(f"{name:48s} mean {rows[-1][1]:7.1f}  [{rows[-1][2]:.1f}, {rows[-1][3]:.1f}]", flush=True)
     lines = [f"Measured {datetime.date.today()} on commit {head_commit()}: `python benchmarks/bf16_sensitivity.py "
              f"--seeds {args.seeds}` (ORT {onnxruntime.__version__} CPU EP, graph optimizations off; see the "
              "script's docstring). 1 - cosine x 1e5 against the unrounded model (goal <= 100, cosine 0.999), over "
