@@ -62,14 +62,17 @@ typedef struct ortx_depthwise_isa {
      * bytes a pixel whose first 32 are the block's 16 bf16 values (NULL where the ISA has none). */
     int (*blocked_rows_bf16)(const ortx_conv_params *p, const float *x, const float *weights, const float *bias,
                              const float *residual, float *y, int64_t oy0, int64_t rows);
-    /* Or, into a pair-rows output, one chunk (32 channels, `channels` of them real) at once: x its chunk plane of a
-     * pair-rows input (in_rows 1) or the first of its two blocks' planes of a blocked input (the second hi_offset
-     * bytes on; the same plane again when the chunk has one block), y its chunk plane; weights and bias as two
-     * vectors a tap: for a pair-rows input the even channels then the odd (tap t's at weights + t * 32 and + 16),
-     * for a blocked one the two blocks'. Returns 0 without writing when it does not take the conv (no residual;
-     * rows == 0: only that question). NULL where the ISA has none. */
+    /* Or, into a pair-rows output (out_rows 1), one chunk (32 channels, `channels` of them real) at once: x its
+     * chunk plane of a pair-rows input (in_rows 1) or the first of its two blocks' planes of a blocked input (the
+     * second hi_offset bytes on; the same plane again when the chunk has one block), y its chunk plane; weights and
+     * bias as two vectors a tap: for a pair-rows input the even channels then the odd (tap t's at weights + t * 32
+     * and + 16), for a blocked one the two blocks'. With out_rows 0 (a pair-rows input only), y is the chunk's
+     * first block plane of a blocked fp32 output, its second y_hi bytes on (written where channels > 16). Returns
+     * 0 without writing when it does not take the conv (no residual; rows == 0: only that question). NULL where
+     * the ISA has none. */
     int (*pair_rows)(const ortx_conv_params *p, const void *x, int in_rows, int64_t hi_offset, const float *weights,
-                     const float *bias, int64_t channels, uint16_t *y, int64_t oy0, int64_t rows);
+                     const float *bias, int64_t channels, void *y, int out_rows, int64_t y_hi, int64_t oy0,
+                     int64_t rows);
 } ortx_depthwise_isa;
 
 /* Whether plane_rows applies: 3x3, dilation 1, pad_left 1, at least 16 output columns, and stride 1 with
@@ -146,6 +149,10 @@ int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *flo
                                            int num_threads);
 void ortx_conv_pointwise_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                             int num_threads);
+/* conv_pointwise_bf16x3 (conv_pointwise_nchwc.c): fp32_nodes' 1x1 convs in a bf16 session on AMX, fp32-accurate. */
+void ortx_conv_pointwise_bf16x3(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_pointwise_bf16x3_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, void *const *buffers,
                                      int num_threads);
 void ortx_conv2d_depthwise_pair_rows_ref(const int64_t *ints, const float *floats, void *const *buffers,

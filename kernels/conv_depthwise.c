@@ -144,7 +144,7 @@ typedef struct depthwise_job {
     int *tile_cleared;  /* per thread: its input tile's pad columns are zero */
     int in_rows, out_rows;  /* conv2d_depthwise_pair_rows: X, Y in pair rows; whether blocked_rows takes the shape */
     int in_place;
-    int pair_in_place;  /* a pair-rows output the ISA's pair_rows makes */
+    int pair_in_place;  /* the ISA's pair_rows makes the output (pair rows, or blocked from a pair-rows input) */
     void (*pair_load)(const uint16_t *src, int64_t count, float *dst);
     void (*pair_store)(const float *lo, const float *hi, int64_t count, int64_t channels, uint16_t *dst);
     int band_major;  /* pair_rows tasks (image, band, chunk): a thread's share is rows of every chunk */
@@ -294,7 +294,10 @@ static void depthwise_nchwc_task(void *context, int64_t task, int thread) {
  * and the 1x1 conv before it can write them; the depthwise conv reading and writing half the bytes is most of the
  * gain (its multiply-adds are few; it is memory-bound).
  * Where the ISA's pair_rows takes the conv (AVX-512 with AVX512_BF16: 3x3 and 5x5, stride 1 or 2, no residual), a
- * pair-rows output is made a chunk at a time in registers from either input (pair_rows_chunk_band); else a pair-rows
+ * pair-rows output is made a chunk at a time in registers from either input (pair_rows_chunk_band), and so is a
+ * blocked fp32 output from a pair-rows input (a 1x1 conv that fp32_nodes keeps fp32 reads it: the chunk's two
+ * vectors de-interleaved into its two blocks; read a block at a time by blocked_rows_bf16, MobileNetV2-style's
+ * 96-channel 112x112 s2 conv took 2.2x its pair-rows-output time in a bf16 session's profile); else a pair-rows
  * input is read in place by blocked_rows_bf16 (each pixel's values widened as loaded), or widened into the tiled
  * form's tile, and a pair-rows output is computed into band buffers and rounded from there
  * (depthwise_pair_rows_task). In-process, 2 threads, this Emerald Rapids host (bits unchanged): MobileNetV2-style
@@ -375,8 +378,10 @@ static void pair_rows_chunk_band(const depthwise_job *job, int64_t n, int64_t ch
         x = job->X + (n * blocks + 2 * chunk) * plane_in * 16;
         hi_offset = 2 * chunk + 1 < blocks ? plane_in * 16 * (int64_t)sizeof(float) : 0;
     }
-    job->isa->pair_rows(p, x, job->in_rows, hi_offset, weights, bias, C - c0,
-                        (uint16_t *)job->Y + (n * chunks + chunk) * plane_out * ORTX_PAIR_ROWS_CHUNK, oy0, rows);
+    void *y = (uint16_t *)job->Y + (n * chunks + chunk) * plane_out * ORTX_PAIR_ROWS_CHUNK;
+    if (!job->out_rows) y = job->Y + (n * blocks + 2 * chunk) * plane_out * 16;  /* blocked: the chunk's two blocks */
+    job->isa->pair_rows(p, x, job->in_rows, hi_offset, weights, bias, C - c0, y, job->out_rows,
+                        plane_out * 16 * (int64_t)sizeof(float), oy0, rows);
 }
 
 /* A task of conv2d_depthwise_pair_rows: (image, block, band) for a blocked output; for a pair-rows output (image,
@@ -388,7 +393,7 @@ static void depthwise_pair_rows_task(void *context, int64_t task, int thread) {
     const ortx_conv_params *p = job->p;
     const depthwise_layout *t = &job->layout;
     const int64_t OH = p->out_height, OW = p->out_width;
-    if (!job->out_rows) {
+    if (!job->out_rows && !job->pair_in_place) {
         int64_t band = task % t->bands, block = task / t->bands % t->blocks, n = task / (t->bands * t->blocks);
         depthwise_block_band(job, n, block, band, thread,
                              job->Y + ((n * t->blocks + block) * OH + band * t->band_rows) * OW * 16);
@@ -450,14 +455,15 @@ void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, v
     job.pair_store = ortx_pair_rows_store_portable;
     job.in_place = isa->blocked_rows && isa->blocked_rows(&p, NULL, NULL, NULL, NULL, NULL, 0, 0) &&
                    (!job.in_rows || isa->blocked_rows_bf16);
-    job.pair_in_place = job.out_rows && isa->pair_rows && p.kernel_height * p.kernel_width <= 25 &&
-                        isa->pair_rows(&p, NULL, job.in_rows, 0, NULL, NULL, 0, NULL, 0, 0);
+    job.pair_in_place = isa->pair_rows && p.kernel_height * p.kernel_width <= 25 &&
+                        isa->pair_rows(&p, NULL, job.in_rows, 0, NULL, NULL, 0, NULL, job.out_rows, 0, 0, 0);
 #if ORTX_HAVE_X86
     if (isa == &ortx_depthwise_avx512) job.pair_load = ortx_pair_rows_load_avx512;
     if (isa == &ortx_depthwise_avx512 && ortx_cpu_has_avx512_bf16()) job.pair_store = ortx_pair_rows_store_avx512_bf16;
 #endif
-    int64_t units = job.out_rows ? ortx_pair_rows_chunks(p.in_channels) : job.layout.blocks;
-    if (job.out_rows && threads > 1) {  /* a task per chunk, not per block: split the bands for that many */
+    const int chunk_tasks = job.out_rows || job.pair_in_place;
+    int64_t units = chunk_tasks ? ortx_pair_rows_chunks(p.in_channels) : job.layout.blocks;
+    if (chunk_tasks && threads > 1) {  /* a task per chunk, not per block: split the bands for that many */
         int64_t wanted = ORTX_TASKS_PER_THREAD * threads, pieces = p.batch * units;
         job.layout = layout_of(&p, 16, (wanted + pieces - 1) / pieces);
         job.scratch = scratch_floats(&p, &job.layout);

@@ -432,10 +432,39 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_s
     _mm512_storeu_si512((void *)out, words);
 }
 
+/* The same pixel into a blocked fp32 output instead (OUT_ROWS 0): channels 0-15 at out, 16-31 at out + y_hi
+ * floats (only where the chunk has them, has_hi). From a pair-rows input a holds the even channels and b the odd,
+ * so each block interleaves half of each. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void blocked_store_pixel(
+    __m512 a, __m512 b, const ortx_conv_params *p, const int PAIR_IN, int has_hi, int64_t y_hi, float *out) {
+    a = ortx_activation_avx512(a, (int)p->activation, p->param0, p->param1);
+    b = ortx_activation_avx512(b, (int)p->activation, p->param0, p->param1);
+    __m512 lo = a, hi = b;
+    if (PAIR_IN) {
+        const __m512i first = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+        const __m512i second = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+        lo = _mm512_permutex2var_ps(a, first, b);
+        hi = _mm512_permutex2var_ps(a, second, b);
+    }
+    _mm512_storeu_ps(out, lo);
+    if (has_hi) _mm512_storeu_ps(out + y_hi, hi);
+}
+
+/* Where one pixel's two vectors go: pair rows (OUT_ROWS 1, y_hi unused) or blocked fp32. `out` at the pixel. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void store_pixel(
+    __m512 a, __m512 b, const ortx_conv_params *p, __mmask32 keep, __m512i order, const int PAIR_IN,
+    const int OUT_ROWS, int64_t y_hi, void *out) {
+    if (OUT_ROWS) pair_store_pixel(a, b, p, keep, order, PAIR_IN, (uint16_t *)out);
+    else blocked_store_pixel(a, b, p, PAIR_IN, keep >> 16 != 0, y_hi, (float *)out);
+}
+
+/* Bytes of one output pixel: a pair-rows chunk's 64 (32 bf16) or a block's 64 (16 floats); its index steps either. */
+#define OUT_PIXEL(out, i) ((char *)(out) + (i) * 64)
+
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_pixels_avx512(
     const char *in, int64_t hi_offset, int64_t ox, int64_t KH, int64_t row_step, const float *weights,
-    __m512 start_a, __m512 start_b, const ortx_conv_params *p, __mmask32 keep, __m512i order, uint16_t *out,
-    const int J, const int KW_C, const int SW_C, const int PAIR_IN) {
+    __m512 start_a, __m512 start_b, const ortx_conv_params *p, __mmask32 keep, __m512i order, void *out,
+    int64_t y_hi, const int J, const int KW_C, const int SW_C, const int PAIR_IN, const int OUT_ROWS) {
     __m512 acc_a[8], acc_b[8];
 #pragma GCC unroll 8
     for (int j = 0; j < J; j++) acc_a[j] = start_a, acc_b[j] = start_b;
@@ -463,15 +492,15 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_p
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < J; j++)
-        pair_store_pixel(acc_a[j], acc_b[j], p, keep, order, PAIR_IN, out + j * ORTX_PAIR_ROWS_CHUNK);
+    for (int j = 0; j < J; j++) store_pixel(acc_a[j], acc_b[j], p, keep, order, PAIR_IN, OUT_ROWS, y_hi, OUT_PIXEL(out, j));
 }
 
 /* One output row of a chunk, as blocked_row_kernel_avx512 splits it: in-row columns J at a time, the border columns
  * tap by tap. */
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_row_kernel_avx512(
     const ortx_conv_params *p, const char *x, int64_t hi_offset, const float *weights, __m512 start_a,
-    __m512 start_b, __mmask32 keep, uint16_t *y, int64_t oy, const int KW_C, const int SW_C, const int PAIR_IN) {
+    __m512 start_b, __mmask32 keep, void *y, int64_t y_hi, int64_t oy, const int KW_C, const int SW_C,
+    const int PAIR_IN, const int OUT_ROWS) {
     const int64_t H = p->in_height, W = p->in_width, OW = p->out_width, KH = p->kernel_height;
     const int64_t iy0 = oy * p->stride_height - p->pad_top, dh = p->dilation_height, pl = p->pad_left;
     const __m512i order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
@@ -484,10 +513,10 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_r
     const char *in = x + ((iy0 + ky_lo * dh) * W - pl) * 64;
     const float *w = weights + ky_lo * KW_C * 32;
     const int64_t taps_rows = ky_hi - ky_lo, step = dh * W * 64;
-    uint16_t *out = y + oy * OW * ORTX_PAIR_ROWS_CHUNK;
+    char *out = OUT_PIXEL(y, oy * OW);
 #define ROW_PIXELS(j)                                                                                          \
     pair_pixels_avx512(in, hi_offset, ox, taps_rows, step, w, start_a, start_b, p, keep, order,                \
-                       out + ox * ORTX_PAIR_ROWS_CHUNK, j, KW_C, SW_C, PAIR_IN)
+                       OUT_PIXEL(out, ox), y_hi, j, KW_C, SW_C, PAIR_IN, OUT_ROWS)
     int64_t ox = x_lo;
     if (taps_rows > 0) {
         for (; ox + 8 <= x_hi; ox += 8) ROW_PIXELS(8);
@@ -506,45 +535,49 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_r
                 acc_a = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW_C + kx) * 32), a, acc_a);
                 acc_b = _mm512_fmadd_ps(_mm512_loadu_ps(weights + (ky * KW_C + kx) * 32 + 16), b, acc_b);
             }
-        pair_store_pixel(acc_a, acc_b, p, keep, order, PAIR_IN, out + column * ORTX_PAIR_ROWS_CHUNK);
+        store_pixel(acc_a, acc_b, p, keep, order, PAIR_IN, OUT_ROWS, y_hi, OUT_PIXEL(out, column));
     }
 }
 
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_rows_of(
     const ortx_conv_params *p, const char *x, int64_t hi_offset, const float *weights, const float *bias,
-    __mmask32 keep, uint16_t *y, int64_t oy0, int64_t rows, const int PAIR_IN) {
+    __mmask32 keep, void *y, int64_t y_hi, int64_t oy0, int64_t rows, const int PAIR_IN, const int OUT_ROWS) {
     const int64_t KW = p->kernel_width, sw = p->stride_width;
     const __m512 start_a = _mm512_loadu_ps(bias), start_b = _mm512_loadu_ps(bias + 16);
+#define ROW(KW_C, SW_C) \
+    pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, y_hi, oy, KW_C, SW_C, PAIR_IN, OUT_ROWS)
     for (int64_t oy = oy0; oy < oy0 + rows; oy++) {
-        if (KW == 3 && sw == 1) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 3, 1,
-                                                       PAIR_IN);
-        else if (KW == 3) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 3, 2,
-                                                 PAIR_IN);
-        else if (sw == 1) pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 5, 1,
-                                                 PAIR_IN);
-        else pair_row_kernel_avx512(p, x, hi_offset, weights, start_a, start_b, keep, y, oy, 5, 2, PAIR_IN);
+        if (KW == 3 && sw == 1) ROW(3, 1);
+        else if (KW == 3) ROW(3, 2);
+        else if (sw == 1) ROW(5, 1);
+        else ROW(5, 2);
     }
+#undef ROW
 }
 
 /* 3x3 and 5x5, stride 1 or 2, dilation 1 across, no residual. */
 ORTX_TARGET_AVX512_BF16 static int pair_rows_avx512_bf16(const ortx_conv_params *p, const void *x, int in_rows,
                                                         int64_t hi_offset, const float *weights, const float *bias,
-                                                        int64_t channels, uint16_t *y, int64_t oy0, int64_t rows) {
+                                                        int64_t channels, void *y, int out_rows, int64_t y_hi,
+                                                        int64_t oy0, int64_t rows) {
     const int64_t KW = p->kernel_width, sw = p->stride_width;
     if (p->dilation_width != 1 || (KW != 3 && KW != 5) || (sw != 1 && sw != 2) || p->has_residual) return 0;
+    if (!in_rows && !out_rows) return 0;  /* blocked in and out: blocked_rows' */
     if (rows == 0) return 1;
     const __mmask32 keep = (__mmask32)(channels >= 32 ? 0xFFFFFFFFu : (1u << channels) - 1u);
-    if (in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, oy0, rows, 1);
-    else pair_rows_of(p, x, hi_offset, weights, bias, keep, y, oy0, rows, 0);
+    if (out_rows && in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, 0, oy0, rows, 1, 1);
+    else if (out_rows) pair_rows_of(p, x, hi_offset, weights, bias, keep, y, 0, oy0, rows, 0, 1);
+    else pair_rows_of(p, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
     return 1;
 }
 
 /* The table's entry: pair_rows_avx512_bf16 where the CPU has AVX512_BF16, else no shape is taken. */
 ORTX_TARGET_AVX512 static int pair_rows_avx512(const ortx_conv_params *p, const void *x, int in_rows,
                                               int64_t hi_offset, const float *weights, const float *bias,
-                                              int64_t channels, uint16_t *y, int64_t oy0, int64_t rows) {
+                                              int64_t channels, void *y, int out_rows, int64_t y_hi, int64_t oy0,
+                                              int64_t rows) {
     if (!ortx_cpu_has_avx512_bf16()) return 0;
-    return pair_rows_avx512_bf16(p, x, in_rows, hi_offset, weights, bias, channels, y, oy0, rows);
+    return pair_rows_avx512_bf16(p, x, in_rows, hi_offset, weights, bias, channels, y, out_rows, y_hi, oy0, rows);
 }
 
 const ortx_depthwise_isa ortx_depthwise_avx512 = {16, pack_avx512, rows_avx512, unpack_avx512, plane_rows_avx512,

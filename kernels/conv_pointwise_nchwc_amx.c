@@ -24,6 +24,14 @@
  *    loaded from the input rows as they lie (a chunk's 16 pixels are 1 KB of whole lines; a partial last step is
  *    copied into the scratch with zero rows), and a chunk's two C tiles leave together, each pixel's 64 bytes of
  *    bf16 in one store.
+ * 5. conv_pointwise_bf16x3 (conv.h; provider option fp32_nodes' 1x1 convs of a bf16 session,
+ *    ortx/ep/precision.py): X (blocked fp32) is split per value into its bf16 rounding hi and the remainder's lo,
+ *    each row holding all of hi's pairs, then lo's; the weights come twice, rounded (W) and their remainders (W_lo,
+ *    buffers[6]); each chunk's sums take lo x W, hi x W and hi x W_lo (split_chunk), leaving out lo x W_lo and the
+ *    remainders' remainders: about 2^-16 of each product, against bf16's 2^-8. From at most 16 channels (form 2,
+ *    MobileNetV2's 16 -> 96 expand) a row's rounded values and remainders share one chunk and the weights come as
+ *    [W; W] and [W_lo; 0] rows: two products per C tile instead of three. Three products a chunk on AMX cost
+ *    less than fp32 multiply-adds where K is large and the same memory where it is not.
  * Numerics: tdpbf16ps's (ortx/ep/precision.py step 3), as the AMX GEMM's: not bitwise the vdpbf16ps tile.
  */
 #include "conv.h"
@@ -48,6 +56,8 @@ typedef struct amx_pointwise_job {
     int activation;
     float param0, param1;
     int in_rows, out_rows;  /* conv_pointwise_pair_rows_bf16: X, Y in pair rows (pair_rows.h) */
+    const uint16_t *W_lo;   /* bf16x3 (step 5): the weights' remainders, packed as W; NULL: one product */
+    int split_packed;       /* bf16x3 form 2: at most 16 channels, rounded values and remainders in one chunk */
 } amx_pointwise_job;
 
 /* Pixels [0, rows) of x (blocks `plane` pixels apart) as bf16 pair rows of `row_words` 32-bit words; rows up to 16 or
@@ -56,6 +66,55 @@ ORTX_TARGET_AMX_BF16 static void round_step(const float *x, int64_t plane, int64
                                              int64_t tile_rows, int64_t row_words, uint32_t *a) {
     for (int64_t i = 0; i < tile_rows; i++)
         ortx_pointwise_round_pixel_bf16(x + i * 16, plane, i < rows ? in_channels : 0, row_words, a + i * row_words);
+}
+
+/* bf16x3: each row's `pair_rows` words of rounded pairs, then as many of their remainders (2 * pair_rows a row). */
+ORTX_TARGET_AMX_BF16 static void split_step(const float *x, int64_t plane, int64_t in_channels, int64_t rows,
+                                             int64_t tile_rows, int64_t pair_rows, uint32_t *a) {
+    for (int64_t i = 0; i < tile_rows; i++)
+        ortx_pointwise_split_pixel_bf16(x + i * 16, plane, i < rows ? in_channels : 0, pair_rows,
+                                        a + i * 2 * pair_rows, a + i * 2 * pair_rows + pair_rows);
+}
+
+/* bf16x3 packed (form 2, at most 16 input channels): row i one chunk, [rounded | remainders] (16 words). */
+ORTX_TARGET_AMX_BF16 static void split_packed_step(const float *x, int64_t in_channels, int64_t rows,
+                                                    int64_t tile_rows, uint32_t *a) {
+    for (int64_t i = 0; i < tile_rows; i++)
+        ortx_pointwise_split_packed_bf16(x + i * 16, i < rows ? in_channels : 0, a + i * CHUNK_PAIRS);
+}
+
+/* bf16x3's products of one chunk q into the four C tiles: A remainders x W rounded, A rounded x W rounded, then A
+ * rounded x W remainders (the small terms first). Tiles 4, 5 hold A, 6, 7 B; in this order each term reloads only
+ * one side: 8 tile loads a chunk for 12 products. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void split_chunk(
+    const uint32_t *a_hi0, const uint32_t *a_hi1, const uint32_t *a_lo0, const uint32_t *a_lo1, int64_t a_bytes,
+    const uint16_t *w_hi, const uint16_t *w_lo, int two, int pixel_tiles) {
+    _tile_loadd(6, w_hi, 256);
+    if (two) _tile_loadd(7, w_hi + 32, 256);
+    _tile_loadd(4, a_lo0, a_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if (two) _tile_dpbf16ps(1, 4, 7);
+    if (pixel_tiles == 2) {
+        _tile_loadd(5, a_lo1, a_bytes);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_loadd(4, a_hi0, a_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if (two) _tile_dpbf16ps(1, 4, 7);
+    if (pixel_tiles == 2) {
+        _tile_loadd(5, a_hi1, a_bytes);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_loadd(6, w_lo, 256);
+    _tile_dpbf16ps(0, 4, 6);
+    if (pixel_tiles == 2) _tile_dpbf16ps(2, 5, 6);
+    if (two) {
+        _tile_loadd(7, w_lo + 32, 256);
+        _tile_dpbf16ps(1, 4, 7);
+        if (pixel_tiles == 2) _tile_dpbf16ps(3, 5, 7);
+    }
 }
 
 /* A stored C tile (`scratch`, 16 floats a pixel): pixels [0, rows) of one output block through the epilogue into y
@@ -102,7 +161,9 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
     const int64_t out_blocks = ortx_nchwc_blocks(job->out_channels), groups = (out_blocks + 3) / 4;
     const int64_t range = task % job->group_ranges, run = task / job->group_ranges % job->runs;
     const int64_t n = task / (job->group_ranges * job->runs);
-    const int64_t row_words = job->pair_rows, chunks = job->pair_rows / CHUNK_PAIRS;
+    /* bf16x3 (X blocked fp32): form 1 rounded values and remainders in separate chunks, form 2 in one */
+    const int split = job->W_lo == NULL ? 0 : job->split_packed ? 2 : 1;
+    const int64_t row_words = (split == 1 ? 2 : 1) * job->pair_rows, chunks = job->pair_rows / CHUNK_PAIRS;
     /* scratch: the A rows (STEP_PIXELS x row_words words), then two C tiles' 16 x 16 floats */
     float *scratch = ortx_thread_scratch(STEP_PIXELS * row_words + 2 * TILE_ROWS * 16);
     uint32_t *a = (uint32_t *)scratch;
@@ -119,7 +180,13 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
          * rows themselves (chunk-major: a chunk's pixels 16 words apart, chunks a plane apart) */
         const uint32_t *a_step = a, *rows_at = (const uint32_t *)job->X + (n * chunks * plane + p0) * CHUNK_PAIRS;
         int64_t a_bytes = row_words * 4, chunk_words = CHUNK_PAIRS;
-        if (!job->in_rows) {
+        if (split == 2) {
+            split_packed_step(job->X + (n * in_blocks * plane + p0) * 16, job->in_channels, rows,
+                              pixel_tiles * TILE_ROWS, a);
+        } else if (split) {
+            split_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows,
+                       pixel_tiles * TILE_ROWS, job->pair_rows, a);
+        } else if (!job->in_rows) {
             round_step(job->X + (n * in_blocks * plane + p0) * 16, plane, job->in_channels, rows,
                        pixel_tiles * TILE_ROWS, row_words, a);
         } else if (rows == pixel_tiles * TILE_ROWS) {
@@ -143,7 +210,12 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                 _tile_zero(1);
                 _tile_zero(2);
                 _tile_zero(3);
-                for (int64_t q = 0; q < chunks; q++) {
+                for (int64_t q = 0; split == 1 && q < chunks; q++)
+                    split_chunk(a_step + q * CHUNK_PAIRS, a_step1 + q * CHUNK_PAIRS,
+                                a_step + job->pair_rows + q * CHUNK_PAIRS, a_step1 + job->pair_rows + q * CHUNK_PAIRS,
+                                a_bytes, wb + q * CHUNK_PAIRS * 128, job->W_lo + (wb - job->W) + q * CHUNK_PAIRS * 128,
+                                two, pixel_tiles);
+                for (int64_t q = 0; split != 1 && q < chunks; q++) {
                     _tile_loadd(4, a_step + q * chunk_words, a_bytes);
                     _tile_loadd(6, wb + q * CHUNK_PAIRS * 128, 256);
                     _tile_dpbf16ps(0, 4, 6);
@@ -155,6 +227,17 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         _tile_loadd(5, a_step1 + q * chunk_words, a_bytes);
                         _tile_dpbf16ps(2, 5, 6);
                         if (two) _tile_dpbf16ps(3, 5, 7);
+                    }
+                }
+                if (split == 2) {  /* then [rounded | remainders] x [W_lo; 0]: the rounded values x W's remainders */
+                    const uint16_t *wl = job->W_lo + (wb - job->W);
+                    _tile_loadd(6, wl, 256);
+                    _tile_dpbf16ps(0, 4, 6);
+                    if (pixel_tiles == 2) _tile_dpbf16ps(2, 5, 6);
+                    if (two) {
+                        _tile_loadd(7, wl + 32, 256);
+                        _tile_dpbf16ps(1, 4, 7);
+                        if (pixel_tiles == 2) _tile_dpbf16ps(3, 5, 7);
                     }
                 }
                 for (int64_t pt = 0; job->out_rows && pt < pixel_tiles; pt++) {  /* a chunk's two tiles at once */
@@ -193,7 +276,8 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
 }
 
 static int pointwise_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
-                         int in_rows, int out_rows) {
+                         int in_rows, int out_rows, int split) {
+    if (split == 2 && ints[1] > 16) return 0;  /* not a form blocked_layout.pack_pointwise_bf16x3 makes */
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int threads = num_threads < 1 ? 1 : num_threads;
     if (ints[6] < threads) threads = ints[6] < 1 ? 1 : (int)ints[6];
@@ -215,7 +299,7 @@ static int pointwise_amx(const int64_t *ints, const float *floats, void *const *
         in_channels, out_channels, pixels, steps, runs, steps_per_run, ranges, per_range,
         ortx_pointwise_bf16_pair_words(in_channels),
         buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], (int)ints[5], floats[0],
-        floats[1], in_rows, out_rows,
+        floats[1], in_rows, out_rows, split ? buffers[6] : NULL, split == 2,
     };
     ortx_parallel_for(threads, pieces * ranges, amx_pointwise_task, &job);
     return 1;
@@ -223,12 +307,16 @@ static int pointwise_amx(const int64_t *ints, const float *floats, void *const *
 
 int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads) {
-    return pointwise_amx(ints, floats, buffers, num_threads, 0, 0);
+    return pointwise_amx(ints, floats, buffers, num_threads, 0, 0, 0);
 }
 
 int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                            int num_threads) {
-    return pointwise_amx(ints, floats, buffers, num_threads, (int)ints[7], (int)ints[8]);
+    return pointwise_amx(ints, floats, buffers, num_threads, (int)ints[7], (int)ints[8], 0);
+}
+
+int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    return pointwise_amx(ints, floats, buffers, num_threads, 0, (int)ints[7], (int)ints[8]);
 }
 #else
 int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
@@ -239,6 +327,11 @@ int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *flo
 
 int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads) {
+    (void)ints, (void)floats, (void)buffers, (void)num_threads;
+    return 0;
+}
+
+int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)ints, (void)floats, (void)buffers, (void)num_threads;
     return 0;
 }

@@ -26,6 +26,39 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_p
     }
 }
 
+/* The same pixel split in two (bf16x3, conv_pointwise_nchwc_amx.c): `hi` its rounded pairs as above, `lo` the
+ * rounding's remainders x - hi rounded too, so hi + lo holds each value to about 16 significant bits. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_pointwise_split_pixel_bf16(
+    const float *x, int64_t x_plane, int64_t in_channels, int64_t words, uint32_t *hi, uint32_t *lo) {
+    for (int64_t c0 = 0; c0 < 2 * words; c0 += 32) {
+        const int64_t left = in_channels - c0;
+        const __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
+        const __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
+        const __m512 a = low ? _mm512_maskz_loadu_ps(low, x + c0 / 16 * x_plane * 16) : _mm512_setzero_ps();
+        const __m512 b = high ? _mm512_maskz_loadu_ps(high, x + (c0 / 16 + 1) * x_plane * 16) : _mm512_setzero_ps();
+        const __m512i words_hi = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+        /* the rounded values widened back: the vector's first 16 elements are a's, the next 16 b's */
+        const __m512i a_words = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(words_hi));
+        const __m512i b_words = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(words_hi, 1));
+        const __m512 a_hi = _mm512_castsi512_ps(_mm512_slli_epi32(a_words, 16));
+        const __m512 b_hi = _mm512_castsi512_ps(_mm512_slli_epi32(b_words, 16));
+        _mm512_storeu_si512(hi + c0 / 2, words_hi);
+        _mm512_storeu_si512(lo + c0 / 2,
+                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, b_hi), _mm512_sub_ps(a, a_hi)));
+    }
+}
+
+/* bf16x3 from at most 16 channels, packed: the pixel's rounded values in words 0-7 and their remainders in 8-15, one
+ * 32-channel chunk (the weights packed to match: rows [W; W] and [W_lo; 0]). */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_pointwise_split_packed_bf16(
+    const float *x, int64_t in_channels, uint32_t *dst) {
+    const __mmask16 keep = (__mmask16)(in_channels >= 16 ? 0xFFFF : in_channels <= 0 ? 0 : (1u << in_channels) - 1u);
+    const __m512 a = _mm512_maskz_loadu_ps(keep, x);
+    const __m512 a_hi = _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a)), 16));
+    _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a, a_hi), a));
+}
+
 /* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + (b * y_plane + i) *
  * 16. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile(

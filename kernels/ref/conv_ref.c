@@ -173,7 +173,7 @@ void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float 
  * W[co, ci] * X[n, ci, i] + residual[n, co, i]) on blocked X, Y and residual; pad lanes not written. bf16: both
  * operands rounded to bf16 and, per pair of input channels, the odd product added before the even one. */
 static void pointwise_ref(const int64_t *ints, const float *floats, void *const *buffers, int bf16, int in_rows,
-                          int out_rows) {
+                          int out_rows, int split) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int64_t pairs = (in_channels + 1) / 2, rows = ortx_pointwise_bf16_pair_words(in_channels);
     const float *X = buffers[0], *bias = buffers[2], *residual = ints[4] ? buffers[4] : NULL;
@@ -191,8 +191,11 @@ static void pointwise_ref(const int64_t *ints, const float *floats, void *const 
                                           : X[tensor_index(1, n, ci, 0, i, in_channels, 1, pixels)];
                         if (bf16) {
                             const uint16_t *W = buffers[1];
-                            acc += ortx_bf16_to_float(W[((co / 64 * rows + q) * 64 + co % 64) * 2 + ci % 2]) *
-                                   ortx_bf16_to_float(ortx_bf16_from_float(x));
+                            const int64_t at = ((co / 64 * rows + q) * 64 + co % 64) * 2 + ci % 2;
+                            const float w = ortx_bf16_to_float(W[at]), hi = ortx_bf16_to_float(ortx_bf16_from_float(x));
+                            if (split) acc += w * ortx_bf16_to_float(ortx_bf16_from_float(x - hi));  /* bf16x3 */
+                            acc += w * hi;
+                            if (split) acc += ortx_bf16_to_float(((const uint16_t *)buffers[6])[at]) * hi;
                         } else {
                             const float *W = buffers[1];
                             acc += W[(co / 64 * in_channels + ci) * 64 + co % 64] * x;
@@ -213,7 +216,7 @@ static void pointwise_ref(const int64_t *ints, const float *floats, void *const 
 void ortx_conv_pointwise_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads) {
     (void)num_threads;
-    pointwise_ref(ints, floats, buffers, 0, 0, 0);
+    pointwise_ref(ints, floats, buffers, 0, 0, 0, 0);
 }
 
 /* Y[n, co, oy, ox] = bias[co] + sum over (ci, iy, ix, ky, kx) with oy = iy*sh - pt + ky*dh and
@@ -279,12 +282,19 @@ void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
     (void)num_threads;
-    pointwise_ref(ints, floats, buffers, 1, 0, 0);
+    pointwise_ref(ints, floats, buffers, 1, 0, 0, 0);
 }
 
 /* conv_pointwise_pair_rows_bf16: conv_pointwise_nchwc_bf16's sums with X and/or Y in pair rows (ints[7], ints[8]). */
 void ortx_conv_pointwise_pair_rows_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                             int num_threads) {
     (void)num_threads;
-    pointwise_ref(ints, floats, buffers, 1, (int)ints[7], (int)ints[8]);
+    pointwise_ref(ints, floats, buffers, 1, (int)ints[7], (int)ints[8], 0);
+}
+
+/* conv_pointwise_bf16x3: per channel lo x W, hi x W, hi x W_lo (x's bf16 rounding hi, the remainder's lo; W_lo at
+ * buffers[6]); ints[7] out_rows, ints[8] the weights' form (the terms read are the same in both). */
+void ortx_conv_pointwise_bf16x3_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    pointwise_ref(ints, floats, buffers, 1, 0, (int)ints[7], 1);
 }

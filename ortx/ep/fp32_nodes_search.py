@@ -7,7 +7,9 @@ user's inputs with OrtxEP's own kernels, not a simulation:
    them, a dict of stacked arrays or feed dicts), else `samples` seeded random inputs in [-1, 1) (ortx.measure's);
    the reference is ONNX Runtime's CPU EP in fp32 on the same inputs. A session's score is its worst cosine over
    every float output and input.
-2. Candidates: the layers the all-bf16 session runs on bf16 kernels (its assignment's "bf16" rows).
+2. Candidates: the layers the all-bf16 session runs on bf16 kernels (its assignment's "bf16" rows), and its other
+   convs and products: a depthwise conv there reads bf16 activations (pair rows), also those an fp32 1x1 conv writes
+   for it (ortx/ep/precision.py), unless it is kept fp32 too.
 3. Sensitivity: one session per candidate with that layer alone fp32; its gain is the score over the all-bf16 one.
    Cost (`cost_runs` > 0, the default): what keeping the layer fp32 adds to a run, its node's median time in a
    profile of the all-fp32 session minus that in the all-bf16 one (ortx.ep.trace_summary; both compiled as a user
@@ -72,7 +74,7 @@ class Fp32NodesChoice:
 
     def summary(self) -> str:
         lines = [f"bf16 session: worst cosine {self.score_bf16:.6f} against ONNX Runtime fp32 (target "
-                 f"{self.target:g}); {self.candidates} layers on bf16 kernels"]
+                 f"{self.target:g}); {self.candidates} candidate layers (bf16 kernels or bf16 activations)"]
         if not self.met:
             lines.append(f"target unreachable: with every one of them fp32 the worst cosine is {self.score_fp32:.6f}")
         elif not self.fp32_nodes:
@@ -183,8 +185,13 @@ def _layer_costs(sessions: _Sessions, candidates: list[str], runs: int) -> dict[
     return {name: costs.get(name, typical) for name in candidates}
 
 
+CONV_LIKE = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+
+
 def _bf16_layers(session) -> list[str]:
-    return [row.name for row in session.assignment if row.provider == "OrtxEP" and row.precision == "bf16"]
+    """The bf16 rows, and the convs that may read bf16 activations (a depthwise conv reading pair rows)."""
+    return [row.name for row in session.assignment if row.provider == "OrtxEP" and (
+        row.precision == "bf16" or (row.precision == "fp32" and row.op_type in CONV_LIKE))]
 
 
 def _time(sessions: dict, feed: dict, runs: int, progress: SearchProgress | None) -> tuple[dict, dict]:

@@ -102,10 +102,11 @@ PROVIDER_OPTIONS = {
     "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
                   "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
                   _parse_precision),
-    "fp32_nodes": ("under precision 'bf16', nodes that keep fp32 kernels and fp32 tensors in and out, 'NODE,...' "
-                   "(the model's names; a node the graph passes fused, e.g. a BatchNormalization, names the conv it "
-                   "joined): where bf16's error grows most, often a network's first layers; `ortx fp32-nodes "
-                   "MODEL --target-cosine 0.999` chooses them by measurement", _parse_names),
+    "fp32_nodes": ("under precision 'bf16', nodes computed at fp32 accuracy from unrounded inputs and weights "
+                   "(fp32 kernels; 1x1 convs on AMX as bf16x3), 'NODE,...' (the model's names; a node the graph "
+                   "passes fused, e.g. a BatchNormalization, names the conv it joined): where bf16's error grows "
+                   "most, often a network's first layers; `ortx fp32-nodes MODEL --target-cosine 0.999` chooses "
+                   "them by measurement", _parse_names),
     "devices": ("the devices OrtxEP places nodes on, in order of preference, e.g. 'npu,dsp,cpu' (default 'cpu'; "
                 "`ortx devices` lists them); nodes none of them runs go to ONNX Runtime", _parse_devices),
     "placement": ("forces nodes onto devices, 'NODE:DEVICE,...' (the device must be in `devices` and able to run "

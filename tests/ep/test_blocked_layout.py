@@ -299,6 +299,29 @@ def amx_path():
     assert _kernels.allow_amx(True) and _kernels.bf16_isa() == "amx_bf16"
 
 
+
+@pytest.mark.usefixtures("amx_path")
+def test_fp32_nodes_1x1_convs_run_bf16x3_and_write_what_their_depthwise_readers_read():
+    """fp32_nodes' 1x1 convs in a bf16 session on AMX run conv_pointwise_bf16x3 on blocked fp32 input: an expand
+    whose only reader is a bf16 depthwise conv writes the pair rows that conv reads (the rounding is the reader's);
+    a projection's depthwise writer, reading pair rows, writes it blocked fp32 (a chunk at a time). The result is
+    closer to ORT's fp32 than all-bf16's; with the depthwise convs named too, every input stays fp32."""
+    model = _models.mobilenetv2_style(size=64, seed=5)
+    convs = [node.name for node in model.graph.node if node.op_type == "Conv"]
+    expand, depthwise, project = convs[3], convs[4], convs[5]  # block 2: 1x1 expand, depthwise, 1x1 projection
+    feeds = {"input": _random((1, 3, 64, 64), 8)}
+    (expected,), (plain,), _ = _run_both(model, feeds, precision="bf16")
+    (_,), (mixed,), session = _run_both(model, feeds, precision="bf16", fp32_nodes=f"{expand},{project}")
+    steps = {step.node: step for step in _steps(session)}
+    assert steps[expand].kernel == steps[project].kernel == "conv_pointwise_bf16x3", _kernel_counts(session)
+    assert steps[expand].ints[7] == 1 and steps[project].ints[7] == 0  # out_rows: pair rows / blocked fp32
+    assert steps[depthwise].kernel == "conv2d_depthwise_pair_rows" and list(steps[depthwise].ints[-3:-1]) == [1, 0]
+    assert np.abs(mixed - expected).max() < np.abs(plain - expected).max()
+    (_,), (inputs_fp32,), session = _run_both(model, feeds, precision="bf16",
+                                              fp32_nodes=f"{expand},{depthwise},{project}")
+    steps = {step.node: step for step in _steps(session)}
+    assert steps[expand].ints[7] == 0 and steps[depthwise].kernel == "conv2d_depthwise_nchwc_f32"
+
 @pytest.mark.usefixtures("vdpbf16ps_path")
 def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
     """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the

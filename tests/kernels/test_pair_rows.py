@@ -70,8 +70,9 @@ def assert_agrees(actual, expected, rounded: bool):
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("chunk_weights", [False, True], ids=["per_task", "packed"])
 def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, activation, threads, chunk_weights):
-    """Both the rows-in-place forms (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns; pair rows on both sides a
-    whole chunk at once, its weights made per task or packed by blocked_layout.pack_depthwise_chunks) and the tiled
+    """Both the rows-in-place forms (AVX-512: 3x3 and 5x5, stride 1 or 2, >= 8 columns; a pair-rows output, or a
+    blocked one from pair rows, a whole chunk at once, its weights made per task or packed by
+    blocked_layout.pack_depthwise_chunks) and the tiled
     form (the others, and every shape on the portable ISA), bands at the image's edges, asymmetric pads, dilation;
     hard_sigmoid is 0.5 at 0, so channels past C show unless masked."""
     in_rows, out_rows = sides

@@ -67,7 +67,7 @@ import onnx_ir as ir
 from ortx import _kernels
 from ortx.ep.lowering import _resize, elementwise, sparse
 from ortx.ep.lowering._values import NotStatic, constant_value, numpy_dtype, opset_version, present, static_shape
-from ortx.ep.precision import bf16_bits
+from ortx.ep.precision import bf16_bits, round_to_bf16
 
 LANES = 16
 POINTWISE_PIXELS = 6  # kernels/conv.h's ORTX_POINTWISE_PIXELS
@@ -277,6 +277,7 @@ PAIR_ROWS_MODES = ("all", "exact", "off")
 DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
 POOL_PAIR_ROWS = True  # under "all", a blocked MaxPool reads pair rows (maxpool_pair_rows_f32; pair_rows_values)
 POOL_OUT_PAIR_ROWS = True  # ... and writes them where its readers take them (maxpool_pair_rows_bf16)
+SPLIT_FP32_POINTWISE = True  # fp32_nodes' 1x1 convs on AMX as bf16x3 (split_pointwise); False: fp32 kernels
 RESIDUAL_PAIR_ROWS = True  # under "all", a dense bf16 conv reads its residual from pair rows (pair_rows_values)
 
 
@@ -359,7 +360,11 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     chosen = set()
     for node in nodes:
         value = node.outputs[0] if node.outputs else None
-        if value is None or conv_kind(node) is None or id(value) in output_values or not readers.get(id(value)):
+        if value is None or id(value) in output_values or not readers.get(id(value)):
+            continue
+        # an fp32 node's 1x1 conv (bf16x3) writes pair rows as a bf16 one: its readers round what they read
+        if conv_kind(node) is None and not split_pointwise(node, builder, plan_of(node) if node in
+                                                              builder.blocked_nodes else None):
             continue
         kinds = [reader_kind(reader, index) for reader, index in readers[id(value)]]
         if conv_kind(node) == "maxpool" and not (POOL_OUT_PAIR_ROWS and node.inputs[0].name in chosen):
@@ -402,6 +407,20 @@ def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[n
     padded[:out_channels, :in_channels] = weights
     packed = bf16_bits(padded).reshape(groups, 64, rows, 2).transpose(0, 2, 1, 3)
     return np.ascontiguousarray(packed), pack_pointwise(weights, bias)[1]
+
+
+def pack_pointwise_bf16x3(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """conv_pointwise_pair_rows_bf16's bf16x3 weights (kernels/conv_pointwise_nchwc_amx.c step 5): (the rounded
+    weights, their remainders, split form), each packed as pack_pointwise_bf16's. Form 2 from at most 16 input
+    channels: a row's rounded inputs and their remainders share one chunk, so the rows are [W; W] and [W_lo; 0]."""
+    remainders = weights - round_to_bf16(weights)
+    out_channels, in_channels = weights.shape
+    if in_channels > 16:
+        return pack_pointwise_bf16(weights, None)[0], pack_pointwise_bf16(remainders, None)[0], 1
+    doubled, low = np.zeros((out_channels, 32), np.float32), np.zeros((out_channels, 32), np.float32)
+    doubled[:, :in_channels] = doubled[:, 16:16 + in_channels] = weights  # the remainders sit at lanes 16 on
+    low[:, :in_channels] = remainders
+    return pack_pointwise_bf16(doubled, None)[0], pack_pointwise_bf16(low, None)[0], 2
 
 
 def pack_depthwise_chunks(weights: np.ndarray, bias: np.ndarray | None, pair_rows_input: bool) -> np.ndarray:
@@ -463,8 +482,8 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         buffers = [x, weights, y, workspace, bias_buffer, residual if residual is not None else y]
         if rows:
             # each chunk's weights and biases as the pair-rows kernel hands them to its ISA step, packed here once
-            # (a constant bias only; an output in pair rows: the only side whose step reads them)
-            packed = y_rows and (bias_value is None or bias is not None)
+            # (a constant bias only; that step makes every pair-rows output and a blocked one from pair rows)
+            packed = bias_value is None or bias is not None
             if packed:
                 chunk_weights = pack_depthwise_chunks(plan.weights.reshape(in_channels, -1), bias, x_rows)
                 buffers.append(builder.add_constant(chunk_weights, label=f"{node.name}:chunk_weights"))
@@ -475,20 +494,34 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
         weights = plan.weights.reshape(out_channels, in_channels)
-        bf16 = builder.precision_of(node) == "bf16"
+        split = split_pointwise(node, builder, plan)
+        bf16 = builder.precision_of(node) == "bf16" or split
         packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(weights, bias)
+        if split:  # X blocked fp32 (readers that are fp32 nodes never get pair rows), the remainders' weights
+            packed, remainders, form = pack_pointwise_bf16x3(weights)
+            rows = [int(y_rows), form]
         buffers = [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
                    builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
                    residual if residual is not None else y]
         if bf16:  # the tiles' input as bf16 pairs, per thread (conv.h's ortx_pointwise_bf16_pair_words)
             words = POINTWISE_PIXELS * -(-in_channels // 32) * 16
             buffers.append(builder.workspace(4 * words * builder.num_threads, label="bf16_pairs"))
-        kernel = "conv_pointwise_pair_rows_bf16" if rows else "conv_pointwise_nchwc_bf16" if bf16 else \
+        if split:
+            buffers.append(builder.add_constant(remainders, label=f"{node.name}:packed_weights_lo"))
+        kernel = "conv_pointwise_bf16x3" if split else "conv_pointwise_pair_rows_bf16" if rows else "conv_pointwise_nchwc_bf16" if bf16 else \
             "conv_pointwise_nchwc_f32"
         builder.emit(kernel, [batch, in_channels, out_channels, height * width, int(residual is not None),
                               plan.activation, builder.num_threads] + rows, list(plan.params), buffers)
     if not y_rows:
         builder.finish_blocked(node.outputs[0])
+
+
+def split_pointwise(node: ir.Node, builder, plan) -> bool:
+    """A 1x1 conv that provider option fp32_nodes keeps fp32, in a bf16 session on AMX: it runs bf16x3
+    (conv_pointwise_bf16x3; ortx/ep/precision.py) on its blocked fp32 input, fp32-accurate to
+    about 2^-16 of each product, and may write pair rows where only bf16 depthwise convs read its output."""
+    return (SPLIT_FP32_POINTWISE and plan is not None and is_pointwise(plan) and builder.precision == "bf16"
+            and builder.precision_of(node) == "fp32" and _kernels.bf16_isa() == "amx_bf16")
 
 
 def _dense_stem(plan) -> bool:
