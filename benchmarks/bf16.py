@@ -1,7 +1,7 @@
 """OrtxEP precision="bf16" vs ONNX Runtime fp32 (and OpenVINO's default CPU inference), side by side in one run.
 
 Usage: python benchmarks/bf16.py [--runs 20] [--threads 2] [--models resnet18,mobilenetv2,det,rec,bert]
-                                 [--quiet-wait 120] [--no-openvino]
+                                 [--quiet-wait 120] [--no-openvino] [--fp32-nodes 'MODEL:NODE,...;...']
 Issue #5's bf16 acceptance: OrtxEP bf16 <= 0.45x ORT fp32's time and faster than OpenVINO on every model, output
 cosine >= 0.999 against fp32. Models as benchmarks/run.py builds them. Timing: ortx.measure.compare (ORT, OrtxEP
 and OpenVINO interleaved in blocks after warm-up, medians), the same thread count for all three. OpenVINO
@@ -9,7 +9,9 @@ and OpenVINO interleaved in blocks after warm-up, medians), the same thread coun
 inference precision on a CPU with AVX512_BF16 is bf16 (the table states the precision it reports). For the PP-OCR
 models the cosines are also measured on a rendered text image (benchmarks/text_image.py: a page for det, a line
 for rec and cls), their own domain: on the seeded random input det's output is a near-empty map whose cosine swings
-with any single rounding. Writes the "bf16 ... (N threads)" section of BENCHMARKS.md.
+with any single rounding. --fp32-nodes adds a row per model named there with those OrtxEP fp32_nodes (by default
+MobileNetV2-style with the layers where bf16's error comes from, benchmarks/bf16_sensitivity.py). Writes the
+"bf16 ... (N threads)" section of BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -36,6 +38,9 @@ from ortx.measure import compare  # noqa: E402
 
 GOAL_RATIO = 0.45
 GOAL_COSINE = 0.999
+# A second row per model with these OrtxEP fp32_nodes (ortx/ep/precision.py): MobileNetV2-style's first five
+# expands and first two projections, the layers benchmarks/bf16_sensitivity.py's rows by role point to.
+FP32_NODES = "mobilenetv2:conv_29,conv_56,conv_84,conv_111,conv_139,conv_22,conv_49"
 
 
 def openvino_runner(path: str, input_name: str, shape, threads: int):
@@ -64,9 +69,10 @@ def _cosine(a, b) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def image_cosines(key: str, path: str, input_name: str, shape, threads: int, openvino_run) -> tuple | None:
+def image_cosines(key: str, path: str, input_name: str, shape, threads: int, openvino_run,
+                  ortx_options: dict | None = None) -> tuple | None:
     """(OrtxEP bf16's, OpenVINO's or None) first-output cosine against ORT fp32 on the model's rendered text
-    input (text_image.for_model), or None for a model without one."""
+    input (text_image.for_model), or None for a model without one. `ortx_options`: further OrtxEP options."""
     x = text_image.for_model(key, shape)
     if x is None:
         return None
@@ -75,8 +81,8 @@ def image_cosines(key: str, path: str, input_name: str, shape, threads: int, ope
     feeds = {input_name: x}
     reference = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     session = ortx.InferenceSession(path, options, providers=["OrtxEP", "CPUExecutionProvider"],
-                                    provider_options=[{"precision": "bf16", "input_shapes": {input_name: list(shape)}},
-                                                      {}])
+                                    provider_options=[{"precision": "bf16", "input_shapes": {input_name: list(shape)},
+                                                       **(ortx_options or {})}, {}])
     ours = _cosine(session.run(None, feeds)[0], reference)
     return ours, (_cosine(openvino_run(feeds)[0], reference) if openvino_run else None)
 
@@ -107,7 +113,10 @@ def main() -> int:
     parser.add_argument("--quiet-wait", type=float, default=0.0,
                         help="before each model, wait up to this many seconds for load average < 1.0")
     parser.add_argument("--no-openvino", action="store_true")
+    parser.add_argument("--fp32-nodes", default=FP32_NODES, metavar="MODEL:NODE,...;...",
+                        help="per model key, a second row with these OrtxEP fp32_nodes ('' for none)")
     args = parser.parse_args()
+    fp32_nodes = dict(item.split(":", 1) for item in args.fp32_nodes.split(";") if item)
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as directory:
         keys = args.models.split(",")
@@ -121,17 +130,19 @@ def main() -> int:
                     openvino_precision = "-"
                 else:
                     others["OpenVINO"] = run
-            load = wait_for_quiet(args.quiet_wait)
-            print(f"measuring {name} (load {load:.2f}) ...", flush=True)
-            result = compare(name, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
-                             precision="bf16", others=others)
-            on_image = image_cosines(key, path, input_name, shape, args.threads, others.get("OpenVINO"))
-            rows.append((result, shape, openvino_precision, load, on_image))
-            line = f"  ORT fp32 {result.ort_ms:.2f} ms, OrtxEP bf16 {result.ortx_ms:.2f} ms ({result.ratio:.2f}x)"
-            for other in result.others:
-                line += f", {other.name} {other.median_ms:.2f} ms"
-            line += f", cosine {result.cosine:.6f}"
-            print(line + (f", on a rendered text image {on_image[0]:.6f}" if on_image else ""), flush=True)
+            for extra in [{}] + ([{"fp32_nodes": fp32_nodes[key]}] if key in fp32_nodes else []):
+                label = name + (f", fp32_nodes {extra['fp32_nodes']}" if extra else "")
+                load = wait_for_quiet(args.quiet_wait)
+                print(f"measuring {label} (load {load:.2f}) ...", flush=True)
+                result = compare(label, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
+                                 precision="bf16", others=others, extra_options=extra)
+                on_image = image_cosines(key, path, input_name, shape, args.threads, others.get("OpenVINO"), extra)
+                rows.append((result, shape, openvino_precision, load, on_image))
+                line = f"  ORT fp32 {result.ort_ms:.2f} ms, OrtxEP bf16 {result.ortx_ms:.2f} ms ({result.ratio:.2f}x)"
+                for other in result.others:
+                    line += f", {other.name} {other.median_ms:.2f} ms"
+                line += f", cosine {result.cosine:.6f}"
+                print(line + (f", on a rendered text image {on_image[0]:.6f}" if on_image else ""), flush=True)
     threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
     commit = head_commit()
     lines = [
@@ -169,7 +180,7 @@ def main() -> int:
     met_domain = sum((image[0] if image else r.cosine) >= GOAL_COSINE for r, *_, image in rows)
     beat_openvino = sum(bool(r.others) and r.ortx_ms < r.others[0].median_ms for r, *_ in rows)
     beat_paired = sum(bool(r.others) and r.others[0].paired < 1.0 for r, *_ in rows)
-    lines += ["", f"Goals met: ratio <= {GOAL_RATIO} on {met_ratio} of {len(rows)} models, cosine >= {GOAL_COSINE} "
+    lines += ["", f"Goals met: ratio <= {GOAL_RATIO} on {met_ratio} of {len(rows)} rows, cosine >= {GOAL_COSINE} "
               f"on {met_cosine} (seeded random inputs; {met_domain} with the PP-OCR models on rendered text), "
               f"faster than OpenVINO on {beat_openvino} (paired: {beat_paired})."]
     busiest = max((load for *_, load, _ in rows), default=0.0)

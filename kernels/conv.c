@@ -563,6 +563,7 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv_pointwise_pair_rows_bf16", ortx_conv_pointwise_pair_rows_bf16,
      ortx_conv_pointwise_pair_rows_bf16_ref},
     {"conv_pointwise_bf16x3", ortx_conv_pointwise_bf16x3, ortx_conv_pointwise_bf16x3_ref},
+    {"conv_depthwise_bf16x3", ortx_conv_depthwise_bf16x3, ortx_conv_depthwise_bf16x3_ref},
     {"conv2d_depthwise_pair_rows", ortx_conv2d_depthwise_pair_rows, ortx_conv2d_depthwise_pair_rows_ref},
     {"conv2d_to_nchwc_f32", ortx_conv2d_to_nchwc_f32, ortx_conv2d_to_nchwc_f32_ref},
     {"global_avgpool_nchwc_f32", ortx_global_avgpool_nchwc_f32, ortx_global_avgpool_nchwc_f32_ref},

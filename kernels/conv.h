@@ -66,8 +66,8 @@ typedef struct ortx_depthwise_isa {
      * chunk plane of a pair-rows input (in_rows 1) or the first of its two blocks' planes of a blocked input (the
      * second hi_offset bytes on; the same plane again when the chunk has one block), y its chunk plane; weights and
      * bias as two vectors a tap: for a pair-rows input the even channels then the odd (tap t's at weights + t * 32
-     * and + 16), for a blocked one the two blocks'. With out_rows 0 (a pair-rows input only), y is the chunk's
-     * first block plane of a blocked fp32 output, its second y_hi bytes on (written where channels > 16). Returns
+     * and + 16), for a blocked one the two blocks'. With out_rows 0, y is the chunk's first block plane of a
+     * blocked fp32 output, its second y_hi bytes on (written where channels > 16). Returns
      * 0 without writing when it does not take the conv (no residual; rows == 0: only that question). NULL where
      * the ISA has none. */
     int (*pair_rows)(const ortx_conv_params *p, const void *x, int in_rows, int64_t hi_offset, const float *weights,
@@ -153,6 +153,13 @@ void ortx_conv_pointwise_pair_rows_bf16_ref(const int64_t *ints, const float *fl
 void ortx_conv_pointwise_bf16x3(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_pointwise_bf16x3_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* Whether conv_pointwise_bf16x3 runs its AMX steps here; those steps over one band on the calling thread. */
+int ortx_conv_pointwise_bf16x3_applies(void);
+void ortx_pointwise_bf16x3_band_amx(const int64_t *ints, const float *floats, void *const *buffers, int64_t n,
+                                    int64_t pixels, int64_t y_plane, int64_t y_offset, int thread);
+/* A depthwise conv and conv_pointwise_bf16x3 reading its output, over bands of rows (conv_depthwise_bf16x3.c). */
+void ortx_conv_depthwise_bf16x3(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_depthwise_bf16x3_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, void *const *buffers,
                                      int num_threads);
 void ortx_conv2d_depthwise_pair_rows_ref(const int64_t *ints, const float *floats, void *const *buffers,

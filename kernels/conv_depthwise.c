@@ -455,7 +455,7 @@ void ortx_conv2d_depthwise_pair_rows(const int64_t *ints, const float *floats, v
     job.pair_store = ortx_pair_rows_store_portable;
     job.in_place = isa->blocked_rows && isa->blocked_rows(&p, NULL, NULL, NULL, NULL, NULL, 0, 0) &&
                    (!job.in_rows || isa->blocked_rows_bf16);
-    job.pair_in_place = isa->pair_rows && p.kernel_height * p.kernel_width <= 25 &&
+    job.pair_in_place = (job.in_rows || job.out_rows) && isa->pair_rows && p.kernel_height * p.kernel_width <= 25 &&
                         isa->pair_rows(&p, NULL, job.in_rows, 0, NULL, NULL, 0, NULL, job.out_rows, 0, 0, 0);
 #if ORTX_HAVE_X86
     if (isa == &ortx_depthwise_avx512) job.pair_load = ortx_pair_rows_load_avx512;

@@ -562,12 +562,12 @@ ORTX_TARGET_AVX512_BF16 static int pair_rows_avx512_bf16(const ortx_conv_params 
                                                         int64_t oy0, int64_t rows) {
     const int64_t KW = p->kernel_width, sw = p->stride_width;
     if (p->dilation_width != 1 || (KW != 3 && KW != 5) || (sw != 1 && sw != 2) || p->has_residual) return 0;
-    if (!in_rows && !out_rows) return 0;  /* blocked in and out: blocked_rows' */
     if (rows == 0) return 1;
     const __mmask32 keep = (__mmask32)(channels >= 32 ? 0xFFFFFFFFu : (1u << channels) - 1u);
     if (out_rows && in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, 0, oy0, rows, 1, 1);
     else if (out_rows) pair_rows_of(p, x, hi_offset, weights, bias, keep, y, 0, oy0, rows, 0, 1);
-    else pair_rows_of(p, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
+    else if (in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
+    else pair_rows_of(p, x, hi_offset, weights, bias, keep, y, y_hi / 4, oy0, rows, 0, 0);
     return 1;
 }
 

@@ -160,6 +160,8 @@ void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats
  * ints conv_pointwise_nchwc_bf16's 7, then out_rows (Y in pair rows), form (1: rounded values and remainders in
  * separate chunks, 2: in one, from at most 16 input channels); buffers conv_pointwise_nchwc_bf16's (X and the
  * residual blocked fp32; W packed by blocked_layout.pack_pointwise_bf16x3), then the weights' remainders. */
+int ortx_conv_pointwise_bf16x3_applies(void) { return amx_path(); }
+
 void ortx_conv_pointwise_bf16x3(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     if (amx_path() && ortx_conv_pointwise_bf16x3_amx(ints, floats, buffers, num_threads)) return;
     ortx_conv_pointwise_bf16x3_ref(ints, floats, buffers, num_threads);

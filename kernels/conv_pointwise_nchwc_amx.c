@@ -58,6 +58,8 @@ typedef struct amx_pointwise_job {
     int in_rows, out_rows;  /* conv_pointwise_pair_rows_bf16: X, Y in pair rows (pair_rows.h) */
     const uint16_t *W_lo;   /* bf16x3 (step 5): the weights' remainders, packed as W; NULL: one product */
     int split_packed;       /* bf16x3 form 2: at most 16 channels, rounded values and remainders in one chunk */
+    int64_t y_plane, y_offset;  /* Y's and the residual's plane (pixels) and the first pixel's index in it: a band's
+                                 * steps (ortx_pointwise_bf16x3_band_amx) write into the whole map */
 } amx_pointwise_job;
 
 /* Pixels [0, rows) of x (blocks `plane` pixels apart) as bf16 pair rows of `row_words` 32-bit words; rows up to 16 or
@@ -83,38 +85,44 @@ ORTX_TARGET_AMX_BF16 static void split_packed_step(const float *x, int64_t in_ch
         ortx_pointwise_split_packed_bf16(x + i * 16, i < rows ? in_channels : 0, a + i * CHUNK_PAIRS);
 }
 
+/* A tiles a0 (and a1 for a second pixel tile) into tiles 4 (5), each times the B tiles in 6 (and 7 for a second
+ * output block) into C tiles 0-3. */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void a_times_loaded_b(
+    const uint32_t *a0, const uint32_t *a1, int64_t a_bytes, int two, int pixel_tiles) {
+    _tile_loadd(4, a0, a_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if (two) _tile_dpbf16ps(1, 4, 7);
+    if (pixel_tiles == 2) {
+        _tile_loadd(5, a1, a_bytes);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
+/* The weights w (a chunk's B tiles, the second block 32 values on) into tiles 6 (7), times the A tiles in 4 (5). */
+ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void loaded_a_times_b(const uint16_t *w, int two,
+                                                                                       int pixel_tiles) {
+    _tile_loadd(6, w, 256);
+    _tile_dpbf16ps(0, 4, 6);
+    if (pixel_tiles == 2) _tile_dpbf16ps(2, 5, 6);
+    if (two) {
+        _tile_loadd(7, w + 32, 256);
+        _tile_dpbf16ps(1, 4, 7);
+        if (pixel_tiles == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
 /* bf16x3's products of one chunk q into the four C tiles: A remainders x W rounded, A rounded x W rounded, then A
- * rounded x W remainders (the small terms first). Tiles 4, 5 hold A, 6, 7 B; in this order each term reloads only
- * one side: 8 tile loads a chunk for 12 products. */
+ * rounded x W remainders (the small terms first). In this order each term reloads only one side: 8 tile loads a
+ * chunk for 12 products. */
 ORTX_TARGET_AMX_BF16 static inline __attribute__((always_inline)) void split_chunk(
     const uint32_t *a_hi0, const uint32_t *a_hi1, const uint32_t *a_lo0, const uint32_t *a_lo1, int64_t a_bytes,
     const uint16_t *w_hi, const uint16_t *w_lo, int two, int pixel_tiles) {
     _tile_loadd(6, w_hi, 256);
     if (two) _tile_loadd(7, w_hi + 32, 256);
-    _tile_loadd(4, a_lo0, a_bytes);
-    _tile_dpbf16ps(0, 4, 6);
-    if (two) _tile_dpbf16ps(1, 4, 7);
-    if (pixel_tiles == 2) {
-        _tile_loadd(5, a_lo1, a_bytes);
-        _tile_dpbf16ps(2, 5, 6);
-        if (two) _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_loadd(4, a_hi0, a_bytes);
-    _tile_dpbf16ps(0, 4, 6);
-    if (two) _tile_dpbf16ps(1, 4, 7);
-    if (pixel_tiles == 2) {
-        _tile_loadd(5, a_hi1, a_bytes);
-        _tile_dpbf16ps(2, 5, 6);
-        if (two) _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_loadd(6, w_lo, 256);
-    _tile_dpbf16ps(0, 4, 6);
-    if (pixel_tiles == 2) _tile_dpbf16ps(2, 5, 6);
-    if (two) {
-        _tile_loadd(7, w_lo + 32, 256);
-        _tile_dpbf16ps(1, 4, 7);
-        if (pixel_tiles == 2) _tile_dpbf16ps(3, 5, 7);
-    }
+    a_times_loaded_b(a_lo0, a_lo1, a_bytes, two, pixel_tiles);
+    a_times_loaded_b(a_hi0, a_hi1, a_bytes, two, pixel_tiles);
+    loaded_a_times_b(w_lo, two, pixel_tiles);
 }
 
 /* A stored C tile (`scratch`, 16 floats a pixel): pixels [0, rows) of one output block through the epilogue into y
@@ -229,17 +237,8 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         if (two) _tile_dpbf16ps(3, 5, 7);
                     }
                 }
-                if (split == 2) {  /* then [rounded | remainders] x [W_lo; 0]: the rounded values x W's remainders */
-                    const uint16_t *wl = job->W_lo + (wb - job->W);
-                    _tile_loadd(6, wl, 256);
-                    _tile_dpbf16ps(0, 4, 6);
-                    if (pixel_tiles == 2) _tile_dpbf16ps(2, 5, 6);
-                    if (two) {
-                        _tile_loadd(7, wl + 32, 256);
-                        _tile_dpbf16ps(1, 4, 7);
-                        if (pixel_tiles == 2) _tile_dpbf16ps(3, 5, 7);
-                    }
-                }
+                if (split == 2)  /* then [rounded | remainders] x [W_lo; 0]: the rounded values x W's remainders */
+                    loaded_a_times_b(job->W_lo + (wb - job->W), two, pixel_tiles);
                 for (int64_t pt = 0; job->out_rows && pt < pixel_tiles; pt++) {  /* a chunk's two tiles at once */
                     if (pt == 0) {
                         _tile_stored(0, c, 64);
@@ -249,10 +248,11 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         if (two) _tile_stored(3, c_next, 64);
                     }
                     const int64_t chunk = n * ortx_pair_rows_chunks(job->out_channels) + b0 / 2;
-                    const int64_t at = ((n * out_blocks + b0) * plane + p0 + pt * TILE_ROWS) * 16;
-                    uint16_t *y = (uint16_t *)job->Y + (chunk * plane + p0 + pt * TILE_ROWS) * ORTX_PAIR_ROWS_CHUNK;
+                    const int64_t pixel = job->y_offset + p0 + pt * TILE_ROWS;
+                    const int64_t at = ((n * out_blocks + b0) * job->y_plane + pixel) * 16;
+                    uint16_t *y = (uint16_t *)job->Y + (chunk * job->y_plane + pixel) * ORTX_PAIR_ROWS_CHUNK;
                     finish_chunk_rows(job, c, two ? c_next : NULL, min64(TILE_ROWS, rows - pt * TILE_ROWS),
-                                      job->bias + b0 * 16, job->residual ? job->residual + at : NULL, plane,
+                                      job->bias + b0 * 16, job->residual ? job->residual + at : NULL, job->y_plane,
                                       job->out_channels - b0 * 16, y);
                 }
                 for (int t = 0; !job->out_rows && t < 2 * pixel_tiles; t++) {
@@ -264,7 +264,7 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         case 2: _tile_stored(2, c, 64); break;
                         default: _tile_stored(3, c, 64);
                     }
-                    const int64_t at = ((n * out_blocks + block) * plane + p0 + pt * TILE_ROWS) * 16;
+                    const int64_t at = ((n * out_blocks + block) * job->y_plane + job->y_offset + p0 + pt * TILE_ROWS) * 16;
                     const int64_t count = min64(TILE_ROWS, rows - pt * TILE_ROWS);
                     finish_tile(job, c, count, job->bias + block * 16, job->residual ? job->residual + at : NULL,
                                 job->Y + at);
@@ -299,7 +299,7 @@ static int pointwise_amx(const int64_t *ints, const float *floats, void *const *
         in_channels, out_channels, pixels, steps, runs, steps_per_run, ranges, per_range,
         ortx_pointwise_bf16_pair_words(in_channels),
         buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], (int)ints[5], floats[0],
-        floats[1], in_rows, out_rows, split ? buffers[6] : NULL, split == 2,
+        floats[1], in_rows, out_rows, split ? buffers[6] : NULL, split == 2, pixels, 0,
     };
     ortx_parallel_for(threads, pieces * ranges, amx_pointwise_task, &job);
     return 1;
@@ -318,6 +318,27 @@ int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *flo
 int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     return pointwise_amx(ints, floats, buffers, num_threads, 0, (int)ints[7], (int)ints[8]);
 }
+
+/* conv_pointwise_bf16x3's steps over one band on the calling thread (a task of conv_depthwise.c's
+ * conv_depthwise_bf16x3): X the band's `pixels` pixels, blocked fp32 (blocks `pixels` apart); Y and the residual
+ * image n's whole maps of y_plane pixels, the band from pixel y_offset on. ints, floats, buffers as
+ * conv_pointwise_bf16x3's (ints[0], the batch, and ints[3], the pixels, unread). */
+void ortx_pointwise_bf16x3_band_amx(const int64_t *ints, const float *floats, void *const *buffers, int64_t n,
+                                    int64_t pixels, int64_t y_plane, int64_t y_offset, int thread) {
+    const int64_t out_channels = ints[2], out_blocks = ortx_nchwc_blocks(out_channels);
+    const int64_t steps = (pixels + STEP_PIXELS - 1) / STEP_PIXELS, groups = (out_blocks + 3) / 4;
+    const int out_rows = (int)ints[7];
+    void *y = out_rows ? (void *)((uint16_t *)buffers[3] + n * ortx_pair_rows_chunks(out_channels) * y_plane *
+                                  ORTX_PAIR_ROWS_CHUNK)
+                       : (void *)((float *)buffers[3] + n * out_blocks * y_plane * 16);
+    const float *residual = ints[4] ? (const float *)buffers[4] + n * out_blocks * y_plane * 16 : NULL;
+    amx_pointwise_job job = {
+        ints[1], out_channels, pixels, steps, 1, steps, 1, groups, ortx_pointwise_bf16_pair_words(ints[1]),
+        buffers[0], buffers[2], residual, buffers[1], y, (int)ints[5], floats[0], floats[1], 0, out_rows,
+        buffers[6], ints[8] == 2, y_plane, y_offset,
+    };
+    amx_pointwise_task(&job, 0, thread);
+}
 #else
 int ortx_conv_pointwise_pair_rows_bf16_amx(const int64_t *ints, const float *floats, void *const *buffers,
                                            int num_threads) {
@@ -334,5 +355,10 @@ int ortx_conv_pointwise_nchwc_bf16_amx(const int64_t *ints, const float *floats,
 int ortx_conv_pointwise_bf16x3_amx(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)ints, (void)floats, (void)buffers, (void)num_threads;
     return 0;
+}
+
+void ortx_pointwise_bf16x3_band_amx(const int64_t *ints, const float *floats, void *const *buffers, int64_t n,
+                                    int64_t pixels, int64_t y_plane, int64_t y_offset, int thread) {
+    (void)ints, (void)floats, (void)buffers, (void)n, (void)pixels, (void)y_plane, (void)y_offset, (void)thread;
 }
 #endif

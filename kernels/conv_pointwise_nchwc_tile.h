@@ -14,14 +14,20 @@
 /* One pixel's input channels (x at the pixel in its first block, blocks x_plane pixels apart) rounded to bf16
  * pairs: `words` 32-bit words (whole 32-channel chunks), channels 2q and 2q + 1 in word q, zeros past `in_channels`
  * (0: a row of zeros). Masked loads: a blocked tensor's pad lanes hold anything. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_load_chunk(
+    const float *x, int64_t x_plane, int64_t in_channels, int64_t c0, __m512 *lo, __m512 *hi) {
+    const int64_t left = in_channels - c0;  /* chunk c0 / 32: lo its first 16 channels, hi the next 16 */
+    const __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
+    const __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
+    *lo = low ? _mm512_maskz_loadu_ps(low, x + c0 / 16 * x_plane * 16) : _mm512_setzero_ps();
+    *hi = high ? _mm512_maskz_loadu_ps(high, x + (c0 / 16 + 1) * x_plane * 16) : _mm512_setzero_ps();
+}
+
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_pointwise_round_pixel_bf16(
     const float *x, int64_t x_plane, int64_t in_channels, int64_t words, uint32_t *dst) {
     for (int64_t c0 = 0; c0 < 2 * words; c0 += 32) {
-        const int64_t left = in_channels - c0;
-        const __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
-        const __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
-        const __m512 lo = low ? _mm512_maskz_loadu_ps(low, x + c0 / 16 * x_plane * 16) : _mm512_setzero_ps();
-        const __m512 hi = high ? _mm512_maskz_loadu_ps(high, x + (c0 / 16 + 1) * x_plane * 16) : _mm512_setzero_ps();
+        __m512 lo, hi;
+        ortx_pointwise_load_chunk(x, x_plane, in_channels, c0, &lo, &hi);
         _mm512_storeu_si512(dst + c0 / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
 }
@@ -31,11 +37,8 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_p
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_pointwise_split_pixel_bf16(
     const float *x, int64_t x_plane, int64_t in_channels, int64_t words, uint32_t *hi, uint32_t *lo) {
     for (int64_t c0 = 0; c0 < 2 * words; c0 += 32) {
-        const int64_t left = in_channels - c0;
-        const __mmask16 low = (__mmask16)(left >= 16 ? 0xFFFF : left <= 0 ? 0 : (1u << left) - 1u);
-        const __mmask16 high = (__mmask16)(left >= 32 ? 0xFFFF : left <= 16 ? 0 : (1u << (left - 16)) - 1u);
-        const __m512 a = low ? _mm512_maskz_loadu_ps(low, x + c0 / 16 * x_plane * 16) : _mm512_setzero_ps();
-        const __m512 b = high ? _mm512_maskz_loadu_ps(high, x + (c0 / 16 + 1) * x_plane * 16) : _mm512_setzero_ps();
+        __m512 a, b;
+        ortx_pointwise_load_chunk(x, x_plane, in_channels, c0, &a, &b);
         const __m512i words_hi = (__m512i)_mm512_cvtne2ps_pbh(b, a);
         /* the rounded values widened back: the vector's first 16 elements are a's, the next 16 b's */
         const __m512i a_words = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(words_hi));

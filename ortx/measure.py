@@ -146,11 +146,12 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, warmup: int = 3,
             seed: int = 0, progress=None, tuning: str = "off", precision: str = "fp32",
-            others: dict | None = None, settle: float = SETTLE_S) -> Comparison:
+            others: dict | None = None, settle: float = SETTLE_S, extra_options: dict | None = None) -> Comparison:
     """Builds an ORT CPU session and an OrtxEP session on `model` and measures both, interleaved. `tuning` and
     `precision` are OrtxEP's options: tuning "off" (default) measures OrtxEP's own kernels on every segment it can
     claim, whatever tuning records this machine holds. `others`: name -> run(feeds) returning the outputs as
     ORT orders them; each is timed in the same blocks and its first output's cosine against ORT's reported.
+    `extra_options`: further OrtxEP provider options (fp32_nodes, say).
     `settle`: seconds of idle before each block (module docstring)."""
     proto = load(model)
     options = onnxruntime.SessionOptions()
@@ -162,7 +163,7 @@ def compare(name: str, model, *, shapes=None, threads: int = 2, runs: int = 20, 
     input_shapes = {k: v.shape for k, v in feeds.items()}
     ortx_session = InferenceSession(proto, ortx_options, providers=["OrtxEP", "CPUExecutionProvider"],
                                     provider_options=[{"input_shapes": input_shapes, "tuning": tuning,
-                                                       "precision": precision}, {}])
+                                                       "precision": precision, **(extra_options or {})}, {}])
     expected = ort_session.run(None, feeds)
     actual = ortx_session.run(None, feeds)
     errors, relative, cosines = [], [], []

@@ -94,6 +94,7 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
         if fuse_expand:
             builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
         builder.pair_rows = blocked_layout.pair_rows_values(order, outputs, builder, conv_plan_or_none, pair_rows)
+        builder.depthwise_of = blocked_layout.depthwise_bf16x3_pairs(order, outputs, builder, conv_plan_or_none)
     for node in order:
         builder.current_node = node.name or node.op_type
         _, lower = LOWERINGS[(node.domain if node.domain != "ai.onnx" else "", node.op_type)]

@@ -67,6 +67,8 @@ class SegmentBuilder:
         self.blocked_nodes: frozenset[ir.Node] = frozenset()
         # blocked_layout.expand_depthwise_pairs: depthwise node -> the 1x1 conv lowered with it in one step
         self.expand_of: dict[ir.Node, ir.Node] = {}
+        # blocked_layout.depthwise_bf16x3_pairs: bf16x3 1x1 node -> the depthwise conv lowered with it in one step
+        self.depthwise_of: dict[ir.Node, ir.Node] = {}
         self._blocked: dict[str, BufferRef] = {}
         self._plain_pending: dict[str, ir.Value] = {}
         # blocked_layout.pair_rows_values: tensors kept as bf16 pair rows (kernels/pair_rows.h) and their buffers

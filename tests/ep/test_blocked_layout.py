@@ -304,8 +304,11 @@ def amx_path():
 def test_fp32_nodes_1x1_convs_run_bf16x3_and_write_what_their_depthwise_readers_read():
     """fp32_nodes' 1x1 convs in a bf16 session on AMX run conv_pointwise_bf16x3 on blocked fp32 input: an expand
     whose only reader is a bf16 depthwise conv writes the pair rows that conv reads (the rounding is the reader's);
-    a projection's depthwise writer, reading pair rows, writes it blocked fp32 (a chunk at a time). The result is
-    closer to ORT's fp32 than all-bf16's; with the depthwise convs named too, every input stays fp32."""
+    a projection runs with the depthwise conv before it as one conv_depthwise_bf16x3 step (its fp32 output never
+    written), bitwise the unfused pair (the depthwise conv writing blocked fp32 from pair rows, a chunk at a time).
+    The result is closer to ORT's fp32 than all-bf16's; with the depthwise conv named too, its input stays fp32."""
+    import ortx.ep.lowering.blocked_layout as blocked_layout
+
     model = _models.mobilenetv2_style(size=64, seed=5)
     convs = [node.name for node in model.graph.node if node.op_type == "Conv"]
     expand, depthwise, project = convs[3], convs[4], convs[5]  # block 2: 1x1 expand, depthwise, 1x1 projection
@@ -313,22 +316,23 @@ def test_fp32_nodes_1x1_convs_run_bf16x3_and_write_what_their_depthwise_readers_
     (expected,), (plain,), _ = _run_both(model, feeds, precision="bf16")
     (_,), (mixed,), session = _run_both(model, feeds, precision="bf16", fp32_nodes=f"{expand},{project}")
     steps = {step.node: step for step in _steps(session)}
-    assert steps[expand].kernel == steps[project].kernel == "conv_pointwise_bf16x3", _kernel_counts(session)
-    assert steps[expand].ints[7] == 1 and steps[project].ints[7] == 0  # out_rows: pair rows / blocked fp32
-    assert steps[depthwise].kernel == "conv2d_depthwise_pair_rows" and list(steps[depthwise].ints[-3:-1]) == [1, 0]
+    assert steps[expand].kernel == "conv_pointwise_bf16x3" and steps[expand].ints[7] == 1  # out_rows: pair rows
+    assert steps[project].kernel == "conv_depthwise_bf16x3" and depthwise not in steps, _kernel_counts(session)
+    assert steps[project].ints[20] == 1  # the depthwise conv's input: the expand's pair rows
     assert np.abs(mixed - expected).max() < np.abs(plain - expected).max()
+    blocked_layout.DEPTHWISE_BF16X3 = False
+    try:
+        (_,), (unfused,), session = _run_both(model, feeds, precision="bf16", fp32_nodes=f"{expand},{project}")
+    finally:
+        blocked_layout.DEPTHWISE_BF16X3 = True
+    steps = {step.node: step for step in _steps(session)}
+    assert steps[project].kernel == "conv_pointwise_bf16x3" and steps[project].ints[7] == 0
+    assert steps[depthwise].kernel == "conv2d_depthwise_pair_rows" and list(steps[depthwise].ints[-3:-1]) == [1, 0]
+    np.testing.assert_array_equal(mixed, unfused)
     (_,), (inputs_fp32,), session = _run_both(model, feeds, precision="bf16",
                                               fp32_nodes=f"{expand},{depthwise},{project}")
     steps = {step.node: step for step in _steps(session)}
-    assert steps[expand].ints[7] == 0 and steps[depthwise].kernel == "conv2d_depthwise_nchwc_f32"
-
-@pytest.mark.usefixtures("vdpbf16ps_path")
-def test_bf16_runs_its_1x1_convs_blocked_in_bf16():
-    """Precision bf16: the 1x1 convs run conv_pointwise_nchwc_bf16, the depthwise convs the fp32 blocked kernel, the
-    stem the fp32 blocked stem (so no reorder enters the run): the NCHW bf16 definition but for the stem, and at
-    least as accurate against fp32 (this random-weight model at 64x64: cosine about 0.997 both ways, below issue
-    #5's 0.999, which the packaged models' benchmark judges)."""
-    _bf16_blocked_mobilenet(fused=5)
+    assert steps[expand].ints[7] == 0 and steps[project].ints[20] == 0  # the depthwise conv reads blocked fp32
 
 
 @contextlib.contextmanager

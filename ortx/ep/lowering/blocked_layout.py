@@ -277,6 +277,8 @@ PAIR_ROWS_MODES = ("all", "exact", "off")
 DENSE_PAIR_ROWS = True  # dense bf16 convs on AMX read and write pair rows too (pair_rows_values)
 POOL_PAIR_ROWS = True  # under "all", a blocked MaxPool reads pair rows (maxpool_pair_rows_f32; pair_rows_values)
 POOL_OUT_PAIR_ROWS = True  # ... and writes them where its readers take them (maxpool_pair_rows_bf16)
+DEPTHWISE_BF16X3 = True  # a depthwise conv fused with the bf16x3 1x1 conv reading it (depthwise_bf16x3_pairs)
+BAND_FLOATS = 32 * 1024  # conv_depthwise_bf16x3's band of depthwise rows a thread (128 KB; 8K-64K alike)
 SPLIT_FP32_POINTWISE = True  # fp32_nodes' 1x1 convs on AMX as bf16x3 (split_pointwise); False: fp32 kernels
 RESIDUAL_PAIR_ROWS = True  # under "all", a dense bf16 conv reads its residual from pair rows (pair_rows_values)
 
@@ -552,6 +554,78 @@ def lower_dense_bf16(node: ir.Node, builder, plan) -> None:
                  [x, builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16"), y,
                   builder.workspace(max(int(sizes[0]), 4), label="conv"),
                   builder.buffer(bias_value) if bias_value is not None else y, residual])
+    if not y_rows:
+        builder.finish_blocked(node.outputs[0])
+
+
+def depthwise_bf16x3_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir.Node]:
+    """Step 1d: each 1x1 conv that runs bf16x3 (split_pointwise) whose input is a depthwise conv's output that only it
+    reads, lowered with that conv as one conv_depthwise_bf16x3 step (kernels/conv_depthwise_bf16x3.c): 1x1 node ->
+    depthwise node. The depthwise conv a blocked node without residual, its bias constant, of a shape the ISA's
+    pair_rows step takes (3x3 or 5x5 across, stride 1 or 2 across, dilation 1 across, at most 25 taps); its output
+    (fp32 for the 1x1 conv to read unrounded) is then never written. MobileNetV2-style with fp32_nodes' first two
+    projections and first five expands, against DEPTHWISE_BF16X3 off, in one process: see ortx/ep/precision.py."""
+    if not DEPTHWISE_BF16X3 or not builder.blocked_nodes:
+        return {}
+    readers, output_values = _readers(nodes), {id(value) for value in outputs}
+    producer = {id(value): node for node in nodes for value in node.outputs}
+    pairs = {}
+    for node in nodes:
+        if node not in builder.blocked_nodes or not split_pointwise(node, builder, plan_of(node)):
+            continue
+        value = node.inputs[0]
+        depthwise = producer.get(id(value))
+        if depthwise is None or depthwise not in builder.blocked_nodes or id(value) in output_values:
+            continue
+        plan = plan_of(depthwise)
+        if plan is None or not plan.depthwise or plan.has_residual or len(readers[id(value)]) != 1:
+            continue
+        bias = present(depthwise, 2)
+        if bias is not None and constant_value(bias) is None:
+            continue
+        kernel_height, kernel_width, _, stride_width = plan.ints[7:11]
+        if (kernel_width not in (3, 5) or stride_width not in (1, 2) or plan.ints[14] != 1
+                or kernel_height * kernel_width > 25):
+            continue
+        pairs[node] = depthwise
+    return pairs
+
+
+def lower_depthwise_bf16x3(depthwise: ir.Node, node: ir.Node, builder, depthwise_plan, plan) -> None:
+    """Step 2c: one conv_depthwise_bf16x3 step for a depthwise_bf16x3_pairs pair, at the 1x1 conv's place."""
+    channels = depthwise_plan.ints[1]
+    x_rows = depthwise.inputs[0].name in builder.pair_rows
+    x = builder.pair_rows_buffer(depthwise.inputs[0]) if x_rows else builder.blocked_buffer(depthwise.inputs[0])
+    y_rows = node.outputs[0].name in builder.pair_rows
+    y = builder.pair_rows_buffer(node.outputs[0]) if y_rows else builder.produce_blocked(node.outputs[0])
+    residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
+    depthwise_bias_value = present(depthwise, 2)
+    depthwise_bias = constant_value(depthwise_bias_value) if depthwise_bias_value is not None else None
+    chunk_weights = pack_depthwise_chunks(depthwise_plan.weights.reshape(channels, -1), depthwise_bias, x_rows)
+    bias_value = present(node, 2)
+    bias = constant_value(bias_value) if bias_value is not None else None
+    if bias_value is not None and bias is None:
+        raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
+    out_channels = plan.ints[4]
+    weights = plan.weights.reshape(out_channels, channels)
+    packed, remainders, form = pack_pointwise_bf16x3(weights)
+    packed_bias = pack_pointwise_bf16(weights, bias)[1]
+    # a band of rows, every channel blocked: at least BAND_FLOATS, and one output row
+    band_floats = max(BAND_FLOATS, -(-channels // LANES) * LANES * depthwise_plan.ints[6])
+    builder.emit("conv_depthwise_bf16x3",
+                 list(depthwise_plan.ints) + [builder.num_threads, int(x_rows), out_channels,
+                                               int(residual is not None), plan.activation, int(y_rows), form,
+                                               band_floats],
+                 list(depthwise_plan.params) + list(plan.params),
+                 [x, builder.add_constant(depthwise_plan.weights.reshape(-1), label=f"{depthwise.name}:weights"),
+                  builder.add_constant(depthwise_bias if depthwise_bias is not None else np.zeros(1, np.float32),
+                                       label=f"{depthwise.name}:bias"),
+                  builder.add_constant(chunk_weights, label=f"{depthwise.name}:chunk_weights"),
+                  builder.add_constant(packed, label=f"{node.name}:packed_weights"),
+                  builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
+                  residual if residual is not None else y,
+                  builder.workspace(4 * band_floats * builder.num_threads, label="depthwise_rows"),
+                  builder.add_constant(remainders, label=f"{node.name}:packed_weights_lo")])
     if not y_rows:
         builder.finish_blocked(node.outputs[0])
 

@@ -363,6 +363,11 @@ def lower_conv(node: ir.Node, builder) -> None:
         blocked_layout.lower_expand_depthwise(expand, node, builder, _conv_plan(expand), plan)
     elif node in builder.expand_of.values():
         return  # lowered with its depthwise conv
+    elif node in builder.depthwise_of:  # a bf16x3 1x1 conv and the depthwise conv before it, in one step
+        depthwise = builder.depthwise_of[node]
+        blocked_layout.lower_depthwise_bf16x3(depthwise, node, builder, _conv_plan(depthwise), plan)
+    elif node in builder.depthwise_of.values():
+        return  # lowered with its 1x1 conv
     elif node in builder.blocked_nodes:  # a run of 1x1 and depthwise convs on blocked tensors
         workspace = int(_sizes("conv_sizes_f32", [1, *plan.ints, builder.num_threads])[0]) if plan.depthwise else 0
         blocked_layout.lower_blocked_conv(node, builder, plan, workspace)
