@@ -26,8 +26,8 @@ as one conv_depthwise_bf16x3 step (kernels/conv_depthwise_bf16x3.c): its fp32 ro
 output cosine against fp32 0.9993-0.9994 instead of 0.9982-0.9987 on three inputs, at 1.26x the time (2 threads,
 session 30, fp32 kernels; where its error comes from: benchmarks/bf16_sensitivity.py). Its first five expand convs
 and first two projections (conv_29, conv_56, conv_84, conv_111, conv_139, conv_22, conv_49, as that script's "by
-role" rows suggest) with bf16x3: cosine 0.99904-0.99941 on 8 standard-normal inputs at 1.12-1.13x the all-bf16 time
-(1.14-1.15x with the depthwise convs unfused; session 33, paired in one process). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search) chooses them by measurement for a
+role" rows suggest) with bf16x3: cosine 0.99904-0.99941 on 8 standard-normal inputs at 1.11x the all-bf16 time
+(1.12x with the depthwise convs unfused, 1.27x with fp32 kernels; session 33, paired in one process). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search) chooses them by measurement for a
 cosine target on given inputs: on MobileNetV2-style 5 layers for 0.999 (conv_22, conv_29, conv_84, conv_104,
 conv_111; worst cosine 0.99902 on 4 random inputs) at 1.15-1.17x with fp32 kernels (session 31).
 
