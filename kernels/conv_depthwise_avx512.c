@@ -492,7 +492,8 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_p
         }
     }
 #pragma GCC unroll 8
-    for (int j = 0; j < J; j++) store_pixel(acc_a[j], acc_b[j], p, keep, order, PAIR_IN, OUT_ROWS, y_hi, OUT_PIXEL(out, j));
+    for (int j = 0; j < J; j++)
+        store_pixel(acc_a[j], acc_b[j], p, keep, order, PAIR_IN, OUT_ROWS, y_hi, OUT_PIXEL(out, j));
 }
 
 /* One output row of a chunk, as blocked_row_kernel_avx512 splits it: in-row columns J at a time, the border columns

@@ -264,7 +264,8 @@ ORTX_TARGET_AMX_BF16 static void amx_pointwise_task(void *context, int64_t task,
                         case 2: _tile_stored(2, c, 64); break;
                         default: _tile_stored(3, c, 64);
                     }
-                    const int64_t at = ((n * out_blocks + block) * job->y_plane + job->y_offset + p0 + pt * TILE_ROWS) * 16;
+                    const int64_t pixel = job->y_offset + p0 + pt * TILE_ROWS;
+                    const int64_t at = ((n * out_blocks + block) * job->y_plane + pixel) * 16;
                     const int64_t count = min64(TILE_ROWS, rows - pt * TILE_ROWS);
                     finish_tile(job, c, count, job->bias + block * 16, job->residual ? job->residual + at : NULL,
                                 job->Y + at);

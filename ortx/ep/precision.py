@@ -14,22 +14,23 @@ channels) stays fp32 (faster there). On AMX the tensors of such a run that only 
 (or a MaxPool) read travel as bf16 pair rows (kernels/pair_rows.h): the values the 1x1 and dense convs round them to
 anyway, and, for a depthwise conv's or a MaxPool's input or a dense conv's residual, bf16 activations (their sums,
 maxima and residual additions stay fp32; blocked_layout.pair_rows_values).
-Provider option `fp32_nodes` names nodes of a bf16 session computed at fp32 accuracy from unrounded (fp32) inputs
-and weights (mark_fp32_nodes marks them in the prepared graph; the lowerings ask SegmentBuilder.precision_of): for
-layers where bf16's error grows most. Their kernels are the fp32 ones, except a 1x1 conv on the AMX path of a blocked
-run, which runs conv_pointwise_bf16x3 (kernels/conv_pointwise_nchwc_amx.c step 5: each input value and weight split
-into its bf16 rounding and the remainder's, three tdpbf16ps products per pair, within about 2^-16 of each product;
+Provider option `fp32_nodes` names nodes of a bf16 session computed at fp32 accuracy from unrounded (fp32) inputs and
+weights (mark_fp32_nodes marks them in the prepared graph; the lowerings ask SegmentBuilder.precision_of): for layers
+where bf16's error grows most. Their kernels are the fp32 ones, except a 1x1 conv on the AMX path of a blocked run,
+which runs conv_pointwise_bf16x3 (kernels/conv_pointwise_nchwc_amx.c step 5: each input value and weight split into
+its bf16 rounding and the remainder's, three tdpbf16ps products per pair, within about 2^-16 of each product;
 tests/kernels/test_pointwise_bf16x3.py): as accurate for this purpose and cheaper than fp32 multiply-adds. Its output,
-where only bf16 depthwise convs read it, is written as the pair rows they read (their bf16 activations, rounded
-once): the rounding belongs to the reader. A depthwise conv whose output only such a 1x1 conv reads runs with it
-as one conv_depthwise_bf16x3 step (kernels/conv_depthwise_bf16x3.c): its fp32 rows stay in the thread's band buffer. MobileNetV2-style (random weights) with its first 8 conv layers fp32:
-output cosine against fp32 0.9993-0.9994 instead of 0.9982-0.9987 on three inputs, at 1.26x the time (2 threads,
-session 30, fp32 kernels; where its error comes from: benchmarks/bf16_sensitivity.py). Its first five expand convs
-and first two projections (conv_29, conv_56, conv_84, conv_111, conv_139, conv_22, conv_49, as that script's "by
-role" rows suggest) with bf16x3: cosine 0.99904-0.99941 on 8 standard-normal inputs at 1.11x the all-bf16 time
-(1.12x with the depthwise convs unfused, 1.27x with fp32 kernels; session 33, paired in one process). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search) chooses them by measurement for a
-cosine target on given inputs: on MobileNetV2-style 5 layers for 0.999 (conv_22, conv_29, conv_84, conv_104,
-conv_111; worst cosine 0.99902 on 4 random inputs) at 1.15-1.17x with fp32 kernels (session 31).
+where only bf16 depthwise convs read it, is written as the pair rows they read (their bf16 activations, rounded once):
+the rounding belongs to the reader. A depthwise conv whose output only such a 1x1 conv reads runs with it as one
+conv_depthwise_bf16x3 step (kernels/conv_depthwise_bf16x3.c): its fp32 rows stay in the thread's band buffer.
+MobileNetV2-style (random weights) with its first 8 conv layers fp32: output cosine against fp32 0.9993-0.9994 instead
+of 0.9982-0.9987 on three inputs, at 1.26x the time (2 threads, session 30, fp32 kernels; where its error comes from:
+benchmarks/bf16_sensitivity.py). Its first five expand convs and first two projections (conv_29, conv_56, conv_84,
+conv_111, conv_139, conv_22, conv_49, as that script's "by role" rows suggest) with bf16x3: cosine 0.99904-0.99941 on
+8 standard-normal inputs at 1.11x the all-bf16 time (1.12x with the depthwise convs unfused, 1.27x with fp32 kernels;
+session 33, paired in one process). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search) chooses them by measurement for a
+cosine target on given inputs: on MobileNetV2-style 5 layers for 0.999 (conv_22, conv_29, conv_84, conv_104, conv_111;
+worst cosine 0.99902 on 4 random inputs) at 1.15-1.17x with fp32 kernels (session 31).
 
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,

@@ -1,10 +1,10 @@
-"""conv_pointwise_bf16x3's two forms (kernels/conv_pointwise_nchwc_amx.c step 5): the 1x1 convs that
-provider option fp32_nodes keeps fp32 in a bf16 session on AMX. Each input value and weight is split into its bf16
-rounding and the remainder's, and three products of each pair are summed, so the result is fp32-accurate to about
-2^-16 of each product: checked against the exact (float64) sums on random operands, within BF16X3_SUM_ERROR_UNITS
-x 2^-24 x sum_k |x_k w_k| (plus the bias and residual), a bound plain bf16 (conv_pointwise_pair_rows_bf16) misses many times over; a
-pair-rows output is that result rounded once. Form 2 (at most 16 input channels, rounded values and remainders in
-one chunk) and form 1 (separate chunks); the oracle (use_ref, and the kernel with AMX off) sums the same terms. And
+"""conv_pointwise_bf16x3's two forms (kernels/conv_pointwise_nchwc_amx.c step 5): the 1x1 convs that provider option
+fp32_nodes keeps fp32 in a bf16 session on AMX. Each input value and weight is split into its bf16 rounding and the
+remainder's, and three products of each pair are summed, so the result is fp32-accurate to about 2^-16 of each
+product: checked against the exact (float64) sums on random operands, within BF16X3_SUM_ERROR_UNITS x 2^-24 x sum_k
+|x_k w_k| (plus the bias and residual), a bound plain bf16 (conv_pointwise_pair_rows_bf16) misses many times over; a
+pair-rows output is that result rounded once. Form 2 (at most 16 input channels, rounded values and remainders in one
+chunk) and form 1 (separate chunks); the oracle (use_ref, and the kernel with AMX off) sums the same terms. And
 conv_depthwise_bf16x3, a depthwise conv fused with the bf16x3 1x1 conv reading it, against the two unfused."""
 from __future__ import annotations
 
@@ -81,7 +81,8 @@ def test_bf16x3_pointwise_is_fp32_accurate(isa, amx, case, out_rows, activation,
 
 
 FUSED_CASES = [  # (N, C, H, W, kernel, stride, pads, Cout): depthwise conv, then the bf16x3 1x1 conv to Cout
-    (1, 32, 30, 37, 3, 1, (1, 1, 1, 1), 16), (2, 40, 13, 12, 3, 2, (1, 1, 1, 1), 24), (1, 96, 14, 14, 5, 2, (2, 2, 1, 1), 40),
+    (1, 32, 30, 37, 3, 1, (1, 1, 1, 1), 16), (2, 40, 13, 12, 3, 2, (1, 1, 1, 1), 24),
+    (1, 96, 14, 14, 5, 2, (2, 2, 1, 1), 40),
     (1, 24, 9, 33, 5, 1, (2, 2, 2, 2), 17), (1, 144, 7, 7, 3, 1, (1, 1, 1, 1), 24),
 ]
 

@@ -412,8 +412,8 @@ def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[n
 
 
 def pack_pointwise_bf16x3(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """conv_pointwise_pair_rows_bf16's bf16x3 weights (kernels/conv_pointwise_nchwc_amx.c step 5): (the rounded
-    weights, their remainders, split form), each packed as pack_pointwise_bf16's. Form 2 from at most 16 input
+    """conv_pointwise_bf16x3's weights (kernels/conv_pointwise_nchwc_amx.c step 5): (the rounded weights, their
+    remainders, form), each packed as pack_pointwise_bf16's. Form 2 from at most 16 input
     channels: a row's rounded inputs and their remainders share one chunk, so the rows are [W; W] and [W_lo; 0]."""
     remainders = weights - round_to_bf16(weights)
     out_channels, in_channels = weights.shape
@@ -510,8 +510,8 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
             buffers.append(builder.workspace(4 * words * builder.num_threads, label="bf16_pairs"))
         if split:
             buffers.append(builder.add_constant(remainders, label=f"{node.name}:packed_weights_lo"))
-        kernel = "conv_pointwise_bf16x3" if split else "conv_pointwise_pair_rows_bf16" if rows else "conv_pointwise_nchwc_bf16" if bf16 else \
-            "conv_pointwise_nchwc_f32"
+        kernel = ("conv_pointwise_bf16x3" if split else "conv_pointwise_pair_rows_bf16" if rows else
+                  "conv_pointwise_nchwc_bf16" if bf16 else "conv_pointwise_nchwc_f32")
         builder.emit(kernel, [batch, in_channels, out_channels, height * width, int(residual is not None),
                               plan.activation, builder.num_threads] + rows, list(plan.params), buffers)
     if not y_rows:
