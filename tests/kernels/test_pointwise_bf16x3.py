@@ -31,11 +31,10 @@ def run_split(x, weights, bias, residual, activation, threads, out_rows, use_ref
     n, cin, h, w = x.shape
     cout = weights.shape[0]
     code, params = ACTIVATIONS[activation]
-    packed_bias = pack_pointwise_bf16(weights, bias)[1]
     if split:
-        packed, remainders, form = pack_pointwise_bf16x3(weights)
+        packed, packed_bias, remainders, form = pack_pointwise_bf16x3(weights, bias)
     else:
-        packed, remainders, form = pack_pointwise_bf16(weights, None)[0], np.zeros(1, np.uint16), 0
+        (packed, packed_bias), remainders, form = pack_pointwise_bf16(weights, bias), np.zeros(1, np.uint16), 0
     y = output_buffer(out_rows, n, cout, h, w)
     scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
     ints = [n, cin, cout, h * w, int(residual is not None), code, threads]
@@ -95,8 +94,7 @@ def _depthwise_then_bf16x3(case, activation, with_residual, in_rows, out_rows, t
     residual = random((n, cout, oh, ow), 95) if with_residual else None
     code, params = ACTIVATIONS[activation]
     chunk_weights = pack_depthwise_chunks(weights.reshape(c, -1), bias, bool(in_rows))
-    packed, remainders, form = pack_pointwise_bf16x3(pw_weights)
-    packed_bias = pack_pointwise_bf16(pw_weights, pw_bias)[1]
+    packed, packed_bias, remainders, form = pack_pointwise_bf16x3(pw_weights, pw_bias)
     source = to_pair_rows(x) if in_rows else to_blocked(x)
     y = output_buffer(out_rows, n, cout, oh, ow)
     extra = to_blocked(residual) if with_residual else y

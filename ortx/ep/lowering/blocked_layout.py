@@ -393,10 +393,16 @@ def pack_pointwise(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.nda
     groups = -(-out_channels // 64)
     padded = np.zeros((groups * 64, in_channels), np.float32)
     padded[:out_channels] = weights
-    packed_bias = np.zeros(groups * 64, np.float32)
+    return (np.ascontiguousarray(padded.reshape(groups, 64, in_channels).transpose(0, 2, 1)),
+            _packed_bias(bias, out_channels))
+
+
+def _packed_bias(bias: np.ndarray | None, out_channels: int) -> np.ndarray:
+    """The blocked 1x1 convs' fp32 bias: ceil(Cout/64)*64 values, zeros past Cout (and all zeros without one)."""
+    packed = np.zeros(-(-out_channels // 64) * 64, np.float32)
     if bias is not None:
-        packed_bias[:out_channels] = bias
-    return np.ascontiguousarray(padded.reshape(groups, 64, in_channels).transpose(0, 2, 1)), packed_bias
+        packed[:out_channels] = bias
+    return packed
 
 
 def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -408,21 +414,23 @@ def pack_pointwise_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[n
     padded = np.zeros((groups * 64, rows * 2), np.float32)
     padded[:out_channels, :in_channels] = weights
     packed = bf16_bits(padded).reshape(groups, 64, rows, 2).transpose(0, 2, 1, 3)
-    return np.ascontiguousarray(packed), pack_pointwise(weights, bias)[1]
+    return np.ascontiguousarray(packed), _packed_bias(bias, out_channels)
 
 
-def pack_pointwise_bf16x3(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """conv_pointwise_bf16x3's weights (kernels/conv_pointwise_nchwc_amx.c step 5): (the rounded weights, their
-    remainders, form), each packed as pack_pointwise_bf16's. Form 2 from at most 16 input
+def pack_pointwise_bf16x3(weights: np.ndarray,
+                          bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """conv_pointwise_bf16x3's operands (kernels/conv_pointwise_nchwc_amx.c step 5): (the rounded weights, the bias,
+    the weights' remainders, form), the weights packed as pack_pointwise_bf16's. Form 2 from at most 16 input
     channels: a row's rounded inputs and their remainders share one chunk, so the rows are [W; W] and [W_lo; 0]."""
     remainders = weights - round_to_bf16(weights)
     out_channels, in_channels = weights.shape
+    packed_bias = _packed_bias(bias, out_channels)
     if in_channels > 16:
-        return pack_pointwise_bf16(weights, None)[0], pack_pointwise_bf16(remainders, None)[0], 1
+        return pack_pointwise_bf16(weights, None)[0], packed_bias, pack_pointwise_bf16(remainders, None)[0], 1
     doubled, low = np.zeros((out_channels, 32), np.float32), np.zeros((out_channels, 32), np.float32)
     doubled[:, :in_channels] = doubled[:, 16:16 + in_channels] = weights  # the remainders sit at lanes 16 on
     low[:, :in_channels] = remainders
-    return pack_pointwise_bf16(doubled, None)[0], pack_pointwise_bf16(low, None)[0], 2
+    return pack_pointwise_bf16(doubled, None)[0], packed_bias, pack_pointwise_bf16(low, None)[0], 2
 
 
 def pack_depthwise_chunks(weights: np.ndarray, bias: np.ndarray | None, pair_rows_input: bool) -> np.ndarray:
@@ -498,10 +506,11 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         weights = plan.weights.reshape(out_channels, in_channels)
         split = split_pointwise(node, builder, plan)
         bf16 = builder.precision_of(node) == "bf16" or split
-        packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(weights, bias)
         if split:  # X blocked fp32 (readers that are fp32 nodes never get pair rows), the remainders' weights
-            packed, remainders, form = pack_pointwise_bf16x3(weights)
+            packed, packed_bias, remainders, form = pack_pointwise_bf16x3(weights, bias)
             rows = [int(y_rows), form]
+        else:
+            packed, packed_bias = (pack_pointwise_bf16 if bf16 else pack_pointwise)(weights, bias)
         buffers = [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
                    builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
                    residual if residual is not None else y]
@@ -608,8 +617,7 @@ def lower_depthwise_bf16x3(depthwise: ir.Node, node: ir.Node, builder, depthwise
         raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked 1x1 conv packs it)")
     out_channels = plan.ints[4]
     weights = plan.weights.reshape(out_channels, channels)
-    packed, remainders, form = pack_pointwise_bf16x3(weights)
-    packed_bias = pack_pointwise_bf16(weights, bias)[1]
+    packed, packed_bias, remainders, form = pack_pointwise_bf16x3(weights, bias)
     # a band of rows, every channel blocked: at least BAND_FLOATS, and one output row
     band_floats = max(BAND_FLOATS, -(-channels // LANES) * LANES * depthwise_plan.ints[6])
     builder.emit("conv_depthwise_bf16x3",
