@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bf16.py [--runs 20] [--threads 2] [--models resnet18,mobilenetv2,det,rec,bert]
                                  [--quiet-wait 120] [--no-openvino] [--fp32-nodes 'MODEL:NODE,...;...']
+                                 [--tuning cached]
 Issue #5's bf16 acceptance: OrtxEP bf16 <= 0.45x ORT fp32's time and faster than OpenVINO on every model, output
 cosine >= 0.999 against fp32. Models as benchmarks/run.py builds them. Timing: ortx.measure.compare (ORT, OrtxEP
 and OpenVINO interleaved in blocks after warm-up, medians), the same thread count for all three. OpenVINO
@@ -10,8 +11,9 @@ inference precision on a CPU with AVX512_BF16 is bf16 (the table states the prec
 models the cosines are also measured on a rendered text image (benchmarks/text_image.py: a page for det, a line
 for rec and cls), their own domain: on the seeded random input det's output is a near-empty map whose cosine swings
 with any single rounding. --fp32-nodes adds a row per model named there with those OrtxEP fp32_nodes (by default
-MobileNetV2-style with the layers where bf16's error comes from, benchmarks/bf16_sensitivity.py). Writes the
-"bf16 ... (N threads)" section of BENCHMARKS.md.
+MobileNetV2-style with the layers where bf16's error comes from, benchmarks/bf16_sensitivity.py). --tuning
+cached applies this machine's records from `ortx tune MODEL --precision bf16` (with --fp32-nodes for the second
+row); the default, off, measures the untuned kernels. Writes the "bf16 ... (N threads)" section of BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -115,6 +117,8 @@ def main() -> int:
     parser.add_argument("--no-openvino", action="store_true")
     parser.add_argument("--fp32-nodes", default=FP32_NODES, metavar="MODEL:NODE,...;...",
                         help="per model key, a second row with these OrtxEP fp32_nodes ('' for none)")
+    parser.add_argument("--tuning", choices=("off", "cached"), default="off",
+                        help="OrtxEP's tuning option: cached applies `ortx tune --precision bf16`'s records")
     args = parser.parse_args()
     fp32_nodes = dict(item.split(":", 1) for item in args.fp32_nodes.split(";") if item)
     rows, notes = [], []
@@ -135,7 +139,7 @@ def main() -> int:
                 load = wait_for_quiet(args.quiet_wait)
                 print(f"measuring {label} (load {load:.2f}) ...", flush=True)
                 result = compare(label, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
-                                 precision="bf16", others=others, extra_options=extra)
+                                 precision="bf16", others=others, extra_options=extra, tuning=args.tuning)
                 on_image = image_cosines(key, path, input_name, shape, args.threads, others.get("OpenVINO"), extra)
                 rows.append((result, shape, openvino_precision, load, on_image))
                 line = f"  ORT fp32 {result.ort_ms:.2f} ms, OrtxEP bf16 {result.ortx_ms:.2f} ms ({result.ratio:.2f}x)"
@@ -148,7 +152,8 @@ def main() -> int:
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
         f"kernel ISA {_kernels.selected_isa()}, bf16 path {_kernels.bf16_isa()}, {threads} for every "
-        f"engine, median of {args.runs} runs interleaved in blocks of 4 (ortx.measure.compare) after warm-up, seeded "
+        f"engine, OrtxEP tuning {args.tuning}, median of {args.runs} runs interleaved in blocks of 4 "
+        "(ortx.measure.compare) after warm-up, seeded "
         "random inputs. OrtxEP runs precision='bf16' (constant-weight GEMMs and dense convs in bf16 with fp32 "
         "accumulation, the rest fp32); ratio = OrtxEP bf16 ms / ORT fp32 ms (goal <= 0.45); cosine = first output "
         "against ORT fp32's (goal >= 0.999) on the seeded random input and, for the PP-OCR models, on a rendered "

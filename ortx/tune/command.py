@@ -30,6 +30,8 @@ never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds th
 start, after Python's start-up (step 2's share is estimated and reserved first; a tight budget can be overrun by
 that estimate's error); the default is 10m (the issue's per-model bound), and --budget none searches every task to
 the end (hours on a large model: every GEMM task compiles hundreds of kernels). --mode full measures longer than quick;
+--precision bf16 tunes for sessions with OrtxEP's precision "bf16" (--fp32-nodes: with that fp32_nodes option):
+their kernels, steps and segments are recorded under signatures of their own, so fp32 and bf16 records coexist.
 --export writes this model's records to a JSON file that ships with the model, --import merges such a file
 (records measured on another machine are kept but never used here). exit status: 0 ok, 2 usage or input error."""
 
@@ -65,6 +67,11 @@ def add_tune_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="threads for both engines (default 2)")
     parser.add_argument("--mode", choices=("quick", "full"), default="quick", help="measurement length")
     parser.add_argument("--seed", type=int, default=0, help="the task scheduler's seed (default 0)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="the OrtxEP precision option of the sessions to tune for (default fp32); bf16 "
+                             "sessions have records of their own")
+    parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
+                        help="with --precision bf16: the sessions' fp32_nodes option (layers kept at fp32 accuracy)")
     parser.add_argument("--cache-dir", help="where the tuning database is (default: ORTX_CACHE_DIR or ~/.cache/ortx)")
     parser.add_argument("--export", metavar="RECORDS.json", help="write this model's records to a file")
     parser.add_argument("--import", dest="import_path", metavar="RECORDS.json", help="merge a records file first")
@@ -147,6 +154,10 @@ def run_tune_command(args, out=None, err=None) -> int:
     if args.threads < 1:
         print(f"ortx tune: error: --threads must be positive, got {args.threads}", file=err)
         return 2
+    fp32_nodes = tuple(name for name in args.fp32_nodes.split(",") if name)
+    if fp32_nodes and args.precision != "bf16":
+        print("ortx tune: error: --fp32-nodes keeps layers fp32 in a bf16 session: give --precision bf16", file=err)
+        return 2
     try:
         if args.import_path:
             with TuningDatabase(database_path) as database:
@@ -158,7 +169,7 @@ def run_tune_command(args, out=None, err=None) -> int:
         feeds = random_feeds(model, dict(args.input_shape))  # every dim must be known: names the input and the flag
         shapes = {name: tuple(array.shape) for name, array in feeds.items()}
         budget = f", budget {args.budget:.0f} s" if args.budget is not None else ""
-        out.write(f"tuning {args.model} ({args.mode}, {args.threads} threads{budget}) ...\n")
+        out.write(f"tuning {args.model} ({args.mode}, {args.threads} threads, {args.precision}{budget}) ...\n")
         out.flush()
         def on_phase(line: str) -> None:
             print(f"[{time.perf_counter() - started:7.1f} s] {line}", file=err, flush=True)
@@ -168,7 +179,7 @@ def run_tune_command(args, out=None, err=None) -> int:
 
         tuning = tune_model(model, shapes, num_threads=args.threads, mode=args.mode, database_path=str(database_path),
                             jit=options, budget_seconds=args.budget, seed=args.seed, started=started,
-                            on_round=on_round, on_phase=on_phase)
+                            on_round=on_round, on_phase=on_phase, precision=args.precision, fp32_nodes=fp32_nodes)
         out.write(render_tuning(tuning, args.budget, time.perf_counter() - started))
         out.write(f"records in {database_path}\n")
         if args.export:

@@ -1,8 +1,9 @@
 """Whole-model tuning (`ortx tune MODEL --budget 10m`): every task of a model's claimed segments searched under
 one time budget by the task scheduler, then, per segment, the schedule validated and OrtxEP measured against ORT.
 
-1. Compile the model with tuning off (graph passes, OrtxEP's claim, JIT; ortx.pipeline) and time it end to end
-   on seeded random inputs (the untuned time the estimates start from).
+1. Compile the model with tuning off (graph passes, OrtxEP's claim, JIT; ortx.pipeline), at the sessions'
+   precision (and fp32_nodes), and time it end to end on seeded random inputs (the untuned time the estimates
+   start from).
 2. Tasks: per JIT'd claimed segment with float inputs and outputs, the per-step thread tasks
    (ortx.tune.step_threads; not on one thread), weighted by how many steps share a signature, with the default
    build's per-step medians as priors; a signature in several segments is one task (measured in the first
@@ -36,7 +37,9 @@ import onnx
 
 from ortx import pipeline
 from ortx.config import Options
+from ortx.ep.assignment import FUSED_FROM_KEY
 from ortx.ep.options import sub_session_options
+from ortx.ep.precision import mark_fp32_nodes
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
 from ortx.tune import engine_choice, gemm_tasks, layout_choice, step_threads
@@ -48,6 +51,7 @@ from ortx.tune.search import Exhaustive, Task
 from ortx.tune.space import Schedule
 
 MODES = ("quick", "full")
+PRECISIONS = ("fp32", "bf16")  # OrtxEP's precision option
 TIMED_RUNS = {"quick": 10, "full": 30}  # per candidate, as sessions with tuning "quick"/"full" time them
 # A round builds the segment once per thread count with this many steps changed: one C compile (~0.3 s for a
 # 150-step PP-OCR segment) and one timing loop serve them all, and the largest steps still come first.
@@ -213,14 +217,21 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
                seed: int = 0,
                started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
                on_phase: Callable[[str], None] | None = None,
-               should_stop: Callable[[], bool] | None = None) -> ModelTuning:
+               should_stop: Callable[[], bool] | None = None, precision: str = "fp32",
+               fp32_nodes: tuple[str, ...] = ()) -> ModelTuning:
     """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
+    `precision` and `fp32_nodes`: the OrtxEP options of the sessions the records are for (ortx.ep.precision); a bf16
+    session's kernels, steps and segments have their own signatures, so its records are its own.
     `budget_seconds` counts from `started` (time.perf_counter(); default: now), `trials` bounds the search's new
     measurements (None: no bound); `on_round` sees each search round,
     `on_phase` a line when a step begins; `should_stop()` true ends the search early (step 4 still validates
     what was found, so the records a later session reads are complete)."""
     if mode not in MODES:
         raise ValueError(f"tune_model: mode {mode!r} is not one of {', '.join(MODES)}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"tune_model: precision {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if fp32_nodes and precision == "fp32":
+        raise ValueError("fp32_nodes keeps layers fp32 in a bf16 session: give precision bf16")
     started = time.perf_counter() if started is None else started
     say = on_phase or (lambda line: None)
     settings = TimingSettings(timed_runs=TIMED_RUNS[mode])
@@ -228,7 +239,10 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
 
     say("compiling with tuning off")
     prepared = pipeline.prepare_loaded(proto)
-    untuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=None)
+    if fp32_nodes:
+        mark_fp32_nodes(prepared.model.graph, list(fp32_nodes), FUSED_FROM_KEY)
+    untuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=None,
+                                          precision=precision)
     compile_seconds = time.perf_counter() - started
     from ortx.optimize import random_feeds
 
@@ -261,7 +275,8 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
     choose_start = time.perf_counter()
     say("validating the chosen schedules and measuring each segment against ONNX Runtime")
     tuning = pipeline.TuningSettings(mode, database_path, search_step_threads=False)
-    tuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=tuning)
+    tuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=tuning,
+                                        precision=precision)
     choices = tuple(tuned.assignment.engine_choices)
     threads = []
     with TuningDatabase(database_path) as database:

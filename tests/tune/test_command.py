@@ -77,3 +77,36 @@ def test_a_budget_spent_before_the_search_measures_no_task_but_still_chooses_eng
     assert "per-step threads: no step faster on fewer threads: default kept" in out
     with TuningDatabase(tmp_path / "cache" / "tuning.sqlite") as database:  # validation searched nothing either
         assert [row for row in database.records(template=step_threads.TEMPLATE) if "threads" in row.schedule] == []
+
+
+def test_precision_bf16_tunes_the_bf16_sessions_steps_under_records_of_their_own(tmp_path, tiny, capsys):
+    """A bf16 session runs bf16 kernels, so `--precision bf16` searches their steps (the task names the kernel) and
+    an fp32 run afterwards finds none of its own tasks recorded."""
+    cache = tmp_path / "cache"
+    assert main(["tune", str(tiny), "--cache-dir", str(cache), "--budget", "5s", "--precision", "bf16"]) == 0
+    captured = capsys.readouterr()
+    assert "2 threads, bf16" in captured.out.splitlines()[0]
+    rounds = [line for line in captured.err.splitlines() if " round " in line]
+    assert rounds and re.search(r"task 1 \w*bf16\w*\|", rounds[0]), rounds
+    assert "search: 1 tasks, 2 new trials (0 recorded before)" in captured.out
+    assert main(["tune", str(tiny), "--cache-dir", str(cache), "--budget", "5s"]) == 0
+    again = capsys.readouterr()
+    assert "(0 recorded before)" in again.out and "conv2d_f32|" in again.err
+
+
+def test_fp32_nodes_needs_bf16_and_names_a_node_the_model_lacks(tmp_path, tiny, capsys):
+    cache = str(tmp_path / "cache")
+    assert main(["tune", str(tiny), "--cache-dir", cache, "--fp32-nodes", "conv"]) == 2
+    assert "--fp32-nodes keeps layers fp32 in a bf16 session: give --precision bf16" in capsys.readouterr().err
+    assert main(["tune", str(tiny), "--cache-dir", cache, "--precision", "bf16", "--fp32-nodes", "no_such_node",
+                 "--budget", "5s"]) == 2
+    error = capsys.readouterr().err
+    assert "ortx tune: error: OrtxEP option fp32_nodes: 'no_such_node' not in the graph" in error
+
+
+def test_fp32_nodes_tunes_the_kernels_those_layers_keep(tmp_path, tiny, capsys):
+    """Under bf16 with the conv in fp32_nodes the session runs its fp32 kernel: that is the step searched."""
+    assert main(["tune", str(tiny), "--cache-dir", str(tmp_path / "cache"), "--budget", "5s", "--precision", "bf16",
+                 "--fp32-nodes", "conv_3"]) == 0
+    rounds = [line for line in capsys.readouterr().err.splitlines() if " round " in line]
+    assert rounds and "task 1 conv2d_f32|" in rounds[0], rounds

@@ -40,7 +40,11 @@ Under precision bf16 the 1x1 convs run conv_pointwise_nchwc_bf16 (bf16 operands,
 defines; the depthwise convs stay fp32 as in NCHW) and a stem that writes into a run stays fp32
 (conv2d_to_nchwc_f32): its 3 input channels give the bf16 GEMM 14 K pairs, and the bf16 conv writes NCHW, which a
 reorder then blocks (MobileNetV2-style's 3 -> 32 stem at 112x112, 2 threads, profiled: conv2d_bf16 0.200-0.207 ms
-+ reorder 0.110-0.117 ms against conv2d_to_nchwc_f32's 0.178-0.181 ms).
++ reorder 0.110-0.117 ms against conv2d_to_nchwc_f32's 0.178-0.181 ms). Session 34 (model 167 host, not kept,
+branch stem-bf16x3): the stem as conv_pointwise_bf16x3's AMX steps over banded patches (27 values a patch, input
+rows pixel-major in the thread's workspace) took 0.160 ms against conv2d_to_nchwc_f32's 0.113 (the AMX steps and
+their fp32 epilogue alone 0.085: the 1.6 MB blocked output, not the multiply-adds, bounds this conv), the whole
+model 1.054x.
 On the AMX path, tensors inside a run that only 1x1, depthwise and dense convs (and a MaxPool) read are kept as
 bf16 pair rows (`pair_rows_values`, kernels/pair_rows.h): half the bytes, and the 1x1 convs' AMX tiles load them as
 they lie.
@@ -656,7 +660,11 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
     (the 1x1 conv in bf16 as conv_pointwise_nchwc_bf16's vdpbf16ps tile computes it, the depthwise conv fp32); on
     the AMX path nothing is fused: its 1x1 steps alone beat the vdpbf16ps tile (MobileNetV2-style, 2 threads, one
     process: fused 0.95-1.03x ORT fp32's time, unfused 0.66-0.71x), and a fused step running the AMX steps over
-    its rows measured 1.00-1.15x the unfused runs' time (cls 0.97-1.05x), so it was not kept."""
+    its rows measured 1.00-1.15x the unfused runs' time (cls 0.97-1.05x), so it was not kept. Nor, session 34
+    (model 167 host, branch expand-depthwise-rows), was one on pair rows: the AMX steps' bf16 rows into a thread's
+    window, then the pair-rows depthwise step from it (bitwise the unfused pair): each pair took the unfused pair's
+    time (16 -> 96 -> depthwise s2 at 112x112: 0.159 ms fused, 0.104 + 0.055 unfused), MobileNetV2-style 0.997x
+    [0.974, 1.008] in-process, so these steps are bound by their own work, not by the expanded map's traffic."""
     if builder.precision not in ("fp32", "bf16") or not builder.blocked_nodes:
         return {}
     if builder.precision == "bf16" and _kernels.bf16_isa() == "amx_bf16":
