@@ -14,6 +14,7 @@ import sys
 import time
 
 from ortx.cli_args import input_shape
+from ortx.ep.precision import PRECISIONS
 
 DESCRIPTION = """\
 Tunes MODEL here and records the results in the tuning database under this machine's hardware fingerprint:
@@ -67,7 +68,7 @@ def add_tune_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=2, help="threads for both engines (default 2)")
     parser.add_argument("--mode", choices=("quick", "full"), default="quick", help="measurement length")
     parser.add_argument("--seed", type=int, default=0, help="the task scheduler's seed (default 0)")
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
                         help="the OrtxEP precision option of the sessions to tune for (default fp32); bf16 "
                              "sessions have records of their own")
     parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",

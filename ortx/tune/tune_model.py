@@ -39,7 +39,7 @@ from ortx import pipeline
 from ortx.config import Options
 from ortx.ep.assignment import FUSED_FROM_KEY
 from ortx.ep.options import sub_session_options
-from ortx.ep.precision import mark_fp32_nodes
+from ortx.ep.precision import PRECISIONS, mark_fp32_nodes
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
 from ortx.tune import engine_choice, gemm_tasks, layout_choice, step_threads
@@ -51,7 +51,6 @@ from ortx.tune.search import Exhaustive, Task
 from ortx.tune.space import Schedule
 
 MODES = ("quick", "full")
-PRECISIONS = ("fp32", "bf16")  # OrtxEP's precision option
 TIMED_RUNS = {"quick": 10, "full": 30}  # per candidate, as sessions with tuning "quick"/"full" time them
 # A round builds the segment once per thread count with this many steps changed: one C compile (~0.3 s for a
 # 150-step PP-OCR segment) and one timing loop serve them all, and the largest steps still come first.
