@@ -556,6 +556,16 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_r
 #undef ROW
 }
 
+/* pair_rows_of's instance for the input's and the output's layout. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_rows_sides(
+    const ortx_conv_params *p, const void *x, int in_rows, int64_t hi_offset, const float *weights, const float *bias,
+    __mmask32 keep, void *y, int out_rows, int64_t y_hi, int64_t oy0, int64_t rows) {
+    if (out_rows && in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, 0, oy0, rows, 1, 1);
+    else if (out_rows) pair_rows_of(p, x, hi_offset, weights, bias, keep, y, 0, oy0, rows, 0, 1);
+    else if (in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
+    else pair_rows_of(p, x, hi_offset, weights, bias, keep, y, y_hi / 4, oy0, rows, 0, 0);
+}
+
 /* 3x3 and 5x5, stride 1 or 2, dilation 1 across, no residual. */
 ORTX_TARGET_AVX512_BF16 static int pair_rows_avx512_bf16(const ortx_conv_params *p, const void *x, int in_rows,
                                                         int64_t hi_offset, const float *weights, const float *bias,
@@ -568,17 +578,13 @@ ORTX_TARGET_AVX512_BF16 static int pair_rows_avx512_bf16(const ortx_conv_params 
     /* Clip (MobileNetV2's ReLU6) as a constant: every pixel's store otherwise switches on the activation, and the
      * cases' code, sigmoid's call included, sits in the loop (a standalone copy of the 3x3 loop: 19.3 us a 56 x 56
      * chunk plane with the switch, 15.5 with Clip constant) */
-    ortx_conv_params clip = *p;
-    clip.activation = ORTX_ACT_CLIP;
     if (p->activation == ORTX_ACT_CLIP) {
-        if (out_rows && in_rows) pair_rows_of(&clip, x, 0, weights, bias, keep, y, 0, oy0, rows, 1, 1);
-        else if (out_rows) pair_rows_of(&clip, x, hi_offset, weights, bias, keep, y, 0, oy0, rows, 0, 1);
-        else if (in_rows) pair_rows_of(&clip, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
-        else pair_rows_of(&clip, x, hi_offset, weights, bias, keep, y, y_hi / 4, oy0, rows, 0, 0);
-    } else if (out_rows && in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, 0, oy0, rows, 1, 1);
-    else if (out_rows) pair_rows_of(p, x, hi_offset, weights, bias, keep, y, 0, oy0, rows, 0, 1);
-    else if (in_rows) pair_rows_of(p, x, 0, weights, bias, keep, y, y_hi / 4, oy0, rows, 1, 0);
-    else pair_rows_of(p, x, hi_offset, weights, bias, keep, y, y_hi / 4, oy0, rows, 0, 0);
+        ortx_conv_params clip = *p;
+        clip.activation = ORTX_ACT_CLIP;
+        pair_rows_sides(&clip, x, in_rows, hi_offset, weights, bias, keep, y, out_rows, y_hi, oy0, rows);
+    } else {
+        pair_rows_sides(p, x, in_rows, hi_offset, weights, bias, keep, y, out_rows, y_hi, oy0, rows);
+    }
     return 1;
 }
 
