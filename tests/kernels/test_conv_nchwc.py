@@ -173,6 +173,9 @@ DEPTHWISE_CASES = [  # (N, C, H, W, kernel, stride, pads, dilation)
     (1, 24, 12, 20, 5, 2, (2, 2, 2, 2), 1), (1, 16, 9, 12, 5, 1, (2, 2, 2, 2), 1),
     (1, 16, 6, 30, 3, 2, (0, 0, 1, 1), 1),
     (2, 64, 28, 28, 3, 1, (1, 1, 1, 1), 1),  # two images, two bands a chunk: pair rows' band-major tasks on 2 threads
+    # pair rows' column blocks with pad columns: both sides' two in one block of 5, two on the left of a 3x3, and
+    # wider than a block takes (3: its columns tap by tap) beside a block with one
+    (1, 40, 6, 5, 5, 1, (2, 2, 2, 2), 1), (1, 32, 5, 9, 3, 1, (1, 2, 1, 0), 1), (1, 24, 8, 21, 3, 2, (3, 3, 1, 1), 1),
 ]
 
 
