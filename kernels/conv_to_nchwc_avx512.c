@@ -1,7 +1,9 @@
 /* AVX-512 steps of conv2d_to_nchwc_f32 (conv_to_nchwc.c): the tile holds pixels x blocks = 24 accumulators
  * (12 x 2 for a 32-channel stem), per tap `blocks` weight vectors and one broadcast input value per pixel; border
  * pixels one block at a time with the out-of-input taps skipped. The pixel loops are unrolled by pragma: without
- * it gcc 12 kept the 24 accumulators in memory (a load and a store around every multiply-add). Both run
+ * it gcc 12 kept the 24 accumulators in memory (a load and a store around every multiply-add). Strides 1 and 2
+ * are constants in their instances: with the stride a variable, gcc 12 stepped the pixel address by one add per
+ * multiply-add, a chain of 24 adds a tap that held the tile to half the multiply-add rate. Both run
  * conv_to_nchwc.c's portable operations (bias, then one multiply-add per tap in order, then the activation) on
  * 16 lanes. */
 #include "activation_avx512.h"
@@ -11,9 +13,9 @@
 #include <immintrin.h>
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
-    const int P, const int B, const ortx_conv_params *p, const float *x, const int32_t *tap_offsets, const float *w,
-    int64_t ldw, const float *bias, float *y) {
-    const int64_t taps = p->in_channels * p->kernel_height * p->kernel_width, sw = p->stride_width;
+    const int P, const int B, const int SW, const ortx_conv_params *p, const float *x, const int32_t *tap_offsets,
+    const float *w, int64_t ldw, const float *bias, float *y) {
+    const int64_t taps = p->in_channels * p->kernel_height * p->kernel_width, sw = SW ? SW : p->stride_width;
     const int64_t plane = p->out_height * p->out_width;
     __m512 acc[24];
     for (int b = 0; b < B; b++) {
@@ -43,12 +45,17 @@ ORTX_TARGET_AVX512 static void tile_avx512(const ortx_conv_params *p, int64_t pi
                                           const int32_t *tap_offsets, const float *w, int64_t ldw, const float *bias,
                                           float *y) {
     (void)pixels;  /* always ortx_to_nchwc_tile_pixels(blocks) */
-    switch (blocks) {
-        case 4: tile_fixed(6, 4, p, x, tap_offsets, w, ldw, bias, y); break;
-        case 3: tile_fixed(8, 3, p, x, tap_offsets, w, ldw, bias, y); break;
-        case 2: tile_fixed(12, 2, p, x, tap_offsets, w, ldw, bias, y); break;
-        default: tile_fixed(24, 1, p, x, tap_offsets, w, ldw, bias, y);
+#define TILE(SW)                                                                        \
+    switch (blocks) {                                                                   \
+        case 4: tile_fixed(6, 4, SW, p, x, tap_offsets, w, ldw, bias, y); break;        \
+        case 3: tile_fixed(8, 3, SW, p, x, tap_offsets, w, ldw, bias, y); break;        \
+        case 2: tile_fixed(12, 2, SW, p, x, tap_offsets, w, ldw, bias, y); break;       \
+        default: tile_fixed(24, 1, SW, p, x, tap_offsets, w, ldw, bias, y);             \
     }
+    if (p->stride_width == 1) TILE(1)
+    else if (p->stride_width == 2) TILE(2)
+    else TILE(0)
+#undef TILE
 }
 
 ORTX_TARGET_AVX512 static void border_avx512(const ortx_conv_params *p, const float *x, const float *w,
