@@ -33,12 +33,22 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
             for (int b = 0; b < B; b++) acc[i * B + b] = _mm512_fmadd_ps(xv, wv[b], acc[i * B + b]);
         }
     }
+    /* the stores with the common activations as constants and the parameters in locals (each store would switch
+     * on the activation and reload them: the stores may alias *p) */
     const int activation = (int)p->activation;
-    for (int b = 0; b < B; b++)
-#pragma GCC unroll 24
-        for (int i = 0; i < P; i++)
-            _mm512_storeu_ps(y + (b * plane + i) * 16,
-                             ortx_activation_avx512(acc[i * B + b], activation, p->param0, p->param1));
+    const float p0 = p->param0, p1 = p->param1;
+#define STORE_ALL(ACT)                                                                                          \
+    for (int b = 0; b < B; b++)                                                                                 \
+        _Pragma("GCC unroll 24") for (int i = 0; i < P; i++)                                                    \
+            _mm512_storeu_ps(y + (b * plane + i) * 16, ortx_activation_avx512(acc[i * B + b], ACT, p0, p1));
+    switch (activation) {
+        case ORTX_ACT_NONE: STORE_ALL(ORTX_ACT_NONE) break;
+        case ORTX_ACT_RELU: STORE_ALL(ORTX_ACT_RELU) break;
+        case ORTX_ACT_CLIP: STORE_ALL(ORTX_ACT_CLIP) break;
+        case ORTX_ACT_HARD_SWISH: STORE_ALL(ORTX_ACT_HARD_SWISH) break;
+        default: STORE_ALL(activation)
+    }
+#undef STORE_ALL
 }
 
 ORTX_TARGET_AVX512 static void tile_avx512(const ortx_conv_params *p, int64_t pixels, int64_t blocks, const float *x,
