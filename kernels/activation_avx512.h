@@ -12,6 +12,19 @@
 #if ORTX_HAVE_X86
 #include <immintrin.h>
 
+/* CALL(ACT) with the common activations as compile-time constants, each its own instance of the caller's loop, and
+ * any other as the runtime value `activation` (a local: it is read more than once). Where a loop's activation is
+ * read through a struct its stores may alias (the kernels are built without strict aliasing), gcc kept the switch
+ * on it in the loop, one per vector, with every case's code: the AMX 1x1 epilogues, the fp32 stem's stores. */
+#define ORTX_WITH_ACTIVATION_CONSTANT(activation, CALL)            \
+    switch (activation) {                                          \
+        case ORTX_ACT_NONE: CALL(ORTX_ACT_NONE); break;            \
+        case ORTX_ACT_RELU: CALL(ORTX_ACT_RELU); break;            \
+        case ORTX_ACT_CLIP: CALL(ORTX_ACT_CLIP); break;            \
+        case ORTX_ACT_HARD_SWISH: CALL(ORTX_ACT_HARD_SWISH); break; \
+        default: CALL(activation);                                 \
+    }
+
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 ortx_activation_avx512(__m512 v, int activation,
                                                                                            float p0, float p1) {
     const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);

@@ -74,6 +74,19 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 load_pixe
 /* The pixel a pad column reads in pixels_avx512 and pair_pixels_avx512: zeros (64 bytes, a pixel of any layout). */
 static const float pad_pixel[16] __attribute__((aligned(64)));
 
+/* The block of output columns from ox that a row kernel runs next: `*count` of them (8, or the row's rest) and, of
+ * the input columns they read, how many lie left (`*lo_pad`) and right (`*hi_pad`) of the row. 1 where the blocks
+ * take it (both at most 2, read from pad_pixel, and a tap row in the image), else 0: its columns tap by tap. */
+static inline __attribute__((always_inline)) int column_block(int64_t ox, int64_t OW, int64_t W, int64_t pl,
+                                                               int64_t taps_rows, const int KW_C, const int SW_C,
+                                                               int64_t *count, int64_t *lo_pad, int64_t *hi_pad) {
+    const int64_t J = OW - ox < 8 ? OW - ox : 8, first = ox * SW_C - pl, over = first + (J - 1) * SW_C + KW_C - W;
+    *count = J;
+    *lo_pad = first < 0 ? -first : 0;
+    *hi_pad = over > 0 ? over : 0;
+    return taps_rows > 0 && *lo_pad <= 2 && *hi_pad <= 2;
+}
+
 /* J output pixels of one block: the taps' sums from `start` (the bias); with `epilogue` (NULL: stored raw, the tiled
  * form's rows) the residual at `residual` (NULL: none) added and the conv's activation applied before the store,
  * as finish_avx512 would after it (the same operations, one pass). Of the NC input columns the pixels read, the
@@ -377,17 +390,13 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row
 #define ROW_PIXELS(j)                                                                                           \
     pixels_avx512(in, ox, taps_rows, step, w, start, out + ox * 16, lo_pad, hi_pad, j, KW_C, SW_C, BF16_IN, p, \
                   res ? res + ox * 16 : NULL)
-    for (int64_t ox = 0; ox < OW;) {
-        const int64_t J = OW - ox < 8 ? OW - ox : 8, first = ox * SW_C - pl;
-        const int64_t lo_pad = first < 0 ? -first : 0, over = first + (J - 1) * SW_C + KW_C - W;
-        const int64_t hi_pad = over > 0 ? over : 0;
-        if (taps_rows > 0 && lo_pad <= 2 && hi_pad <= 2) {
+    for (int64_t ox = 0, J, lo_pad, hi_pad; ox < OW; ox += J) {
+        if (column_block(ox, OW, W, pl, taps_rows, KW_C, SW_C, &J, &lo_pad, &hi_pad)) {
             if (J == 8) ROW_PIXELS(8);
             else PIXELS_TAIL(J, ROW_PIXELS);
         } else {
             blocked_columns(p, x, weights, start, res, out, iy0, ky_lo, ky_hi, ox, J, KW_C, BF16_IN);
         }
-        ox += J;
     }
 #undef ROW_PIXELS
 }
@@ -585,18 +594,14 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_r
 #define ROW_PIXELS(j)                                                                                          \
     pair_pixels_avx512(in, hi_offset, ox, taps_rows, step, w, start_a, start_b, p, keep, order,                \
                        OUT_PIXEL(out, ox), y_hi, lo_pad, hi_pad, j, KW_C, SW_C, PAIR_IN, OUT_ROWS)
-    for (int64_t ox = 0; ox < OW;) {
-        const int64_t J = OW - ox < 8 ? OW - ox : 8, first = ox * SW_C - pl;
-        const int64_t lo_pad = first < 0 ? -first : 0, over = first + (J - 1) * SW_C + KW_C - W;
-        const int64_t hi_pad = over > 0 ? over : 0;
-        if (taps_rows > 0 && lo_pad <= 2 && hi_pad <= 2) {
+    for (int64_t ox = 0, J, lo_pad, hi_pad; ox < OW; ox += J) {
+        if (column_block(ox, OW, W, pl, taps_rows, KW_C, SW_C, &J, &lo_pad, &hi_pad)) {
             if (J == 8) ROW_PIXELS(8);
             else PIXELS_TAIL(J, ROW_PIXELS);
         } else {
             pair_columns(p, x, hi_offset, weights, start_a, start_b, keep, order, out, y_hi, iy0, ky_lo, ky_hi, ox,
                          J, KW_C, PAIR_IN, OUT_ROWS);
         }
-        ox += J;
     }
 #undef ROW_PIXELS
 }

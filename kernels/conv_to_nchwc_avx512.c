@@ -40,14 +40,8 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
 #define STORE_ALL(ACT)                                                                                          \
     for (int b = 0; b < B; b++)                                                                                 \
         _Pragma("GCC unroll 24") for (int i = 0; i < P; i++)                                                    \
-            _mm512_storeu_ps(y + (b * plane + i) * 16, ortx_activation_avx512(acc[i * B + b], ACT, p0, p1));
-    switch (activation) {
-        case ORTX_ACT_NONE: STORE_ALL(ORTX_ACT_NONE) break;
-        case ORTX_ACT_RELU: STORE_ALL(ORTX_ACT_RELU) break;
-        case ORTX_ACT_CLIP: STORE_ALL(ORTX_ACT_CLIP) break;
-        case ORTX_ACT_HARD_SWISH: STORE_ALL(ORTX_ACT_HARD_SWISH) break;
-        default: STORE_ALL(activation)
-    }
+            _mm512_storeu_ps(y + (b * plane + i) * 16, ortx_activation_avx512(acc[i * B + b], ACT, p0, p1))
+    ORTX_WITH_ACTIVATION_CONSTANT(activation, STORE_ALL)
 #undef STORE_ALL
 }
 
