@@ -370,9 +370,8 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_col
  * zero pixel: +0 or -0 added, every sum but an exact -0 as with the taps skipped); a block with wider pads takes its
  * columns' in-row taps one by one. Taps of out-of-image rows are skipped. (Before, every border column went tap by
  * tap: MobileNetV2-style fp32 in-process, 2 threads, 0.97x with the blocks; the 7x7 maps now take this form too.)
- * 2 threads, this
- * Zen 4, against the tiled form (a copy per input row): 96 channels 112x112 stride 2 129 -> 79 us, 144 at 56x56
- * 96 -> 81 us, 192 at 28x28 41 -> 35 us. The residual and activation are applied in registers before each store
+ * 2 threads, this Zen 4, against the tiled form (a copy per input row): 96 channels 112x112 stride 2 129 -> 79 us,
+ * 144 at 56x56 96 -> 81 us, 192 at 28x28 41 -> 35 us. The residual and activation are applied in registers before each store
  * (before, finish_avx512 made a second pass over each row: MobileNetV2-style 0.978x in-process, bf16 and fp32 alike,
  * the same bits). */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void blocked_row_kernel_avx512(
@@ -466,7 +465,6 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_l
         *b = _mm512_loadu_ps((const float *)at_hi);
     }
 }
-
 
 /* One pixel's two vectors activated, rounded to bf16 and put in channel order (`order`: the interleave of even and
  * odd channels, or NULL-like identity when PAIR_IN is 0); channels past `keep` zero. */
