@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/bf16.py [--runs 20] [--threads 2] [--models resnet18,mobilenetv2,det,rec,bert]
                                  [--quiet-wait 120] [--no-openvino] [--fp32-nodes 'MODEL:NODE,...;...']
-                                 [--tuning cached]
+                                 [--tuning cached] [--no-amx] [--bf16-compute always]
 Issue #5's bf16 acceptance: OrtxEP bf16 <= 0.45x ORT fp32's time and faster than OpenVINO on every model, output
 cosine >= 0.999 against fp32. Models as benchmarks/run.py builds them. Timing: ortx.measure.compare (ORT, OrtxEP
 and OpenVINO interleaved in blocks after warm-up, medians), the same thread count for all three. OpenVINO
@@ -13,7 +13,12 @@ for rec and cls), their own domain: on the seeded random input det's output is a
 with any single rounding. --fp32-nodes adds a row per model named there with those OrtxEP fp32_nodes (by default
 MobileNetV2-style with the layers where bf16's error comes from, benchmarks/bf16_sensitivity.py). --tuning
 cached applies this machine's records from `ortx tune MODEL --precision bf16` (with --fp32-nodes for the second
-row); the default, off, measures the untuned kernels. Writes the "bf16 ... (N threads)" section of BENCHMARKS.md.
+row); the default, off, measures the untuned kernels. --no-amx runs both engines without AMX on a CPU that has it
+(OrtxEP through _kernels.allow_amx(False), OpenVINO's oneDNN through ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, set before
+openvino loads; the run checks OpenVINO's executed kernels for AMX ones): the AVX512_BF16 path a CPU without AMX
+(AMD Zen 4, Intel Cooper Lake) runs, on this core. --bf16-compute: OrtxEP's option of that name (default auto: fp32
+kernels where this CPU's bf16 would be slower, which the header then says; always: the bf16 kernels). Writes the "bf16 ... (N threads[, AMX off])" section of
+BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ from benchmarks import text_image  # noqa: E402
 from benchmarks._report import head_commit, host, write_section  # noqa: E402
 from benchmarks.memory import models  # noqa: E402
 from ortx import _kernels  # noqa: E402
+from ortx.ep.precision import BF16_COMPUTE, effective_precision  # noqa: E402
 from ortx.measure import compare  # noqa: E402
 
 GOAL_RATIO = 0.45
@@ -43,6 +49,9 @@ GOAL_COSINE = 0.999
 # A second row per model with these OrtxEP fp32_nodes (ortx/ep/precision.py): MobileNetV2-style's first five
 # expands and first two projections, the layers benchmarks/bf16_sensitivity.py's rows by role point to.
 FP32_NODES = "mobilenetv2:conv_29,conv_56,conv_84,conv_111,conv_139,conv_22,conv_49"
+
+
+OPENVINO_NO_AMX = {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}  # oneDNN reads it once, when openvino first dispatches
 
 
 def openvino_runner(path: str, input_name: str, shape, threads: int):
@@ -64,6 +73,20 @@ def openvino_runner(path: str, input_name: str, shape, threads: int):
 
     precision = compiled.get_property("INFERENCE_PRECISION_HINT")
     return run, precision.get_type_name() if hasattr(precision, "get_type_name") else str(precision)
+
+
+def openvino_amx_kernels(path: str, input_name: str, shape, threads: int, feeds) -> list[str]:
+    """The kernels (exec types) with "amx" in their name that OpenVINO's CPU device runs for this model: a second
+    compilation with PERF_COUNT, one inference."""
+    import openvino
+
+    core = openvino.Core()
+    model = core.read_model(path)
+    model.reshape({input_name: list(shape)})
+    compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": threads, "PERF_COUNT": "YES"})
+    request = compiled.create_infer_request()
+    request.infer(feeds)
+    return sorted({info.exec_type for info in request.profiling_info if "amx" in info.exec_type.lower()})
 
 
 def _cosine(a, b) -> float:
@@ -119,7 +142,16 @@ def main() -> int:
                         help="per model key, a second row with these OrtxEP fp32_nodes ('' for none)")
     parser.add_argument("--tuning", choices=("off", "cached"), default="off",
                         help="OrtxEP's tuning option: cached applies `ortx tune --precision bf16`'s records")
+    parser.add_argument("--bf16-compute", choices=BF16_COMPUTE, default="auto",
+                        help="OrtxEP's bf16_compute option (default auto)")
+    parser.add_argument("--no-amx", action="store_true",
+                        help="both engines without AMX (the AVX512_BF16 path of CPUs without it; see above)")
     args = parser.parse_args()
+    if args.no_amx:
+        if "openvino" in sys.modules:
+            parser.error("--no-amx: openvino is loaded already; ONEDNN_MAX_CPU_ISA would not apply")
+        os.environ.update(OPENVINO_NO_AMX)
+        _kernels.allow_amx(False)
     fp32_nodes = dict(item.split(":", 1) for item in args.fp32_nodes.split(";") if item)
     rows, notes = [], []
     with tempfile.TemporaryDirectory() as directory:
@@ -134,8 +166,15 @@ def main() -> int:
                     openvino_precision = "-"
                 else:
                     others["OpenVINO"] = run
+                    if args.no_amx:
+                        feeds = {input_name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+                        amx = openvino_amx_kernels(path, input_name, shape, args.threads, feeds)
+                        if amx:
+                            notes.append(f"OpenVINO ran AMX kernels on {name} despite ONEDNN_MAX_CPU_ISA: {amx}")
+            compute = {"bf16_compute": args.bf16_compute}
             for extra in [{}] + ([{"fp32_nodes": fp32_nodes[key]}] if key in fp32_nodes else []):
                 label = name + (f", fp32_nodes {extra['fp32_nodes']}" if extra else "")
+                extra = {**extra, **compute}
                 load = wait_for_quiet(args.quiet_wait)
                 print(f"measuring {label} (load {load:.2f}) ...", flush=True)
                 result = compare(label, path, shapes={input_name: shape}, threads=args.threads, runs=args.runs,
@@ -148,6 +187,9 @@ def main() -> int:
                 line += f", cosine {result.cosine:.6f}"
                 print(line + (f", on a rendered text image {on_image[0]:.6f}" if on_image else ""), flush=True)
     threads = f"{args.threads} thread{'s' if args.threads != 1 else ''}"
+    setting = threads + (", AMX off" if args.no_amx else "") + (", bf16_compute always"
+                                                                 if args.bf16_compute == "always" else "")
+    _, precision_note = effective_precision("bf16", args.bf16_compute)
     commit = head_commit()
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, "
@@ -163,7 +205,12 @@ def main() -> int:
         "one physical core, one thread slower than the other (uneven) or the threads far apart (a cache line's round "
         "trip >= 250 ns); paired = the median over rounds of OrtxEP's block median / OpenVINO's in the same round "
         "(lowest and highest round in brackets), which the host's drift between rounds moves less. Written by "
-        "`python benchmarks/bf16.py`.",
+        "`python benchmarks/bf16.py`."
+        + (" AMX off (`--no-amx`): OrtxEP's bf16 kernels on their AVX512_BF16 path, OpenVINO with "
+           f"{', '.join(f'{k}={v}' for k, v in OPENVINO_NO_AMX.items())} (its kernels checked for AMX ones: "
+           "none unless a note below says so), as on a CPU with AVX512_BF16 and no AMX." if args.no_amx else "")
+        + (f" OrtxEP with bf16_compute 'auto': {precision_note}. Its rows are its fp32 kernels."
+           if precision_note else ""),
         "",
         "| model | input | ORT fp32 ms | OrtxEP bf16 ms | ratio | OpenVINO ms (precision) | OrtxEP / OpenVINO | "
         "paired [range] | cosine OrtxEP | cosine OpenVINO | cosine on text image | load | host |",
@@ -199,7 +246,7 @@ def main() -> int:
                      "(kernels/threadpool.h) when the cores are oversubscribed, so these ratios flatter OrtxEP; "
                      "compare runs taken on a quiet host.")
     lines += [f"{note}." for note in dict.fromkeys(notes)]
-    write_section(args.output, f"bf16: OrtxEP precision='bf16' vs ORT fp32 and OpenVINO ({threads})", "\n".join(lines))
+    write_section(args.output, f"bf16: OrtxEP precision='bf16' vs ORT fp32 and OpenVINO ({setting})", "\n".join(lines))
     print("\n".join(lines))
     return 0
 

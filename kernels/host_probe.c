@@ -27,6 +27,10 @@
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
+#if ORTX_HAVE_X86
+#include <immintrin.h>
+#endif
+
 typedef float probe_vector __attribute__((vector_size(64), aligned(64)));
 
 #define PROBE_CHAINS(step) step(0) step(1) step(2) step(3) step(4) step(5) step(6) step(7) step(8) step(9) step(10) step(11)
@@ -193,9 +197,67 @@ static void host_fma_ports(const int64_t *ints, const float *floats, void *const
     ((int64_t *)buffers[0])[0] = ortx_fma_ports();
 }
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * host_dot_rates: multiply-adds per nanosecond one core sustains in fp32 (vfmadd231ps, 16 a zmm instruction) and in
+ * bf16 pairs (vdpbf16ps, 32: 16 lanes of two bf16 products each), each the fastest of 5 tries of 12 independent
+ * chains, tried alternately. Why: vdpbf16ps does not always beat fp32 multiply-adds. On the Intel model 167 host it
+ * starts one every other cycle against two vfmadd231ps a cycle (session 36: 1.65 G against 6.5 G instructions/s), so
+ * its products come at half the fp32 rate, and a bf16 session without AMX ran ResNet-18-style at 1.7x ONNX Runtime's
+ * fp32 time; on the Zen 4 host it ran at 0.60x (ortx/ep/precision.py decides from these rates). bf16 0 without
+ * AVX512_BF16. ~1 ms.
+ *   buffers: [0] float64[2] out: fp32 multiply-adds per ns, bf16 multiply-adds per ns
+ * ------------------------------------------------------------------------------------------------------------- */
+#if ORTX_HAVE_X86
+#define DOT_DECLARE(i) __m512 a##i = _mm512_set1_ps((float)(i));
+#define DOT_STEP(i) a##i = _mm512_dpbf16_ps(a##i, x, y);
+#define DOT_SUM(i) sum = _mm512_add_ps(sum, a##i);
+
+ORTX_TARGET_AVX512_BF16 static float dot_chains_bf16(int64_t iterations) {
+    /* bf16 1.0 pairs: each step adds 2 to every lane (no denormals, no overflow in a try) */
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3F80), y = x;
+    __m512 sum = _mm512_setzero_ps();
+    PROBE_CHAINS(DOT_DECLARE)
+    for (int64_t i = 0; i < iterations; i++) {
+        PROBE_CHAINS(DOT_STEP)
+    }
+    PROBE_CHAINS(DOT_SUM)
+    return _mm512_reduce_add_ps(sum);
+}
+#endif
+
+static void host_dot_rates(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)ints;
+    (void)floats;
+    (void)num_threads;
+    double *out = buffers[0];
+    out[0] = out[1] = 0.0;
+#if ORTX_HAVE_X86
+    if (ortx_cpu_isa() != ORTX_ISA_AVX512) return;
+    const int64_t iterations = 20000, chains = 12;  /* 240K instructions a try: ~40 us fp32, ~150 us bf16 here */
+    int bf16 = ortx_cpu_has_avx512_bf16();
+    int64_t fp32_ns = INT64_MAX, bf16_ns = INT64_MAX;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        int64_t start = now_ns();
+        volatile float value = probe_avx512(iterations);
+        int64_t spent = now_ns() - start;
+        fp32_ns = spent < fp32_ns ? spent : fp32_ns;
+        if (bf16) {
+            start = now_ns();
+            value = dot_chains_bf16(iterations);
+            spent = now_ns() - start;
+            bf16_ns = spent < bf16_ns ? spent : bf16_ns;
+        }
+        (void)value;
+    }
+    out[0] = 16.0 * chains * iterations / (double)fp32_ns;
+    if (bf16) out[1] = 32.0 * chains * iterations / (double)bf16_ns;
+#endif
+}
+
 const ortx_kernel_entry ortx_family_host[] = {
     {"host_fma_probe", host_fma_probe, NULL},
     {"host_fma_ports", host_fma_ports, NULL},
+    {"host_dot_rates", host_dot_rates, NULL},
     {"host_core_latency", host_core_latency, NULL},
     {NULL, NULL, NULL},
 };

@@ -20,6 +20,7 @@ import onnx
 
 from ortx.artifact import Artifact, ArtifactError, write_artifact
 from ortx.ep.options import parse_providers
+from ortx.ep.precision import effective_precision
 
 ORT_DEVICE = "ort"  # the placement label of nodes ONNX Runtime runs
 
@@ -104,7 +105,9 @@ def compile_artifact(source, output: str | os.PathLike, *, provider_options: dic
         options.intra_op_num_threads = num_threads
         ort = pipeline.OrtSettings(options, ["CPUExecutionProvider"], [{}])
         compiled = pipeline.compile_for_shapes(prepared, shapes, ort, num_threads=num_threads,
-                                               jit=None, tuning=None, precision=choice.ortx.precision,
+                                               jit=None, tuning=None,
+                                               precision=effective_precision(choice.ortx.precision,
+                                                                             choice.ortx.bf16_compute)[0],
                                                devices=choice.ortx.device_settings())
         for row in compiled.assignment:
             placement[row.name] = device_label(row)

@@ -1,6 +1,8 @@
 import os
 import tempfile
 
+import pytest
+
 from tests import _summary
 
 
@@ -29,3 +31,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             "ONNX backend node tests through OrtxEP: "
             + ", ".join(f"{key}: {count}" for key, count in sorted(_summary.CONFORMANCE.items())))
+
+
+@pytest.fixture(autouse=True)
+def bf16_kernels_on_every_cpu(monkeypatch):
+    """A bf16 session runs fp32 kernels on a CPU where bf16 would be slower (ortx.ep.precision.effective_precision);
+    the suite tests the bf16 kernels on every CPU, so here bf16 pays. tests/ep/test_bf16_compute.py tests the
+    decision itself."""
+    from ortx.ep import precision
+
+    monkeypatch.setattr(precision, "bf16_compute_pays", lambda: (True, ""))

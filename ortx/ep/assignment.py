@@ -47,6 +47,7 @@ class Assignment(tuple):
         self.layout_choices = ()  # ortx.tune.layout_choice.LayoutChoice per CPU segment with blocked runs
         self.graph = None  # ortx.ep.render.PartitionGraph of the compiled graph: nodes, devices, edges with bytes
         self.capability = {}  # compiled node -> {device: "" (can run it) or the reason it cannot}
+        self.precision_note = ""  # why the kernels' precision is not the one asked for (effective_precision)
         return self
 
     def by_device(self) -> dict[str, int]:
@@ -109,6 +110,8 @@ class Assignment(tuple):
                      f"OrtxEP claims {100 * self.claimed_mac_share:.1f}% of {self.total_macs / 1e6:.1f} M MACs"
                      f"{in_bf16}" + (f"; {len(self.sparse_nodes())} run sparse (CSR) kernels"
                                      if self.sparse_nodes() else ""))
+        if self.precision_note:
+            lines.append(self.precision_note)
         for decision in self.sparse_choices:
             lines.append(f"sparse choice {decision.describe()}")
         for choice in self.layout_choices:

@@ -7,7 +7,7 @@ import os
 import onnxruntime
 
 from ortx.config import Options
-from ortx.ep.precision import PRECISIONS
+from ortx.ep.precision import BF16_COMPUTE, PRECISIONS
 
 ORTX_PROVIDER = "OrtxEP"
 
@@ -68,6 +68,13 @@ def _parse_precision(value) -> str:
     return text
 
 
+def _parse_bf16_compute(value) -> str:
+    text = str(value).strip().lower()
+    if text not in BF16_COMPUTE:
+        raise ValueError(f"expected one of {', '.join(BF16_COMPUTE)}, got {value!r}")
+    return text
+
+
 def _parse_names(value) -> tuple[str, ...]:
     names = [part.strip() for part in (value.split(",") if isinstance(value, str) else value)]
     if not all(isinstance(name, str) for name in names) or "" in names:
@@ -102,6 +109,10 @@ PROVIDER_OPTIONS = {
     "precision": ("'fp32' (default) or 'bf16': Gemm/MatMul with constant weights and dense convs run with bf16 "
                   "operands and fp32 accumulation; everything else stays fp32 (ortx/ep/precision.py)",
                   _parse_precision),
+    "bf16_compute": ("under precision 'bf16': 'auto' (default) runs fp32 kernels on a CPU where bf16 would be "
+                     "slower (no AVX512_BF16, or vdpbf16ps measured below 1.25x the fp32 multiply-add rate, as on "
+                     "Intel cores without AMX; the assignment says so), 'always' runs the bf16 kernels anyway",
+                     _parse_bf16_compute),
     "fp32_nodes": ("under precision 'bf16', nodes computed at fp32 accuracy from unrounded inputs and weights "
                    "(fp32 kernels; 1x1 convs on AMX as bf16x3), 'NODE,...' (the model's names; a node the graph "
                    "passes fused, e.g. a BatchNormalization, names the conv it joined): where bf16's error grows "
@@ -128,6 +139,7 @@ class OrtxOptions:
     jit_cache_dir: str = ""
     tuning: str = "cached"
     precision: str = "fp32"
+    bf16_compute: str = "auto"
     fp32_nodes: tuple = ()
     devices: str = "cpu"
     placement: dict = dataclasses.field(default_factory=dict)

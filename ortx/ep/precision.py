@@ -32,6 +32,14 @@ session 33, paired in one process). `ortx fp32-nodes` (ortx.ep.fp32_nodes_search
 cosine target on given inputs: on MobileNetV2-style 5 layers for 0.999 (conv_22, conv_29, conv_84, conv_104, conv_111;
 worst cosine 0.99902 on 4 random inputs) at 1.15-1.17x with fp32 kernels (session 31).
 
+Where bf16 does not pay: provider option `bf16_compute` 'auto' (the default) runs a bf16 session's kernels in fp32 on
+a CPU whose bf16 path has no faster multiply-add than fp32's (effective_precision): the portable path (no
+AVX512_BF16: fp32 arithmetic on rounded values), or vdpbf16ps measured below BF16_PAYS_FROM x the fp32 rate in
+multiply-adds per second (kernels/host_probe.c host_dot_rates, once per process). On the Intel model 167 host with
+AMX turned off vdpbf16ps reads 0.5x (one every other cycle against two vfmadd231ps a cycle): bf16 sessions ran
+ResNet-18-style at 1.70x ONNX Runtime's fp32 time and BERT-like at 1.25x (session 36, `benchmarks/bf16.py
+--no-amx`); fp32 there is faster and exact. AMX (tdpbf16ps) always pays. 'always' keeps the bf16 kernels.
+
 The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16_matmul`:
 1. Every operand element (weights and activations alike) is rounded to bf16 as vcvtne2ps2bf16 rounds: to nearest,
    ties to even; NaN stays NaN (quieted); infinities stay; fp32 denormals become zero of the same sign; values
@@ -50,11 +58,15 @@ The numerics, which kernels/gemm_bf16.h implements and tests check against `bf16
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ortx.ep.assignment import nodes_by_user_name
 
 PRECISIONS = ("fp32", "bf16")
+BF16_COMPUTE = ("auto", "always")  # provider option bf16_compute (effective_precision)
+BF16_PAYS_FROM = 1.25  # vdpbf16ps's multiply-adds per second over fp32's from which bf16 kernels run
 KERNEL_SUFFIX = {"fp32": "f32", "bf16": "bf16"}  # the GEMM kernels of each: gemm_f32, gemm_bf16, ...
 # Provider option fp32_nodes: nodes of a bf16 session that keep every kernel fp32, marked in the prepared graph
 # (mark_fp32_nodes); the lowerings ask SegmentBuilder.precision_of(node).
@@ -98,3 +110,44 @@ def bf16_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     for k in range(a16.shape[-1]):
         result += a16[..., k:k + 1] * b16[..., k:k + 1, :]
     return result
+
+
+@functools.cache
+def dot_rates() -> tuple[float, float]:
+    """(fp32, bf16) multiply-adds per nanosecond on one core (kernels/host_probe.c host_dot_rates; bf16 0 without
+    AVX512_BF16, both 0 below AVX-512); measured once per process."""
+    from ortx import _kernels
+
+    rates = np.zeros(2, dtype=np.float64)
+    _kernels.call("host_dot_rates", [], [], [rates])
+    return float(rates[0]), float(rates[1])
+
+
+def bf16_compute_pays() -> tuple[bool, str]:
+    """(whether this CPU's bf16 kernels multiply-add faster than its fp32 ones, why not when they do not)."""
+    from ortx import _kernels
+
+    path = _kernels.bf16_isa()
+    if path == "amx_bf16":
+        return True, ""
+    if path != "avx512_bf16":
+        return False, (f"this CPU's bf16 path is {path!r} (no AVX512_BF16 in use): bf16 products run as fp32 "
+                       "arithmetic on rounded values")
+    fp32, bf16 = dot_rates()
+    if fp32 > 0 and bf16 >= BF16_PAYS_FROM * fp32:
+        return True, ""
+    return False, (f"this CPU's bf16 dot product (vdpbf16ps) measured {bf16:.1f} G multiply-adds/s on one core "
+                   f"against {fp32:.1f} G in fp32 ({bf16 / fp32 if fp32 else 0:.2f}x; bf16 pays from "
+                   f"{BF16_PAYS_FROM}x)")
+
+
+def effective_precision(requested: str, bf16_compute: str = "auto") -> tuple[str, str]:
+    """(the precision a session's kernels run, a note saying why when it is not `requested`): a bf16 session runs
+    fp32 where bf16 would be slower (module docstring, "Where bf16 does not pay") unless bf16_compute is 'always'."""
+    if requested != "bf16" or bf16_compute == "always":
+        return requested, ""
+    pays, why = bf16_compute_pays()
+    if pays:
+        return requested, ""
+    return "fp32", (f"precision 'bf16' runs fp32 kernels here: {why}, so fp32 is faster and exact; provider option "
+                    "bf16_compute='always' keeps the bf16 kernels")

@@ -21,7 +21,7 @@ from ortx.compile_artifact import ORT_DEVICE as ORT_LABEL
 from ortx.ep.assignment import FUSED_FROM_KEY, Assignment, NodeAssignment
 from ortx.ep.fallback import whole_model_session
 from ortx.ep.options import ORTX_PROVIDER, parse_providers, sub_session_options, thread_count
-from ortx.ep.precision import mark_fp32_nodes
+from ortx.ep.precision import effective_precision, mark_fp32_nodes
 from ortx.ep.trace import RunTrace
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,11 @@ class InferenceSession:
         del proto
         self._prepared = pipeline.prepare_model(model, passes=() if self._artifact is not None
                                                 else pipeline.DEFAULT_PASSES)
+        # the precision the kernels run: a bf16 session runs fp32 where bf16 would be slower (ortx.ep.precision)
+        self._precision, self._precision_note = effective_precision(self._choice.ortx.precision,
+                                                                    self._choice.ortx.bf16_compute)
+        if self._precision_note:
+            logger.info("OrtxEP: %s", self._precision_note)
         if self._choice.ortx.fp32_nodes:
             if self._choice.ortx.precision == "fp32":
                 logger.warning("OrtxEP option fp32_nodes has no effect under precision 'fp32'")
@@ -193,8 +198,8 @@ class InferenceSession:
             compiled = pipeline.compile_for_shapes(
                 self._prepared, dict(shapes), self._ort, num_threads=self._num_threads,
                 use_reference_kernels=self._choice.ortx.reference_kernels, jit=self._choice.ortx.jit_options(),
-                tuning=self._choice.ortx.tuning_settings(), precision=self._choice.ortx.precision,
-                devices=self._devices)
+                tuning=self._choice.ortx.tuning_settings(), precision=self._precision, devices=self._devices)
+            compiled.assignment.precision_note = self._precision_note
             self._compiled[key] = compiled
             while len(self._compiled) > self._choice.ortx.max_specializations:
                 self._compiled.popitem(last=False)

@@ -14,7 +14,7 @@ import sys
 import time
 
 from ortx.cli_args import input_shape
-from ortx.ep.precision import PRECISIONS
+from ortx.ep.precision import BF16_COMPUTE, PRECISIONS
 
 DESCRIPTION = """\
 Tunes MODEL here and records the results in the tuning database under this machine's hardware fingerprint:
@@ -73,6 +73,9 @@ def add_tune_command(subparsers) -> argparse.ArgumentParser:
                              "sessions have records of their own")
     parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
                         help="with --precision bf16: the sessions' fp32_nodes option (layers kept at fp32 accuracy)")
+    parser.add_argument("--bf16-compute", choices=BF16_COMPUTE, default="auto",
+                        help="with --precision bf16: the sessions' bf16_compute option (default auto: fp32 kernels, "
+                             "and so fp32 records, where this CPU's bf16 would be slower)")
     parser.add_argument("--cache-dir", help="where the tuning database is (default: ORTX_CACHE_DIR or ~/.cache/ortx)")
     parser.add_argument("--export", metavar="RECORDS.json", help="write this model's records to a file")
     parser.add_argument("--import", dest="import_path", metavar="RECORDS.json", help="merge a records file first")
@@ -180,7 +183,8 @@ def run_tune_command(args, out=None, err=None) -> int:
 
         tuning = tune_model(model, shapes, num_threads=args.threads, mode=args.mode, database_path=str(database_path),
                             jit=options, budget_seconds=args.budget, seed=args.seed, started=started,
-                            on_round=on_round, on_phase=on_phase, precision=args.precision, fp32_nodes=fp32_nodes)
+                            on_round=on_round, on_phase=on_phase, precision=args.precision, fp32_nodes=fp32_nodes,
+                            bf16_compute=args.bf16_compute)
         out.write(render_tuning(tuning, args.budget, time.perf_counter() - started))
         out.write(f"records in {database_path}\n")
         if args.export:

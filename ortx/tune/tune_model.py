@@ -39,7 +39,7 @@ from ortx import pipeline
 from ortx.config import Options
 from ortx.ep.assignment import FUSED_FROM_KEY
 from ortx.ep.options import sub_session_options
-from ortx.ep.precision import PRECISIONS, mark_fp32_nodes
+from ortx.ep.precision import PRECISIONS, effective_precision, mark_fp32_nodes
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
 from ortx.tune import engine_choice, gemm_tasks, layout_choice, step_threads
@@ -217,10 +217,11 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
                started: float | None = None, on_round: Callable[[RoundReport], None] | None = None,
                on_phase: Callable[[str], None] | None = None,
                should_stop: Callable[[], bool] | None = None, precision: str = "fp32",
-               fp32_nodes: tuple[str, ...] = ()) -> ModelTuning:
+               fp32_nodes: tuple[str, ...] = (), bf16_compute: str = "auto") -> ModelTuning:
     """Steps 1-4 of the module docstring for `proto` (a loaded model, every input's shape in `input_shapes`).
     `precision` and `fp32_nodes`: the OrtxEP options of the sessions the records are for (ortx.ep.precision); a bf16
-    session's kernels, steps and segments have their own signatures, so its records are its own.
+    session's kernels, steps and segments have their own signatures, so its records are its own; where a bf16
+    session would run fp32 kernels (ortx.ep.precision.effective_precision, `bf16_compute`), the fp32 ones are tuned.
     `budget_seconds` counts from `started` (time.perf_counter(); default: now), `trials` bounds the search's new
     measurements (None: no bound); `on_round` sees each search round,
     `on_phase` a line when a step begins; `should_stop()` true ends the search early (step 4 still validates
@@ -233,6 +234,9 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
         raise ValueError("fp32_nodes keeps layers fp32 in a bf16 session: give precision bf16")
     started = time.perf_counter() if started is None else started
     say = on_phase or (lambda line: None)
+    precision, precision_note = effective_precision(precision, bf16_compute)
+    if precision_note:
+        say(precision_note)
     settings = TimingSettings(timed_runs=TIMED_RUNS[mode])
     ort = _ort_settings(num_threads)
 
