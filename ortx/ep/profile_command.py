@@ -42,6 +42,9 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
                         help="with --precision bf16: layers that keep fp32 kernels (OrtxEP's fp32_nodes option), to "
                         "see what keeping them costs")
+    parser.add_argument("--bf16-compute", choices=("auto", "always"), default="auto",
+                        help="with --precision bf16: OrtxEP's bf16_compute option (default auto: fp32 kernels where "
+                        "this CPU's bf16 would be slower; always: the bf16 kernels)")
     parser.add_argument("--trace-dir", default=None, help="keep the two profile files in this directory")
     parser.set_defaults(handler=run_profile_command)
     return parser
@@ -83,6 +86,7 @@ def _profile(model: bytes, feeds: dict, shapes: dict, threads: int | None, runs:
 
 
 def run_profile_command(args, out=None) -> int:
+    from ortx.ep.precision import effective_precision
     from ortx.ep.trace_summary import read_trace, summarize
     from ortx.model_io import ModelLoadError, load, to_ort_bytes
     from ortx.optimize import CheckInputError, check_input_shape_names, random_feeds
@@ -92,7 +96,8 @@ def run_profile_command(args, out=None) -> int:
         print("ortx profile: error: --fp32-nodes keeps layers fp32 in a bf16 session: give --precision bf16",
               file=sys.stderr)
         return 2
-    ortx_options = {"precision": args.precision, **({"fp32_nodes": args.fp32_nodes} if args.fp32_nodes else {})}
+    ortx_options = {"precision": args.precision, "bf16_compute": args.bf16_compute,
+                    **({"fp32_nodes": args.fp32_nodes} if args.fp32_nodes else {})}
     directory = args.trace_dir or tempfile.mkdtemp(prefix="ortx-profile-")
     try:
         os.makedirs(directory, exist_ok=True)
@@ -103,6 +108,9 @@ def run_profile_command(args, out=None) -> int:
         shapes = {name: array.shape for name, array in feeds.items()}
         model_bytes = to_ort_bytes(model)
         print(f"profiling {args.model}: ONNX Runtime, then OrtxEP, {args.runs} runs each", file=sys.stderr)
+        _, precision_note = effective_precision(args.precision, args.bf16_compute)
+        if precision_note:
+            print(f"OrtxEP: {precision_note}", file=sys.stderr)
         ort_path, ort_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,
                                     os.path.join(directory, "ort"), ortx_ep=False)
         ortx_path, ortx_ms = _profile(model_bytes, feeds, shapes, args.threads, args.runs,

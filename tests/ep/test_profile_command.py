@@ -57,6 +57,22 @@ def test_profile_passes_fp32_nodes_to_a_bf16_session(tmp_path, capsys):
     assert "give --precision bf16" in capsys.readouterr().err
 
 
+def test_profile_says_where_a_bf16_session_runs_fp32_and_passes_bf16_compute(tmp_path, capsys, monkeypatch):
+    from ortx.ep import precision
+
+    monkeypatch.setattr(precision, "bf16_compute_pays", lambda: (False, "the test's reason"))
+    path = _model_file(tmp_path)
+    args = ["profile", str(path), "--input-shape", "x:1x3x8x8", "--runs", "2", "--threads", "1", "--precision",
+            "bf16"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "conv2d_f32" in captured.out and "conv2d_bf16" not in captured.out
+    assert "OrtxEP: precision 'bf16' runs fp32 kernels here: the test's reason" in captured.err
+    assert main(args + ["--bf16-compute", "always"]) == 0
+    captured = capsys.readouterr()
+    assert "conv2d_bf16" in captured.out and "runs fp32 kernels" not in captured.err
+
+
 def test_summary_medians_and_groups():
     events = [{"cat": "Session", "name": "model_run", "ts": start, "dur": 100} for start in (0, 200, 400)]
     for start, slow in ((0, 90), (200, 30), (400, 50)):  # the first run is a warm-up
