@@ -55,10 +55,15 @@ def add_fp32_nodes_command(subparsers) -> argparse.ArgumentParser:
 
 def run_fp32_nodes_command(args, out=None) -> int:
     from ortx.ep.fp32_nodes_search import search_fp32_nodes
+    from ortx.ep.precision import effective_precision
     from ortx.model_io import ModelLoadError, write_bytes_atomically
     from ortx.quantization.calibration_data import CalibrationDataError
 
     out = out or sys.stdout
+
+    _, precision_note = effective_precision("bf16")
+    if precision_note:  # the sessions searched run fp32 kernels: nothing to choose
+        print(f"ortx fp32-nodes: note: {precision_note}", file=sys.stderr)
 
     def progress(stage: str, done: int, total: int) -> None:
         end = "\n" if done == total else ""

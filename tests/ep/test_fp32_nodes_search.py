@@ -117,3 +117,16 @@ def test_the_command_prints_the_option_and_writes_json(model, tmp_path, capsys):
     assert code == 2 and "does not exist" in err
     with pytest.raises(SystemExit):
         _run_command(["fp32-nodes", str(path), "--target-cosine", "1.5"], capsys)
+
+
+def test_the_command_says_when_bf16_sessions_run_fp32_kernels_here(model, tmp_path, capsys, monkeypatch):
+    from ortx.ep import precision
+
+    monkeypatch.setattr(precision, "bf16_compute_pays", lambda: (False, "the test's reason"))
+    path = tmp_path / "mobilenetv2.onnx"
+    onnx.save(model, str(path))
+    code, out, err = _run_command(["fp32-nodes", str(path), "--samples", "1", "--time-runs", "0", "--cost-runs",
+                                   "0"], capsys)
+    assert code == 0, err
+    assert "note: precision 'bf16' runs fp32 kernels here: the test's reason" in err
+    assert "no layer needs fp32" in out  # those sessions compute in fp32 already
