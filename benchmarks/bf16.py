@@ -17,8 +17,8 @@ row); the default, off, measures the untuned kernels. --no-amx runs both engines
 (OrtxEP through _kernels.allow_amx(False), OpenVINO's oneDNN through ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, set before
 openvino loads; the run checks OpenVINO's executed kernels for AMX ones): the AVX512_BF16 path a CPU without AMX
 (AMD Zen 4, Intel Cooper Lake) runs, on this core. --bf16-compute: OrtxEP's option of that name (default auto: fp32
-kernels where this CPU's bf16 would be slower, which the header then says; always: the bf16 kernels). Writes the "bf16 ... (N threads[, AMX off])" section of
-BENCHMARKS.md.
+kernels where this CPU's bf16 would be slower, which the header then says; always: the bf16 kernels). Writes the
+"bf16 ... (N threads[, AMX off])" section of BENCHMARKS.md.
 """
 from __future__ import annotations
 

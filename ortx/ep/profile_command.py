@@ -14,6 +14,7 @@ import tempfile
 import time
 
 from ortx.cli_args import input_shape, positive_int
+from ortx.ep.precision import BF16_COMPUTE
 
 DESCRIPTION = """\
 Runs MODEL with ONNX Runtime's CPU EP and with OrtxEP (ortx.InferenceSession, providers OrtxEP then CPU), each
@@ -42,7 +43,7 @@ def add_profile_command(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--fp32-nodes", metavar="NODE,...", default="",
                         help="with --precision bf16: layers that keep fp32 kernels (OrtxEP's fp32_nodes option), to "
                         "see what keeping them costs")
-    parser.add_argument("--bf16-compute", choices=("auto", "always"), default="auto",
+    parser.add_argument("--bf16-compute", choices=BF16_COMPUTE, default="auto",
                         help="with --precision bf16: OrtxEP's bf16_compute option (default auto: fp32 kernels where "
                         "this CPU's bf16 would be slower; always: the bf16 kernels)")
     parser.add_argument("--trace-dir", default=None, help="keep the two profile files in this directory")
