@@ -372,14 +372,19 @@ ROWS_CASES = [  # (cin, cout, size, kernel, stride, pad, group, dilation)
 ]
 
 
-def rows_form_runs():
-    return _kernels.selected_isa() == "avx512" and conv_form(*ROWS_CASES[0]) == 2
+@pytest.fixture
+def rows_path():
+    """The vdpbf16ps path, AMX off on a CPU that has it (the pixel-rows form's only path); skips without it."""
+    if _kernels.cpu_isa() != "avx512" or not _kernels.cpu_has_avx512_bf16():
+        pytest.skip("the pixel-rows form needs AVX512_BF16")
+    use_path("avx512")
+    assert conv_form(*ROWS_CASES[0]) == 2
+    yield
+    default_path()
 
 
 @pytest.mark.parametrize("case", ROWS_CASES)
-def test_rows_conv_matches_fp32_reference_and_the_other_forms_bits(case):
-    if not rows_form_runs():
-        pytest.skip("the pixel-rows form needs AVX512_BF16 without AMX")
+def test_rows_conv_matches_fp32_reference_and_the_other_forms_bits(case, rows_path):
     assert conv_form(*case) == 2, f"{case} does not take the pixel-rows form"
     test_conv_matches_fp32_and_reference("avx512", case)
     model = conv_model(*case, seed=sum(case))
@@ -454,10 +459,8 @@ def test_direct_conv_epilogue_adds_bias_and_residual_before_the_activation(isa, 
 
 
 @pytest.mark.parametrize("activation", [0, 1, 6])
-def test_rows_conv_epilogue_adds_bias_and_residual_before_the_activation(activation):
-    """The same for the pixel-rows form, which scatters its channel vectors (the CPU's own ISA)."""
-    if not rows_form_runs():
-        pytest.skip("the pixel-rows form needs AVX512_BF16 without AMX")
+def test_rows_conv_epilogue_adds_bias_and_residual_before_the_activation(activation, rows_path):
+    """The same for the pixel-rows form, which scatters its channel vectors."""
     assert conv_form(11, 19, 13, 3, 1, 1, 1, 1) == 2
     _epilogue_check(11, 19, 13, 3, 1, 1, 1, activation)
 
