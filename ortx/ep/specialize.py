@@ -9,10 +9,10 @@ unused nodes removed; stop when a round changes neither the node count nor the n
 from __future__ import annotations
 
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedNodesPass, ShapeInferencePass
+from onnx_ir.passes.common import RemoveUnusedNodesPass
 
-from ortx.model_io import forget_removed_graph_io
 from ortx.passes.fold_constants import fold_constants
+from ortx.passes.infer_shapes import run_shape_inference
 
 MAX_ROUNDS = 8
 
@@ -87,11 +87,8 @@ def specialize(model: ir.Model, input_shapes: dict[str, tuple[int, ...]]) -> ir.
     _fix_input_shapes(specialised, input_shapes)
     _forget_negative_dims(specialised)
     declared = _forget_declared_output_shapes(specialised)
-    shape_inference = ShapeInferencePass(check_type=True, strict_mode=False, data_prop=True)
-
     def infer(model: ir.Model) -> None:
-        shape_inference(model)
-        forget_removed_graph_io(model)  # the initializers it listed as graph inputs while onnx inferred
+        run_shape_inference(model, check_type=True)
 
     previous = None
     for _ in range(MAX_ROUNDS):

@@ -77,6 +77,33 @@ def _fold_skipping_failures(model: ir.Model, size_limit: int) -> dict[str, str]:
     return excluded
 
 
+# onnxscript's folder rewrites these (even where they cannot be folded) into Unsqueeze, Split and Squeeze with their
+# axes and sizes as inputs, the opset 13 forms: in a model of an older opset the result is invalid (ONNX's
+# backend test simple/test_sequence_model5 and 8, opset 12). Such models keep these nodes as they are.
+_OPSET13_REWRITES = ("ConcatFromSequence", "SplitToSequence")
+_HIDDEN_DOMAIN = "ortx.fold_constants.hidden"
+
+
+def _hide_opset13_rewrites(model: ir.Model) -> list[tuple[ir.Node, str, list]]:
+    """Puts the nodes the folder would rewrite into opset 13 forms in a domain it skips; returns them with their
+    domains and their outputs' types and shapes (its type inference would take them for an unknown op's)."""
+    if model.opset_imports.get("", model.opset_imports.get("ai.onnx", 13)) >= 13:
+        return []
+    hidden = [(node, node.domain, [(value.type, value.shape) for value in node.outputs])
+              for node in ir.traversal.RecursiveGraphIterator(model.graph)
+              if node.domain in ("", "ai.onnx") and node.op_type in _OPSET13_REWRITES]
+    for node, _, _ in hidden:
+        node.domain = _HIDDEN_DOMAIN
+    return hidden
+
+
+def _restore_hidden(hidden: list[tuple[ir.Node, str, list]]) -> None:
+    for node, domain, outputs in hidden:
+        node.domain = domain
+        for value, (value_type, shape) in zip(node.outputs, outputs):
+            value.type, value.shape = value_type, shape
+
+
 def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     """Folds in place; `size_limit` bounds the elements of any folded input or output tensor."""
     start = time.perf_counter()
@@ -90,7 +117,11 @@ def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     # Constant nodes for values it computed.
     lift = onnx_ir.passes.common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)
     lift(model)
-    failed = _fold_skipping_failures(model, size_limit)
+    hidden = _hide_opset13_rewrites(model)
+    try:
+        failed = _fold_skipping_failures(model, size_limit)
+    finally:
+        _restore_hidden(hidden)
     lift(model)
 
     remaining = {id(node) for node in graph}
@@ -104,6 +135,8 @@ def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
                             if value.const_value is not None and value.name not in constant_names),
     }
     notes = [f"{name}: not folded: the folder raised {error}" for name, error in failed.items()]
+    notes += [f"{node.name} ({node.op_type}): not rewritten: the folder's rewrite needs opset 13, the model has "
+              f"{model.opset_imports.get('', model.opset_imports.get('ai.onnx'))}" for node, _, _ in hidden]
     notes += _unfolded_notes(graph, size_limit)
     for note in notes:
         logger.debug(note)

@@ -22,12 +22,12 @@ import logging
 import time
 
 import onnx_ir as ir
-import onnx_ir.passes.common
 from onnxscript.rewriter import RewriteRuleClassBase
 from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter._ir_utils import get_singleton_value
 
 from ortx.passes._report import PassReport, apply_fusions, record_fused_from
+from ortx.passes.infer_shapes import run_shape_inference
 from ortx.passes.fuse_layer_normalization import default_opset, node_label
 
 logger = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ def _ensure_shapes(model: ir.Model) -> None:
     if all(node.outputs[0].shape is not None for node in model.graph if node.op_type == "MatMul"):
         return
     try:
-        onnx_ir.passes.common.ShapeInferencePass(strict_mode=False)(model)
+        run_shape_inference(model)
     except Exception as error:  # best effort: without ranks nothing is fused, and the notes say so
         logger.debug("shape inference failed (%s); attention fusion needs ranks", error)
 

@@ -24,12 +24,12 @@ import time
 
 import numpy as np
 import onnx_ir as ir
-import onnx_ir.passes.common
 from onnxscript.rewriter import RewriteRuleClassBase
 from onnxscript.rewriter._basics import MatchResult
 from onnxscript.rewriter._ir_utils import get_singleton_value
 
 from ortx.passes._report import PassReport, apply_fusions, record_fused_from
+from ortx.passes.infer_shapes import run_shape_inference
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +287,7 @@ def _ensure_shapes(model: ir.Model) -> None:
     if all(node.outputs[0].shape is not None for node in model.graph if node.op_type == "Conv"):
         return
     try:
-        onnx_ir.passes.common.ShapeInferencePass(strict_mode=False)(model)
+        run_shape_inference(model)
     except Exception as error:  # shape inference is best effort: without shapes only residual fusions are lost
         logger.debug("shape inference failed (%s); residual fusions need static shapes", error)
 

@@ -5,7 +5,9 @@ After:  x: float[1, 3, 640, 640] with input_shapes={"x": (1, 3, 640, 640)}, and 
         (dims that depend on N/H/W stay named dims when no shape is given).
 Does not apply to: values onnx.shape_inference cannot infer (custom domains, data-dependent shapes); when
 inference fails as a whole the model keeps its old shapes and the reason is a note. A given shape whose rank or
-fixed dims contradict the model is an error naming the input.
+fixed dims contradict the model is an error naming the input. Values an op outputs as sequences, optionals or maps
+keep the type they had: onnx_ir's merge of the inferred types sets only a tensor dtype and shape, so a
+SplitToSequence output became a float tensor shaped like one element, which ORT rejects.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import logging
 import time
 from typing import Mapping, Sequence
 
+import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common
 
@@ -56,6 +59,45 @@ def _shaped_values(graph: ir.Graph) -> tuple[int, int]:
     return shaped, static
 
 
+_NON_TENSOR_TYPES = ("seq(", "optional(", "map(", "sparse_tensor(")
+
+
+def _non_tensor_output(node: ir.Node, index: int, opsets: Mapping[str, int]) -> bool:
+    """Whether the op's schema allows only sequence, optional, map or sparse types for this output."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    try:
+        schema = onnx.defs.get_schema(node.op_type, opsets.get(domain, 1), domain)
+    except onnx.defs.SchemaError:
+        return False
+    if not schema.outputs:
+        return False
+    formal = schema.outputs[min(index, len(schema.outputs) - 1)]
+    allowed = next((constraint.allowed_type_strs for constraint in schema.type_constraints
+                    if constraint.type_param_str == formal.type_str), [formal.type_str])
+    return bool(allowed) and all(type_str.startswith(_NON_TENSOR_TYPES) for type_str in allowed)
+
+
+def _non_tensor_values(model: ir.Model) -> list[tuple[ir.Value, object, object]]:
+    """Node outputs of non-tensor types, with their types and shapes now."""
+    opsets = dict(model.opset_imports)
+    return [(value, value.type, value.shape)
+            for node in ir.traversal.RecursiveGraphIterator(model.graph)
+            for index, value in enumerate(node.outputs) if _non_tensor_output(node, index, opsets)]
+
+
+def run_shape_inference(model: ir.Model, *, check_type: bool = False, data_prop: bool = True) -> None:
+    """onnx_ir's ShapeInferencePass (strict mode off; raises what it raises), then the non-tensor node outputs'
+    types back as they were and the initializers it listed as graph inputs forgotten (model_io). Every pass that
+    needs inferred shapes calls this, not the pass itself."""
+    non_tensors = _non_tensor_values(model)
+    try:
+        onnx_ir.passes.common.ShapeInferencePass(check_type=check_type, strict_mode=False, data_prop=data_prop)(model)
+    finally:
+        for value, value_type, shape in non_tensors:
+            value.type, value.shape = value_type, shape
+        forget_removed_graph_io(model)
+
+
 def infer_shapes(model: ir.Model, *, input_shapes: Mapping[str, Sequence[int]] | None = None) -> PassReport:
     start = time.perf_counter()
     graph = model.graph
@@ -70,12 +112,9 @@ def infer_shapes(model: ir.Model, *, input_shapes: Mapping[str, Sequence[int]] |
                     output.shape = None
     shaped_before, static_before = _shaped_values(graph)
     try:
-        onnx_ir.passes.common.ShapeInferencePass(strict_mode=False)(model)
+        run_shape_inference(model)
     except Exception as error:  # inference is best effort; later passes check the shapes they rely on
         notes.append(f"<model>: shape inference failed: {type(error).__name__}: {error}")
-    # The pass lists the initializers as graph inputs while onnx infers; without this the graph would keep every
-    # weight a later pass replaces alive.
-    forget_removed_graph_io(model)
     shaped_after, static_after = _shaped_values(graph)
     counts = {"dims_fixed": dims_fixed, "values_shaped": max(shaped_after - shaped_before, 0),
               "values_made_static": max(static_after - static_before, 0)}

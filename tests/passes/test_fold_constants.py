@@ -1,4 +1,6 @@
 import numpy as np
+import onnx
+import onnx_ir as ir
 
 from ortx.passes.fold_constants import fold_constants
 from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
@@ -77,3 +79,41 @@ def test_idempotent():
     assert fold_constants(model).modified
     second = fold_constants(model)
     assert not second.modified, second.counts
+
+
+def _sequence_model(opset: int):
+    """SplitToSequence with sizes from a graph input (not foldable), its length, and ConcatFromSequence of three
+    inputs with new_axis: onnxscript's folder rewrites both into opset 13 forms (axes and sizes as inputs)."""
+    return from_text(f"""
+    <ir_version: 7, opset_import: ["" : {opset}]>
+    agraph (float[6,3] X, int64[2] splits, float[2,3] A, float[2,3] B) => (int64 length, float[2,2,3] stacked) {{
+        pieces = SplitToSequence (X, splits)
+        length = SequenceLength (pieces)
+        both = SequenceConstruct (A, B)
+        stacked = ConcatFromSequence <axis = 0, new_axis = 1> (both)
+    }}""")
+
+
+def test_sequence_ops_keep_a_valid_model_below_opset_13():
+    """At opset 12 the folder's rewrites would be invalid (Split-11 has no sizes input): the nodes stay, with a
+    note each, and the model still checks and runs in ORT."""
+    proto = _sequence_model(12)
+    model = to_ir(proto)
+    report = fold_constants(model)
+    assert op_types(model) == ["SplitToSequence", "SequenceLength", "SequenceConstruct", "ConcatFromSequence"]
+    assert sum("needs opset 13" in note for note in report.notes) == 2
+    assert all(node.domain == "" for node in model.graph)
+    folded = ir.serde.serialize_model(model)
+    onnx.checker.check_model(folded, full_check=True)
+    feeds = {"X": np.arange(18, dtype=np.float32).reshape(6, 3) * 0.5 - 3, "splits": np.array([2, 4], np.int64),
+             "A": np.full((2, 3), 1.5, np.float32), "B": np.full((2, 3), -2.5, np.float32)}
+    for got, want in zip(run_ort(folded, feeds), run_ort(proto, feeds)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_sequence_ops_are_rewritten_from_opset_13():
+    model = to_ir(_sequence_model(13))
+    report = fold_constants(model)
+    assert "ConcatFromSequence" not in op_types(model)  # the folder's Unsqueeze + Concat, valid at 13
+    assert not any("needs opset 13" in note for note in report.notes)
+    onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)

@@ -1,4 +1,5 @@
 import onnx
+import onnx_ir as ir
 import pytest
 
 from ortx.passes._report import PassError, run_passes
@@ -59,3 +60,21 @@ def test_idempotent():
     model = to_ir(_dynamic_conv_relu())
     assert infer_shapes(model, input_shapes={"X": (1, 3, 8, 8)}).modified
     assert not infer_shapes(model, input_shapes={"X": (1, 3, 8, 8)}).modified
+
+
+def test_sequence_outputs_keep_their_sequence_types():
+    """onnx_ir's merge would set a SplitToSequence output's type to its element's tensor type, which ORT rejects;
+    tensor values beside it are still shaped."""
+    proto = onnx.parser.parse_model("""
+    <ir_version: 7, opset_import: ["" : 12]>
+    agraph (float[6,3] X, int64[2] splits) => (int64 length, float[6,3] Y) {
+        pieces = SplitToSequence (X, splits)
+        length = SequenceLength (pieces)
+        Y = Relu (X)
+    }""")
+    model = to_ir(proto)
+    infer_shapes(model)
+    split, _, relu = model.graph
+    assert isinstance(split.outputs[0].type, ir.SequenceType) or split.outputs[0].type is None
+    assert relu.outputs[0].shape == ir.Shape([6, 3])
+    onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)
