@@ -29,7 +29,7 @@ def pytest_configure(config):
 def pytest_terminal_summary(terminalreporter):
     if _summary.CONFORMANCE:
         terminalreporter.write_line(
-            "ONNX backend node tests through OrtxEP: "
+            "ONNX backend tests (node, model folders, light models) through OrtxEP: "
             + ", ".join(f"{key}: {count}" for key, count in sorted(_summary.CONFORMANCE.items())))
 
 
