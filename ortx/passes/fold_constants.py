@@ -13,6 +13,7 @@ import logging
 import re
 import time
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common
 import onnxscript.optimizer
@@ -104,6 +105,19 @@ def _restore_hidden(hidden: list[tuple[ir.Node, str, list]]) -> None:
             value.type, value.shape = value_type, shape
 
 
+def _make_contiguous(graph: ir.Graph, initializers_before: set[str]) -> None:
+    """The folder's results can be numpy views (a folded Transpose of a weight is its transpose view), which later
+    stages read as flat buffers: onnx_ir's initializer sharing raised "ndarray is not C-contiguous" on any model
+    with Transpose -> MatMul of a constant weight. Each new initializer is made a contiguous copy."""
+    for name, value in graph.initializers.items():
+        tensor = value.const_value
+        if name in initializers_before or not isinstance(tensor, ir.Tensor):
+            continue
+        array = tensor.raw
+        if isinstance(array, np.ndarray) and not array.flags.c_contiguous:
+            value.const_value = ir.Tensor(np.ascontiguousarray(array), name=tensor.name)
+
+
 def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     """Folds in place; `size_limit` bounds the elements of any folded input or output tensor."""
     start = time.perf_counter()
@@ -123,6 +137,8 @@ def fold_constants(model: ir.Model, *, size_limit: int = 1 << 16) -> PassReport:
     finally:
         _restore_hidden(hidden)
     lift(model)
+
+    _make_contiguous(graph, initializers_before)
 
     remaining = {id(node) for node in graph}
     constants_after = sum(1 for node in graph if _is_constant_node(node))

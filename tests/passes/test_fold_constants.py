@@ -3,6 +3,7 @@ import onnx
 import onnx_ir as ir
 
 from ortx.passes.fold_constants import fold_constants
+from ortx.passes.share_initializers import share_initializers
 from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
 from tests.tolerances import assert_close
 
@@ -117,3 +118,23 @@ def test_sequence_ops_are_rewritten_from_opset_13():
     assert "ConcatFromSequence" not in op_types(model)  # the folder's Unsqueeze + Concat, valid at 13
     assert not any("needs opset 13" in note for note in report.notes)
     onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)
+
+
+def test_folded_transpose_of_a_weight_is_contiguous():
+    """The folder returns a folded Transpose as a numpy view; the initializer it leaves must be a contiguous array
+    (the level-2 pipeline's initializer sharing failed on the view: Transpose -> MatMul of any constant weight)."""
+    proto = from_text("""
+    <ir_version: 10, opset_import: ["" : 17]>
+    agraph (float[2,3] X) => (float[2,4] Y) <float[4,3] w = {1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12.}> {
+        wt = Transpose <perm = [1, 0]> (w)
+        Y = MatMul (X, wt)
+    }""")
+    model = to_ir(proto)
+    fold_constants(model)
+    assert op_types(model) == ["MatMul"]
+    folded = next(iter(model.graph)).inputs[1].const_value.numpy()
+    assert folded.flags.c_contiguous and folded.shape == (3, 4)
+    report = share_initializers(model)  # what failed on the view
+    assert report.counts["initializers_shared"] == 0
+    feeds = feeds_for(proto)
+    assert_close(run_ort(model, feeds)[0], run_ort(proto, feeds)[0])
