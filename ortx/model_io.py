@@ -4,6 +4,9 @@
    passed onnx.checker, so no later stage can mutate the caller's object or file. `load_ir` returns it as onnx_ir;
    `own_tensors` makes an onnx_ir model independent of the proto it came from, so the proto can be freed, and
    `forget_removed_graph_io` drops what onnx_ir's graph keeps of removed inputs (both hold a model's weights once).
+   `constant_initializers` takes the initializers of an IR version 3 model off its graph inputs, where that IR
+   version had to list them: ORT treats them as constants there (only from IR 4 may a feed override one), and so
+   must folding and OrtxEP's kernels.
 2. `clamp_ir_version` / `to_ort_bytes`: onnx writes the newest IR version it knows (14 for onnx 1.23); the installed
    onnxruntime may read only older ones. The newest version it accepts is probed once, by building tiny sessions.
 3. `save(model, path)` writes a temp file in the target directory, fsyncs it and os.replace()s it into place, so a
@@ -21,6 +24,7 @@ from typing import Union
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnx_ir.passes.common
 from google.protobuf.message import DecodeError
 
 logger = logging.getLogger(__name__)
@@ -196,6 +200,20 @@ def forget_removed_graph_io(model: ir.Model) -> int:
                 del counter[value]
                 dropped += 1
     return dropped
+
+
+def constant_initializers(model: ir.Model) -> int:
+    """An IR < 4 model's initializers, listed among its graph inputs as that IR version required, taken off them and
+    the IR version raised to 4, where an initializer not listed as an input is a constant (their meaning in ORT
+    for IR < 4 too); returns how many. Models of IR >= 4 are left alone: there a listed initializer is a default a
+    feed may override."""
+    if model.ir_version >= 4:
+        return 0
+    listed = sum(1 for value in model.graph.inputs if value.name in model.graph.initializers)
+    onnx_ir.passes.common.RemoveInitializersFromInputsPass()(model)
+    forget_removed_graph_io(model)
+    model.ir_version = 4
+    return listed
 
 
 def _probe_model(ir_version: int) -> bytes:

@@ -1,7 +1,7 @@
 """THE data path, one function per stage, read top to bottom.
 
 prepare:   model = load(source) -> unique node names -> onnx_ir model owning its tensors (the proto can go)
-           -> run_passes(model, DEFAULT_PASSES)
+           -> run_passes(model, SESSION_PASSES)
 compile:   specialize(model, input shapes) -> OrtxEP's fusions (attention, Gelu, Conv epilogues) -> assign
            (capability) -> partition
            -> compile claimed segments (lowering + arena plan) / build ORT sub-sessions -> ExecutionPlan
@@ -33,8 +33,8 @@ from ortx.ep.render import partition_graph
 from ortx.ep.runtime import ClaimedStep, DeviceStep, ExecutionPlan, OrtStep, TensorSpec
 from ortx.ep.specialize import specialize
 from ortx.memory.release import between_passes, release_freed_memory, return_free_pages
-from ortx.model_io import forget_removed_graph_io, load, own_tensors
-from ortx.passes import DEFAULT_PASSES
+from ortx.model_io import constant_initializers, forget_removed_graph_io, load, own_tensors
+from ortx.passes import SESSION_PASSES
 from ortx.passes._report import PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention_extended
 from ortx.passes.fuse_conv_epilogue import ORTX_DOMAIN, fuse_conv_epilogue
@@ -95,11 +95,11 @@ def ir_to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.serde.serialize_model(model)
 
 
-def prepare(source, *, passes=DEFAULT_PASSES) -> PreparedModel:
+def prepare(source, *, passes=SESSION_PASSES) -> PreparedModel:
     return prepare_model(proto_to_ir(load(source)), passes=passes)
 
 
-def prepare_loaded(proto: onnx.ModelProto, *, passes=DEFAULT_PASSES) -> PreparedModel:
+def prepare_loaded(proto: onnx.ModelProto, *, passes=SESSION_PASSES) -> PreparedModel:
     """`prepare` for a model the caller already loaded (a private checked copy from `load`)."""
     return prepare_model(proto_to_ir(proto), passes=passes)
 
@@ -111,10 +111,11 @@ def proto_to_ir(proto: onnx.ModelProto) -> ir.Model:
     name_nodes(proto)
     model = ir.serde.deserialize_model(proto)
     own_tensors(model)
+    constant_initializers(model)
     return model
 
 
-def prepare_model(model: ir.Model, *, passes=DEFAULT_PASSES) -> PreparedModel:
+def prepare_model(model: ir.Model, *, passes=SESSION_PASSES) -> PreparedModel:
     """Runs the graph passes in place on `model` (from `proto_to_ir`, whose proto the caller may have dropped)."""
     return_free_pages()
     original_nodes = [(node.name, node.op_type) for node in model.graph]

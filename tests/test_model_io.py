@@ -9,6 +9,7 @@ from onnx import helper, numpy_helper
 
 from ortx import model_io
 from tests import _models
+from tests.tolerances import assert_close
 
 
 def test_load_path_bytes_proto_returns_copies_and_leaves_file_untouched(tmp_path):
@@ -120,3 +121,47 @@ def test_own_tensors_copies_every_tensor_out_of_the_proto():
     session = onnxruntime.InferenceSession(model_io.to_ort_bytes(model), providers=["CPUExecutionProvider"])
     assert session.run(None, {"cond": np.array(True)})[0].tolist() == [2, 3, 4]
     assert session.run(None, {"cond": np.array(False)})[0].tolist() == [4, 5, 6]
+
+
+def _ir3_computed_weights() -> onnx.ModelProto:
+    """IR version 3 (initializers listed as graph inputs, as it required): a Conv whose weight is ConstantOfShape of
+    an initializer shape, as the ONNX backend's light model-zoo models hold their weights."""
+    shape = onnx.numpy_helper.from_array(np.array([4, 3, 3, 3], np.int64), "w_shape")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("ConstantOfShape", ["w_shape"], ["w"],
+                               value=onnx.helper.make_tensor("v", onnx.TensorProto.FLOAT, [1], [0.125])),
+         onnx.helper.make_node("Conv", ["X", "w"], ["Y"], pads=[1, 1, 1, 1])], "g",
+        [onnx.helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1, 3, 8, 8]),
+         onnx.helper.make_tensor_value_info("w_shape", onnx.TensorProto.INT64, [4])],
+        [onnx.helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], [shape])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_constant_initializers_of_ir3_models_leave_the_inputs():
+    model = ir.serde.deserialize_model(_ir3_computed_weights())
+    assert model_io.constant_initializers(model) == 1
+    assert [value.name for value in model.graph.inputs] == ["X"] and model.ir_version == 4
+    assert "w_shape" in model.graph.initializers
+    onnx.checker.check_model(ir.serde.serialize_model(model))
+    newer = ir.serde.deserialize_model(_ir3_computed_weights())
+    newer.ir_version = 7  # from IR 4 a listed initializer is a default a feed may override: kept
+    assert model_io.constant_initializers(newer) == 0 and len(newer.graph.inputs) == 2
+
+
+def test_session_claims_convs_whose_weights_are_computed_constants():
+    """An IR 3 model's initializer inputs are constants (as ORT reads them), and ConstantOfShape weights are made
+    tensors in a session: the Conv runs on OrtxEP with ORT's outputs."""
+    import ortx
+
+    proto = _ir3_computed_weights()
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ortx.InferenceSession(proto, options, providers=["OrtxEP", "CPUExecutionProvider"])
+    assert [row.provider for row in session.assignment if row.op_type == "Conv"] == ["OrtxEP"]
+    reference = onnxruntime.InferenceSession(model_io.to_ort_bytes(proto), options,
+                                             providers=["CPUExecutionProvider"])
+    assert_close(session.run(None, {"X": x})[0], reference.run(None, {"X": x})[0])

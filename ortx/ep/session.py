@@ -121,7 +121,7 @@ class InferenceSession:
         model = pipeline.proto_to_ir(proto)
         del proto
         self._prepared = pipeline.prepare_model(model, passes=() if self._artifact is not None
-                                                else pipeline.DEFAULT_PASSES)
+                                                else pipeline.SESSION_PASSES)
         # the precision the kernels run: a bf16 session runs fp32 where bf16 would be slower (ortx.ep.precision)
         self._precision, self._precision_note = effective_precision(self._choice.ortx.precision,
                                                                     self._choice.ortx.bf16_compute)

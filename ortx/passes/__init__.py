@@ -5,8 +5,9 @@ The levels are literal tuples, like a compiler's -O flags:
   LEVEL_2_PASSES  adds fusions that still emit standard ONNX ops (plain onnxruntime runs the result)
   LEVEL_3_PASSES  adds non-standard ops: ai.ortx ops that only OrtxEP runs (FusedConv, ScaledDotProductAttention)
                   and onnxruntime contrib ops (com.microsoft Gelu, FastGelu, QuickGelu) that both run
-DEFAULT_PASSES is level 2: what `optimize` runs by default and what the pipeline runs before OrtxEP compiles
-(the pipeline applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims).
+DEFAULT_PASSES is level 2, what `optimize` runs by default; SESSION_PASSES, what the pipeline runs before OrtxEP
+compiles, adds materialize_constants (tensors a file need not hold but kernels need as constants). The pipeline
+applies fuse_conv_epilogue itself, after it knows which nodes OrtxEP claims.
 """
 from ortx.passes._report import PassError, PassReport, run_passes
 from ortx.passes.fuse_attention import fuse_attention, fuse_attention_extended
@@ -29,6 +30,7 @@ from ortx.passes.fuse_reduce_sum_square import fuse_reduce_sum_square
 from ortx.passes.fuse_sibling_matmuls import fuse_sibling_matmuls
 from ortx.passes.fuse_silu import fuse_silu, fuse_silu_extended
 from ortx.passes.infer_shapes import infer_shapes
+from ortx.passes.materialize_constants import materialize_constants
 from ortx.passes.remove_no_ops import remove_no_ops
 from ortx.passes.share_initializers import share_initializers
 from ortx.passes.upgrade_opset import upgrade_opset
@@ -94,11 +96,16 @@ LEVEL_3_PASSES = LEVEL_2_PASSES + (
 
 DEFAULT_PASSES = LEVEL_2_PASSES
 
+# Level 2 with materialize_constants right after fold_constants, which makes the shapes it needs constant, and
+# before the fusions that need constant weights (fuse_conv_batchnorm).
+_FOLD = LEVEL_2_PASSES.index(fold_constants) + 1
+SESSION_PASSES = LEVEL_2_PASSES[:_FOLD] + (materialize_constants,) + LEVEL_2_PASSES[_FOLD:]
+
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
-__all__ = ["DEFAULT_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES", "PassError", "PassReport",
-           "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
+__all__ = ["DEFAULT_PASSES", "SESSION_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES",
+           "PassError", "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
            "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended",
            "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended",
            "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
-           "fuse_silu_extended", "infer_shapes", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
+           "fuse_silu_extended", "infer_shapes", "materialize_constants", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
