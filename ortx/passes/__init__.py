@@ -32,6 +32,7 @@ from ortx.passes.fuse_silu import fuse_silu, fuse_silu_extended
 from ortx.passes.infer_shapes import infer_shapes
 from ortx.passes.materialize_constants import materialize_constants
 from ortx.passes.remove_no_ops import remove_no_ops
+from ortx.passes.replace_sum_with_add import replace_sum_with_add
 from ortx.passes.share_initializers import share_initializers
 from ortx.passes.upgrade_opset import upgrade_opset
 
@@ -42,6 +43,8 @@ LEVEL_1_PASSES = (
     fold_constants,
     # Removes what folding orphaned, and Identity/Dropout that would hide a Conv -> BatchNormalization pair.
     eliminate_dead_code,
+    # Old opsets' residual Sum as Add, which the fusions (level 2, the pipeline's Conv epilogues) match.
+    replace_sum_with_add,
     # Needs the shapes and constants above: a Reshape/Slice/Expand is a no-op only against a static input shape.
     remove_no_ops,
     # After remove_no_ops, so a no-op link does not count as a chain member that must be kept.
@@ -108,4 +111,5 @@ __all__ = ["DEFAULT_PASSES", "SESSION_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVE
            "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended",
            "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended",
            "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
-           "fuse_silu_extended", "infer_shapes", "materialize_constants", "remove_no_ops", "run_passes", "share_initializers", "upgrade_opset"]
+           "fuse_silu_extended", "infer_shapes", "materialize_constants", "remove_no_ops", "replace_sum_with_add",
+           "run_passes", "share_initializers", "upgrade_opset"]
