@@ -113,7 +113,20 @@ typedef struct pool_job {
     float *y;
     ortx_pool_row_fn row_fn;
     int is_max;
+    int plane;  /* ortx_pool_planes_f32_avx512 applies */
 } pool_job;
+
+/* Whether a pool runs a plane at a time on AVX-512 (pool_internal.h's conditions). */
+static int plane_applies(const ortx_pool_params *p) {
+#if ORTX_HAVE_X86
+    return ortx_selected_isa() >= ORTX_ISA_AVX512 && p->in[0] == 1 && p->out[0] == 1 && p->kernel[0] == 1 &&
+           p->stride[2] == 1 && p->dilation[2] == 1 && p->kernel[2] <= ORTX_POOL_PLANE_MAX_TAPS &&
+           p->out[2] <= 16 * ORTX_POOL_PLANE_CHUNKS && p->out[1] <= ORTX_POOL_PLANE_MAX_ROWS;
+#else
+    (void)p;
+    return 0;
+#endif
+}
 
 /* Channels [begin, end): every output row of each, with one scratch of row pointers per range. */
 static void pool_channels(void *context, int64_t begin, int64_t end, int thread) {
@@ -124,6 +137,13 @@ static void pool_channels(void *context, int64_t begin, int64_t end, int thread)
     const int64_t out_plane = p->out[0] * p->out[1] * p->out[2];
     const int64_t max_rows = p->kernel[0] * p->kernel[1];
     const size_t slots = (size_t)(max_rows > 0 ? max_rows : 1);
+#if ORTX_HAVE_X86
+    if (job->plane) {
+        ortx_pool_planes_f32_avx512(job->x + begin * in_plane, job->y + begin * out_plane, end - begin, p,
+                                    job->is_max);
+        return;
+    }
+#endif
     const float **rows = malloc((sizeof(float *) + sizeof(int64_t)) * slots);
     if (!rows) return;
     int64_t *offsets = (int64_t *)(rows + slots);
@@ -141,7 +161,8 @@ static void pool_channels(void *context, int64_t begin, int64_t end, int thread)
 }
 
 static void pool_driver(const int64_t *ints, void *const *buffers, int num_threads, int is_max) {
-    pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], select_row_fn(), is_max};
+    pool_job job = {ortx_pool_params_read(ints), buffers[0], buffers[1], select_row_fn(), is_max, 0};
+    job.plane = plane_applies(&job.p);
     int threads = num_threads < 1 ? 1 : num_threads;
     ortx_parallel_range(threads, job.p.channels, (int64_t)ORTX_TASKS_PER_THREAD * threads, pool_channels, &job);
 }

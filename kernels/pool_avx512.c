@@ -52,6 +52,81 @@ ORTX_TARGET_AVX512 void ortx_pool_row_f32_avx512(const float *const *rows, int64
     }
 }
 
+/* ortx_pool_plane_f32_avx512 (pool_internal.h): one channel plane of a 2-D pool with w stride 1 and dilation 1,
+ * 16 output columns a vector. Each column's valid w taps, its tap masks and its divisor (valid or padded w taps)
+ * are set once per plane; per output row, its valid input rows (in order) and per tap a masked load (padding and
+ * columns past the row read nothing) added (a masked-off lane adds +0.0, which leaves a sum that started at +0.0
+ * unchanged, so the sums are the reference's, tap for tap) or maxed (a masked-off lane keeps its value). A window
+ * with no valid tap averages to 0, as the reference's. The rows' taps too are set once (ortx_pool_taps divides). Per row function calls the narrow maps of Inception's 3x3/1
+ * pools (7 to 28 columns) ran mostly in the scalar edge code: 1024 channels at 7x7, 2 threads, 0.26 ms against
+ * ORT's 0.04. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes(
+    const float *x, float *y, int64_t planes, const ortx_pool_params *p, const int is_max) {
+    const int64_t W = p->in[2], OW = p->out[2], k = p->kernel[2], pad = p->pad_begin[2];
+    const int64_t chunks = (OW + 15) / 16;
+    __mmask16 masks[ORTX_POOL_PLANE_CHUNKS][ORTX_POOL_PLANE_MAX_TAPS];
+    __m512i valid[ORTX_POOL_PLANE_CHUNKS], padded[ORTX_POOL_PLANE_CHUNKS];
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (int64_t c = 0; c < chunks; c++) {
+        const __m512i start = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c - pad)));  /* ow - pad */
+        const __mmask16 live = _mm512_cmplt_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c))),
+                                                       _mm512_set1_epi32((int)OW));
+        for (int64_t j = 0; j < k; j++) {
+            const __m512i column = _mm512_add_epi32(start, _mm512_set1_epi32((int)j));
+            masks[c][j] = live & _mm512_cmpge_epi32_mask(column, _mm512_setzero_si512()) &
+                          _mm512_cmplt_epi32_mask(column, _mm512_set1_epi32((int)W));
+        }
+        /* ortx_pool_taps at stride 1: first = max(0, -start), last = min(k, in - start), padded = min(k, in +
+         * pad_end - start) (no column starts before the padded extent) */
+        const __m512i zero = _mm512_setzero_si512(), taps = _mm512_set1_epi32((int)k);
+        const __m512i first = _mm512_max_epi32(zero, _mm512_sub_epi32(zero, start));
+        const __m512i last = _mm512_min_epi32(taps, _mm512_sub_epi32(_mm512_set1_epi32((int)W), start));
+        valid[c] = _mm512_max_epi32(zero, _mm512_sub_epi32(last, first));
+        padded[c] = _mm512_max_epi32(zero, _mm512_min_epi32(
+            taps, _mm512_sub_epi32(_mm512_set1_epi32((int)(W + p->pad_end[2])), start)));
+    }
+    int64_t row_first[ORTX_POOL_PLANE_MAX_ROWS], row_last[ORTX_POOL_PLANE_MAX_ROWS];
+    int64_t row_padded[ORTX_POOL_PLANE_MAX_ROWS];
+    for (int64_t oh = 0; oh < p->out[1]; oh++) ortx_pool_taps(p, 1, oh, &row_first[oh], &row_last[oh], &row_padded[oh]);
+    const __m512 lowest = _mm512_set1_ps(-FLT_MAX);
+    const int64_t in_plane = p->in[1] * W, out_plane = p->out[1] * OW;
+    for (int64_t plane = 0; plane < planes; plane++)
+    for (int64_t oh = 0; oh < p->out[1]; oh++) {
+        const int64_t first = row_first[oh], last = row_last[oh], padded_rows = row_padded[oh];
+        const int64_t h0 = oh * p->stride[1] - p->pad_begin[1], rows = last - first;
+        float *out = y + plane * out_plane + oh * OW;
+        const float *x_plane = x + plane * in_plane;
+        for (int64_t c = 0; c < chunks; c++) {
+            const float *base = x_plane + 16 * c - pad;
+            __m512 acc = is_max ? lowest : _mm512_setzero_ps();
+            for (int64_t i = first; i < last; i++) {
+                const float *row = base + (h0 + i * p->dilation[1]) * W;
+                for (int64_t j = 0; j < k; j++) {
+                    const __m512 v = _mm512_maskz_loadu_ps(masks[c][j], row + j);
+                    acc = is_max ? _mm512_mask_max_ps(acc, masks[c][j], v, acc) : _mm512_add_ps(acc, v);
+                }
+            }
+            const __mmask16 live = masks[c][0] | (__mmask16)(OW - 16 * c >= 16 ? 0xFFFF : (1u << (OW - 16 * c)) - 1);
+            if (!is_max) {
+                const __m512i count = p->count_include_pad
+                    ? _mm512_mullo_epi32(padded[c], _mm512_set1_epi32((int)padded_rows))
+                    : _mm512_mullo_epi32(valid[c], _mm512_set1_epi32((int)rows));
+                const __mmask16 some = _mm512_cmpgt_epi32_mask(count, _mm512_setzero_si512());
+                acc = _mm512_maskz_div_ps(some, acc, _mm512_cvtepi32_ps(count));
+            }
+            _mm512_mask_storeu_ps(out + 16 * c, live, acc);
+        }
+    }
+}
+
+ORTX_TARGET_AVX512 void ortx_pool_planes_f32_avx512(const float *x, float *y, int64_t planes, const ortx_pool_params *p,
+                                                    int is_max) {
+    if (is_max)
+        pool_planes(x, y, planes, p, 1);
+    else
+        pool_planes(x, y, planes, p, 0);
+}
+
 /* One 16-channel vector of a blocked pixel, or (PAIR) of a pair-rows pixel's half, widened from bf16. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 pool_pixel(const void *plane, int64_t pixel,
                                                                                 const int PAIR) {

@@ -115,6 +115,14 @@ static inline uint16_t ortx_pool_bf16_value(int16_t key) {
     return (uint16_t)(bits & 0x8000u ? bits ^ 0x7FFFu : bits);
 }
 
+/* `planes` consecutive channel planes (2-D: d extents 1) of a max or average pool with w stride 1 and dilation 1 on
+ * AVX-512, when out[2] <= 16 * ORTX_POOL_PLANE_CHUNKS, out[1] <= ORTX_POOL_PLANE_MAX_ROWS and kernel[2] <=
+ * ORTX_POOL_PLANE_MAX_TAPS (pool_avx512.c). */
+#define ORTX_POOL_PLANE_CHUNKS 16
+#define ORTX_POOL_PLANE_MAX_ROWS 256
+#define ORTX_POOL_PLANE_MAX_TAPS 16
+void ortx_pool_planes_f32_avx512(const float *x, float *y, int64_t planes, const ortx_pool_params *p, int is_max);
+
 /* Max pooling with stride 2 and 2 or 3 w taps on AVX-512; everything else through ortx_pool_row_f32_avx2. */
 void ortx_pool_row_f32_avx512(const float *const *rows, int64_t num_rows, int64_t padded_rows, float *out,
                               const ortx_pool_params *p, int is_max);
