@@ -34,6 +34,15 @@ def run_ort(model: ir.Model | onnx.ModelProto, feeds: dict[str, np.ndarray]) -> 
     return session.run(None, feeds)
 
 
+def assert_same_outputs(model: ir.Model | onnx.ModelProto, proto: onnx.ModelProto, seed: int = 0) -> None:
+    """Every output of `model` (after a pass) close to the original `proto`'s in ORT, on feeds_for(proto)."""
+    from tests.tolerances import assert_close
+
+    feeds = feeds_for(proto, seed)
+    for got, want in zip(run_ort(model, feeds), run_ort(proto, feeds), strict=True):
+        assert_close(got, want)
+
+
 def float_model(nodes, x_shape, y_shape, initializers, name: str = "g") -> onnx.ModelProto:
     """A float32 model of `nodes` from graph input X to graph output Y (opset 17, IR 9: ORT reads it)."""
     graph = onnx.helper.make_graph(nodes, name,

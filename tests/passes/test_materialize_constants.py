@@ -2,8 +2,7 @@ import numpy as np
 import onnx
 
 from ortx.passes.materialize_constants import materialize_constants
-from tests.passes._helpers import feeds_for, from_text, op_types, run_ort, to_ir
-from tests.tolerances import assert_close
+from tests.passes._helpers import assert_same_outputs, from_text, op_types, to_ir
 
 # A Conv whose weight and bias are ConstantOfShape of constant shapes (the ONNX backend's light model-zoo models
 # hold every weight so), and one ConstantOfShape whose shape comes from the input (not made).
@@ -31,9 +30,7 @@ def test_makes_weights_of_constant_shape():
     assert weight.shape == (4, 3, 3, 3) and weight.dtype == np.float32 and np.all(weight == 0.25)
     assert np.all(model.graph.initializers["b"].const_value.numpy() == -0.5)
     assert len(report.notes) == 1 and report.notes[0].endswith("not made: its shape is not constant")
-    feeds = feeds_for(proto)
-    for got, want in zip(run_ort(model, feeds), run_ort(proto, feeds)):
-        assert_close(got, want)
+    assert_same_outputs(model, proto)
 
 
 def test_size_limit_and_default_value():
