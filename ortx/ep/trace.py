@@ -8,7 +8,8 @@ that sum kernel times per op) read OrtxEP's:
 1. Each run is timed as a whole and per plan step (ExecutionPlan.run's segment_seconds); a JIT'd or interpreted
    CPU segment also per kernel step (step_seconds, keyed by the compiled node's name).
 2. Events: "model_run" per run; per kernel step a Node event named after the compiled node (a fused node's args
-   list the user's nodes it replaced, `fused_from`) with op_name, provider "OrtxEP", the kernel and the device;
+   list the user's nodes it replaced, `fused_from`) with op_name, provider "OrtxEP", the kernel (a node of several
+   kernel steps: their kernels joined by "+", as a reorder and the blocked conv that reads it) and the device;
    an ORT segment or a device segment is one Node event for the whole segment.
 Limits: step timestamps are laid out back to back from the segment's start (the kernels report durations, not
 start times), and segments from the run's start in plan order, so concurrent device lanes appear one after another.
@@ -56,12 +57,17 @@ class RunTrace:
             seconds = segments.get(position, 0.0)
             if isinstance(step, ClaimedStep):
                 inner = cursor
+                kernels: dict[str, list[str]] = {}  # a node's kernel steps, in order (a reorder and its conv, say)
+                for listing in step.program.steps:
+                    names = kernels.setdefault(listing.node, [])
+                    if listing.kernel not in names:
+                        names.append(listing.kernel)
                 for listing in step.program.steps:
                     duration = steps.pop(listing.node, None)
                     if duration is None:  # a node with several kernel steps is counted once, at its first
                         continue
                     self.events.append(_node_event(pid, tid, inner, duration, listing.node, nodes, "OrtxEP",
-                                                   {"kernel": listing.kernel, "device": "cpu"}))
+                                                   {"kernel": "+".join(kernels[listing.node]), "device": "cpu"}))
                     inner += duration * 1e6
             else:
                 device = step.device if isinstance(step, DeviceStep) else ""

@@ -78,3 +78,24 @@ def test_plain_ort_session_profiles_as_onnxruntime_does(tmp_path):
     session.run(None, {"x": np.ones((1, 3, 5, 5), np.float32)})
     path = session.end_profiling()
     assert any(event["name"] == "model_run" for event in json.loads(open(path).read()))
+
+
+def test_a_node_of_several_kernel_steps_lists_them_all():
+    """A blocked conv that reorders its NCHW input first is two kernel steps of one node: its event names both, in
+    order (the first alone read as if the reorder took the conv's time)."""
+    import types
+
+    from ortx.ep.runtime import ClaimedStep
+    from ortx.ep.trace import RunTrace
+
+    listing = lambda node, kernel: types.SimpleNamespace(node=node, kernel=kernel)  # noqa: E731
+    program = types.SimpleNamespace(steps=(listing("conv", "reorder_to_nchwc_f32"),
+                                           listing("conv", "conv_pointwise_nchwc_f32"),
+                                           listing("relu", "unary_f32")))
+    step = ClaimedStep(program=program, inputs=["x"], outputs=["y"], arena_name="arena")
+    compiled = types.SimpleNamespace(plan=types.SimpleNamespace(steps=[step]), assignment=None)
+    trace = RunTrace("unused")
+    trace._record(compiled, 0.0, 0.001, {"conv": 0.0004, "relu": 0.0001}, {0: 0.0005})
+    kernels = {event["name"]: event["args"]["kernel"] for event in trace.events if event["cat"] == "Node"}
+    assert kernels == {"conv_kernel_time": "reorder_to_nchwc_f32+conv_pointwise_nchwc_f32",
+                       "relu_kernel_time": "unary_f32"}
