@@ -15,6 +15,7 @@ static const ortx_kernel_entry *const families[] = {
     ortx_family_band, /* MatMul by a banded constant, e.g. a mel filterbank (issue #7) */
     ortx_family_attention, /* multi-head attention on head-interleaved rows (issue #4) */
     ortx_family_host, /* the host's state now: are the pool's threads on separate cores? */
+    ortx_family_lrn, /* LocalResponseNormalization */
 };
 
 /* The build's identity for tuning records (ortx.tune.fingerprint.kernels_build): setup.py passes a hash of the C

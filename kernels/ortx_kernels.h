@@ -53,6 +53,7 @@ extern const ortx_kernel_entry ortx_family_band[];
 extern const ortx_kernel_entry ortx_family_attention[];
 /* What the host machine is doing now (host_probe.c), for benchmarks to report */
 extern const ortx_kernel_entry ortx_family_host[];
+extern const ortx_kernel_entry ortx_family_lrn[];  /* LocalResponseNormalization (lrn.c) */
 
 /* CPU features, detected once. */
 enum { ORTX_ISA_PORTABLE = 0, ORTX_ISA_AVX2 = 1, ORTX_ISA_AVX512 = 2 };

@@ -1,5 +1,5 @@
 """Lowerings for the reduce kernel family: ReduceSum/Mean/Max/Min/L2/SumSquare, Softmax/LogSoftmax,
-LayerNormalization, ArgMax/ArgMin.
+LayerNormalization, ArgMax/ArgMin, and LRN (the lrn family, kernels/lrn.c: a sum of squares across channels).
 
 Reductions: the reduced axes are collapsed into groups of adjacent axes (size-1 axes dropped); each group is one
 `reduce_f32` step over [outer, length, inner], innermost group first, partial results in workspaces. The first
@@ -8,7 +8,7 @@ applies the post op (ReduceMean: x 1/count; ReduceL2: sqrt). keepdims only chang
 Softmax/LogSoftmax: opset < 13 coerces the input to 2-D at `axis` ([prod(before), prod(from axis)]); opset >= 13
 normalises along the one axis. LayerNormalization (opset 17): rows are the axes before `axis`; stash_type 1 only;
 claimed only while the Mean/InvStdDev outputs are unused. ArgMax/ArgMin (float32 in, int64 out) -> one
-`arg_extreme_f32` step (keepdims only changes the output shape).
+`arg_extreme_f32` step (keepdims only changes the output shape). LRN: one `lrn_f32` step over [N, C, spatial].
 """
 from __future__ import annotations
 
@@ -239,6 +239,30 @@ def lower_arg_extreme(node: ir.Node, builder) -> None:
                  [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
 
 
+# LRN (LocalResponseNormalization) ------------------------------------------------------------------------------
+def check_lrn(node: ir.Node) -> str | None:
+    reason = tensor_reason(node, present(node, 0), ("float32",), "input 0")
+    reason = reason or tensor_reason(node, node.outputs[0], ("float32",), "output 0")
+    if reason:
+        return reason
+    if len(static_shape(node.inputs[0])) < 3:
+        return "LRN: input rank below 3 (N x C x spatial)"
+    size = attribute(node, "size", None)
+    if size is None or int(size) < 1:
+        return f"LRN: size {size!r} is not a positive integer"
+    return None
+
+
+def lower_lrn(node: ir.Node, builder) -> None:
+    shape = static_shape(node.inputs[0])
+    spatial = int(np.prod(shape[2:], dtype=np.int64))
+    if shape[0] * shape[1] * spatial:
+        builder.emit("lrn_f32", [shape[0], shape[1], spatial, int(attribute(node, "size", 1))],
+                     [float(attribute(node, "alpha", 1e-4)), float(attribute(node, "beta", 0.75)),
+                      float(attribute(node, "bias", 1.0))],
+                     [builder.buffer(node.inputs[0]), builder.buffer(node.outputs[0])])
+
+
 LOWERINGS = {
     **{("", op): (check_reduce, lower_reduce) for op in REDUCTIONS},
     ("", "Softmax"): (check_softmax, lower_softmax),
@@ -246,4 +270,5 @@ LOWERINGS = {
     ("", "LayerNormalization"): (check_layer_normalization, lower_layer_normalization),
     ("", "ArgMax"): (check_arg_extreme, lower_arg_extreme),
     ("", "ArgMin"): (check_arg_extreme, lower_arg_extreme),
+    ("", "LRN"): (check_lrn, lower_lrn),
 }
