@@ -58,11 +58,12 @@ def main() -> int:
               f"{100 * result.claimed_mac_share:.1f}% in {result.segments} segments", flush=True)
     lines = [
         f"Measured {datetime.date.today()} on commit {commit}, {host()}, {args.threads} threads for both engines, "
-        f"OrtxEP tuning {args.tuning!r}, median of {args.runs} runs interleaved in blocks after warm-up (ortx/measure.py), "
-        "seeded random input. The ONNX backend's light model-zoo models from the onnx wheel (every weight a "
-        "ConstantOfShape of 0.02: the architectures' compute, not their trained values), which this project never "
-        "tuned its kernels on. Ratio = OrtxEP ms / ORT ms (lower is better); GFLOP/s = 2 x MACs / time. Written by "
-        "`python benchmarks/model_zoo.py`; these machines are shared and noisy, compare ratios.",
+        f"OrtxEP tuning {args.tuning!r}, median of {args.runs} runs interleaved in blocks after warm-up "
+        "(ortx/measure.py), seeded random input. The ONNX backend's light model-zoo models from the onnx wheel "
+        "(every weight a ConstantOfShape of 0.02: the architectures' compute, not their trained values), which "
+        "this project never tuned its kernels on. Ratio = OrtxEP ms / ORT ms (lower is better); GFLOP/s = 2 x "
+        "MACs / time. Written by `python benchmarks/model_zoo.py`; these machines are shared and noisy, compare "
+        "ratios.",
         "",
         "| model | GMAC | ORT ms | OrtxEP ms | ratio | OrtxEP GFLOP/s | ORT GFLOP/s | claimed MACs | segments | host |",
         "|---|---|---|---|---|---|---|---|---|---|",

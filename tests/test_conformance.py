@@ -69,7 +69,8 @@ DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 MODEL_DIRS = sorted(os.path.relpath(folder, DATA) for kind in ("pytorch-converted", "pytorch-operator", "simple")
                     for folder in glob.glob(os.path.join(DATA, kind, "*"))
                     if glob.glob(os.path.join(folder, "test_data_set_*")))
-LIGHT_MODELS = sorted(os.path.basename(path)[: -len(".onnx")] for path in glob.glob(os.path.join(DATA, "light", "*.onnx")))
+LIGHT_MODELS = sorted(os.path.basename(path)[: -len(".onnx")]
+                      for path in glob.glob(os.path.join(DATA, "light", "*.onnx")))
 MODEL_RTOL, MODEL_ATOL = 1e-3, 1e-7  # onnx.backend.test.runner's defaults for model tests
 
 

@@ -107,9 +107,9 @@ SESSION_PASSES = LEVEL_2_PASSES[:_FOLD] + (materialize_constants,) + LEVEL_2_PAS
 LEVELS = {0: (), 1: LEVEL_1_PASSES, 2: LEVEL_2_PASSES, 3: LEVEL_3_PASSES}
 
 __all__ = ["DEFAULT_PASSES", "SESSION_PASSES", "LEVELS", "LEVEL_1_PASSES", "LEVEL_2_PASSES", "LEVEL_3_PASSES",
-           "PassError", "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants", "fold_reshapes",
-           "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention", "fuse_attention_extended",
-           "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_elementwise_chains", "fuse_gelu", "fuse_gelu_extended",
-           "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad", "fuse_sibling_matmuls", "fuse_silu",
-           "fuse_silu_extended", "infer_shapes", "materialize_constants", "remove_no_ops", "replace_sum_with_add",
-           "run_passes", "share_initializers", "upgrade_opset"]
+           "PassError", "PassReport", "eliminate_common_subexpressions", "eliminate_dead_code", "fold_constants",
+           "fold_reshapes", "fold_slice_squeezes", "flush_denormal_weights", "fuse_attention",
+           "fuse_attention_extended", "fuse_conv_batchnorm", "fuse_conv_epilogue", "fuse_elementwise_chains",
+           "fuse_gelu", "fuse_gelu_extended", "fuse_gemm", "fuse_hardswish", "fuse_layer_normalization", "fuse_pad",
+           "fuse_sibling_matmuls", "fuse_silu", "fuse_silu_extended", "infer_shapes", "materialize_constants",
+           "remove_no_ops", "replace_sum_with_add", "run_passes", "share_initializers", "upgrade_opset"]
