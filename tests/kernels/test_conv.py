@@ -20,13 +20,6 @@ ISA_ORDER = ("portable", "avx2", "avx512")
 RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
-
 @pytest.fixture(autouse=True)
 def direct_kernels():
     """This module covers the direct conv kernels: 3x3 stride-1 convs stay off Winograd (test_conv_winograd.py)."""

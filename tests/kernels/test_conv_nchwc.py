@@ -12,19 +12,10 @@ import pytest
 from ortx import _kernels
 from tests.tolerances import BF16_SUM_ERROR_UNITS, TOLERANCES
 
-ISA_ORDER = ("portable", "avx2", "avx512")
-RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 F32 = TOLERANCES[np.dtype(np.float32)]
 ACTIVATIONS = {"none": (0, (0.0, 0.0)), "relu": (1, (0.0, 0.0)), "clip": (3, (0.0, 6.0)),
                "hard_swish": (6, (0.0, 0.0)), "hard_sigmoid": (5, (0.2, 0.5)),
                "hard_swish_affine": (9, (0.7, -0.3))}
-
-
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
 
 
 @pytest.fixture(params=["amx", "no_amx"])

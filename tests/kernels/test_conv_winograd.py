@@ -36,13 +36,6 @@ KERNEL_CASES = [
 ]
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
-
 def _run_kernel(case, m, threads, activation, residual, use_ref=False, seed=0):
     batch, cin, height, width, cout, pads = case
     rng = np.random.default_rng(seed)

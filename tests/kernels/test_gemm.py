@@ -31,13 +31,6 @@ SHAPES = [(1, 1, 1), (5, 7, 3), (6, 16, 8), (13, 33, 17), (37, 70, 300), (150, 4
           (61, 5, 64)]
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
-
 def test_isas_this_cpu_cannot_run_are_reported(record_property):
     """ISAs above the CPU's are not runnable here: force_isa clamps to what the CPU has, never higher."""
     missing = ISA_ORDER[len(RUNNABLE_ISAS):]

@@ -17,18 +17,9 @@ from ortx import _kernels
 from ortx.ep.compile_nodes import check_node, infer_shapes, run_graph
 from tests.tolerances import assert_close
 
-ISA_ORDER = ("portable", "avx2", "avx512")
-RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 TENSOR_TYPES = {np.dtype(t): helper.np_dtype_to_tensor_dtype(np.dtype(t))
                 for t in (np.float32, np.float16, np.int64, np.int32, np.uint8, np.int8, np.float64, np.bool_)}
 TENSOR_TYPES[np.dtype(object)] = helper.np_dtype_to_tensor_dtype(np.dtype(object))
-
-
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
 
 
 def build(nodes, inputs, *, initializers=None, outputs=("y",), output_dtypes=None, opset=13):

@@ -1,6 +1,6 @@
 """lrn_f32 (kernels/lrn.c): fast vs reference vs a float64 numpy LRN, and one-node models vs onnxruntime.
 
-Every case runs for each ISA this CPU has (the AVX-512 path's exp and log are within ~2 ulp of libm, so fast and
+Every case runs for each ISA this CPU has (conftest.py's `isa`; the AVX-512 path's exp and log are within ~2 ulp of libm, so fast and
 reference agree to float32 tolerance, not bitwise), with 1 and 2 threads; sizes odd and even (the window is
 asymmetric for even sizes), windows wider than the channels, pixel counts off the 16-pixel vector.
 """
@@ -14,17 +14,6 @@ from onnx import TensorProto, helper
 from ortx import _kernels
 from ortx.ep.compile_nodes import run_graph
 from tests.tolerances import assert_close
-
-ISA_ORDER = ("portable", "avx2", "avx512")
-RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
-
-
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
 
 def numpy_lrn(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
     """ONNX's LRN in float64: the window [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)] inside the channels."""

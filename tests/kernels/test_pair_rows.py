@@ -13,11 +13,11 @@ from ortx import _kernels
 from ortx.ep.lowering.blocked_layout import pack_depthwise_chunks
 from ortx.ep.precision import bf16_bits, round_to_bf16
 from tests.kernels.test_conv_nchwc import (
-    ACTIVATIONS, BF16_POINTWISE_CASES, DEPTHWISE_CASES, F32, amx, conv_ints, from_blocked, isa, pack_pointwise, random,
+    ACTIVATIONS, BF16_POINTWISE_CASES, DEPTHWISE_CASES, F32, amx, conv_ints, from_blocked, pack_pointwise, random,
     run_pointwise, to_blocked,
 )
 
-__all__ = ["amx", "isa"]  # fixtures
+__all__ = ["amx"]  # fixture (isa: conftest.py)
 BF16_STEP = 2.0 ** -8  # one bf16 rounding, relative
 SIDES = [(1, 0), (0, 1), (1, 1)]  # (in_rows, out_rows)
 

@@ -14,11 +14,11 @@ import pytest
 from ortx import _kernels
 from ortx.ep.lowering.blocked_layout import pack_depthwise_chunks, pack_pointwise_bf16, pack_pointwise_bf16x3
 from tests.kernels.test_conv_nchwc import (
-    ACTIVATIONS, BF16_POINTWISE_CASES, activate, amx, conv_ints, isa, random, to_blocked,
+    ACTIVATIONS, BF16_POINTWISE_CASES, activate, amx, conv_ints, random, to_blocked,
 )
 from tests.kernels.test_pair_rows import BF16_STEP, assert_agrees, output_buffer, read_output, to_pair_rows
 
-__all__ = ["amx", "isa"]  # fixtures
+__all__ = ["amx"]  # fixture (isa: conftest.py)
 # bf16x3 leaves out lo x W_lo and the remainders' remainders: about 2^-16 = 256 units of 2^-24 of each product at
 # most. Measured on these cases, 2 threads, with hard_swish's slope and the fp32 epilogue: at most 152 units
 # (tdpbf16ps and the oracle alike), plain bf16 51834; the test's bound, 2 x 512 (the activation's factor 2), is a

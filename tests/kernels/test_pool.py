@@ -37,13 +37,6 @@ def run_ort(model, feeds):
     return session.run(None, feeds)
 
 
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
-
 def check_against_ort(model, x, *, bitwise_ref=True):
     expected = run_ort(model, {"x": x})[0]
     reference = run_graph(model, {"x": x}, use_reference_kernels=True)[0]

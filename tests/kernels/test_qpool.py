@@ -13,16 +13,6 @@ import pytest
 from ortx import _kernels
 from ortx.quantization.integer import INT_RANGES, average_multipliers, average_pool, round_shift_half_even
 
-ISA_ORDER = ("portable", "avx2", "avx512")
-RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
-
-
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
-
 
 def _window_ints(shape, out_shape, kernel, strides, pads, count_include_pad):
     """kernels/pool_internal.h's 23 ints for a 2-D pool (pads: top, left, bottom, right)."""

@@ -20,8 +20,6 @@ from ortx.ep.lowering.sparse import conv_columns, panel_count, pack_blocked_csr,
 from ortx.tune.sparse_choice import ForcedPolicy, SparseChoice
 from tests.tolerances import assert_close
 
-ISA_ORDER = ("portable", "avx2", "avx512")
-RUNNABLE_ISAS = ISA_ORDER[: ISA_ORDER.index(_kernels.cpu_isa()) + 1]
 def _gelu(v):
     from math import erf
 
@@ -30,13 +28,6 @@ def _gelu(v):
 
 ACTIVATIONS = {0: None, 1: lambda v: np.maximum(v, 0), 3: lambda v: np.clip(v, -0.5, 0.75),
                4: lambda v: 1 / (1 + np.exp(-v)), 8: _gelu}
-
-
-@pytest.fixture(params=RUNNABLE_ISAS)
-def isa(request):
-    assert _kernels.force_isa(request.param) == request.param
-    yield request.param
-    _kernels.force_isa(_kernels.cpu_isa())
 
 
 def sparse_matrix(rows, depth, zeros, seed, *, empty_row=None, dense_row=None):
