@@ -49,10 +49,7 @@ def materialize_constants(model: ir.Model, *, size_limit: int = 1 << 28) -> Pass
         array = _filled(node, shape)
         output = node.outputs[0]
         constant = ir.node("Constant", inputs=[], attributes={"value": ir.tensor(array, name=output.name)})
-        graph.insert_before(node, constant)
-        output.replace_all_uses_with(constant.outputs[0], replace_graph_outputs=True)
-        graph.remove(node, safe=True)
-        constant.outputs[0].name = output.name
+        ir.convenience.replace_nodes_and_values(graph, node, [node], [constant], [output], [constant.outputs[0]])
         made += 1
         made_bytes += array.nbytes
     if made:

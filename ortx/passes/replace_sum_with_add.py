@@ -30,11 +30,7 @@ def replace_sum_with_add(model: ir.Model) -> PassReport:
             continue
         output = node.outputs[0]
         add = ir.node("Add", inputs=list(node.inputs), name=node.name, metadata_props=dict(node.metadata_props))
-        graph.insert_before(node, add)
-        add.outputs[0].type, add.outputs[0].shape = output.type, output.shape
-        output.replace_all_uses_with(add.outputs[0], replace_graph_outputs=True)
-        graph.remove(node, safe=True)
-        add.outputs[0].name = output.name
+        ir.convenience.replace_nodes_and_values(graph, node, [node], [add], [output], [add.outputs[0]])
         replaced += 1
     for note in notes:
         logger.debug(note)
