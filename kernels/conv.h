@@ -120,6 +120,15 @@ typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int
                                              float param1, uint32_t *scratch);
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512, ortx_pointwise_nchwc_tile_avx512_bf16;
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable, ortx_pointwise_nchwc_tile_portable_bf16;
+/* The fp32 AVX-512 tile over input channels [c_begin, c_begin + c_count) only (c_begin a multiple of 16), so a
+ * conv can run its sums a chunk of channels at a time over many tiles: started at the bias when `first`, else at
+ * the partial sums in y; finished (residual, activation) when `last`, else storing the partial sums to y. The same
+ * multiply-adds in the same order as the whole tile, so the same bits. NULL where not compiled. */
+typedef void (*ortx_pointwise_nchwc_chunk_fn)(int64_t pixels, int64_t blocks, int64_t c_begin, int64_t c_count,
+                                              int64_t x_plane, int64_t y_plane, const float *x, const float *w,
+                                              const float *bias, const float *residual, float *y, int first,
+                                              int last, int activation, float param0, float param1);
+extern const ortx_pointwise_nchwc_chunk_fn ortx_pointwise_nchwc_chunk_avx512;
 /* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c); _bf16:
  * the 1x1 conv as conv_pointwise_nchwc_bf16 computes it (its weights packed so), the depthwise conv fp32. */
 void ortx_conv_expand_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,

@@ -8,8 +8,9 @@
  * hardware prefetchers left the multiply-adds waiting. Kernel-level, 2 threads, Emerald Rapids, paired A/B in one
  * process, weights cold / warm: 960 -> 320 at 7x7 0.84 / 0.84x, 320 -> 1280 at 7x7 0.85 / 0.89x, 576 -> 96 at 14x14
  * 0.95 / 0.91x, 96 -> 96 at 80x80 1.00 / 1.00x; distances 8-32 within 3% of each other, 4 worse; K blocking by 128
- * channels (partial sums in the output, as MLAS does) added nothing on top; prefetching the next input block
- * neither. In-process A/B, whole models: MobileNetV2-style 0.98x, PP-OCR rec 0.965x, det 0.99-1.00x, cls 1.005-1.01x,
+ * channels (partial sums in the output, as MLAS does) added nothing on top there, with weights that stay in L2;
+ * prefetching the next input block neither. Weights that come from L3 or memory (ResNet-50's 1-4 MB) do gain from
+ * it: the chunk form below, used for large weights (conv_pointwise_nchwc.c). In-process A/B, whole models: MobileNetV2-style 0.98x, PP-OCR rec 0.965x, det 0.99-1.00x, cls 1.005-1.01x,
  * ResNet-18-style 1.00x (2 runs each). */
 #include "conv_pointwise_nchwc_tile.h"
 
@@ -18,17 +19,21 @@
 
 enum { PREFETCH_CHANNELS = 16 };
 
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
-    const int P, const int B, int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x, const float *w, const float *bias,
-    const float *residual, float *y, int activation, float param0, float param1) {
+/* Input channels [c_begin, c_begin + c_count) of a tile (conv.h's ortx_pointwise_nchwc_chunk_fn); the whole tile
+ * is the one chunk of all channels. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void chunk_fixed(
+    const int P, const int B, int64_t c_begin, int64_t c_count, int64_t x_plane, int64_t y_plane, const float *x,
+    const float *w, const float *bias, const float *residual, float *y, int first, int last, int activation,
+    float param0, float param1) {
     __m512 acc[ORTX_POINTWISE_PIXELS][4];
     for (int b = 0; b < B; b++) {
         __m512 start = _mm512_loadu_ps(bias + 16 * b);
-        for (int i = 0; i < P; i++) acc[i][b] = start;
+        for (int i = 0; i < P; i++) acc[i][b] = first ? start : _mm512_loadu_ps(y + (b * y_plane + i) * 16);
     }
-    for (int64_t c0 = 0; c0 < in_channels; c0 += 16) {
+    const int64_t c_end = c_begin + c_count;
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += 16) {
         const float *xb = x + c0 * x_plane;  /* block c0 / 16 at the tile's first pixel */
-        const int64_t count = in_channels - c0 < 16 ? in_channels - c0 : 16;
+        const int64_t count = c_end - c0 < 16 ? c_end - c0 : 16;
         const float *wc = w + c0 * 64;
         for (int64_t c = 0; c < count; c++, wc += 64) {
             __m512 wv[4];
@@ -40,7 +45,12 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void tile_fixed(
             }
         }
     }
-    ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
+    if (last) {
+        ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
+        return;
+    }
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < P; i++) _mm512_storeu_ps(y + (b * y_plane + i) * 16, acc[i][b]);
 }
 
 ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
@@ -49,12 +59,25 @@ ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64
                                           uint32_t *scratch) {
     (void)scratch;
     const float *w = weights;
-#define TILE(P, B) tile_fixed(P, B, in_channels, x_plane, y_plane, x, w, bias, residual, y, activation, param0, param1)
+#define TILE(P, B) chunk_fixed(P, B, 0, in_channels, x_plane, y_plane, x, w, bias, residual, y, 1, 1, activation, \
+                               param0, param1)
+    ORTX_POINTWISE_DISPATCH(TILE)
+#undef TILE
+}
+
+ORTX_TARGET_AVX512 static void chunk_avx512(int64_t pixels, int64_t blocks, int64_t c_begin, int64_t c_count,
+                                           int64_t x_plane, int64_t y_plane, const float *x, const float *w,
+                                           const float *bias, const float *residual, float *y, int first, int last,
+                                           int activation, float param0, float param1) {
+#define TILE(P, B) chunk_fixed(P, B, c_begin, c_count, x_plane, y_plane, x, w, bias, residual, y, first, last, \
+                               activation, param0, param1)
     ORTX_POINTWISE_DISPATCH(TILE)
 #undef TILE
 }
 
 const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512 = tile_avx512;
+const ortx_pointwise_nchwc_chunk_fn ortx_pointwise_nchwc_chunk_avx512 = chunk_avx512;
 #else
 const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512 = NULL;
+const ortx_pointwise_nchwc_chunk_fn ortx_pointwise_nchwc_chunk_avx512 = NULL;
 #endif

@@ -128,6 +128,9 @@ def check_fast_and_reference(run, expected):
 POINTWISE_CASES = [  # (N, Cin, Cout, H, W)
     (1, 16, 96, 11, 13), (1, 24, 40, 7, 7), (2, 3, 17, 5, 3), (1, 160, 960, 7, 7), (1, 576, 96, 14, 14),
     (1, 33, 130, 1, 1),
+    # weights over 128 KB, summed 128 input channels at a time on AVX-512: a last chunk of 72 channels ending in a
+    # partial block, a partial last group; batch 2 with 5 groups
+    (1, 200, 130, 9, 9), (2, 272, 320, 7, 7),
 ]
 
 
@@ -147,6 +150,19 @@ def test_pointwise_matches_numpy_and_reference(isa, case, activation, residual, 
     expected = activate(expected, code, params).astype(np.float32)
     check_fast_and_reference(lambda use_ref: run_pointwise(x, weights, bias, extra, activation, threads, use_ref),
                              expected)
+
+
+@pytest.mark.parametrize("case", [(1, 200, 130, 9, 9), (2, 272, 320, 7, 7), (1, 1024, 256, 14, 14)],
+                         ids=str)
+def test_pointwise_with_large_weights_gives_the_same_bits_on_any_thread_count(isa, case):
+    """Large weights take fewer pixel runs and, on AVX-512, channel chunks; every output is still summed in one
+    order, so 1, 2 and 3 threads agree bitwise."""
+    n, cin, cout, h, w = case
+    x, weights, bias = random((n, cin, h, w), 6), random((cout, cin), 7) * 0.1, random(cout, 8)
+    extra = random((n, cout, h, w), 9)
+    outputs = [run_pointwise(x, weights, bias, extra, "relu", threads) for threads in (1, 2, 3)]
+    for output in outputs[1:]:
+        np.testing.assert_array_equal(output, outputs[0])
 
 
 def conv_ints(x_shape, kernel, stride, pads, dilation, has_residual, activation, threads):
