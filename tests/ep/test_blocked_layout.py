@@ -188,6 +188,41 @@ def test_elementwise_ops_join_a_run_and_outputs_leave_it_through_reorders(thread
 
 
 @needs_avx512
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+@pytest.mark.parametrize("size,stride", [(15, 2), (16, 2), (10, 3)])
+def test_resnet_projection_1x1_with_a_stride_stays_blocked(batch, threads, size, stride):
+    """A ResNet block's head: the block input X (blocked, a 1x1 conv's output) read by a 1x1 conv and by the
+    strided 1x1 projection, whose output is the residual of the block's last 1x1 conv. The projection keeps every
+    stride-th pixel (strided_copy, odd and even sizes, stride 3 too) and runs conv_pointwise_nchwc_f32 on them, so
+    X stays blocked and is never reordered; the graph input and output are reordered once each."""
+    c_in, mid, c_out = 20, 24, 40
+    out_size = (size - 1) // stride + 1
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["x1"], name="stem_1x1"),
+        helper.make_node("Relu", ["x1"], ["block_in"], name="stem_relu"),
+        helper.make_node("Conv", ["block_in", "w1"], ["a"], name="reduce", strides=[stride, stride]),
+        helper.make_node("Relu", ["a"], ["ar"], name="reduce_relu"),
+        helper.make_node("Conv", ["block_in", "wp", "bp"], ["p"], name="projection", strides=[stride, stride]),
+        helper.make_node("Conv", ["ar", "w2", "b2"], ["c"], name="expand"),
+        helper.make_node("Add", ["c", "p"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="out_relu"),
+    ]
+    initializers = [_weights("w0", (c_in, c_in, 1, 1), 1), numpy_helper.from_array(_random((c_in,), 2), "b0"),
+                    _weights("w1", (mid, c_in, 1, 1), 3), _weights("wp", (c_out, c_in, 1, 1), 4),
+                    numpy_helper.from_array(_random((c_out,), 5), "bp"), _weights("w2", (c_out, mid, 1, 1), 6),
+                    numpy_helper.from_array(_random((c_out,), 7), "b2")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c_in, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c_out, out_size, out_size])],
+                   initializers)
+    feeds = {"x": _random((batch, c_in, size, size), 8)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    assert_close(actual[0], expected[0])
+    counts = _kernel_counts(session)
+    assert counts["conv_pointwise_nchwc_f32"] == 4 and counts["strided_copy"] == 2
+    assert counts["reorder_to_nchwc_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1
+
+
+@needs_avx512
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeeze_and_excitation_stays_blocked(batch):
     """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a
