@@ -9,9 +9,10 @@
  * process, weights cold / warm: 960 -> 320 at 7x7 0.84 / 0.84x, 320 -> 1280 at 7x7 0.85 / 0.89x, 576 -> 96 at 14x14
  * 0.95 / 0.91x, 96 -> 96 at 80x80 1.00 / 1.00x; distances 8-32 within 3% of each other, 4 worse; K blocking by 128
  * channels (partial sums in the output, as MLAS does) added nothing on top there, with weights that stay in L2;
- * prefetching the next input block neither. Weights that come from L3 or memory (ResNet-50's 1-4 MB) do gain from
- * it: the chunk form below, used for large weights (conv_pointwise_nchwc.c). In-process A/B, whole models: MobileNetV2-style 0.98x, PP-OCR rec 0.965x, det 0.99-1.00x, cls 1.005-1.01x,
- * ResNet-18-style 1.00x (2 runs each). */
+ * prefetching the next input block neither. In-process A/B of the prefetch, whole models: MobileNetV2-style 0.98x,
+ * PP-OCR rec 0.965x, det 0.99-1.00x, cls 1.005-1.01x, ResNet-18-style 1.00x (2 runs each). Weights that come from
+ * L3 or memory (ResNet-50's 1-4 MB) do gain from K blocking: the chunk form below, used for large weights
+ * (conv_pointwise_nchwc.c). */
 #include "conv_pointwise_nchwc_tile.h"
 
 #if ORTX_HAVE_X86
@@ -38,7 +39,8 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void chunk_fixed
         for (int64_t c = 0; c < count; c++, wc += 64) {
             __m512 wv[4];
             for (int b = 0; b < B; b++) wv[b] = _mm512_loadu_ps(wc + 16 * b);
-            for (int b = 0; b < B; b++) _mm_prefetch((const char *)(wc + PREFETCH_CHANNELS * 64 + 16 * b), _MM_HINT_T0);
+            for (int b = 0; b < B; b++)
+                _mm_prefetch((const char *)(wc + PREFETCH_CHANNELS * 64 + 16 * b), _MM_HINT_T0);
             for (int i = 0; i < P; i++) {
                 __m512 xv = _mm512_set1_ps(xb[i * 16 + c]);
                 for (int b = 0; b < B; b++) acc[i][b] = _mm512_fmadd_ps(xv, wv[b], acc[i][b]);

@@ -120,7 +120,8 @@ typedef struct pool_job {
 static int plane_applies(const ortx_pool_params *p) {
 #if ORTX_HAVE_X86
     return ortx_selected_isa() >= ORTX_ISA_AVX512 && p->in[0] == 1 && p->out[0] == 1 && p->kernel[0] == 1 &&
-           p->stride[2] == 1 && p->dilation[2] == 1 && p->kernel[2] <= ORTX_POOL_PLANE_MAX_TAPS &&
+           p->dilation[2] == 1 &&
+           (p->stride[2] == 1 ? p->kernel[2] <= ORTX_POOL_PLANE_MAX_TAPS : p->stride[2] == 2 && p->kernel[2] <= 3) &&
            p->out[2] <= 16 * ORTX_POOL_PLANE_CHUNKS && p->out[1] <= ORTX_POOL_PLANE_MAX_ROWS;
 #else
     (void)p;

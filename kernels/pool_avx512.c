@@ -119,12 +119,99 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes
     }
 }
 
+/* The same at w stride 2 with 1-3 w taps (3x3/2 and 2x2/2 pools: SqueezeNet's, Inception's, ShuffleNet's). Output
+ * columns 16c .. 16c + 15 read input columns s .. s + 32 (s = 32c - pad): per input row, two masked loads (columns
+ * outside the row read as 0) and a one-lane third, whose even and odd columns, split by two permutes, are taps 0
+ * and 1 of the 16 outputs, and the even ones shifted by a lane tap 2. Each tap is then maxed or added under its
+ * mask as in pool_planes, row by row and tap by tap, so the sums are the reference's. Through the row functions
+ * (the AVX-512 one takes maxima of rows with 16 interior outputs or more), 2 threads, single-node sessions:
+ * SqueezeNet's 3x3/2 max pools at 0.09-0.12 ms against ORT's 0.02-0.08. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes_stride2(
+    const float *x, float *y, int64_t planes, const ortx_pool_params *p, const int is_max) {
+    const int64_t W = p->in[2], OW = p->out[2], k = p->kernel[2], pad = p->pad_begin[2];
+    const int64_t chunks = (OW + 15) / 16;
+    __mmask16 masks[ORTX_POOL_PLANE_CHUNKS][3], loads[ORTX_POOL_PLANE_CHUNKS][3];
+    __m512i valid[ORTX_POOL_PLANE_CHUNKS], padded[ORTX_POOL_PLANE_CHUNKS];
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int)W);
+    for (int64_t c = 0; c < chunks; c++) {
+        const __m512i output = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c)));  /* ow */
+        const __m512i start = _mm512_sub_epi32(_mm512_slli_epi32(output, 1), _mm512_set1_epi32((int)pad));
+        const __mmask16 live = _mm512_cmplt_epi32_mask(output, _mm512_set1_epi32((int)OW));
+        for (int64_t j = 0; j < 3; j++) {
+            const __m512i column = _mm512_add_epi32(start, _mm512_set1_epi32((int)j));
+            masks[c][j] = j < k ? live & _mm512_cmpge_epi32_mask(column, zero) & _mm512_cmplt_epi32_mask(column, width)
+                                : 0;
+            /* the loads: columns s + 16 j + lane (lane 0 only for the third) inside the row */
+            const __m512i loaded = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(32 * c - pad + 16 * j)));
+            loads[c][j] = (j < 2 ? 0xFFFF : 1) & _mm512_cmpge_epi32_mask(loaded, zero) &
+                          _mm512_cmplt_epi32_mask(loaded, width);
+        }
+        /* ortx_pool_taps at stride 2: first = max(0, -start), last = min(k, in - start), padded = min(k, in +
+         * pad_end - start) (no column starts before the padded extent) */
+        const __m512i taps = _mm512_set1_epi32((int)k);
+        const __m512i first = _mm512_max_epi32(zero, _mm512_sub_epi32(zero, start));
+        const __m512i last = _mm512_min_epi32(taps, _mm512_sub_epi32(width, start));
+        valid[c] = _mm512_max_epi32(zero, _mm512_sub_epi32(last, first));
+        padded[c] = _mm512_max_epi32(zero, _mm512_min_epi32(
+            taps, _mm512_sub_epi32(_mm512_set1_epi32((int)(W + p->pad_end[2])), start)));
+    }
+    int64_t row_first[ORTX_POOL_PLANE_MAX_ROWS], row_last[ORTX_POOL_PLANE_MAX_ROWS];
+    int64_t row_padded[ORTX_POOL_PLANE_MAX_ROWS];
+    for (int64_t oh = 0; oh < p->out[1]; oh++) ortx_pool_taps(p, 1, oh, &row_first[oh], &row_last[oh], &row_padded[oh]);
+    const __m512 lowest = _mm512_set1_ps(-FLT_MAX);
+    const int64_t in_plane = p->in[1] * W, out_plane = p->out[1] * OW;
+    for (int64_t plane = 0; plane < planes; plane++)
+    for (int64_t oh = 0; oh < p->out[1]; oh++) {
+        const int64_t first = row_first[oh], last = row_last[oh], padded_rows = row_padded[oh];
+        const int64_t h0 = oh * p->stride[1] - p->pad_begin[1], rows = last - first;
+        float *out = y + plane * out_plane + oh * OW;
+        const float *x_plane = x + plane * in_plane;
+        for (int64_t c = 0; c < chunks; c++) {
+            const float *base = x_plane + 32 * c - pad;
+            __m512 acc = is_max ? lowest : _mm512_setzero_ps();
+            for (int64_t i = first; i < last; i++) {
+                const float *row = base + (h0 + i * p->dilation[1]) * W;
+                const __m512 low = _mm512_maskz_loadu_ps(loads[c][0], row);
+                const __m512 high = _mm512_maskz_loadu_ps(loads[c][1], row + 16);
+                const __m512 tap0 = _mm512_permutex2var_ps(low, even, high);
+                const __m512 tap1 = _mm512_permutex2var_ps(low, odd, high);
+                acc = is_max ? _mm512_mask_max_ps(acc, masks[c][0], tap0, acc) : _mm512_add_ps(acc, tap0);
+                if (k >= 2) acc = is_max ? _mm512_mask_max_ps(acc, masks[c][1], tap1, acc) : _mm512_add_ps(acc, tap1);
+                if (k == 3) {
+                    const __m512 third = _mm512_maskz_loadu_ps(loads[c][2], row + 32);
+                    const __m512 tap2 = _mm512_castsi512_ps(
+                        _mm512_alignr_epi32(_mm512_castps_si512(third), _mm512_castps_si512(tap0), 1));
+                    acc = is_max ? _mm512_mask_max_ps(acc, masks[c][2], tap2, acc) : _mm512_add_ps(acc, tap2);
+                }
+            }
+            const __mmask16 live = (__mmask16)(OW - 16 * c >= 16 ? 0xFFFF : (1u << (OW - 16 * c)) - 1);
+            if (!is_max) {
+                const __m512i count = p->count_include_pad
+                    ? _mm512_mullo_epi32(padded[c], _mm512_set1_epi32((int)padded_rows))
+                    : _mm512_mullo_epi32(valid[c], _mm512_set1_epi32((int)rows));
+                const __mmask16 some = _mm512_cmpgt_epi32_mask(count, _mm512_setzero_si512());
+                acc = _mm512_maskz_div_ps(some, acc, _mm512_cvtepi32_ps(count));
+            }
+            _mm512_mask_storeu_ps(out + 16 * c, live, acc);
+        }
+    }
+}
+
 ORTX_TARGET_AVX512 void ortx_pool_planes_f32_avx512(const float *x, float *y, int64_t planes, const ortx_pool_params *p,
                                                     int is_max) {
-    if (is_max)
+    if (p->stride[2] == 2) {
+        if (is_max)
+            pool_planes_stride2(x, y, planes, p, 1);
+        else
+            pool_planes_stride2(x, y, planes, p, 0);
+    } else if (is_max) {
         pool_planes(x, y, planes, p, 1);
-    else
+    } else {
         pool_planes(x, y, planes, p, 0);
+    }
 }
 
 /* One 16-channel vector of a blocked pixel, or (PAIR) of a pair-rows pixel's half, widened from bf16. */

@@ -115,9 +115,9 @@ static inline uint16_t ortx_pool_bf16_value(int16_t key) {
     return (uint16_t)(bits & 0x8000u ? bits ^ 0x7FFFu : bits);
 }
 
-/* `planes` consecutive channel planes (2-D: d extents 1) of a max or average pool with w stride 1 and dilation 1 on
- * AVX-512, when out[2] <= 16 * ORTX_POOL_PLANE_CHUNKS, out[1] <= ORTX_POOL_PLANE_MAX_ROWS and kernel[2] <=
- * ORTX_POOL_PLANE_MAX_TAPS (pool_avx512.c). */
+/* `planes` consecutive channel planes (2-D: d extents 1) of a max or average pool with w dilation 1 on AVX-512,
+ * when out[2] <= 16 * ORTX_POOL_PLANE_CHUNKS, out[1] <= ORTX_POOL_PLANE_MAX_ROWS, and w stride 1 with kernel[2] <=
+ * ORTX_POOL_PLANE_MAX_TAPS or w stride 2 with kernel[2] <= 3 (pool_avx512.c). */
 #define ORTX_POOL_PLANE_CHUNKS 16
 #define ORTX_POOL_PLANE_MAX_ROWS 256
 #define ORTX_POOL_PLANE_MAX_TAPS 16

@@ -180,6 +180,36 @@ def test_stride1_planes_equal_the_reference_bitwise(isa):
                                               err_msg=f"{kernel} {height}x{width} k{kh}x{kw} threads {threads}")
 
 
+def test_stride2_planes_equal_the_reference_bitwise(isa):
+    """Pools with w stride 2 and 1-3 w taps also run a plane at a time on AVX-512 (pool_avx512.c: even and odd
+    columns split by permutes): output widths below, at and across 16 and 32 columns, left and right padding
+    (ceil_mode's larger pad_end), count_include_pad, h strides 1-3, and NaN / infinity inputs; bitwise the
+    reference, 1 and 2 threads."""
+    rng = np.random.default_rng(6)
+    cases = [  # (height, width, (kh, kw), stride_h, (top, left, bottom, right), count_include_pad)
+        (27, 27, (3, 3), 2, (0, 0, 0, 0), 0), (13, 13, (3, 3), 2, (0, 0, 1, 1), 1),
+        (9, 31, (3, 3), 2, (1, 1, 1, 1), 0), (9, 31, (3, 3), 2, (1, 1, 1, 1), 1),
+        (8, 32, (2, 2), 2, (0, 0, 0, 0), 0), (8, 33, (2, 2), 2, (0, 0, 0, 1), 1),
+        (5, 64, (3, 3), 1, (1, 1, 1, 2), 0), (6, 97, (1, 3), 3, (0, 1, 0, 1), 1),
+        (7, 7, (3, 1), 2, (1, 0, 1, 0), 0), (4, 3, (3, 3), 1, (1, 1, 1, 1), 1),
+    ]
+    for height, width, (kh, kw), stride_h, (top, left, bottom, right), include_pad in cases:
+        x = rng.standard_normal((5, 1, height, width)).astype(np.float32)
+        x[1, 0, 0, 0], x[2, 0, height // 2, width - 1], x[3, 0, -1, width // 2] = np.nan, np.inf, -np.inf
+        out_h = (height + top + bottom - kh) // stride_h + 1
+        out_w = (width + left + right - kw) // 2 + 1
+        ints = [5, 1, height, width, 1, out_h, out_w, 1, kh, kw, 1, stride_h, 2, 0, top, left, 0, bottom, right,
+                1, 1, 1, include_pad]
+        for kernel in ("maxpool_f32", "avgpool_f32"):
+            ref = np.zeros((5, out_h, out_w), np.float32)
+            _kernels.call(kernel, ints, [], [x, ref], use_ref=True)
+            for threads in (1, 2):
+                fast = np.full_like(ref, 7.0)
+                _kernels.call(kernel, ints, [], [x, fast], num_threads=threads)
+                np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32),
+                                              err_msg=f"{kernel} {height}x{width} k{kh}x{kw} threads {threads}")
+
+
 def test_isas_above_this_cpu_are_not_runnable():
     """The ISAs this machine lacks cannot be forced; they are reported, not silently skipped."""
     missing = ISA_ORDER[len(RUNNABLE_ISAS):]
