@@ -567,5 +567,6 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_depthwise_pair_rows", ortx_conv2d_depthwise_pair_rows, ortx_conv2d_depthwise_pair_rows_ref},
     {"conv2d_to_nchwc_f32", ortx_conv2d_to_nchwc_f32, ortx_conv2d_to_nchwc_f32_ref},
     {"global_avgpool_nchwc_f32", ortx_global_avgpool_nchwc_f32, ortx_global_avgpool_nchwc_f32_ref},
+    {"conv2d_nchwc_f32", ortx_conv2d_nchwc_f32, ortx_conv2d_nchwc_f32_ref},  /* conv_nchwc_direct.c */
     {NULL, NULL, NULL},
 };

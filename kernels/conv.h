@@ -123,11 +123,14 @@ extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable, or
 /* The fp32 AVX-512 tile over input channels [c_begin, c_begin + c_count) only (c_begin a multiple of 16), so a
  * conv can run its sums a chunk of channels at a time over many tiles: started at the bias when `first`, else at
  * the partial sums in y; finished (residual, activation) when `last`, else storing the partial sums to y. The same
- * multiply-adds in the same order as the whole tile, so the same bits. NULL where not compiled. */
+ * multiply-adds in the same order as the whole tile, so the same bits. The tile's pixels are x_step floats apart
+ * in x and y_step in y and the residual (16 and 16 for the 1x1 conv's consecutive pixels; conv2d_nchwc_f32 also
+ * walks strided pixels and columns). NULL where not compiled. */
 typedef void (*ortx_pointwise_nchwc_chunk_fn)(int64_t pixels, int64_t blocks, int64_t c_begin, int64_t c_count,
-                                              int64_t x_plane, int64_t y_plane, const float *x, const float *w,
-                                              const float *bias, const float *residual, float *y, int first,
-                                              int last, int activation, float param0, float param1);
+                                              int64_t x_plane, int64_t x_step, int64_t y_plane, int64_t y_step,
+                                              const float *x, const float *w, const float *bias,
+                                              const float *residual, float *y, int first, int last, int activation,
+                                              float param0, float param1);
 extern const ortx_pointwise_nchwc_chunk_fn ortx_pointwise_nchwc_chunk_avx512;
 /* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c); _bf16:
  * the 1x1 conv as conv_pointwise_nchwc_bf16 computes it (its weights packed so), the depthwise conv fp32. */
@@ -191,6 +194,10 @@ extern const ortx_to_nchwc_isa ortx_to_nchwc_avx512;
 /* Pixels per tile for `blocks` output blocks: ORTX_TO_NCHWC_ACCUMULATORS / blocks (24, 12, 8, 6). */
 static inline int64_t ortx_to_nchwc_tile_pixels(int64_t blocks) { return ORTX_TO_NCHWC_ACCUMULATORS / blocks; }
 void ortx_conv2d_to_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* conv2d_nchwc_f32 (conv_nchwc_direct.c): a dense one-group conv on blocked X, Y and residual; ints = the conv ints
+ * (ORTX_CONV_INTS - 1 of them, workspace_threads left out) then threads; buffers = [X, W, bias, Y, residual (Y when
+ * none)]; W packed [ceil(Cout / 64)][KH * KW][Cin][64] (zeros past Cout), bias ceil(Cout / 64) * 64 floats. */
+void ortx_conv2d_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
@@ -367,5 +374,6 @@ void ortx_conv_expand_depthwise_nchwc_bf16_ref(const int64_t *ints, const float 
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads);
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 #endif

@@ -139,8 +139,8 @@ static void pointwise_task(void *context, int64_t task, int thread) {
         for (int64_t c0 = 0; c0 < job->in_channels; c0 += CHUNK) {
             const int64_t count = min64(CHUNK, job->in_channels - c0);
             for (int64_t i = first; i < last; i += ORTX_POINTWISE_PIXELS)
-                job->chunk(min64(ORTX_POINTWISE_PIXELS, last - i), blocks, c0, count, plane, plane, x + i * 16,
-                           (const float *)w, job->bias + group * 64,
+                job->chunk(min64(ORTX_POINTWISE_PIXELS, last - i), blocks, c0, count, plane, 16, plane, 16,
+                           x + i * 16, (const float *)w, job->bias + group * 64,
                            job->residual ? job->residual + y_base + i * 16 : NULL, job->Y + y_base + i * 16, c0 == 0,
                            c0 + count == job->in_channels, job->activation, job->param0, job->param1);
         }

@@ -23,13 +23,13 @@ enum { PREFETCH_CHANNELS = 16 };
 /* Input channels [c_begin, c_begin + c_count) of a tile (conv.h's ortx_pointwise_nchwc_chunk_fn); the whole tile
  * is the one chunk of all channels. */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void chunk_fixed(
-    const int P, const int B, int64_t c_begin, int64_t c_count, int64_t x_plane, int64_t y_plane, const float *x,
-    const float *w, const float *bias, const float *residual, float *y, int first, int last, int activation,
-    float param0, float param1) {
+    const int P, const int B, int64_t c_begin, int64_t c_count, int64_t x_plane, int64_t x_step, int64_t y_plane,
+    int64_t y_step, const float *x, const float *w, const float *bias, const float *residual, float *y, int first,
+    int last, int activation, float param0, float param1) {
     __m512 acc[ORTX_POINTWISE_PIXELS][4];
     for (int b = 0; b < B; b++) {
         __m512 start = _mm512_loadu_ps(bias + 16 * b);
-        for (int i = 0; i < P; i++) acc[i][b] = first ? start : _mm512_loadu_ps(y + (b * y_plane + i) * 16);
+        for (int i = 0; i < P; i++) acc[i][b] = first ? start : _mm512_loadu_ps(y + b * y_plane * 16 + i * y_step);
     }
     const int64_t c_end = c_begin + c_count;
     for (int64_t c0 = c_begin; c0 < c_end; c0 += 16) {
@@ -42,17 +42,21 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void chunk_fixed
             for (int b = 0; b < B; b++)
                 _mm_prefetch((const char *)(wc + PREFETCH_CHANNELS * 64 + 16 * b), _MM_HINT_T0);
             for (int i = 0; i < P; i++) {
-                __m512 xv = _mm512_set1_ps(xb[i * 16 + c]);
+                __m512 xv = _mm512_set1_ps(xb[i * x_step + c]);
                 for (int b = 0; b < B; b++) acc[i][b] = _mm512_fmadd_ps(xv, wv[b], acc[i][b]);
             }
         }
     }
-    if (last) {
-        ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
-        return;
-    }
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < P; i++) _mm512_storeu_ps(y + (b * y_plane + i) * 16, acc[i][b]);
+        for (int i = 0; i < P; i++) {
+            __m512 v = acc[i][b];
+            const int64_t at = b * y_plane * 16 + i * y_step;
+            if (last) {  /* ortx_pointwise_store_tile's epilogue at y_step */
+                if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
+                v = ortx_activation_avx512(v, activation, param0, param1);
+            }
+            _mm512_storeu_ps(y + at, v);
+        }
 }
 
 ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
@@ -61,18 +65,19 @@ ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64
                                           uint32_t *scratch) {
     (void)scratch;
     const float *w = weights;
-#define TILE(P, B) chunk_fixed(P, B, 0, in_channels, x_plane, y_plane, x, w, bias, residual, y, 1, 1, activation, \
-                               param0, param1)
+#define TILE(P, B) chunk_fixed(P, B, 0, in_channels, x_plane, 16, y_plane, 16, x, w, bias, residual, y, 1, 1, \
+                               activation, param0, param1)
     ORTX_POINTWISE_DISPATCH(TILE)
 #undef TILE
 }
 
 ORTX_TARGET_AVX512 static void chunk_avx512(int64_t pixels, int64_t blocks, int64_t c_begin, int64_t c_count,
-                                           int64_t x_plane, int64_t y_plane, const float *x, const float *w,
-                                           const float *bias, const float *residual, float *y, int first, int last,
-                                           int activation, float param0, float param1) {
-#define TILE(P, B) chunk_fixed(P, B, c_begin, c_count, x_plane, y_plane, x, w, bias, residual, y, first, last, \
-                               activation, param0, param1)
+                                           int64_t x_plane, int64_t x_step, int64_t y_plane, int64_t y_step,
+                                           const float *x, const float *w, const float *bias, const float *residual,
+                                           float *y, int first, int last, int activation, float param0,
+                                           float param1) {
+#define TILE(P, B) chunk_fixed(P, B, c_begin, c_count, x_plane, x_step, y_plane, y_step, x, w, bias, residual, y, \
+                               first, last, activation, param0, param1)
     ORTX_POINTWISE_DISPATCH(TILE)
 #undef TILE
 }

@@ -279,6 +279,36 @@ void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void
                 }
 }
 
+/* conv2d_nchwc_f32 (conv_nchwc_direct.c's layouts): per output, the bias, then the taps inside X in (ky, kx) order,
+ * each over the input channels in order (the fast kernel's order when Cin <= 128, one chunk), the residual, the
+ * activation; pad lanes not written. */
+void ortx_conv2d_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
+    (void)num_threads;
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *W = buffers[1], *bias = buffers[2], *residual = p.has_residual ? buffers[4] : NULL;
+    float *Y = buffers[3];
+    const int64_t taps = p.kernel_height * p.kernel_width;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t co = 0; co < p.out_channels; co++)
+            for (int64_t oy = 0; oy < p.out_height; oy++)
+                for (int64_t ox = 0; ox < p.out_width; ox++) {
+                    float acc = bias[co];
+                    for (int64_t ky = 0; ky < p.kernel_height; ky++)
+                        for (int64_t kx = 0; kx < p.kernel_width; kx++) {
+                            const int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                            const int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                            if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
+                            for (int64_t ci = 0; ci < p.in_channels; ci++)
+                                acc += W[((co / 64 * taps + ky * p.kernel_width + kx) * p.in_channels + ci) * 64 +
+                                         co % 64] *
+                                       X[tensor_index(1, n, ci, iy, ix, p.in_channels, p.in_height, p.in_width)];
+                        }
+                    const int64_t index = tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width);
+                    if (residual) acc += residual[index];
+                    Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
+                }
+}
+
 void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
     (void)num_threads;

@@ -223,6 +223,46 @@ def test_resnet_projection_1x1_with_a_stride_stays_blocked(batch, threads, size,
 
 
 @needs_avx512
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+@pytest.mark.parametrize("size", [14, 15])
+def test_resnet_v15_stage_head_with_a_strided_3x3_stays_blocked(batch, threads, size):
+    """ResNet-50 v1.5's stage head: 1x1 reduce, 3x3 stride 2 (pad 1), 1x1 expand with the strided 1x1
+    projection as its residual. The 3x3 conv runs conv2d_nchwc_f32 on blocked tensors, so the whole block is one
+    run: the graph input and output are reordered once each, nothing inside. A 3x3 stride-2 stem from 3 channels
+    stays off it (conv2d_to_nchwc_f32 writes the run's first tensor)."""
+    c_in, mid, c_out = 32, 24, 48
+    out_size = (size - 1) // 2 + 1
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["x1"], name="stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["x1"], ["block_in"], name="stem_relu"),
+        helper.make_node("Conv", ["block_in", "w1"], ["a"], name="reduce"),
+        helper.make_node("Relu", ["a"], ["ar"], name="reduce_relu"),
+        helper.make_node("Conv", ["ar", "w2", "b2"], ["b"], name="conv3x3", kernel_shape=[3, 3], strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["b"], ["br"], name="conv3x3_relu"),
+        helper.make_node("Conv", ["block_in", "wp", "bp"], ["p"], name="projection", strides=[2, 2]),
+        helper.make_node("Conv", ["br", "w3", "b3"], ["c"], name="expand"),
+        helper.make_node("Add", ["c", "p"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="out_relu"),
+    ]
+    initializers = [_weights("w0", (c_in, 3, 3, 3), 1), numpy_helper.from_array(_random((c_in,), 2), "b0"),
+                    _weights("w1", (mid, c_in, 1, 1), 3), _weights("w2", (mid, mid, 3, 3), 4),
+                    numpy_helper.from_array(_random((mid,), 5), "b2"), _weights("wp", (c_out, c_in, 1, 1), 6),
+                    numpy_helper.from_array(_random((c_out,), 7), "bp"), _weights("w3", (c_out, mid, 1, 1), 8),
+                    numpy_helper.from_array(_random((c_out,), 9), "b3")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c_out, out_size, out_size])],
+                   initializers)
+    feeds = {"x": _random((batch, 3, size, size), 10)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    assert_close(actual[0], expected[0])
+    counts = _kernel_counts(session)
+    assert counts["conv2d_nchwc_f32"] == 1 and counts["conv2d_to_nchwc_f32"] == 1, counts
+    assert counts["conv_pointwise_nchwc_f32"] == 3 and counts["strided_copy"] == 1, counts
+    assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] == 1, counts
+
+
+@needs_avx512
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeeze_and_excitation_stays_blocked(batch):
     """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a

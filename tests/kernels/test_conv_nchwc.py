@@ -265,6 +265,76 @@ def test_conv_to_nchwc_matches_numpy_and_reference(isa, case, activation, thread
     check_fast_and_reference(run, expected)
 
 
+def pack_dense_nchwc(weights: np.ndarray, bias: np.ndarray):
+    """conv.h's packing of conv2d_nchwc_f32: [ceil(Cout/64)][KH*KW][Cin][64] weights, ceil(Cout/64)*64 biases."""
+    cout, cin, kh, kw = weights.shape
+    groups = (cout + 63) // 64
+    padded = np.zeros((groups * 64, cin, kh, kw), np.float32)
+    padded[:cout] = weights
+    packed = padded.reshape(groups, 64, cin, kh * kw).transpose(0, 3, 2, 1)
+    packed_bias = np.zeros(groups * 64, np.float32)
+    packed_bias[:cout] = bias
+    return np.ascontiguousarray(packed), packed_bias
+
+
+def dense_conv_numpy(x, weights, bias, stride, pads, dilation=1):
+    n, _, h, w = x.shape
+    cout, _, kh, kw = weights.shape
+    oh = (h + pads[0] + pads[2] - dilation * (kh - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dilation * (kw - 1) - 1) // stride + 1
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    out = np.zeros((n, cout, oh, ow)) + bias[:, None, None]
+    for ky in range(kh):
+        for kx in range(kw):
+            y0, x0 = ky * dilation, kx * dilation
+            patch = padded[:, :, y0:y0 + stride * (oh - 1) + 1:stride, x0:x0 + stride * (ow - 1) + 1:stride]
+            out += np.einsum("oc,nchw->nohw", weights[:, :, ky, kx].astype(np.float64), patch)
+    return out
+
+
+DENSE_NCHWC_CASES = [  # (N, Cin, H, W, Cout, kernel, stride, pads, dilation)
+    (1, 128, 56, 56, 128, 3, 2, (1, 1, 1, 1), 1),  # ResNet-50 v1.5's stride-2 3x3 (layer 2)
+    (1, 64, 15, 15, 80, 3, 2, (1, 1, 1, 1), 1),  # odd size: the last row and column inside
+    (2, 200, 9, 11, 130, 3, 1, (1, 1, 1, 1), 1),  # two channel chunks, partial block and group, batch 2
+    (1, 16, 13, 20, 32, 5, 2, (2, 1, 0, 3), 1),  # asymmetric pads, border columns on both sides
+    (1, 3, 30, 31, 64, 7, 2, (3, 3, 3, 3), 1),  # a stem shape: three border rows and columns each side
+    (1, 24, 12, 12, 16, 3, 1, (2, 2, 2, 2), 2),  # dilation
+    (1, 32, 7, 7, 48, 3, 1, (0, 0, 0, 0), 1),  # no padding: interior strips only
+    (1, 16, 4, 3, 16, 3, 2, (2, 2, 2, 2), 1),  # pads as wide as the map: border pixels only
+]
+
+
+@pytest.mark.parametrize("case", DENSE_NCHWC_CASES, ids=[str(c) for c in DENSE_NCHWC_CASES])
+@pytest.mark.parametrize("activation,residual", [("relu", True), ("clip", False), ("none", False)])
+def test_dense_conv_nchwc_matches_numpy_and_reference(isa, case, activation, residual):
+    """conv2d_nchwc_f32 (conv_nchwc_direct.c): interior strips along rows, border columns as strips down the
+    interior rows, border rows' border pixels alone, taps outside X skipped; within float32's tolerance of a float64
+    numpy conv, the reference kernel too, and the same bits on 1, 2 and 3 threads."""
+    n, cin, h, w, cout, kernel, stride, pads, dilation = case
+    code, params = ACTIVATIONS[activation]
+    x, weights, bias = random((n, cin, h, w), 14), random((cout, cin, kernel, kernel), 15) * 0.2, random(cout, 16)
+    expected = dense_conv_numpy(x, weights, bias, stride, pads, dilation)
+    oh, ow = expected.shape[2:]
+    extra = random((n, cout, oh, ow), 17) if residual else None
+    if residual:
+        expected = expected + extra
+    expected = activate(expected, code, params).astype(np.float32)
+    packed, packed_bias = pack_dense_nchwc(weights, bias)
+
+    def run(use_ref, threads=2):
+        ints = [n, cin, h, w, cout, oh, ow, kernel, kernel, stride, stride, pads[0], pads[1], dilation, dilation, 1,
+                1, int(residual), code, threads]
+        y = np.full((n, (cout + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        _kernels.call("conv2d_nchwc_f32", ints, list(params),
+                      [to_blocked(x), packed, packed_bias, y, to_blocked(extra) if residual else y],
+                      num_threads=threads, use_ref=use_ref)
+        return from_blocked(y, cout)
+
+    check_fast_and_reference(run, expected)
+    for threads in (1, 3):
+        np.testing.assert_array_equal(run(False, threads), run(False))
+
+
 @pytest.mark.parametrize("shape", [(1, 40, 7, 9), (2, 16, 1, 1), (1, 200, 96, 96)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):

@@ -9,8 +9,9 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
 1. `blocked_nodes` picks the nodes, once per segment before lowering. An fp32 Conv/FusedConv with constant
    bias *reads and writes* blocked tensors when it is pointwise (1x1, stride 1, no padding, one group, dense
    weights: not chosen sparse), a strided 1x1 conv of an fp32 session (ResNet's projection shortcuts:
-   `is_strided_pointwise`, a strided_copy of the kept pixels into a workspace, then the 1x1 conv) or depthwise
-   (group == Cin == Cout); a dense one-group conv from at most
+   `is_strided_pointwise`, a strided_copy of the kept pixels into a workspace, then the 1x1 conv), a dense
+   strided conv of an fp32 session from at least DENSE_MIN_CHANNELS channels (ResNet v1.5's stride-2 3x3 convs:
+   `is_dense_strided`, conv2d_nchwc_f32) or depthwise (group == Cin == Cout); a dense one-group conv from at most
    STEM_MAX_CHANNELS channels without residual (a stem) *writes* them (conv2d_to_nchwc_f32); and only while the
    kernels' ISA is AVX-512 (elsewhere the blocked kernels are the portable loops, slower than the NCHW kernels). A
    tensor is a *blocked edge* when its producer writes blocked, every consumer reads blocked and takes it in a
@@ -62,9 +63,12 @@ FPN's upsampled map into a blocked Add; the resize of the [N * C/16, H, W, 16] a
 Strided 1x1 convs joined fp32 runs in session 38: before, a ResNet-50 stage's first block read its input X in NCHW
 (the projection ran conv2d_f32), so X was reordered from blocked and the block's first 1x1 conv ran NCHW too; now X
 stays blocked and only that 1x1 conv's output (half X's channels) is reordered for the 3x3 conv. Light ResNet-50
-(the onnx wheel's model zoo architecture), 2 threads, 3 alternating processes: 1.09 -> 1.07x ORT.
-Limits: elsewhere dense convs from more channels (3x3 convs of ResNet-style blocks) neither read nor write blocked
-tensors, so a run ends at them.
+(the onnx wheel's model zoo architecture), 2 threads, 3 alternating processes: 1.09 -> 1.07x ORT. Its stride-2 3x3
+convs, on conv2d_nchwc_f32 since, keep each bottleneck one run (they had reordered their input from blocked and
+their output back): 1.06 -> 1.05x (3 alternating processes; the three convs 2.69 ms against ORT's 2.49 in one
+profile, where before they and their reorders had cost 0.6 ms more than ORT's).
+Limits: elsewhere (stride 1, fp32) dense convs from more channels (3x3 convs of ResNet-style blocks, on Winograd)
+neither read nor write blocked tensors, so a run ends at them.
 """
 from __future__ import annotations
 
@@ -91,6 +95,19 @@ def is_pointwise(plan) -> bool:
     attributes = (kernel_height, kernel_width, stride_height, stride_width, pad_top, pad_left, group)
     return (attributes == (1, 1, 1, 1, 0, 0, 1)
             and (out_height, out_width) == (height, width))
+
+
+DENSE_MIN_CHANNELS = 16  # a dense strided conv from fewer channels (a stem) stays off conv2d_nchwc_f32
+
+
+def is_dense_strided(plan) -> bool:
+    """A one-group conv larger than 1x1 with both strides above 1, from at least DENSE_MIN_CHANNELS channels:
+    ResNet v1.5's stride-2 3x3 convs, which run conv2d_nchwc_f32 on blocked tensors in fp32 sessions. Its tile
+    reads the 1x1 conv's way, a broadcast per channel, so few channels (a stem: 3) leave it idle: 7x7/2 from 3
+    channels at 43 G multiply-adds/s against 154 for 128 -> 128 3x3/2. At stride 1 Winograd (NCHW) is faster."""
+    (_, in_channels, _, _, _, _, _, kernel_height, kernel_width, stride_height, stride_width, *_,) = plan.ints
+    return (not plan.depthwise and plan.ints[15] == 1 and kernel_height * kernel_width > 1
+            and min(stride_height, stride_width) > 1 and in_channels >= DENSE_MIN_CHANNELS)
 
 
 def is_strided_pointwise(plan) -> bool:
@@ -197,7 +214,8 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if is_pointwise(plan):
         bf16 = builder.precision_of(node) == "bf16"
         return "both" if bf16 or sparse.sparse_conv_choice(node, builder, plan) is None else None
-    if is_strided_pointwise(plan) and builder.precision == "fp32":  # (bf16: the dense form's rule below)
+    if (is_strided_pointwise(plan) or is_dense_strided(plan)) and builder.precision == "fp32":
+        # (bf16: the dense form's rule below)
         return "both" if sparse.sparse_conv_choice(node, builder, plan) is None else None
     group, has_residual = plan.ints[15], plan.has_residual
     stem = group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual
@@ -420,6 +438,17 @@ def pack_pointwise(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.nda
             _packed_bias(bias, out_channels))
 
 
+def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's packing of conv2d_nchwc_f32: [ceil(Cout/64)][KH*KW][Cin][64] weights and ceil(Cout/64)*64 biases,
+    zeros past Cout."""
+    out_channels, in_channels, kernel_height, kernel_width = weights.shape
+    groups = -(-out_channels // 64)
+    padded = np.zeros((groups * 64, in_channels, kernel_height * kernel_width), np.float32)
+    padded[:out_channels] = weights.reshape(out_channels, in_channels, -1)
+    return (np.ascontiguousarray(padded.reshape(groups, 64, in_channels, -1).transpose(0, 3, 2, 1)),
+            _packed_bias(bias, out_channels))
+
+
 def _packed_bias(bias: np.ndarray | None, out_channels: int) -> np.ndarray:
     """The blocked 1x1 convs' fp32 bias: ceil(Cout/64)*64 values, zeros past Cout (and all zeros without one)."""
     packed = np.zeros(-(-out_channels // 64) * 64, np.float32)
@@ -493,6 +522,19 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     batch, in_channels, height, width, out_channels = plan.ints[:5]
     if dense_bf16_blocked(node, plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
         lower_dense_bf16(node, builder, plan)
+        return
+    if builder.precision == "fp32" and is_dense_strided(plan):  # Case dense strided: blocked in and out
+        if bias_value is not None and bias is None:
+            raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
+        packed, packed_bias = pack_dense(plan.weights, bias)
+        x = builder.blocked_buffer(node.inputs[0])
+        residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
+        y = builder.produce_blocked(node.outputs[0])
+        builder.emit("conv2d_nchwc_f32", list(plan.ints) + [builder.num_threads], list(plan.params),
+                     [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
+                      builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
+                      residual if residual is not None else y])
+        builder.finish_blocked(node.outputs[0])
         return
     if not plan.depthwise and not is_pointwise(plan) and not is_strided_pointwise(plan):  # Case stem: NCHW in
         packed, packed_bias = pack_to_nchwc(plan.weights, bias)
