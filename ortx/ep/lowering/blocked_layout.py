@@ -110,6 +110,13 @@ def is_dense_strided(plan) -> bool:
             and min(stride_height, stride_width) > 1 and in_channels >= DENSE_MIN_CHANNELS)
 
 
+def _strided_fp32(plan, builder) -> bool:
+    """A conv that reads and writes blocked tensors only to spare its neighbours' reorders (an fp32 session's
+    strided 1x1 and dense strided convs): it never makes a run worth its reorders by itself."""
+    return builder.precision == "fp32" and not plan.depthwise and (is_strided_pointwise(plan)
+                                                                   or is_dense_strided(plan))
+
+
 def is_strided_pointwise(plan) -> bool:
     """1x1 with a stride above 1, no padding, one group: ResNet's projection shortcuts (1x1 stride 2). On blocked
     tensors a strided_copy keeps every stride-th pixel of each row and conv_pointwise_nchwc_f32 runs on that."""
@@ -289,8 +296,9 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
                 run_of.setdefault(reader, reader)
                 run_of[run(reader)] = run(node)
     # a run gains only through its 1x1 and depthwise convs on maps of more than one pixel: a stem, elementwise
-    # nodes and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
-    convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"]  # 1x1, depthwise
+    # nodes, strided convs and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
+    convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"
+             and not _strided_fp32(plans[node], builder)]
     useful = {run(node) for node in convs if np.prod(plans[node].ints[5:7]) > 1}
     if builder.precision == "bf16" and bf16_path != "amx_bf16":
         # measured on Zen 4's vdpbf16ps path (2 threads, in-process A/B against the NCHW bf16 kernels):
