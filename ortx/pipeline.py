@@ -78,6 +78,7 @@ class CompiledModel:
     assignment: Assignment
     reports: list[PassReport]
     compile_seconds: float
+    model_signature: str | None = None  # ortx.tune.model_choice's, when tuning was on
 
 
 def name_nodes(proto: onnx.ModelProto) -> None:
@@ -309,6 +310,8 @@ class TuningSettings:
     #                                   and read tuned GEMM schedules from the records without searching either
     sparse: str = "auto"  # OrtxEP option "sparse" (ortx.tune.sparse_choice): "auto" follows `mode`, "measure"
     #                       times each candidate layer now (as "quick"), "off" keeps every layer dense
+    model_records: bool = True  # apply the whole-model records (ortx.tune.model_choice); `ortx tune` measures the
+    #                             plan without them
 
 
 def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[int, ...]], ort: OrtSettings, *,
@@ -325,6 +328,11 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
                                          precision=precision, devices=devices)
     if claim and tuning is not None and tuning.mode != "off":
         choices = _choose_engines(compiled, model, standard, ort, tuning)
+        signature = _model_signature(standard, num_threads, precision)
+        whole = _whole_model_choice(signature, choices, tuning) if tuning.model_records else None
+        if whole is not None and whole.engine == "ort":
+            choices = [dataclasses.replace(choice, engine="ort", source=f"{choice.source}; {whole.describe}")
+                       for choice in choices]
         given_back = {name: choice for choice in choices if choice.engine == "ort" for name in choice.original_nodes}
         if given_back:
             first_layouts = compiled.assignment.layout_choices  # also those of segments now given back
@@ -334,9 +342,36 @@ def compile_for_shapes(prepared: PreparedModel, input_shapes: dict[str, tuple[in
             compiled.assignment.layout_choices = tuple(dict.fromkeys(first_layouts
                                                                      + compiled.assignment.layout_choices))
         compiled.assignment.engine_choices = tuple(choices)
+        compiled.assignment.model_choice = whole
+        compiled.model_signature = signature
     return_free_pages()  # the lowering's temporaries (a collection here measured no lower peak)
     compiled.compile_seconds = time.perf_counter() - start
     return compiled
+
+
+def _model_signature(standard: ir.Model, num_threads: int, precision: str) -> str:
+    from ortx.tune import model_choice
+
+    return model_choice.model_signature(standard, num_threads, precision)
+
+
+def _whole_model_choice(signature: str, choices, tuning: TuningSettings):
+    """ortx.tune.model_choice's recorded decision for the whole model (None: nothing recorded, nothing claimed,
+    or a segment ORT cannot run)."""
+    from ortx.tune import model_choice
+    from ortx.tune.engine_choice import ORTX_ONLY_NOTE
+    from ortx.tune.fingerprint import current
+    from ortx.tune.records import TuningDatabase
+
+    if not choices or any(ORTX_ONLY_NOTE in choice.source for choice in choices):
+        return None
+    if not os.path.exists(tuning.database_path):
+        return None  # nothing recorded yet; reading must not create files
+    with TuningDatabase(tuning.database_path) as database:
+        times = model_choice.recorded(database, current(), signature)
+    if times is None:
+        return None
+    return model_choice.ModelChoice(signature, "ort" if model_choice.goes_back(times) else "ortx", *times, "records")
 
 
 def _choose_engines(compiled: CompiledModel, model: ir.Model, standard: ir.Model, ort: OrtSettings,

@@ -45,6 +45,7 @@ class Assignment(tuple):
         self.engine_choices = ()  # ortx.tune.engine_choice.EngineChoice per claimed segment, when tuning is on
         self.sparse_choices = ()  # ortx.tune.sparse_choice.SparseDecision per layer with enough zeros to consider
         self.layout_choices = ()  # ortx.tune.layout_choice.LayoutChoice per CPU segment with blocked runs
+        self.model_choice = None  # ortx.tune.model_choice.ModelChoice from the records, when there is one
         self.graph = None  # ortx.ep.render.PartitionGraph of the compiled graph: nodes, devices, edges with bytes
         self.capability = {}  # compiled node -> {device: "" (can run it) or the reason it cannot}
         self.precision_note = ""  # why the kernels' precision is not the one asked for (effective_precision)
@@ -119,4 +120,6 @@ class Assignment(tuple):
         for choice in self.engine_choices:
             lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
                          f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")
+        if self.model_choice is not None:
+            lines.append(self.model_choice.describe)
         return "\n".join(lines)

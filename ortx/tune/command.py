@@ -130,6 +130,8 @@ def render_tuning(tuning, budget_seconds: float | None, seconds: float) -> str:
     for choice in tuning.engine_choices:
         lines.append(f"segment from {choice.first_node} ({len(choice.nodes)} nodes): {choice.describe} -> "
                      f"{'OrtxEP' if choice.engine == 'ortx' else 'ORT'}")
+    if tuning.model_choice is not None:
+        lines.append(tuning.model_choice.describe)
     budget = f" of a {budget_seconds:.0f} s budget" if budget_seconds is not None else ""
     lines.append(f"done in {seconds:.1f} s{budget} (compile {tuning.compile_seconds:.1f} s, search "
                  f"{tuning.search_seconds:.1f} s, validation and engine choice {tuning.choose_seconds:.1f} s)")

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 
 MODES = ("off", "cached", "quick", "full")
 ORTX_DOMAIN = "ai.ortx"
+ORTX_ONLY_NOTE = "runs only on OrtxEP"  # in the source of a segment ORT cannot run
 ENGINE_TEMPLATE = f"engine-choice-1|kernels={kernels_build()}"  # a rebuild measures again
 MARGIN = 0.02
 QUICK_RUNS = 8
@@ -217,7 +218,7 @@ def choose_engines(compiled_plan: ExecutionPlan, model: ir.Model, standard_model
         ortx_only = sorted({standard[name][0].op_type for name in original
                             if standard[name][0].domain == ORTX_DOMAIN})
         if ortx_only:  # ORT cannot run these: the segment stays on OrtxEP whatever was recorded
-            times, source = None, f"{', '.join(ortx_only)} runs only on OrtxEP"
+            times, source = None, f"{', '.join(ortx_only)} {ORTX_ONLY_NOTE}"
         elif times is None and mode in ("quick", "full") and standard_proto is not None:
             runs = QUICK_RUNS if mode == "quick" else FULL_RUNS
             sub_model = segment_model(standard_proto, original, list(step.inputs), list(step.outputs))

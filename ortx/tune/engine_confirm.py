@@ -51,11 +51,31 @@ def measure_in_fresh_process(sub_model: onnx.ModelProto, shapes: dict[str, tuple
                    "--runs", str(runs), "--precision", precision, "--shapes", json.dumps(shapes)]
         if not only_step:
             command.append("--shares-cores")
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            logger.warning("engine choice: the confirming process did not run (%s)", error)
-            return None
+        return _run(command)
+
+
+def measure_model_in_fresh_process(proto: onnx.ModelProto, shapes: dict[str, tuple[int, ...]], *, threads: int,
+                                   runs: int, precision: str, database_path: str,
+                                   fp32_nodes: tuple[str, ...] = ()) -> tuple[float, float] | None:
+    """(OrtxEP ms, ORT ms) of the whole model, tuned from `database_path`'s records (the whole-model ones left
+    out) against ORT running all of it, measured by a new Python process (ortx.tune.model_choice), or None with a
+    warning. `precision`: the kernels' (effective) precision."""
+    with tempfile.TemporaryDirectory(prefix="ortx-confirm-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as file:
+            file.write(proto.SerializeToString())
+        command = [sys.executable, "-m", "ortx.tune.engine_confirm", path, "--whole-model", database_path,
+                   "--threads", str(threads), "--runs", str(runs), "--precision", precision,
+                   "--shapes", json.dumps(shapes), "--fp32-nodes", ",".join(fp32_nodes)]
+        return _run(command)
+
+
+def _run(command: list[str]) -> tuple[float, float] | None:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        logger.warning("engine choice: the confirming process did not run (%s)", error)
+        return None
     if done.returncode != 0:
         logger.warning("engine choice: the confirming process failed (exit %d): %s", done.returncode,
                        done.stderr.strip().splitlines()[-1:] or "")
@@ -66,6 +86,30 @@ def measure_in_fresh_process(sub_model: onnx.ModelProto, shapes: dict[str, tuple
     except (IndexError, KeyError, TypeError, ValueError):
         logger.warning("engine choice: the confirming process printed no times: %r", done.stdout[-200:])
         return None
+
+
+def measure_whole_model(model_path: str, shapes: dict[str, tuple[int, ...]], *, threads: int, runs: int,
+                        precision: str, database_path: str, fp32_nodes: tuple[str, ...]) -> tuple[float, float]:
+    """The confirming process's whole-model measurement (measure_model_in_fresh_process)."""
+    from ortx import pipeline
+    from ortx.config import Options
+    from ortx.ep.assignment import FUSED_FROM_KEY
+    from ortx.ep.precision import mark_fp32_nodes
+    from ortx.model_io import load
+    from ortx.optimize import random_feeds
+    from ortx.tune.model_choice import measure_plans
+    from ortx.tune.tune_model import _ort_settings
+
+    proto = load(model_path)
+    prepared = pipeline.prepare_loaded(proto)
+    if fp32_nodes:
+        mark_fp32_nodes(prepared.model.graph, list(fp32_nodes), FUSED_FROM_KEY)
+    ort, jit = _ort_settings(threads), Options.from_environment()
+    tuned = pipeline.compile_for_shapes(prepared, shapes, ort, num_threads=threads, jit=jit, precision=precision,
+                                        tuning=pipeline.TuningSettings("cached", database_path, model_records=False))
+    whole = pipeline.compile_for_shapes(prepared, shapes, ort, num_threads=threads, claim=False, jit=jit,
+                                        tuning=None, precision=precision)
+    return measure_plans(tuned.plan, whole.plan, random_feeds(proto, shapes), runs)
 
 
 def measure_segment(model_path: str, shapes: dict[str, tuple[int, ...]], *, threads: int, runs: int, precision: str,
@@ -103,8 +147,18 @@ def main(argv=None) -> int:
     parser.add_argument("--shapes", default="{}", help="JSON: input name -> shape")
     parser.add_argument("--shares-cores", action="store_true",
                         help="the segment is not the model's only step (ORT's sub-session options for that case)")
+    parser.add_argument("--whole-model", metavar="DATABASE",
+                        help="measure the whole model tuned from DATABASE's records against ORT running all of it "
+                             "(ortx.tune.model_choice) instead of one segment")
+    parser.add_argument("--fp32-nodes", default="", help="with --whole-model: OrtxEP's fp32_nodes option")
     args = parser.parse_args(argv)
     shapes = {name: tuple(shape) for name, shape in json.loads(args.shapes).items()}
+    if args.whole_model:
+        ortx_ms, ort_ms = measure_whole_model(args.model, shapes, threads=args.threads, runs=args.runs,
+                                              precision=args.precision, database_path=args.whole_model,
+                                              fp32_nodes=tuple(name for name in args.fp32_nodes.split(",") if name))
+        print(json.dumps({"ortx_ms": ortx_ms, "ort_ms": ort_ms}))
+        return 0
     ortx_ms, ort_ms = measure_segment(args.model, shapes, threads=args.threads, runs=args.runs,
                                       precision=args.precision, only_step=not args.shares_cores)
     print(json.dumps({"ortx_ms": ortx_ms, "ort_ms": ort_ms}))

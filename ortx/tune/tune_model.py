@@ -20,6 +20,9 @@ one time budget by the task scheduler, then, per segment, the schedule validated
    fused expand + depthwise steps, against its runs unfused (ortx.tune.layout_choice), and the segment is measured
    against ORT running the same nodes (ortx.tune.engine_choice; a give-back is confirmed in fresh processes,
    ortx.tune.engine_confirm); all recorded, so later sessions (tuning "cached") apply them.
+5. Whole model (ortx.tune.model_choice): the plan step 4 compiled (without earlier whole-model records) against ORT
+   running every node, confirmed in fresh processes when ORT wins, recorded; sessions whose latest record says ORT
+   is faster by more than its MARGIN give every segment back.
 Limits: the reserve is an estimate, so the command can overrun a tight budget by its error; a step is timed
 inside a build where the other tasks of its round also run their candidate (step_threads' limit), a GEMM alone
 on its own operands (gemm_tasks' limit); conv steps other than conv2d_f32 of one image and one group have no
@@ -42,7 +45,7 @@ from ortx.ep.options import sub_session_options
 from ortx.ep.precision import PRECISIONS, effective_precision, mark_fp32_nodes
 from ortx.ep.runtime import ClaimedStep, ExecutionPlan
 from ortx.measure import BLOCK, SETTLE_S, WARM_IN_S
-from ortx.tune import engine_choice, gemm_tasks, layout_choice, step_threads
+from ortx.tune import engine_choice, engine_confirm, gemm_tasks, layout_choice, model_choice, step_threads
 from ortx.tune.fingerprint import HardwareFingerprint, current
 from ortx.tune.records import TuningDatabase
 from ortx.tune.runner import MeasureResult, TimingSettings
@@ -51,6 +54,7 @@ from ortx.tune.search import Exhaustive, Task
 from ortx.tune.space import Schedule
 
 MODES = ("quick", "full")
+CONFIRM_START_S = 3.0  # a confirming process's interpreter start and imports (step 5)
 TIMED_RUNS = {"quick": 10, "full": 30}  # per candidate, as sessions with tuning "quick"/"full" time them
 # A round builds the segment once per thread count with this many steps changed: one C compile (~0.3 s for a
 # 150-step PP-OCR segment) and one timing loop serve them all, and the largest steps still come first.
@@ -96,6 +100,7 @@ class ModelTuning:
     notes: tuple[str, ...]  # segments without tasks, and why
     signatures: frozenset[str]  # every record signature of this model (engine, layout, segment and step records)
     layout_choices: tuple = ()  # ortx.tune.layout_choice.LayoutChoice per segment with blocked runs (step 4)
+    model_choice: object = None  # ortx.tune.model_choice.ModelChoice: the tuned plan against ORT whole (step 5)
 
 
 def _ort_settings(num_threads: int) -> pipeline.OrtSettings:
@@ -124,14 +129,18 @@ def _reserve_seconds(compile_seconds: float, untuned_ms: float, settings: Timing
     C build for a validated schedule, and the runs it makes of the whole model's worth of segments: the
     validation's default and tuned builds, then OrtxEP and ORT per segment (engine_choice's runs, blocks and
     warm-ups), each of the `segments` blocks' idle and warm-in; and the layout choice's runs of up to three layouts
-    (layout_choice: a segment without blocked runs makes none, so this over-reserves for those)."""
+    (layout_choice: a segment without blocked runs makes none, so this over-reserves for those); and step 5's
+    compile of the whole model for ORT and its runs of both engines (not its confirming processes, which run only
+    where the budget leaves time for them)."""
     validation_runs = 2 * (settings.warmup_runs + step_threads.VALIDATION_RUNS_FACTOR * settings.timed_runs)
     engine_runs = engine_choice.QUICK_RUNS if mode == "quick" else engine_choice.FULL_RUNS
     choice_runs = 2 * (2 + 2 * engine_runs)  # per engine: warm-ups and timed runs (warm-ins: the time term below)
     rounds, runs = layout_choice.QUICK if mode == "quick" else layout_choice.FULL
     layout_runs = len(layout_choice.LAYOUTS) * (1 + rounds * runs)
     blocks = 2 * segments * -(-engine_runs // BLOCK)
-    return (3 * compile_seconds + (validation_runs + choice_runs + layout_runs) * untuned_ms / 1e3
+    model_runs = 2 * (2 + model_choice.RUNS[mode])  # step 5: both engines' warm-ups and timed runs
+    blocks += 2 * -(-model_choice.RUNS[mode] // BLOCK)
+    return (4 * compile_seconds + (validation_runs + choice_runs + layout_runs + model_runs) * untuned_ms / 1e3
             + blocks * (SETTLE_S + WARM_IN_S))
 
 
@@ -277,7 +286,7 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
 
     choose_start = time.perf_counter()
     say("validating the chosen schedules and measuring each segment against ONNX Runtime")
-    tuning = pipeline.TuningSettings(mode, database_path, search_step_threads=False)
+    tuning = pipeline.TuningSettings(mode, database_path, search_step_threads=False, model_records=False)
     tuned = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, jit=jit, tuning=tuning,
                                         precision=precision)
     choices = tuple(tuned.assignment.engine_choices)
@@ -293,8 +302,57 @@ def tune_model(proto: onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]],
             threads.append(SegmentThreads(position, first[0] if first else f"segment {position}", changed,
                                           default_ms, tuned_ms, applied))
     layouts = tuple(tuned.assignment.layout_choices)
-    signatures = frozenset(segment_tasks.signatures | {choice.signature for choice in choices + layouts})
+    say("measuring the tuned model against ONNX Runtime running all of it")
+    deadline = started + budget_seconds if budget_seconds is not None else None
+    whole = _whole_model_check(proto, prepared, input_shapes, ort, tuned, num_threads=num_threads, jit=jit,
+                               mode=mode, database_path=database_path, precision=precision, fp32_nodes=fp32_nodes,
+                               deadline=deadline, compile_seconds=compile_seconds)
+    signatures = frozenset(segment_tasks.signatures | {choice.signature for choice in choices + layouts}
+                           | ({whole.signature} if whole is not None else set()))
     return ModelTuning(report, tuple(tuple(segment_tasks.segments[task.signature]) for task in tasks),
                        tuple(threads), choices,
                        untuned_ms, compile_seconds, search_seconds, time.perf_counter() - choose_start,
-                       search_budget, tuple(segment_tasks.notes), signatures, layouts)
+                       search_budget, tuple(segment_tasks.notes), signatures, layouts, whole)
+
+
+def _whole_model_check(proto: onnx.ModelProto, prepared, input_shapes, ort, tuned, *, num_threads: int, jit: Options,
+                       mode: str, database_path: str, precision: str, fp32_nodes: tuple[str, ...],
+                       deadline: float | None, compile_seconds: float):
+    """Step 5 (ortx.tune.model_choice): the tuned plan against ORT running the whole model, confirmed in fresh
+    processes when ORT wins, recorded; None when OrtxEP claims nothing. A confirmation runs only while `deadline`
+    (time.perf_counter(); None: no bound) leaves time for it (a new interpreter, two compiles, the runs); a win
+    for ORT that could not be confirmed is reported and not recorded, so sessions keep OrtxEP."""
+    choices = tuned.assignment.engine_choices
+    signature = tuned.model_signature
+    if signature is None or not choices:
+        return None
+    if any(engine_choice.ORTX_ONLY_NOTE in choice.source for choice in choices):
+        return model_choice.ModelChoice(signature, "ortx", None, None, "a segment ORT cannot run: not measured")
+    if all(choice.engine == "ort" for choice in choices):
+        return model_choice.ModelChoice(signature, "ort", None, None, "every segment already given back to ORT")
+    from ortx.optimize import random_feeds
+
+    whole_ort = pipeline.compile_for_shapes(prepared, input_shapes, ort, num_threads=num_threads, claim=False,
+                                            jit=jit, tuning=None, precision=precision)
+    runs = model_choice.RUNS[mode]
+    start = time.perf_counter()
+    measurements = [(model_choice.measure_plans(tuned.plan, whole_ort.plan, random_feeds(proto, input_shapes), runs),
+                     f"model_choice:{mode}")]
+    confirm_seconds = CONFIRM_START_S + 2 * compile_seconds + (time.perf_counter() - start)
+    while (model_choice.goes_back(model_choice.choose(measurements, signature).times)
+           and len(measurements) <= model_choice.CONFIRM_PROCESSES):
+        if deadline is not None and time.perf_counter() + confirm_seconds > deadline:
+            first = model_choice.choose(measurements, signature)
+            return dataclasses.replace(first, engine="ortx",
+                                       source=f"{first.source}; ORT faster, not confirmed within the budget: not "
+                                              "recorded")
+        again = engine_confirm.measure_model_in_fresh_process(
+            proto, input_shapes, threads=num_threads, runs=runs, precision=precision, database_path=database_path,
+            fp32_nodes=fp32_nodes)
+        if again is None:
+            break
+        measurements.append((again, "model_choice:confirm"))
+    result = model_choice.choose(measurements, signature)
+    with TuningDatabase(database_path) as database:
+        model_choice.record(database, current(jit), signature, result.times, measurements[-1][1])
+    return result

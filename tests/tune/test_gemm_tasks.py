@@ -67,8 +67,11 @@ def test_tune_model_searches_gemm_schedules_and_cached_sessions_use_the_wins(tmp
     assert sum(len(found) for found in substitutes.values()) == wins
     x = np.random.default_rng(3).uniform(-1, 1, (20, 64)).astype(np.float32)
     cached, off = _session(model, tmp_path, "cached"), _session(model, tmp_path, "off")
-    (choice,) = tuning.engine_choices  # a noisy host can measure ORT faster: then the segment is ORT's
-    assert _generated(cached) == (wins if choice.engine == "ortx" else 0) and _generated(off) == 0
+    # a noisy host can measure ORT faster: then the segment is ORT's; and ORT running this small model whole may
+    # be faster than the tuned plan (step 5, ortx.tune.model_choice): then every segment is
+    (choice,) = tuning.engine_choices
+    kept = choice.engine == "ortx" and tuning.model_choice.engine == "ortx"
+    assert _generated(cached) == (wins if kept else 0) and _generated(off) == 0
     actual = cached.run(None, {"X": x})[0]
     ort = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     assert_close(actual, ort.run(None, {"X": x})[0], what="tuned MLP vs ORT")
