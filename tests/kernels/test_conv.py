@@ -165,8 +165,19 @@ DEPTHWISE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CONV_CASES + DIRECT_CASES + PIXEL_ROWS_CASES + DEPTHWISE_CASES,
-                         ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+# Grouped 1x1 convs with small groups (ShuffleNet's), which conv2d_f32 runs as tasks of (image, group, columns) on
+# more than one thread (conv.c Case 1g): 6 -> 28 channels a group at 56x56, batch 2, 49 columns (one range), and 3
+# groups on 2 threads (column ranges keep them even).
+GROUPED_POINTWISE_CASES = [
+    ((1, 24, 56, 56), (112, 6, 1, 1), dict(group=4)),
+    ((2, 136, 28, 28), (136, 34, 1, 1), dict(group=4)),
+    ((1, 544, 7, 7), (544, 136, 1, 1), dict(group=4)),
+    ((1, 240, 14, 14), (240, 80, 1, 1), dict(group=3)),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES + DIRECT_CASES + PIXEL_ROWS_CASES + DEPTHWISE_CASES
+                         + GROUPED_POINTWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
 def test_conv_matches_onnxruntime(isa, case):
     x_shape, w_shape, attributes = case
     x = random(x_shape, 3)
@@ -190,6 +201,23 @@ def test_depthwise_and_pointwise_use_their_fast_paths():
                                        dict(group=2)), ((1, 8, 10, 10), (4, 8, 1, 1), dict(strides=[2, 2]))]:
         model = conv_model("Conv", shape, weights, attributes)
         assert compile_graph(infer_shapes(model).graph).program.kernel_names == ("conv2d_f32",)
+
+
+@pytest.mark.parametrize("case", GROUPED_POINTWISE_CASES, ids=lambda c: f"{c[0]}*{c[1]}:{c[2]}")
+def test_grouped_pointwise_tasks_give_the_one_thread_bits(isa, case):
+    """Case 1g's tasks (each a one-thread product of a column range) sum every output as the one-thread conv
+    does: 1, 2 and 3 threads agree bitwise, with a residual and an activation."""
+    x_shape, w_shape, attributes = case
+    model = conv_model("Conv", x_shape, w_shape, attributes)
+    y_shape = run_ort(model, {"x": random(x_shape, 8)}).shape
+    nodes = [helper.make_node("FusedConv", ["x", "w", "b", "z"], ["y"], domain="ai.ortx", activation="Relu",
+                              **attributes)]
+    fused = make_model(nodes, [tensor("x", x_shape), tensor("z", y_shape)], [tensor("y", y_shape)],
+                       list(model.graph.initializer), extra_opsets=[helper.make_opsetid("ai.ortx", 1)])
+    feeds = {"x": random(x_shape, 9), "z": random(y_shape, 10)}
+    one = run_graph(fused, feeds, num_threads=1)[0]
+    for threads in (2, 3):
+        np.testing.assert_array_equal(run_graph(fused, feeds, num_threads=threads)[0], one)
 
 
 def test_depthwise_bits_do_not_depend_on_threads_or_vector_isa():
