@@ -55,6 +55,22 @@ typedef struct direct_job {
     int64_t groups, runs, rows_per_run;
 } direct_job;
 
+/* One strip per border column (outside [ox_lo, ox_hi)) of `rows` output rows from oy, with taps [ky0, ky1) x the
+ * column's valid kx, down the rows when `down`; returns how many. */
+static int64_t border_strips(const ortx_conv_params *p, int64_t ox_lo, int64_t ox_hi, int64_t oy, int64_t rows,
+                             int64_t ky0, int64_t ky1, int down, strip *strips) {
+    const int64_t ranges[2][2] = {{0, ox_lo}, {max64(ox_lo, ox_hi), p->out_width}};
+    int64_t count = 0;
+    for (int r = 0; r < 2; r++)
+        for (int64_t ox = ranges[r][0]; ox < ranges[r][1]; ox++) {
+            int64_t kx0, kx1;
+            valid_taps(ox, p->stride_width, p->pad_left, p->dilation_width, p->kernel_width, p->in_width, &kx0,
+                       &kx1);
+            strips[count++] = (strip){oy, ox, rows, ky0, ky1, kx0, kx1, down};
+        }
+    return count;
+}
+
 /* Strips covering output rows [row0, row1): interior columns [ox_lo, ox_hi) have every kx inside X. */
 static int64_t make_strips(const ortx_conv_params *p, int64_t row0, int64_t row1, strip *strips) {
     int64_t count = 0, ox_lo = 0, ox_hi = p->out_width;
@@ -80,25 +96,12 @@ static int64_t make_strips(const ortx_conv_params *p, int64_t row0, int64_t row1
         if (full && interior0 < 0) interior0 = oy;
         if (full) interior1 = oy + 1;
         if (ox_hi > ox_lo) strips[count++] = (strip){oy, ox_lo, ox_hi - ox_lo, ky0, ky1, 0, p->kernel_width, 0};
-        if (full) continue;  /* the interior rows (a contiguous range) have their border columns as down strips */
-        for (int64_t ox = 0; ox < p->out_width; ox++) {
-            if (ox == ox_lo) ox = ox_hi;
-            if (ox >= p->out_width) break;
-            int64_t kx0, kx1;
-            valid_taps(ox, p->stride_width, p->pad_left, p->dilation_width, p->kernel_width, p->in_width, &kx0,
-                       &kx1);
-            strips[count++] = (strip){oy, ox, 1, ky0, ky1, kx0, kx1, 0};
-        }
+        if (!full)  /* the interior rows (a contiguous range) have their border columns as down strips below */
+            count += border_strips(p, ox_lo, ox_hi, oy, 1, ky0, ky1, 0, strips + count);
     }
     if (interior0 >= 0)
-        for (int64_t ox = 0; ox < p->out_width; ox++) {
-            if (ox == ox_lo) ox = ox_hi;
-            if (ox >= p->out_width) break;
-            int64_t kx0, kx1;
-            valid_taps(ox, p->stride_width, p->pad_left, p->dilation_width, p->kernel_width, p->in_width, &kx0,
-                       &kx1);
-            strips[count++] = (strip){interior0, ox, interior1 - interior0, 0, p->kernel_height, kx0, kx1, 1};
-        }
+        count += border_strips(p, ox_lo, ox_hi, interior0, interior1 - interior0, 0, p->kernel_height, 1,
+                               strips + count);
     return count;
 }
 

@@ -60,77 +60,41 @@ ORTX_TARGET_AVX512 void ortx_pool_row_f32_avx512(const float *const *rows, int64
  * with no valid tap averages to 0, as the reference's. The rows' taps too are set once (ortx_pool_taps divides).
  * Through the row functions, the narrow maps of Inception's 3x3/1 pools (7 to 28 columns) ran mostly in the
  * scalar edge code: 1024 channels at 7x7, 2 threads, 0.26 ms against ORT's 0.04 as one-node sessions. */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes(
-    const float *x, float *y, int64_t planes, const ortx_pool_params *p, const int is_max) {
-    const int64_t W = p->in[2], OW = p->out[2], k = p->kernel[2], pad = p->pad_begin[2];
-    const int64_t chunks = (OW + 15) / 16;
-    __mmask16 masks[ORTX_POOL_PLANE_CHUNKS][ORTX_POOL_PLANE_MAX_TAPS];
-    __m512i valid[ORTX_POOL_PLANE_CHUNKS], padded[ORTX_POOL_PLANE_CHUNKS];
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (int64_t c = 0; c < chunks; c++) {
-        const __m512i start = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c - pad)));  /* ow - pad */
-        const __mmask16 live = _mm512_cmplt_epi32_mask(_mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c))),
-                                                       _mm512_set1_epi32((int)OW));
-        for (int64_t j = 0; j < k; j++) {
-            const __m512i column = _mm512_add_epi32(start, _mm512_set1_epi32((int)j));
-            masks[c][j] = live & _mm512_cmpge_epi32_mask(column, _mm512_setzero_si512()) &
-                          _mm512_cmplt_epi32_mask(column, _mm512_set1_epi32((int)W));
-        }
-        /* ortx_pool_taps at stride 1: first = max(0, -start), last = min(k, in - start), padded = min(k, in +
-         * pad_end - start) (no column starts before the padded extent) */
-        const __m512i zero = _mm512_setzero_si512(), taps = _mm512_set1_epi32((int)k);
-        const __m512i first = _mm512_max_epi32(zero, _mm512_sub_epi32(zero, start));
-        const __m512i last = _mm512_min_epi32(taps, _mm512_sub_epi32(_mm512_set1_epi32((int)W), start));
-        valid[c] = _mm512_max_epi32(zero, _mm512_sub_epi32(last, first));
-        padded[c] = _mm512_max_epi32(zero, _mm512_min_epi32(
-            taps, _mm512_sub_epi32(_mm512_set1_epi32((int)(W + p->pad_end[2])), start)));
-    }
-    int64_t row_first[ORTX_POOL_PLANE_MAX_ROWS], row_last[ORTX_POOL_PLANE_MAX_ROWS];
-    int64_t row_padded[ORTX_POOL_PLANE_MAX_ROWS];
-    for (int64_t oh = 0; oh < p->out[1]; oh++) ortx_pool_taps(p, 1, oh, &row_first[oh], &row_last[oh], &row_padded[oh]);
-    const __m512 lowest = _mm512_set1_ps(-FLT_MAX);
-    const int64_t in_plane = p->in[1] * W, out_plane = p->out[1] * OW;
-    for (int64_t plane = 0; plane < planes; plane++)
-    for (int64_t oh = 0; oh < p->out[1]; oh++) {
-        const int64_t first = row_first[oh], last = row_last[oh], padded_rows = row_padded[oh];
-        const int64_t h0 = oh * p->stride[1] - p->pad_begin[1], rows = last - first;
-        float *out = y + plane * out_plane + oh * OW;
-        const float *x_plane = x + plane * in_plane;
-        for (int64_t c = 0; c < chunks; c++) {
-            const float *base = x_plane + 16 * c - pad;
-            __m512 acc = is_max ? lowest : _mm512_setzero_ps();
-            for (int64_t i = first; i < last; i++) {
-                const float *row = base + (h0 + i * p->dilation[1]) * W;
-                for (int64_t j = 0; j < k; j++) {
-                    const __m512 v = _mm512_maskz_loadu_ps(masks[c][j], row + j);
-                    acc = is_max ? _mm512_mask_max_ps(acc, masks[c][j], v, acc) : _mm512_add_ps(acc, v);
-                }
-            }
-            const __mmask16 live = masks[c][0] | (__mmask16)(OW - 16 * c >= 16 ? 0xFFFF : (1u << (OW - 16 * c)) - 1);
-            if (!is_max) {
-                const __m512i count = p->count_include_pad
-                    ? _mm512_mullo_epi32(padded[c], _mm512_set1_epi32((int)padded_rows))
-                    : _mm512_mullo_epi32(valid[c], _mm512_set1_epi32((int)rows));
-                const __mmask16 some = _mm512_cmpgt_epi32_mask(count, _mm512_setzero_si512());
-                acc = _mm512_maskz_div_ps(some, acc, _mm512_cvtepi32_ps(count));
-            }
-            _mm512_mask_storeu_ps(out + 16 * c, live, acc);
-        }
-    }
+/* Per lane, the window starting at column `start` (ortx_pool_taps: first = max(0, -start), last = min(k, in -
+ * start), padded = min(k, in + pad_end - start); no column starts before the padded extent): its valid w taps and
+ * those inside the padded extent, AveragePool's divisors. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void window_counts(
+    __m512i start, int64_t k, int64_t W, int64_t pad_end, __m512i *valid, __m512i *padded) {
+    const __m512i zero = _mm512_setzero_si512(), taps = _mm512_set1_epi32((int)k);
+    const __m512i first = _mm512_max_epi32(zero, _mm512_sub_epi32(zero, start));
+    const __m512i last = _mm512_min_epi32(taps, _mm512_sub_epi32(_mm512_set1_epi32((int)W), start));
+    *valid = _mm512_max_epi32(zero, _mm512_sub_epi32(last, first));
+    *padded = _mm512_max_epi32(zero, _mm512_min_epi32(taps, _mm512_sub_epi32(_mm512_set1_epi32((int)(W + pad_end)),
+                                                                             start)));
 }
 
-/* The same at w stride 2 with 1-3 w taps (3x3/2 and 2x2/2 pools: SqueezeNet's, Inception's, ShuffleNet's). Output
- * columns 16c .. 16c + 15 read input columns s .. s + 32 (s = 32c - pad): per input row, two masked loads (columns
- * outside the row read as 0) and a one-lane third, whose even and odd columns, split by two permutes, are taps 0
- * and 1 of the 16 outputs, and the even ones shifted by a lane tap 2. Each tap is then maxed or added under its
- * mask as in pool_planes, row by row and tap by tap, so the sums are the reference's. Through the row functions
- * (the AVX-512 one takes maxima of rows with 16 interior outputs or more), 2 threads, single-node sessions:
- * SqueezeNet's 3x3/2 max pools at 0.09-0.12 ms against ORT's 0.02-0.08. */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes_stride2(
-    const float *x, float *y, int64_t planes, const ortx_pool_params *p, const int is_max) {
+/* An average's sum over its divisor (valid or padded taps: count_include_pad); a window with none averages to 0. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) __m512 window_average(
+    __m512 sum, const ortx_pool_params *p, __m512i valid, __m512i padded, int64_t rows, int64_t padded_rows) {
+    const __m512i count = p->count_include_pad ? _mm512_mullo_epi32(padded, _mm512_set1_epi32((int)padded_rows))
+                                               : _mm512_mullo_epi32(valid, _mm512_set1_epi32((int)rows));
+    const __mmask16 some = _mm512_cmpgt_epi32_mask(count, _mm512_setzero_si512());
+    return _mm512_maskz_div_ps(some, sum, _mm512_cvtepi32_ps(count));
+}
+
+/* The planes at w stride S (1 or 2). At stride 2 (1-3 w taps: the 3x3/2 and 2x2/2 pools of SqueezeNet, Inception
+ * and ShuffleNet) output columns 16c .. 16c + 15 read input columns s .. s + 32 (s = 32c - pad): per input row, two
+ * masked loads (columns outside the row read as 0) and a one-lane third, whose even and odd columns, split by two
+ * permutes, are taps 0 and 1 of the 16 outputs, and the even ones shifted by a lane tap 2; each tap is then maxed or
+ * added under its mask as at stride 1, row by row and tap by tap, so the sums are the reference's. Through the row
+ * functions (the AVX-512 one takes maxima of rows with 16 interior outputs or more), 2 threads, single-node
+ * sessions: SqueezeNet's 3x3/2 max pools at 0.09-0.26 ms against ORT's 0.02-0.08. */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes(
+    const float *x, float *y, int64_t planes, const ortx_pool_params *p, const int is_max, const int S) {
     const int64_t W = p->in[2], OW = p->out[2], k = p->kernel[2], pad = p->pad_begin[2];
     const int64_t chunks = (OW + 15) / 16;
-    __mmask16 masks[ORTX_POOL_PLANE_CHUNKS][3], loads[ORTX_POOL_PLANE_CHUNKS][3];
+    /* per chunk: the tap masks (stride 1: each tap's load; stride 2: each tap's lanes) and stride 2's loads */
+    __mmask16 masks[ORTX_POOL_PLANE_CHUNKS][ORTX_POOL_PLANE_MAX_TAPS], loads[ORTX_POOL_PLANE_CHUNKS][3];
     __m512i valid[ORTX_POOL_PLANE_CHUNKS], padded[ORTX_POOL_PLANE_CHUNKS];
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -138,25 +102,19 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes
     const __m512i zero = _mm512_setzero_si512(), width = _mm512_set1_epi32((int)W);
     for (int64_t c = 0; c < chunks; c++) {
         const __m512i output = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(16 * c)));  /* ow */
-        const __m512i start = _mm512_sub_epi32(_mm512_slli_epi32(output, 1), _mm512_set1_epi32((int)pad));
+        const __m512i start = _mm512_sub_epi32(S == 2 ? _mm512_slli_epi32(output, 1) : output,
+                                               _mm512_set1_epi32((int)pad));  /* S ow - pad */
         const __mmask16 live = _mm512_cmplt_epi32_mask(output, _mm512_set1_epi32((int)OW));
-        for (int64_t j = 0; j < 3; j++) {
+        for (int64_t j = 0; j < k; j++) {
             const __m512i column = _mm512_add_epi32(start, _mm512_set1_epi32((int)j));
-            masks[c][j] = j < k ? live & _mm512_cmpge_epi32_mask(column, zero) & _mm512_cmplt_epi32_mask(column, width)
-                                : 0;
-            /* the loads: columns s + 16 j + lane (lane 0 only for the third) inside the row */
+            masks[c][j] = live & _mm512_cmpge_epi32_mask(column, zero) & _mm512_cmplt_epi32_mask(column, width);
+        }
+        for (int64_t j = 0; S == 2 && j < 3; j++) {  /* columns s + 16 j + lane (lane 0 only for the third) */
             const __m512i loaded = _mm512_add_epi32(iota, _mm512_set1_epi32((int)(32 * c - pad + 16 * j)));
             loads[c][j] = (j < 2 ? 0xFFFF : 1) & _mm512_cmpge_epi32_mask(loaded, zero) &
                           _mm512_cmplt_epi32_mask(loaded, width);
         }
-        /* ortx_pool_taps at stride 2: first = max(0, -start), last = min(k, in - start), padded = min(k, in +
-         * pad_end - start) (no column starts before the padded extent) */
-        const __m512i taps = _mm512_set1_epi32((int)k);
-        const __m512i first = _mm512_max_epi32(zero, _mm512_sub_epi32(zero, start));
-        const __m512i last = _mm512_min_epi32(taps, _mm512_sub_epi32(width, start));
-        valid[c] = _mm512_max_epi32(zero, _mm512_sub_epi32(last, first));
-        padded[c] = _mm512_max_epi32(zero, _mm512_min_epi32(
-            taps, _mm512_sub_epi32(_mm512_set1_epi32((int)(W + p->pad_end[2])), start)));
+        window_counts(start, k, W, p->pad_end[2], &valid[c], &padded[c]);
     }
     int64_t row_first[ORTX_POOL_PLANE_MAX_ROWS], row_last[ORTX_POOL_PLANE_MAX_ROWS];
     int64_t row_padded[ORTX_POOL_PLANE_MAX_ROWS];
@@ -170,31 +128,27 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void pool_planes
         float *out = y + plane * out_plane + oh * OW;
         const float *x_plane = x + plane * in_plane;
         for (int64_t c = 0; c < chunks; c++) {
-            const float *base = x_plane + 32 * c - pad;
+            const float *base = x_plane + 16 * S * c - pad;
             __m512 acc = is_max ? lowest : _mm512_setzero_ps();
             for (int64_t i = first; i < last; i++) {
                 const float *row = base + (h0 + i * p->dilation[1]) * W;
-                const __m512 low = _mm512_maskz_loadu_ps(loads[c][0], row);
-                const __m512 high = _mm512_maskz_loadu_ps(loads[c][1], row + 16);
-                const __m512 tap0 = _mm512_permutex2var_ps(low, even, high);
-                const __m512 tap1 = _mm512_permutex2var_ps(low, odd, high);
-                acc = is_max ? _mm512_mask_max_ps(acc, masks[c][0], tap0, acc) : _mm512_add_ps(acc, tap0);
-                if (k >= 2) acc = is_max ? _mm512_mask_max_ps(acc, masks[c][1], tap1, acc) : _mm512_add_ps(acc, tap1);
-                if (k == 3) {
-                    const __m512 third = _mm512_maskz_loadu_ps(loads[c][2], row + 32);
-                    const __m512 tap2 = _mm512_castsi512_ps(
-                        _mm512_alignr_epi32(_mm512_castps_si512(third), _mm512_castps_si512(tap0), 1));
-                    acc = is_max ? _mm512_mask_max_ps(acc, masks[c][2], tap2, acc) : _mm512_add_ps(acc, tap2);
+                __m512 taps[3];
+                if (S == 2) {
+                    const __m512 low = _mm512_maskz_loadu_ps(loads[c][0], row);
+                    const __m512 high = _mm512_maskz_loadu_ps(loads[c][1], row + 16);
+                    taps[0] = _mm512_permutex2var_ps(low, even, high);
+                    taps[1] = _mm512_permutex2var_ps(low, odd, high);
+                    taps[2] = _mm512_castsi512_ps(_mm512_alignr_epi32(
+                        _mm512_castps_si512(_mm512_maskz_loadu_ps(loads[c][2], row + 32)),
+                        _mm512_castps_si512(taps[0]), 1));
+                }
+                for (int64_t j = 0; j < k; j++) {
+                    const __m512 v = S == 2 ? taps[j] : _mm512_maskz_loadu_ps(masks[c][j], row + j);
+                    acc = is_max ? _mm512_mask_max_ps(acc, masks[c][j], v, acc) : _mm512_add_ps(acc, v);
                 }
             }
             const __mmask16 live = (__mmask16)(OW - 16 * c >= 16 ? 0xFFFF : (1u << (OW - 16 * c)) - 1);
-            if (!is_max) {
-                const __m512i count = p->count_include_pad
-                    ? _mm512_mullo_epi32(padded[c], _mm512_set1_epi32((int)padded_rows))
-                    : _mm512_mullo_epi32(valid[c], _mm512_set1_epi32((int)rows));
-                const __mmask16 some = _mm512_cmpgt_epi32_mask(count, _mm512_setzero_si512());
-                acc = _mm512_maskz_div_ps(some, acc, _mm512_cvtepi32_ps(count));
-            }
+            if (!is_max) acc = window_average(acc, p, valid[c], padded[c], rows, padded_rows);
             _mm512_mask_storeu_ps(out + 16 * c, live, acc);
         }
     }
@@ -204,13 +158,13 @@ ORTX_TARGET_AVX512 void ortx_pool_planes_f32_avx512(const float *x, float *y, in
                                                     int is_max) {
     if (p->stride[2] == 2) {
         if (is_max)
-            pool_planes_stride2(x, y, planes, p, 1);
+            pool_planes(x, y, planes, p, 1, 2);
         else
-            pool_planes_stride2(x, y, planes, p, 0);
+            pool_planes(x, y, planes, p, 0, 2);
     } else if (is_max) {
-        pool_planes(x, y, planes, p, 1);
+        pool_planes(x, y, planes, p, 1, 1);
     } else {
-        pool_planes(x, y, planes, p, 0);
+        pool_planes(x, y, planes, p, 0, 1);
     }
 }
 
