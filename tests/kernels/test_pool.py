@@ -150,56 +150,38 @@ def test_kernels_direct_call_fast_equals_reference(isa):
                 np.testing.assert_array_equal(fast, ref, err_msg=f"{kernel} stride {stride} width {width}")
 
 
-def test_stride1_planes_equal_the_reference_bitwise(isa):
-    """Pools with w stride 1 run a plane at a time on AVX-512 (pool_avx512.c), 16 columns a vector with masked taps:
-    narrow and vector-crossing widths, kernels 1-7, asymmetric pads (pad_end past pad_begin, as ceil_mode makes),
-    count_include_pad, h stride 2 and h dilation 2, and NaN / infinity inputs; bitwise the reference, 1 and 2
-    threads; wider than 256 columns goes to the row functions."""
-    rng = np.random.default_rng(5)
-    cases = [  # (height, width, (kh, kw), (stride_h, dilation_h), (top, left, bottom, right), count_include_pad)
-        (7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 0), (7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+# Pools a plane at a time on AVX-512 (pool_avx512.c), per w stride: (height, width, (kh, kw), (stride_h, dilation_h),
+# (top, left, bottom, right), count_include_pad).
+PLANE_CASES = {
+    # 16 columns a vector with masked taps: narrow and vector-crossing widths, kernels 1-7, asymmetric pads (pad_end
+    # past pad_begin, as ceil_mode makes), h stride 2 and h dilation 2; wider than 256 columns: the row functions
+    1: [(7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 0), (7, 7, (3, 3), (1, 1), (1, 1, 1, 1), 1),
         (5, 1, (3, 1), (1, 1), (1, 0, 1, 0), 0), (4, 2, (2, 2), (1, 1), (0, 0, 1, 1), 1),
         (9, 14, (5, 5), (2, 1), (2, 2, 2, 2), 0), (9, 16, (7, 7), (1, 1), (3, 3, 3, 3), 1),
         (8, 17, (3, 3), (1, 2), (2, 1, 2, 1), 0), (6, 31, (3, 4), (1, 1), (1, 1, 1, 3), 1),
-        (6, 33, (1, 3), (2, 1), (0, 0, 0, 2), 0), (3, 300, (3, 3), (1, 1), (1, 1, 1, 1), 0),
-    ]
-    for height, width, (kh, kw), (stride_h, dil_h), (top, left, bottom, right), include_pad in cases:
+        (6, 33, (1, 3), (2, 1), (0, 0, 0, 2), 0), (3, 300, (3, 3), (1, 1), (1, 1, 1, 1), 0)],
+    # 1-3 w taps, even and odd columns split by permutes: output widths below, at and across 16 and 32 columns,
+    # left and right padding (ceil_mode's larger pad_end), h strides 1-3
+    2: [(27, 27, (3, 3), (2, 1), (0, 0, 0, 0), 0), (13, 13, (3, 3), (2, 1), (0, 0, 1, 1), 1),
+        (9, 31, (3, 3), (2, 1), (1, 1, 1, 1), 0), (9, 31, (3, 3), (2, 1), (1, 1, 1, 1), 1),
+        (8, 32, (2, 2), (2, 1), (0, 0, 0, 0), 0), (8, 33, (2, 2), (2, 1), (0, 0, 0, 1), 1),
+        (5, 64, (3, 3), (1, 1), (1, 1, 1, 2), 0), (6, 97, (1, 3), (3, 1), (0, 1, 0, 1), 1),
+        (7, 7, (3, 1), (2, 1), (1, 0, 1, 0), 0), (4, 3, (3, 3), (1, 1), (1, 1, 1, 1), 1)],
+}
+
+
+@pytest.mark.parametrize("stride_w", [1, 2])
+def test_planes_equal_the_reference_bitwise(isa, stride_w):
+    """Max and average pools through the plane kernels with count_include_pad on and off and NaN / infinity
+    inputs: bitwise the reference, 1 and 2 threads."""
+    rng = np.random.default_rng(4 + stride_w)
+    for height, width, (kh, kw), (stride_h, dil_h), (top, left, bottom, right), include_pad in PLANE_CASES[stride_w]:
         x = rng.standard_normal((5, 1, height, width)).astype(np.float32)
         x[1, 0, 0, 0], x[2, 0, height // 2, width - 1], x[3, 0, -1, width // 2] = np.nan, np.inf, -np.inf
         out_h = (height + top + bottom - dil_h * (kh - 1) - 1) // stride_h + 1
-        out_w = width + left + right - kw + 1
-        ints = [5, 1, height, width, 1, out_h, out_w, 1, kh, kw, 1, stride_h, 1, 0, top, left, 0, bottom, right,
-                1, dil_h, 1, include_pad]
-        for kernel in ("maxpool_f32", "avgpool_f32"):
-            ref = np.zeros((5, out_h, out_w), np.float32)
-            _kernels.call(kernel, ints, [], [x, ref], use_ref=True)
-            for threads in (1, 2):
-                fast = np.full_like(ref, 7.0)
-                _kernels.call(kernel, ints, [], [x, fast], num_threads=threads)
-                np.testing.assert_array_equal(fast.view(np.uint32), ref.view(np.uint32),
-                                              err_msg=f"{kernel} {height}x{width} k{kh}x{kw} threads {threads}")
-
-
-def test_stride2_planes_equal_the_reference_bitwise(isa):
-    """Pools with w stride 2 and 1-3 w taps also run a plane at a time on AVX-512 (pool_avx512.c: even and odd
-    columns split by permutes): output widths below, at and across 16 and 32 columns, left and right padding
-    (ceil_mode's larger pad_end), count_include_pad, h strides 1-3, and NaN / infinity inputs; bitwise the
-    reference, 1 and 2 threads."""
-    rng = np.random.default_rng(6)
-    cases = [  # (height, width, (kh, kw), stride_h, (top, left, bottom, right), count_include_pad)
-        (27, 27, (3, 3), 2, (0, 0, 0, 0), 0), (13, 13, (3, 3), 2, (0, 0, 1, 1), 1),
-        (9, 31, (3, 3), 2, (1, 1, 1, 1), 0), (9, 31, (3, 3), 2, (1, 1, 1, 1), 1),
-        (8, 32, (2, 2), 2, (0, 0, 0, 0), 0), (8, 33, (2, 2), 2, (0, 0, 0, 1), 1),
-        (5, 64, (3, 3), 1, (1, 1, 1, 2), 0), (6, 97, (1, 3), 3, (0, 1, 0, 1), 1),
-        (7, 7, (3, 1), 2, (1, 0, 1, 0), 0), (4, 3, (3, 3), 1, (1, 1, 1, 1), 1),
-    ]
-    for height, width, (kh, kw), stride_h, (top, left, bottom, right), include_pad in cases:
-        x = rng.standard_normal((5, 1, height, width)).astype(np.float32)
-        x[1, 0, 0, 0], x[2, 0, height // 2, width - 1], x[3, 0, -1, width // 2] = np.nan, np.inf, -np.inf
-        out_h = (height + top + bottom - kh) // stride_h + 1
-        out_w = (width + left + right - kw) // 2 + 1
-        ints = [5, 1, height, width, 1, out_h, out_w, 1, kh, kw, 1, stride_h, 2, 0, top, left, 0, bottom, right,
-                1, 1, 1, include_pad]
+        out_w = (width + left + right - kw) // stride_w + 1
+        ints = [5, 1, height, width, 1, out_h, out_w, 1, kh, kw, 1, stride_h, stride_w, 0, top, left, 0, bottom,
+                right, 1, dil_h, 1, include_pad]
         for kernel in ("maxpool_f32", "avgpool_f32"):
             ref = np.zeros((5, out_h, out_w), np.float32)
             _kernels.call(kernel, ints, [], [x, ref], use_ref=True)
