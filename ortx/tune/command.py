@@ -1,9 +1,10 @@
 """`ortx tune MODEL [--budget 10m]`: tunes a model's tasks within a time budget (ortx.tune.tune_model), then
-records, per claimed segment, whether OrtxEP or ORT is faster here. Argument parsing, progress and the report only.
+records, per claimed segment and for the whole model, whether OrtxEP or ORT is faster here. Argument parsing,
+progress and the report only.
 
 Sessions created later on this machine (provider option tuning="cached", the default) read those records: they
-run each kernel step on its recorded thread count where that was validated faster, and each segment on the engine
-that was faster.
+run each kernel step on its recorded thread count where that was validated faster, each segment on the engine
+that was faster, and the whole model on ORT where ORT ran it all faster.
 """
 from __future__ import annotations
 
@@ -21,16 +22,20 @@ Tunes MODEL here and records the results in the tuning database under this machi
 1. a task scheduler spends the --budget on the model's tuning tasks (each kernel step's thread count, on 1, 2,
    4 ... up to --threads threads, and the schedule of each generated GEMM that can replace a gemm_f32 step of at
    least 1M multiply-adds: MatMul, Gemm and 1x1 convs), the tasks whose next round is expected to cut the
-   end-to-end time most first, printing one line per round on stderr (elapsed/budget, tasks, trials, best-so-far ms, the estimated
-   end-to-end ms) and a table per task at the end;
+   end-to-end time most first, printing one line per round on stderr (elapsed/budget, tasks, trials, best-so-far
+   ms, the estimated end-to-end ms) and a table per task at the end;
 2. per segment, the chosen thread counts are validated end to end against the default, and the segment OrtxEP
-   claims is measured against ONNX Runtime running the same nodes (same threads, seeded random inputs).
+   claims is measured against ONNX Runtime running the same nodes (same threads, seeded random inputs);
+3. the tuned model as a whole is measured against ONNX Runtime running all of it (a win for ORT is confirmed in
+   fresh processes where the budget leaves time for them).
 Later sessions (OrtxEP option tuning="cached", the default) run a step on fewer threads where that was validated
-faster, call a tuned generated GEMM where it beat the prebuilt kernel by more than 2%, and give a segment back to ORT when ORT was faster by more than 2%. Records already in the database are
-never measured again, so a second run resumes. --budget (90s, 10m, 1h) bounds the command's wall time from its
-start, after Python's start-up (step 2's share is estimated and reserved first; a tight budget can be overrun by
-that estimate's error); the default is 10m (the issue's per-model bound), and --budget none searches every task to
-the end (hours on a large model: every GEMM task compiles hundreds of kernels). --mode full measures longer than quick;
+faster, call a tuned generated GEMM where it beat the prebuilt kernel by more than 2%, give a segment back to ORT
+when ORT was faster by more than 2%, and the whole model when ORT ran all of it faster by more than 2% (step 3, the
+latest measurement). Records already in the database are never measured again, so a second run resumes. --budget
+(90s, 10m, 1h) bounds the command's wall time from its start, after Python's start-up (the share of steps 2 and 3
+is estimated and reserved first; a tight budget can be overrun by that estimate's error); the default is 10m (the
+issue's per-model bound), and --budget none searches every task to the end (hours on a large model: every GEMM
+task compiles hundreds of kernels). --mode full measures longer than quick;
 --precision bf16 tunes for sessions with OrtxEP's precision "bf16" (--fp32-nodes: with that fp32_nodes option):
 their kernels, steps and segments are recorded under signatures of their own, so fp32 and bf16 records coexist.
 --export writes this model's records to a JSON file that ships with the model, --import merges such a file
