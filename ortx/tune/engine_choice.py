@@ -146,7 +146,7 @@ def _random_feeds(plan_tensors: dict, names: list[str], seed: int) -> dict[str, 
     return feeds
 
 
-def _median_ms(run, runs: int) -> float:
+def median_ms(run, runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -183,7 +183,7 @@ def _measure(step: ClaimedStep, plan: ExecutionPlan, sub_model, ort_settings, ru
         count = min(BLOCK, runs - len(ortx_times))
         for run, medians in ((run_ort, ort_times), (run_ortx, ortx_times)):
             switch_over(run)
-            medians.append(_median_ms(run, count))
+            medians.append(median_ms(run, count))
     return statistics.median(ortx_times), statistics.median(ort_times)
 
 

@@ -106,7 +106,7 @@ def measure_plans(ortx_plan: ExecutionPlan, ort_plan: ExecutionPlan, feeds: dict
     while len(ortx_times) * BLOCK < runs:
         for plan, medians in ((ort_plan, ort_times), (ortx_plan, ortx_times)):
             switch_over(lambda: plan.run(dict(feeds)))
-            medians.append(engine_choice._median_ms(lambda: plan.run(dict(feeds)), BLOCK))
+            medians.append(engine_choice.median_ms(lambda: plan.run(dict(feeds)), BLOCK))
     return statistics.median(ortx_times), statistics.median(ort_times)
 
 
