@@ -41,7 +41,8 @@ extern void ortx_multi_head_attention_f32_ref(const int64_t *, const float *, vo
 extern void ortx_multi_head_attention_bf16_ref(const int64_t *, const float *, void *const *, int);
 
 /* Below this many multiply-adds (both products, all heads) the whole step runs on the calling thread: waking a
- * second thread costs more than it saves (the same bound as ortx_sgemm's, ~60 us on one core). */
+ * second thread costs more than it saves (ortx_sgemm's bound, ~60 us on one core, until ortx_sgemm's was measured
+ * lower for its own tiles; not re-measured for attention). */
 #define ORTX_ATTENTION_PARALLEL_MIN (128.0 * 128 * 128)
 
 /* Query-row blocks per (batch, head): one when there are at least as many (batch, head) problems as threads, since

@@ -658,7 +658,7 @@ void ortx_conv_direct_bf16(const ortx_conv_params *original, const float *x, con
     job.offsets = offsets;
     /* past the planes (and, on the vdpbf16ps form, nothing else: its pairs are exactly the channel pairs) */
     memset(job.planes + plane_pairs(p) * g->channel_floats, 0, slack_words() * sizeof(uint32_t));
-    /* as in ortx_sgemm: below ~2M multiply-adds one thread */
+    /* below ~2M multiply-adds one thread (ortx_sgemm's bound until it was measured lower for fp32 GEMMs) */
     int64_t cout_g = p->out_channels / p->group;
     if ((double)cout_g * p->out_height * p->out_width * cps * 2 * area < 128.0 * 128 * 128) threads = 1;
     job.a_planes = (const uint8_t *)job.planes;

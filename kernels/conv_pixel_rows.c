@@ -218,7 +218,8 @@ static void conv2d_pixel_rows(const ortx_conv_params *p, const float *x, const f
     pixel_rows_stage stages[stage_count];
     for (int t = 0; t < stage_count; t++) stages[t].ready = 0;
     float *scratch = workspace;
-    /* below ~2M multiply-adds a second thread costs more than it saves (as in ortx_sgemm) */
+    /* below ~2M multiply-adds a second thread costs more than it saves (ortx_sgemm's bound until it was measured
+     * lower for its own tiles; not re-measured here) */
     if ((double)g.pixels * cout_g * g.depth < 128.0 * 128 * 128) threads = 1;
     int64_t pairs = (ortx_round_up(cout_g, ORTX_GEMM_NR) / ORTX_GEMM_NR + 1) / 2;
     int64_t row_panels = ortx_round_up(g.pixels, ORTX_GEMM_MR) / ORTX_GEMM_MR;

@@ -389,10 +389,12 @@ void ortx_sgemm(int64_t M, int64_t N, int64_t K, const ortx_gemm_operand *A, con
     int64_t per_thread = thread_floats(M, N, K, A->packed, B->packed);
     uintptr_t base = ((uintptr_t)workspace + 63) & ~(uintptr_t)63;
     int threads = num_threads < 1 ? 1 : num_threads;
-    /* Below ~2M multiply-adds (~60 us on one core) waking a second thread costs more than it saves; splitting N
-     * needs a few panels per thread for balance. Except when a large operand streams from memory (a classifier's
-     * GEMV, M = 1: 1280 x 1000 weights took 0.23 ms on one core): a second core adds bandwidth. */
-    if ((double)M * N * K < 128.0 * 128 * 128 && (double)(M + N) * K < 256.0 * 1024) threads = 1;
+    /* Below 512K multiply-adds waking a second thread costs more than it saves; splitting N needs a few panels per
+     * thread for balance. (The bound was 2M, ~60 us on one core at peak; but such small products run far below
+     * peak, 25-67 us for 0.8M-2M multiply-adds on one Intel model 167 core, and 14 shapes of 0.8M-2M took 7-37%
+     * less time on two threads, none more.) Except when a large operand streams from memory (a classifier's GEMV,
+     * M = 1: 1280 x 1000 weights took 0.23 ms on one core): a second core adds bandwidth. */
+    if ((double)M * N * K < 512.0 * 1024 && (double)(M + N) * K < 256.0 * 1024) threads = 1;
     int split_n = n_panels >= 4 * threads || n_panels >= m_panels;
     /* Up to ORTX_TASKS_PER_THREAD tasks per thread, so a preempted thread's share is picked up in pieces; each task
      * keeps >= 4 N panels (it repacks A per task when A is raw) or >= 8 M panels (it repacks all of B). */

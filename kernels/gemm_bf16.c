@@ -220,7 +220,8 @@ static bgemm_plan plan_of(int64_t M, int64_t N, int64_t K, int num_threads, int 
     int64_t n_panels = ortx_round_up(N, ORTX_GEMM_NR) / ORTX_GEMM_NR;
     bgemm_plan plan;
     plan.threads = num_threads < 1 ? 1 : num_threads;
-    /* ortx_sgemm's rule: one thread below ~2M multiply-adds unless a large operand streams from memory. */
+    /* one thread below ~2M multiply-adds unless a large operand streams from memory (ortx_sgemm's rule until its
+     * fp32 bound was measured lower; not re-measured for bf16) */
     if ((double)M * N * K < 128.0 * 128 * 128 && (double)(M + N) * K < 256.0 * 1024) plan.threads = 1;
     plan.split_n = n_panels >= 4 * plan.threads || n_panels >= m_panels;
     int64_t parts = plan.split_n ? n_panels / 4 : m_panels / 8;
