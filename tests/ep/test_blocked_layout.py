@@ -355,15 +355,42 @@ def test_nearest_resize_into_a_blocked_add_stays_blocked(precision, monkeypatch)
 
 @needs_avx512
 def test_a_lone_pointwise_conv_stays_nchw():
-    """No blocked neighbour: the NCHW kernels, no reorders."""
+    """No blocked neighbour (an AveragePool has no blocked kernel): the NCHW kernels, no reorders."""
     nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="pointwise"),
-             helper.make_node("MaxPool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])]
+             helper.make_node("AveragePool", ["a"], ["y"], name="pool", kernel_shape=[2, 2])]
     model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 13, 13])],
                    [_weights("w", (64, 32, 1, 1), 6)])
     (expected,), (actual,), session = _run_both(model, {"x": _random((1, 32, 14, 14), 7)})
     assert_close(actual, expected)
     assert not set(_kernel_counts(session)) & (BLOCKED_KERNELS | {"reorder_to_nchwc_f32", "reorder_from_nchwc_f32"})
+
+
+@needs_avx512
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+@pytest.mark.parametrize("pads,ceil_mode", [([0, 0, 0, 0], 1), ([1, 1, 1, 1], 0)])
+def test_fp32_stem_maxpool_and_pointwise_conv_run_blocked(batch, threads, pads, ceil_mode):
+    """SqueezeNet's head in fp32: a 3-channel 3x3/2 stem -> MaxPool 3x3/2 -> 1x1 conv. The MaxPool joins the run
+    (maxpool_nchwc_f32), so the stem writes blocked (conv2d_to_nchwc_f32) and the 1x1 conv reads them; one reorder,
+    of the graph output. Odd map sizes (ceil_mode, padding) leave partial windows; 40 channels a partial block."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="stem", strides=[2, 2]),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=pads,
+                              ceil_mode=ceil_mode),
+             helper.make_node("Conv", ["p", "w2", "b2"], ["y"], name="squeeze")]
+    size = 37
+    stem_size = (size - 3) // 2 + 1
+    pooled = (stem_size + pads[0] + pads[2] - 3 + (1 if ceil_mode else 0)) // 2 + 1
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 24, pooled, pooled])],
+                   [_weights("w1", (40, 3, 3, 3), 1), numpy_helper.from_array(_random((40,), 2), "b1"),
+                    _weights("w2", (24, 40, 1, 1), 3), numpy_helper.from_array(_random((24,), 4), "b2")])
+    (expected,), (actual,), session = _run_both(model, {"x": _random((batch, 3, size, size), 5)}, threads)
+    assert_close(actual, expected)
+    counts = _kernel_counts(session)
+    assert counts["conv2d_to_nchwc_f32"] == 1 and counts["maxpool_nchwc_f32"] == 1, counts
+    assert counts["conv_pointwise_nchwc_f32"] == 1 and counts["reorder_from_nchwc_f32"] == 1, counts
+    assert counts["reorder_to_nchwc_f32"] == 0 and counts["maxpool_f32"] == 0, counts
 
 
 @pytest.fixture

@@ -67,6 +67,14 @@ stays blocked and only that 1x1 conv's output (half X's channels) is reordered f
 convs, on conv2d_nchwc_f32 since, keep each bottleneck one run (they had reordered their input from blocked and
 their output back): 1.06 -> 1.05x (3 alternating processes; the three convs 2.69 ms against ORT's 2.49 in one
 profile, where before they and their reorders had cost 0.6 ms more than ORT's).
+MaxPool in fp32 runs (session 40): a 2-D MaxPool joins fp32 runs too (before, only bf16 ones on AMX, lest it pull
+a lone 1x1 conv into a run with two reorders). A 3-channel stem before it then writes blocked (conv2d_to_nchwc_f32:
+SqueezeNet's 3x3/2 stem to 64 channels 0.19 ms against conv2d_f32's 0.39-0.47, profiled) and the 1x1 conv after it
+reads them. Model 167 host, 2 threads, untuned, both sessions in one process, runs interleaved: SqueezeNet
+0.93-0.96x, PP-OCR cls 0.96-0.98x, ResNet-50 and Inception v2 0.98x, Inception v1 1.00x; ResNet-18-style and
+ShuffleNet, whose lowering it leaves unchanged, read 0.99-1.02x (the A/B's own spread). A lone 1x1 conv next to a
+MaxPool, micro A/B: 0.81-0.93x in 6 of 8 shapes, 1.01x and 1.08x (192 -> 64 channels at 28x28 before a 3x3/2 pool)
+in two. Not measured on the vdpbf16ps bf16 path, where it stays NCHW.
 Limits: elsewhere (stride 1, fp32) dense convs from more channels (3x3 convs of ResNet-style blocks, on Winograd)
 neither read nor write blocked tensors, so a run ends at them.
 """
@@ -247,10 +255,11 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
         return frozenset()
     nodes = list(nodes)
-    # a MaxPool joins runs only where dense convs do (bf16 on AMX): elsewhere it would pull a lone 1x1 conv into a
-    # run of its own, paying two reorders for it
-    dense_runs = DENSE_BF16 and builder.precision == "bf16" and bf16_path == "amx_bf16"
-    inputs_of = {node: None if node.op_type == "MaxPool" and not dense_runs else _elementwise_inputs(node)
+    # a MaxPool joins runs in fp32 sessions and where dense convs do (bf16 on AMX; not measured on the vdpbf16ps
+    # path, where it stays NCHW): see the module docstring, "MaxPool in fp32 runs"
+    pool_runs = builder.precision == "fp32" or (DENSE_BF16 and builder.precision == "bf16"
+                                                and bf16_path == "amx_bf16")
+    inputs_of = {node: None if node.op_type == "MaxPool" and not pool_runs else _elementwise_inputs(node)
                  for node in nodes}  # each node's questions asked once
     plans = {node: plan_of(node) for node in nodes if inputs_of[node] is None}
     roles = {node: role for node in nodes
