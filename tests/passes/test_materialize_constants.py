@@ -5,10 +5,10 @@ from ortx.passes.materialize_constants import materialize_constants
 from tests.passes._helpers import assert_same_outputs, from_text, op_types, to_ir
 
 # A Conv whose weight and bias are ConstantOfShape of constant shapes (the ONNX backend's light model-zoo models
-# hold every weight so), and one ConstantOfShape whose shape comes from the input (not made).
+# hold every weight so), and one ConstantOfShape whose shape comes from the input's dynamic shape (not made).
 COMPUTED_WEIGHTS = """
 <ir_version: 10, opset_import: ["" : 17]>
-agraph (float[1,3,8,8] X) => (float[1,4,8,8] Y, float[1,3,8,8] Z)
+agraph (float[N,3,8,8] X) => (float[N,4,8,8] Y, float[N,3,8,8] Z)
 <int64[4] w_shape = {4, 3, 3, 3}, int64[1] b_shape = {4}> {
     w = ConstantOfShape <value = float[1] {0.25}> (w_shape)
     b = ConstantOfShape <value = float[1] {-0.5}> (b_shape)
@@ -25,7 +25,7 @@ def test_makes_weights_of_constant_shape():
     model = to_ir(proto)
     report = materialize_constants(model)
     assert op_types(model) == ["Conv", "Shape", "ConstantOfShape", "Add"]
-    assert report.counts == {"tensors_made": 2, "bytes_made": (4 * 3 * 3 * 3 + 4) * 4}
+    assert report.counts == {"tensors_made": 2, "bytes_made": (4 * 3 * 3 * 3 + 4) * 4, "nodes_folded_after": 0}
     weight = model.graph.initializers["w"].const_value.numpy()
     assert weight.shape == (4, 3, 3, 3) and weight.dtype == np.float32 and np.all(weight == 0.25)
     assert np.all(model.graph.initializers["b"].const_value.numpy() == -0.5)
@@ -48,6 +48,28 @@ def test_size_limit_and_default_value():
     report = materialize_constants(model)
     assert op_types(model) == ["Add"] and report.counts["tensors_made"] == 1
     assert np.all(model.graph.initializers["zeros"].const_value.numpy() == 0)
+
+
+def test_folds_what_the_made_tensors_feed():
+    """The light Inception v2's BatchNorm affine: Unsqueeze of a made [C] tensor before a Mul and an Add. The
+    Unsqueezes fold to [C, 1, 1] constants, the form fuse_conv_batchnorm folds into the Conv."""
+    proto = from_text("""
+    <ir_version: 10, opset_import: ["" : 11]>
+    agraph (float[1,4,6,6] X) => (float[1,4,6,6] Y) <int64[1] c = {4}> {
+        scale = ConstantOfShape <value = float[1] {1.5}> (c)
+        shift = ConstantOfShape <value = float[1] {-0.25}> (c)
+        scale3 = Unsqueeze <axes = [1, 2]> (scale)
+        shift3 = Unsqueeze <axes = [1, 2]> (shift)
+        scaled = Mul (X, scale3)
+        Y = Add (scaled, shift3)
+    }""")
+    model = to_ir(proto)
+    report = materialize_constants(model)
+    assert op_types(model) == ["Mul", "Add"]
+    assert report.counts["tensors_made"] == 2 and report.counts["nodes_folded_after"] == 2
+    mul = next(node for node in model.graph if node.op_type == "Mul")
+    assert mul.inputs[1].const_value is not None and mul.inputs[1].const_value.numpy().shape == (4, 1, 1)
+    assert_same_outputs(model, proto)
 
 
 def test_idempotent():
