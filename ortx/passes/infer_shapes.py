@@ -20,6 +20,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 
 from ortx.model_io import forget_removed_graph_io
+from ortx.passes._pool_size import pool_output_size
 from ortx.passes._report import PassReport
 
 logger = logging.getLogger(__name__)
@@ -85,13 +86,76 @@ def _non_tensor_values(model: ir.Model) -> list[tuple[ir.Value, object, object]]
             for index, value in enumerate(node.outputs) if _non_tensor_output(node, index, opsets)]
 
 
+_WINDOWED_POOLS = ("MaxPool", "AveragePool", "LpPool")
+
+
+def _ceil_pool_shape(node: ir.Node) -> ir.Shape | None:
+    """A ceil_mode pool's output shape by ONNX Runtime's rule (ortx.passes._pool_size), else None; explicit pads
+    (auto_pad NOTSET) and static spatial input dims only."""
+    if node.op_type not in _WINDOWED_POOLS or node.domain not in ("", "ai.onnx") or not node.outputs:
+        return None
+    attributes = node.attributes
+    if attributes.get_int("ceil_mode", 0) != 1 or attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
+        return None
+    shape = node.inputs[0].shape
+    if shape is None or len(shape) < 3:
+        return None
+    spatial = len(shape) - 2
+    if not all(isinstance(dim, int) for dim in list(shape)[2:]) or attributes.get_ints("kernel_shape") is None:
+        return None
+    kernel = list(attributes.get_ints("kernel_shape"))
+    strides = list(attributes.get_ints("strides", [1] * spatial))
+    dilations = list(attributes.get_ints("dilations", [1] * spatial))
+    pads = list(attributes.get_ints("pads", [0] * 2 * spatial))
+    if not len(kernel) == len(strides) == len(dilations) == spatial or len(pads) != 2 * spatial:
+        return None
+    dims = list(shape)  # N and C as the input's
+    for axis in range(spatial):
+        begin, end = pads[axis], pads[spatial + axis]
+        dims[2 + axis] = pool_output_size(shape[2 + axis], kernel[axis], strides[axis], begin + end, dilations[axis],
+                                          begin, 1)
+    return ir.Shape(dims)
+
+
+def _correct_ceil_pools(graph: ir.Graph, declared: dict[ir.Value, ir.Shape | None]) -> int:
+    """Sets ONNX Runtime's output shape on each ceil_mode pool onnx inferred otherwise, and clears the inferred shapes
+    downstream of it for the next inference (graph outputs back to their `declared` shapes); returns how many
+    outputs it corrected."""
+    corrected = {}
+    for node in graph:
+        shape = _ceil_pool_shape(node)
+        for output in node.outputs if shape is not None else ():  # MaxPool's Indices output has Y's shape
+            if output is not None and output.name and output.shape is not None and list(output.shape) != list(shape):
+                corrected[output] = ir.Shape(list(shape))
+    stack = list(corrected)
+    seen = set()
+    while stack:
+        value = stack.pop()
+        for consumer in value.consumers():
+            for output in consumer.outputs:
+                if output not in seen and output not in corrected:
+                    seen.add(output)
+                    stack.append(output)
+                    output.shape = declared.get(output) if output.is_graph_output() else None
+    for value, shape in corrected.items():
+        value.shape = shape
+    return len(corrected)
+
+
 def run_shape_inference(model: ir.Model, *, check_type: bool = False, data_prop: bool = True) -> None:
     """onnx_ir's ShapeInferencePass (strict mode off; raises what it raises), then the non-tensor node outputs'
-    types back as they were and the initializers it listed as graph inputs forgotten (model_io). Every pass that
-    needs inferred shapes calls this, not the pass itself."""
+    types back as they were and the initializers it listed as graph inputs forgotten (model_io). Where onnx's pool
+    rule disagrees with ONNX Runtime's (_ceil_pool_shape), the pools get ORT's shapes and inference runs again from
+    them (an opset-13 ceil_mode MaxPool inferred 8x8 where ORT computes 7x7: the session bound an 8x8 buffer to ORT's
+    output and failed). Every pass that needs inferred shapes calls this, not the pass itself."""
     non_tensors = _non_tensor_values(model)
+    inference = onnx_ir.passes.common.ShapeInferencePass(check_type=check_type, strict_mode=False,
+                                                          data_prop=data_prop)
+    declared = {value: value.shape for value in model.graph.outputs}
     try:
-        onnx_ir.passes.common.ShapeInferencePass(check_type=check_type, strict_mode=False, data_prop=data_prop)(model)
+        inference(model)
+        if _correct_ceil_pools(model.graph, declared):
+            inference(model)
     finally:
         for value, value_type, shape in non_tensors:
             value.type, value.shape = value_type, shape

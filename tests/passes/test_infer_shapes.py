@@ -78,3 +78,29 @@ def test_sequence_outputs_keep_their_sequence_types():
     assert isinstance(split.outputs[0].type, ir.SequenceType) or split.outputs[0].type is None
     assert relu.outputs[0].shape == ir.Shape([6, 3])
     onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)
+
+
+@pytest.mark.parametrize("op_type,attributes,expected", [
+    # the last window would start at pixel 13 of 13 (in the end padding): ORT drops it, onnx (opset 13) keeps it
+    ("MaxPool", "kernel_shape = [2, 2], strides = [2, 2], pads = [1, 1, 1, 1], ceil_mode = 1", 7),
+    ("AveragePool", "kernel_shape = [2, 2], strides = [2, 2], pads = [1, 1, 1, 1], ceil_mode = 1", 7),
+    # rules agree: nothing to correct
+    ("MaxPool", "kernel_shape = [3, 3], strides = [2, 2], ceil_mode = 1", 6),
+])
+def test_ceil_mode_pools_get_onnxruntimes_output_size_downstream_too(op_type, attributes, expected):
+    """onnx's inference for the pools before opset 22 ignores ORT's rule that a ceil_mode window must start inside
+    the input or the begin padding; the corrected shape reaches the Relu after it."""
+    from tests.passes._helpers import from_text
+
+    proto = from_text(f"""
+    <ir_version: 9, opset_import: ["" : 13]>
+    agraph (float[1,2,13,13] X) => (float[1,2,?,?] Y) {{
+        pooled = {op_type} <{attributes}> (X)
+        Y = Relu (pooled)
+    }}""")
+    model = to_ir(proto)
+    infer_shapes(model)
+    shapes = [tuple(node.outputs[0].shape) for node in model.graph]
+    assert shapes == [(1, 2, expected, expected)] * 2
+    feeds = feeds_for(proto)
+    assert run_ort(proto, feeds)[0].shape == (1, 2, expected, expected)

@@ -6,12 +6,11 @@ the output size computed from them must equal the inferred output shape, else th
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import onnx_ir as ir
 
 from ortx.ep.lowering._values import NotStatic, attribute, is_used, numpy_dtype, opset_version, static_shape, string_attribute
+from ortx.passes._pool_size import pool_output_size
 
 
 def _float_input_reason(node: ir.Node) -> str | None:
@@ -26,19 +25,6 @@ def _float_input_reason(node: ir.Node) -> str | None:
     if not 3 <= len(shape) <= 5:
         return f"input rank {len(shape)} not supported (NCW, NCHW or NCDHW)"
     return None
-
-
-def _output_size(in_size: int, kernel: int, stride: int, pad_total: int, dilation: int, pad_begin: int,
-                 ceil_mode: int) -> int:
-    """onnxruntime's PoolAttributes::ComputeOutputSize, including its rule that with ceil_mode the last window
-    must start inside the input or the begin padding."""
-    span = in_size + pad_total - dilation * (kernel - 1) - 1
-    if not ceil_mode:
-        return span // stride + 1 if span >= 0 else 0
-    size = math.ceil(span / stride) + 1
-    if (size - 1) * stride >= in_size + pad_begin:
-        size -= 1
-    return size
 
 
 def _window_plan(node: ir.Node) -> tuple[dict | None, str | None]:
@@ -79,7 +65,7 @@ def _window_plan(node: ir.Node) -> tuple[dict | None, str | None]:
             return None, f"negative pads {pads} not supported"
         if max(begin[axis], end[axis]) >= (kernel[axis] - 1) * dilations[axis] + 1:
             return None, f"pads {pads} not smaller than the (dilated) kernel {kernel}"
-        expected = _output_size(shape[2 + axis], kernel[axis], strides[axis], begin[axis] + end[axis],
+        expected = pool_output_size(shape[2 + axis], kernel[axis], strides[axis], begin[axis] + end[axis],
                                 dilations[axis], begin[axis], ceil_mode)
         if expected != out_shape[2 + axis]:
             return None, (f"output dim {axis + 2}: inferred {out_shape[2 + axis]} but onnxruntime's rule gives "
