@@ -66,7 +66,7 @@ def _window_plan(node: ir.Node) -> tuple[dict | None, str | None]:
         if max(begin[axis], end[axis]) >= (kernel[axis] - 1) * dilations[axis] + 1:
             return None, f"pads {pads} not smaller than the (dilated) kernel {kernel}"
         expected = pool_output_size(shape[2 + axis], kernel[axis], strides[axis], begin[axis] + end[axis],
-                                dilations[axis], begin[axis], ceil_mode)
+                                    dilations[axis], begin[axis], ceil_mode)
         if expected != out_shape[2 + axis]:
             return None, (f"output dim {axis + 2}: inferred {out_shape[2 + axis]} but onnxruntime's rule gives "
                           f"{expected}")
