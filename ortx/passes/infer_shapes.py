@@ -20,7 +20,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common
 
 from ortx.model_io import forget_removed_graph_io
-from ortx.passes._pool_size import pool_output_size
+from ortx.passes._ort_shapes import pool_output_size, pool_pads
 from ortx.passes._report import PassReport
 
 logger = logging.getLogger(__name__)
@@ -89,41 +89,48 @@ def _non_tensor_values(model: ir.Model) -> list[tuple[ir.Value, object, object]]
 _WINDOWED_POOLS = ("MaxPool", "AveragePool", "LpPool")
 
 
-def _ceil_pool_shape(node: ir.Node) -> ir.Shape | None:
-    """A ceil_mode pool's output shape by ONNX Runtime's rule (ortx.passes._pool_size), else None; explicit pads
-    (auto_pad NOTSET) and static spatial input dims only."""
-    if node.op_type not in _WINDOWED_POOLS or node.domain not in ("", "ai.onnx") or not node.outputs:
+def _ort_output_shape(node: ir.Node) -> ir.Shape | None:
+    """The output shape ONNX Runtime computes for a node whose rule onnx's inference does not follow
+    (ortx.passes._ort_shapes: windowed pools, ConvTranspose with auto_pad SAME_*), else None; static spatial
+    input dims only."""
+    if node.domain not in ("", "ai.onnx") or not node.outputs or node.op_type not in (*_WINDOWED_POOLS,
+                                                                                      "ConvTranspose"):
         return None
-    attributes = node.attributes
-    if attributes.get_int("ceil_mode", 0) != 1 or attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
+    shape, attributes = node.inputs[0].shape, node.attributes
+    if shape is None or len(shape) < 3 or not all(isinstance(dim, int) for dim in list(shape)[2:]):
         return None
-    shape = node.inputs[0].shape
-    if shape is None or len(shape) < 3:
-        return None
-    spatial = len(shape) - 2
-    if not all(isinstance(dim, int) for dim in list(shape)[2:]) or attributes.get_ints("kernel_shape") is None:
-        return None
-    kernel = list(attributes.get_ints("kernel_shape"))
+    spatial, in_sizes = len(shape) - 2, list(shape)[2:]
+    auto_pad = attributes.get_string("auto_pad", "NOTSET")
     strides = list(attributes.get_ints("strides", [1] * spatial))
+    if len(strides) != spatial:
+        return None
+    if node.op_type == "ConvTranspose":  # N and C as inferred (from W), the size in * stride
+        out_shape = node.outputs[0].shape
+        if auto_pad not in ("SAME_UPPER", "SAME_LOWER") or "output_shape" in attributes or out_shape is None:
+            return None
+        return ir.Shape(list(out_shape)[:2] + [size * stride for size, stride in zip(in_sizes, strides)])
+    kernel = list(attributes.get_ints("kernel_shape", []))
     dilations = list(attributes.get_ints("dilations", [1] * spatial))
     pads = list(attributes.get_ints("pads", [0] * 2 * spatial))
-    if not len(kernel) == len(strides) == len(dilations) == spatial or len(pads) != 2 * spatial:
+    if not len(kernel) == len(dilations) == spatial or len(pads) != 2 * spatial:
         return None
-    dims = list(shape)  # N and C as the input's
-    for axis in range(spatial):
-        begin, end = pads[axis], pads[spatial + axis]
-        dims[2 + axis] = pool_output_size(shape[2 + axis], kernel[axis], strides[axis], begin + end, dilations[axis],
-                                          begin, 1)
-    return ir.Shape(dims)
+    resolved = pool_pads(in_sizes, kernel, strides, pads, auto_pad)
+    if resolved is None:
+        return None
+    begin, end = resolved
+    ceil_mode = attributes.get_int("ceil_mode", 0)
+    return ir.Shape(list(shape)[:2] + [  # N and C as the input's
+        pool_output_size(in_sizes[axis], kernel[axis], strides[axis], begin[axis] + end[axis], dilations[axis],
+                         begin[axis], ceil_mode) for axis in range(spatial)])
 
 
-def _correct_ceil_pools(graph: ir.Graph, declared: dict[ir.Value, ir.Shape | None]) -> int:
-    """Sets ONNX Runtime's output shape on each ceil_mode pool onnx inferred otherwise, and clears the inferred shapes
-    downstream of it for the next inference (graph outputs back to their `declared` shapes); returns how many
+def _correct_to_onnxruntime_shapes(graph: ir.Graph, declared: dict[ir.Value, ir.Shape | None]) -> int:
+    """Sets ONNX Runtime's output shape (_ort_output_shape) where onnx inferred another, and clears the inferred
+    shapes downstream for the next inference (graph outputs back to their `declared` shapes); returns how many
     outputs it corrected."""
     corrected = {}
     for node in graph:
-        shape = _ceil_pool_shape(node)
+        shape = _ort_output_shape(node)
         for output in node.outputs if shape is not None else ():  # MaxPool's Indices output has Y's shape
             if output is not None and output.name and output.shape is not None and list(output.shape) != list(shape):
                 corrected[output] = ir.Shape(list(shape))
@@ -144,8 +151,8 @@ def _correct_ceil_pools(graph: ir.Graph, declared: dict[ir.Value, ir.Shape | Non
 
 def run_shape_inference(model: ir.Model, *, check_type: bool = False, data_prop: bool = True) -> None:
     """onnx_ir's ShapeInferencePass (strict mode off; raises what it raises), then the non-tensor node outputs'
-    types back as they were and the initializers it listed as graph inputs forgotten (model_io). Where onnx's pool
-    rule disagrees with ONNX Runtime's (_ceil_pool_shape), the pools get ORT's shapes and inference runs again from
+    types back as they were and the initializers it listed as graph inputs forgotten (model_io). Where onnx's rule
+    disagrees with ONNX Runtime's (_ort_output_shape), those outputs get ORT's shapes and inference runs again from
     them (an opset-13 ceil_mode MaxPool inferred 8x8 where ORT computes 7x7: the session bound an 8x8 buffer to ORT's
     output and failed). Every pass that needs inferred shapes calls this, not the pass itself."""
     non_tensors = _non_tensor_values(model)
@@ -154,7 +161,7 @@ def run_shape_inference(model: ir.Model, *, check_type: bool = False, data_prop:
     declared = {value: value.shape for value in model.graph.outputs}
     try:
         inference(model)
-        if _correct_ceil_pools(model.graph, declared):
+        if _correct_to_onnxruntime_shapes(model.graph, declared):
             inference(model)
     finally:
         for value, value_type, shape in non_tensors:

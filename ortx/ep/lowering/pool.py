@@ -10,7 +10,7 @@ import numpy as np
 import onnx_ir as ir
 
 from ortx.ep.lowering._values import NotStatic, attribute, is_used, numpy_dtype, opset_version, static_shape, string_attribute
-from ortx.passes._pool_size import pool_output_size
+from ortx.passes._ort_shapes import pool_output_size, pool_pads
 
 
 def _float_input_reason(node: ir.Node) -> str | None:
@@ -45,21 +45,12 @@ def _window_plan(node: ir.Node) -> tuple[dict | None, str | None]:
         return None, "strides/dilations/pads lengths do not match the spatial rank"
     if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1:
         return None, "kernel_shape, strides and dilations must be positive"
-    begin, end = pads[:spatial], pads[spatial:]
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        # Case SAME: onnxruntime's legacy formula (undilated kernel), pad_needed split head/tail
-        for axis in range(spatial):
-            in_size = shape[2 + axis]
-            target = (in_size + strides[axis] - 1) // strides[axis]
-            needed = (target - 1) * strides[axis] + kernel[axis] - in_size
-            if needed < 0:
-                return None, f"auto_pad {auto_pad}: negative padding on axis {axis + 2}"
-            begin[axis] = needed // 2 if auto_pad == "SAME_UPPER" else (needed + 1) // 2
-            end[axis] = needed - begin[axis]
-    elif auto_pad == "VALID":
-        begin, end = [0] * spatial, [0] * spatial
-    elif auto_pad != "NOTSET":
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         return None, f"auto_pad {auto_pad!r} not supported"
+    resolved = pool_pads(shape[2:], kernel, strides, pads, auto_pad)  # SAME_*: ORT's legacy undilated formula
+    if resolved is None:
+        return None, f"auto_pad {auto_pad}: negative padding"
+    begin, end = resolved
     for axis in range(spatial):
         if begin[axis] < 0 or end[axis] < 0:
             return None, f"negative pads {pads} not supported"

@@ -1,7 +1,8 @@
-"""ceil_mode pools whose last window would start in the end padding: onnx's shape inference (pools before opset 22)
-counts that window, ONNX Runtime and onnx.reference drop it (ortx.passes._pool_size). Sessions must use ORT's
-size whether OrtxEP or ORT runs the pool: an opset-13 model had bound an 8x8 buffer to ORT's 7x7 MaxPool output and
-failed at run time. Float32 tolerance (tests/tolerances.py)."""
+"""Nodes whose output size ONNX Runtime computes otherwise than onnx's shape inference (ortx.passes._ort_shapes):
+ceil_mode pools whose last window would start in the end padding, pools with auto_pad SAME and dilations, and
+ConvTranspose with auto_pad SAME and output_padding. Sessions must use ORT's size whether OrtxEP or ORT runs the
+node: an opset-13 model had bound an 8x8 buffer to ORT's 7x7 MaxPool output and failed at run time. Float32
+tolerance (tests/tolerances.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,8 @@ POOL = dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1)
 def _model(nodes, outputs, channels=20):
     rng = np.random.default_rng(3)
     weights = [numpy_helper.from_array(rng.standard_normal((channels, 8, 1, 1)).astype(np.float32), "w1"),
-               numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32), "w2")]
+               numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32), "w2"),
+               numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "wt")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 13, 13])],
                               outputs, weights)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -35,13 +37,21 @@ def _run_both(model):
     return expected, session.run(None, feeds), session
 
 
-@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
-def test_pool_between_convs_runs_with_onnxruntimes_size(op_type):
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node(op_type, ["a"], ["p"], **POOL),
+@pytest.mark.parametrize("op_type,attributes,size", [
+    ("MaxPool", POOL, 7), ("AveragePool", POOL, 7),
+    # SAME pads from the undilated kernel (1), the size from the dilated one (3): 13 + 1 - 3 + 1
+    ("MaxPool", dict(kernel_shape=[2, 2], dilations=[2, 2], auto_pad="SAME_LOWER"), 12),
+    ("MaxPool", dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[3, 3], auto_pad="SAME_UPPER"), 4),
+    # SAME pads to 13 * 2 whatever output_padding (onnx: 27)
+    ("ConvTranspose", dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_UPPER", output_padding=[1, 1]), 26),
+])
+def test_node_between_convs_runs_with_onnxruntimes_size(op_type, attributes, size):
+    inputs = ["a", "wt"] if op_type == "ConvTranspose" else ["a"]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node(op_type, inputs, ["p"], **attributes),
              helper.make_node("Conv", ["p", "w2"], ["y"])]
     model = _model(nodes, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 20, None, None])])
-    (expected,), (actual,), session = _run_both(model)
-    assert expected.shape == actual.shape == (1, 20, 7, 7)
+    (expected,), (actual,), _ = _run_both(model)
+    assert expected.shape == actual.shape == (1, 20, size, size)
     assert_close(actual, expected)
 
 
