@@ -83,6 +83,10 @@ CONV_CASES = [
     ((2, 6, 40), (9, 6, 5), dict(pads=[2, 1], strides=[2])),
     ((1, 3, 17, 20), (5, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
     ((1, 3, 17, 20), (5, 3, 4, 4), dict(auto_pad="SAME_LOWER")),
+    # SAME with a kernel smaller than the stride: the pad ORT's formula needs is negative (9 rows, 2x2/3: -1),
+    # and ORT pads by 0
+    ((1, 8, 9, 11), (6, 8, 2, 2), dict(auto_pad="SAME_UPPER", strides=[3, 3])),
+    ((1, 8, 11, 13), (6, 8, 1, 1), dict(auto_pad="SAME_LOWER", strides=[4, 5])),
     ((1, 3, 17, 20), (5, 3, 3, 3), dict(auto_pad="VALID", strides=[1, 2])),
     ((1, 300, 9, 11), (20, 300, 1, 1), dict()),
     ((1, 40, 12, 13), (70, 40, 3, 3), dict(pads=[1, 1, 1, 1])),

@@ -146,7 +146,7 @@ def _conv_pads(x_shape, kernel, strides, dilations, pads, auto_pad):
         if auto_pad == "VALID":
             begin = end = 0
         elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            needed = ((size + s - 1) // s - 1) * s + k - size
+            needed = max(0, ((size + s - 1) // s - 1) * s + k - size)  # a kernel under the stride: ORT pads 0
             begin = (needed + 1) // 2 if auto_pad == "SAME_LOWER" else needed // 2
             end = needed - begin
         begins.append(begin)
