@@ -556,8 +556,8 @@ BF16_OPS = frozenset({"Conv", "Gemm", "MatMul"})
 
 def _bf16_nodes(programs: dict) -> frozenset[str]:
     """Nodes (as lowered: fused names) with a step running a bf16 kernel (ortx.ep.precision)."""
-    return frozenset(step.node for program in programs.values() for step in getattr(program, "steps", ())
-                     if step.kernel.endswith("_bf16"))
+    return frozenset(step.product_node or step.node for program in programs.values()
+                     for step in getattr(program, "steps", ()) if step.kernel.endswith("_bf16"))
 
 
 def _sparse_nodes(programs: dict) -> frozenset[str]:

@@ -60,6 +60,7 @@ class SegmentBuilder:
         self._output_names = {value.name for value in outputs}
         self._steps: list[tuple[int, np.ndarray, np.ndarray, list[int]]] = []
         self._step_nodes: list[str] = []
+        self._product_nodes: list[str] = []
         self._status: BufferRef | None = None
         self.current_node = ""
         # ortx.ep.lowering.blocked_layout: the nodes lowered on blocked (NCHWc) tensors, and per tensor its blocked
@@ -184,7 +185,9 @@ class SegmentBuilder:
             self._by_value[output.name] = self.buffer(source)
 
     # Steps -------------------------------------------------------------------------------------------------
-    def emit(self, kernel: str, ints, floats, buffers: list[BufferRef]) -> None:
+    def emit(self, kernel: str, ints, floats, buffers: list[BufferRef], product_node: str | None = None) -> None:
+        """`product_node`: the node whose products the step's kernel computes in its precision, where that is not
+        the current node (a fused step placed at a later node's turn); the assignment's precision column."""
         kernel_id = _kernels.KERNEL_IDS.get(kernel)
         if kernel_id is None:
             raise KeyError(f"node {self.current_node!r}: no kernel named {kernel!r} in ortx._kernels")
@@ -199,6 +202,7 @@ class SegmentBuilder:
             [ref.index for ref in buffers],
         ))
         self._step_nodes.append(self.current_node)
+        self._product_nodes.append(product_node or self.current_node)
 
     # Result ------------------------------------------------------------------------------------------------
     def lifetimes(self) -> list[Lifetime]:
@@ -274,8 +278,10 @@ class SegmentBuilder:
         )
         listing = tuple(
             StepListing(_kernels.KERNEL_NAMES[kernel_id], tuple(int(v) for v in step_ints), step_floats.copy(),
-                        tuple((self._buffers[i].kind, self._buffers[i].value) for i in step_buffers), node)
-            for (kernel_id, step_ints, step_floats, step_buffers), node in zip(self._steps, self._step_nodes)
+                        tuple((self._buffers[i].kind, self._buffers[i].value) for i in step_buffers), node,
+                        product_node)
+            for (kernel_id, step_ints, step_floats, step_buffers), node, product_node
+            in zip(self._steps, self._step_nodes, self._product_nodes)
         )
         constants = tuple(
             ConstantListing(self._buffers[i].label, str(self._constants[b.value].dtype),
@@ -296,6 +302,7 @@ class StepListing:
     floats: np.ndarray  # float32, kept as an array so rendering sees the exact bits
     buffers: tuple[tuple[int, int], ...]
     node: str
+    product_node: str = ""  # whose products the kernel computes (SegmentBuilder.emit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -806,5 +806,6 @@ def lower_expand_depthwise(expand: ir.Node, depthwise: ir.Node, builder, expand_
                  [x, builder.add_constant(packed, label=f"{expand.name}:packed_weights"),
                   builder.add_constant(packed_bias, label=f"{expand.name}:packed_bias"),
                   builder.add_constant(depthwise_plan.weights.reshape(-1), label=f"{depthwise.name}:weights"), y,
-                  builder.buffer(bias_value) if bias_value is not None else y])
+                  builder.buffer(bias_value) if bias_value is not None else y],
+                 product_node=expand.name)  # under bf16 the expand's products are bf16, the depthwise conv's fp32
     builder.finish_blocked(depthwise.outputs[0])
