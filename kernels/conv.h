@@ -132,6 +132,22 @@ typedef void (*ortx_pointwise_nchwc_chunk_fn)(int64_t pixels, int64_t blocks, in
                                               const float *residual, float *y, int first, int last, int activation,
                                               float param0, float param1);
 extern const ortx_pointwise_nchwc_chunk_fn ortx_pointwise_nchwc_chunk_avx512;
+/* conv2d_nchwc_f32's tile (conv_nchwc_direct_avx512.c): `pixels` (1..6) output pixels x `blocks` (1..4) output
+ * blocks over taps_y x taps_x taps and input channels [c_begin, c_begin + c_count), summed tap by tap, channels
+ * ascending within a tap; started at the bias when `first`, else at the partial sums in y; finished (residual,
+ * activation) when `last`. x and w point at the first tap (x at the tile's first pixel, blocks x_plane pixels
+ * apart, pixels x_step floats apart; w at that tap's [Cin][64] slice); the next tap along a row is x_tap_col and
+ * w_tap_col floats on, the next row of taps x_tap_row and w_tap_row. NULL where not compiled. */
+typedef struct ortx_direct_nchwc_tile {
+    int64_t c_begin, c_count, x_plane, x_step, y_plane, y_step;
+    int64_t taps_y, taps_x, x_tap_row, x_tap_col, w_tap_row, w_tap_col;
+    const float *bias;
+    int first, last, activation;
+    float param0, param1;
+} ortx_direct_nchwc_tile;
+typedef void (*ortx_direct_nchwc_taps_fn)(const ortx_direct_nchwc_tile *t, int64_t pixels, int64_t blocks,
+                                          const float *x, const float *w, const float *residual, float *y);
+extern const ortx_direct_nchwc_taps_fn ortx_direct_nchwc_taps_avx512;
 /* A 1x1 conv and the depthwise conv reading its output, fused over bands of rows (conv_expand_depthwise.c); _bf16:
  * the 1x1 conv as conv_pointwise_nchwc_bf16 computes it (its weights packed so), the depthwise conv fp32. */
 void ortx_conv_expand_depthwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers,
