@@ -197,12 +197,14 @@ void ortx_conv2d_depthwise_pair_rows_ref(const int64_t *ints, const float *float
  * ceil(Cout / 16) * 16 floats. Per ISA: `tile` computes `pixels` consecutive output pixels of one output row x
  * `blocks` (1..4) output blocks whose taps all lie inside the input, from x at the tile's first tap (input pixel
  * (oy * sh - pad_top, ox * sw - pad_left) of channel 0), tap k reading x + tap_offsets[k] + i * sw for pixel i;
- * w and bias at the first block, ldw floats per tap; y at the tile's first pixel in its first block. `border`
- * computes one output pixel (oy, ox) of all blocks, skipping taps outside the input. */
+ * w and bias at the first block, ldw floats per weight row; y at the tile's first pixel in its first block. `border`
+ * computes one output pixel (oy, ox) of all blocks, skipping taps outside the input. A tile sums `taps` taps, tap k
+ * reading x + tap_offsets[k] + i * sw and weight row tap_rows[k] (w + tap_rows[k] * ldw): every tap in (c, ky, kx)
+ * order, or in a border row only those whose ky lands inside the input, in the same order. */
 #define ORTX_TO_NCHWC_ACCUMULATORS 24
 typedef struct ortx_to_nchwc_isa {
     void (*tile)(const ortx_conv_params *p, int64_t pixels, int64_t blocks, const float *x, const int32_t *tap_offsets,
-                 const float *w, int64_t ldw, const float *bias, float *y);
+                 const int32_t *tap_rows, int64_t taps, const float *w, int64_t ldw, const float *bias, float *y);
     void (*border)(const ortx_conv_params *p, const float *x, const float *w, const float *bias, int64_t oy,
                    int64_t ox, float *y);
 } ortx_to_nchwc_isa;

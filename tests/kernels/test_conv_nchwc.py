@@ -231,6 +231,8 @@ TO_NCHWC_CASES = [  # (N, Cin, H, W, Cout, kernel, stride, pads)
     (1, 3, 224, 224, 32, 3, 2, (1, 1, 1, 1)), (1, 3, 48, 320, 16, 3, 2, (1, 1, 1, 1)),
     (2, 3, 31, 57, 64, 7, 2, (3, 3, 3, 3)), (1, 4, 30, 40, 40, 3, 1, (1, 1, 1, 1)), (1, 2, 9, 9, 17, 3, 1, (0,) * 4),
     (1, 3, 60, 70, 96, 5, 2, (2, 1, 2, 1)), (1, 1, 3, 100, 8, 3, 1, (1, 1, 1, 1)),
+    (1, 3, 224, 224, 64, 7, 2, (3, 3, 3, 3)),  # ResNet's stem: 3 border rows as tiles over their inside taps
+    (1, 2, 12, 60, 32, 5, 1, (4, 2, 4, 2)),  # pads of 4 on a 5-tap kernel: border rows with one or two ky inside
 ]
 
 
@@ -238,8 +240,9 @@ TO_NCHWC_CASES = [  # (N, Cin, H, W, Cout, kernel, stride, pads)
 @pytest.mark.parametrize("activation", ["clip", "hard_swish", "none"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_conv_to_nchwc_matches_numpy_and_reference(isa, case, activation, threads):
-    """Tiles (24 accumulators, the row's last tile moved left) and border pixels, with Cout leaving partial groups
-    of 4 blocks (17, 40, 96) and rows too short for a tile (7x7 stride 2 on 57 columns: 23 interior columns)."""
+    """Tiles (24 accumulators, the row's last tile moved left; in border rows over the taps whose ky lies inside)
+    and border pixels, with Cout leaving partial groups of 4 blocks (17, 40, 96) and rows too short for a tile (7x7
+    stride 2 on 57 columns: 23 interior columns)."""
     n, cin, h, w, cout, kernel, stride, pads = case
     code, params = ACTIVATIONS[activation]
     x, weights, bias = random((n, cin, h, w), 10), random((cout, cin, kernel, kernel), 11), random(cout, 12)
