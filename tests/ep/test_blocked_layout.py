@@ -263,6 +263,49 @@ def test_resnet_v15_stage_head_with_a_strided_3x3_stays_blocked(batch, threads, 
 
 
 @needs_avx512
+@pytest.mark.parametrize("channels,size,blocked", [
+    (32, 14, True),  # 196 pixels: blocked (DIRECT_MAX_PIXELS)
+    (64, 23, True),  # 529 pixels, 64 x 64 channels: blocked (few channels on a mid-sized map)
+    (160, 23, False),  # 160 x 160 channels on 529 pixels: Winograd
+    (32, 60, False),  # 3600 pixels: Winograd
+])
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, batch, threads):
+    """A ResNet-18 basic block after a 3-channel stem: two stride-1 3x3 convs and the residual Add. Where
+    is_dense_direct holds they run conv2d_nchwc_f32 on blocked tensors and the stem writes blocked (one run:
+    no reorder into it, one out); elsewhere they stay NCHW (Winograd) and nothing is blocked. Either way equal to
+    ORT."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["x1"], name="stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["x1"], ["block_in"], name="stem_relu"),
+        helper.make_node("Conv", ["block_in", "w1", "b1"], ["a"], name="conv_a", kernel_shape=[3, 3],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["ar"], name="conv_a_relu"),
+        helper.make_node("Conv", ["ar", "w2", "b2"], ["b"], name="conv_b", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["b", "block_in"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="out_relu"),
+    ]
+    initializers = [_weights("w0", (channels, 3, 3, 3), 1), numpy_helper.from_array(_random((channels,), 2), "b0"),
+                    _weights("w1", (channels, channels, 3, 3), 3),
+                    numpy_helper.from_array(_random((channels,), 4), "b1"),
+                    _weights("w2", (channels, channels, 3, 3), 5),
+                    numpy_helper.from_array(_random((channels,), 6), "b2")]
+    shape = [batch, channels, size, size]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
+    feeds = {"x": _random((batch, 3, size, size), 7)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    assert_close(actual[0], expected[0])
+    counts = _kernel_counts(session)
+    if blocked:
+        assert counts["conv2d_nchwc_f32"] == 2 and counts["conv2d_to_nchwc_f32"] == 1, counts
+        assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] == 1, counts
+    else:
+        assert not set(counts) & (BLOCKED_KERNELS | {"conv2d_nchwc_f32"}), counts
+        assert counts["conv2d_winograd_f32"] == 2, counts
+
+
+@needs_avx512
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeeze_and_excitation_stays_blocked(batch):
     """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a

@@ -11,7 +11,8 @@ and output; blocked, the 1x1 conv's tile keeps 16 output channels per register w
    weights: not chosen sparse), a strided 1x1 conv of an fp32 session (ResNet's projection shortcuts:
    `is_strided_pointwise`, a strided_copy of the kept pixels into a workspace, then the 1x1 conv), a dense
    strided conv of an fp32 session from at least DENSE_MIN_CHANNELS channels (ResNet v1.5's stride-2 3x3 convs:
-   `is_dense_strided`, conv2d_nchwc_f32) or depthwise (group == Cin == Cout); a dense one-group conv from at most
+   `is_dense_strided`, conv2d_nchwc_f32), a stride-1 dense conv on a small map or with few channels
+   (`is_dense_direct`, conv2d_nchwc_f32) or depthwise (group == Cin == Cout); a dense one-group conv from at most
    STEM_MAX_CHANNELS channels without residual (a stem) *writes* them (conv2d_to_nchwc_f32); and only while the
    kernels' ISA is AVX-512 (elsewhere the blocked kernels are the portable loops, slower than the NCHW kernels). A
    tensor is a *blocked edge* when its producer writes blocked, every consumer reads blocked and takes it in a
@@ -75,8 +76,19 @@ reads them. Model 167 host, 2 threads, untuned, both sessions in one process, ru
 ShuffleNet, whose lowering it leaves unchanged, read 0.99-1.02x (the A/B's own spread). A lone 1x1 conv next to a
 MaxPool, micro A/B: 0.81-0.93x in 6 of 8 shapes, 1.01x and 1.08x (192 -> 64 channels at 28x28 before a 3x3/2 pool)
 in two. Not measured on the vdpbf16ps bf16 path, where it stays NCHW.
-Limits: elsewhere (stride 1, fp32) dense convs from more channels (3x3 convs of ResNet-style blocks, on Winograd)
-neither read nor write blocked tensors, so a run ends at them.
+Dense stride-1 convs (session 41): where `is_dense_direct` holds (maps of at most 14x14, or at most 56x56 with
+Cin x Cout <= 128 x 128) a stride-1 dense conv from at least 16 channels runs conv2d_nchwc_f32 on blocked tensors
+and makes a run by itself, so ResNet-18-style networks run blocked from the stem to the pool and ResNet-50's,
+DenseNet's and Inception's 3x3 convs stop cutting their runs with two reorders; larger ones stay on Winograd (NCHW),
+whose fewer multiply-adds win there. AMD Zen 5 host, 2 threads, untuned, in-process A/B against Winograd for every
+stride-1 dense conv, interleaved: ResNet-18-style 0.88x, ResNet-50 0.87x, DenseNet-121 0.82x, Inception v2 0.88x,
+SqueezeNet 0.87x, ZFNet-512 0.82x, AlexNet 0.96x, Inception v1 0.97x, VGG-19 0.985x, MobileNetV2-style 0.98x, PP-OCR
+rec 0.97x, det 0.99-1.03x, cls 0.96-1.00x, ShuffleNet 1.00x. Every such conv blocked instead: VGG-19 1.27x and
+Inception v1 1.07x (VGG's 256@56 convs 1.65-1.85x, 512@28 1.23-1.30x per layer). Not measured on Intel hosts,
+where in session 40 Winograd beat the blocked conv (then one call per tap) on SqueezeNet's 3x3 convs: tuning's
+layout choice measures the segment blocked and NCHW and keeps the faster.
+Limits: elsewhere (stride 1, fp32) dense convs from more channels on larger maps (VGG's, on Winograd) neither read
+nor write blocked tensors, so a run ends at them.
 """
 from __future__ import annotations
 
@@ -116,6 +128,31 @@ def is_dense_strided(plan) -> bool:
     (_, in_channels, _, _, _, _, _, kernel_height, kernel_width, stride_height, stride_width, *_,) = plan.ints
     return (not plan.depthwise and plan.ints[15] == 1 and kernel_height * kernel_width > 1
             and min(stride_height, stride_width) > 1 and in_channels >= DENSE_MIN_CHANNELS)
+
+
+# Stride-1 dense convs that run conv2d_nchwc_f32 on blocked tensors in fp32 sessions (`is_dense_direct`): output
+# maps of at most DIRECT_MAX_PIXELS, or of at most DIRECT_MAX_PIXELS_FEW_CHANNELS with Cin x Cout at most
+# DIRECT_MAX_CHANNEL_PRODUCT; larger ones stay on Winograd (NCHW).
+DIRECT_MAX_PIXELS = 14 * 14
+DIRECT_MAX_PIXELS_FEW_CHANNELS = 56 * 56
+DIRECT_MAX_CHANNEL_PRODUCT = 128 * 128
+
+
+def is_dense_direct(plan) -> bool:
+    """A stride-1 one-group conv larger than 1x1 from at least DENSE_MIN_CHANNELS channels where the direct blocked
+    conv (conv2d_nchwc_f32) beats Winograd on NCHW tensors with its reorders: small maps, or few channels on
+    mid-sized maps (Winograd's fewer multiply-adds pay where its transforms are amortised over many channels and
+    tiles). Measured on an AMD Zen 5 host (session 41, 2 threads, untuned, one process, interleaved), every
+    stride-1 dense conv blocked against Winograd: ResNet-18-style's 3x3 convs 256@14 and 512@7 0.80-0.85x per
+    layer, 64@56 and 128@28 about equal; VGG-19's 512@14 0.70x but 512@28 1.23-1.30x, 256@56 1.65-1.85x and
+    64@224 1.39x. Whole models with this rule: see the module docstring, "Dense stride-1 convs"."""
+    (_, in_channels, _, _, out_channels, out_height, out_width, kernel_height, kernel_width, stride_height,
+     stride_width, *_,) = plan.ints
+    pixels = out_height * out_width
+    return (not plan.depthwise and plan.ints[15] == 1 and kernel_height * kernel_width > 1
+            and (stride_height, stride_width) == (1, 1) and in_channels >= DENSE_MIN_CHANNELS
+            and (pixels <= DIRECT_MAX_PIXELS or (pixels <= DIRECT_MAX_PIXELS_FEW_CHANNELS
+                                                 and in_channels * out_channels <= DIRECT_MAX_CHANNEL_PRODUCT)))
 
 
 def _strided_fp32(plan, builder) -> bool:
@@ -229,7 +266,8 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if is_pointwise(plan):
         bf16 = builder.precision_of(node) == "bf16"
         return "both" if bf16 or sparse.sparse_conv_choice(node, builder, plan) is None else None
-    if (is_strided_pointwise(plan) or is_dense_strided(plan)) and builder.precision == "fp32":
+    dense = is_dense_strided(plan) or is_dense_direct(plan)
+    if (is_strided_pointwise(plan) or dense) and builder.precision == "fp32":
         # (bf16: the dense form's rule below)
         return "both" if sparse.sparse_conv_choice(node, builder, plan) is None else None
     group, has_residual = plan.ints[15], plan.has_residual
@@ -540,7 +578,7 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     if dense_bf16_blocked(node, plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
         lower_dense_bf16(node, builder, plan)
         return
-    if builder.precision == "fp32" and is_dense_strided(plan):  # Case dense strided: blocked in and out
+    if builder.precision == "fp32" and (is_dense_strided(plan) or is_dense_direct(plan)):  # Case dense: blocked
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
         packed, packed_bias = pack_dense(plan.weights, bias)
