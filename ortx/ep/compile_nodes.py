@@ -91,6 +91,8 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
     builder.concat_slices = concat_in_place(order, inputs, outputs)
     if blocked:
         builder.blocked_nodes = blocked_layout.blocked_nodes(order, outputs, builder, conv_plan_or_none)
+        builder.blocked_concats = frozenset(node.outputs[0].name for node in builder.blocked_nodes
+                                            if node.op_type == "Concat")
         if fuse_expand:
             builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
         builder.pair_rows = blocked_layout.pair_rows_values(order, outputs, builder, conv_plan_or_none, pair_rows)

@@ -78,6 +78,10 @@ class SegmentBuilder:
         # ortx.ep.lowering.layout.concat_in_place: tensors written straight into their Concat's output (part name ->
         # (output name, byte offset, output bytes)), and per such arena buffer its (parent buffer index, offset)
         self.concat_slices: dict[str, tuple[str, int, int]] = {}
+        # the outputs of Concats on blocked tensors (blocked_layout.blocked_concat), whose concat_slices inputs
+        # produce_blocked places inside the output's blocked buffer
+        self.blocked_concats: frozenset[str] = frozenset()
+        self._concat_parents: set[int] = set()
         self._slice_of: dict[int, tuple[int, int]] = {}
         for index, value in enumerate(list(inputs) + list(outputs)):
             if value.name not in self._by_value:
@@ -139,9 +143,21 @@ class SegmentBuilder:
         return ref
 
     def produce_blocked(self, value: ir.Value) -> BufferRef:
-        """The blocked buffer a blocked node writes `value` into; its NCHW form is made only when asked for."""
-        ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
-                                                    f"{value.name}:nchwc")
+        """The blocked buffer a blocked node writes `value` into; its NCHW form is made only when asked for. An
+        input of a blocked Concat that concat_slices places inside the Concat's output is a slice of the output's
+        blocked buffer (whole blocks: the same bytes at the same offset as in NCHW)."""
+        ref = self._blocked.get(value.name)
+        if ref is None or ref.index not in self._concat_parents:  # (a blocked Concat's output made by its inputs)
+            ref = self._blocked[value.name] = self._new(ARENA, -1, blocked_nbytes(static_shape(value)),
+                                                        f"{value.name}:nchwc")
+            part = self.concat_slices.get(value.name)
+            if part is not None and part[0] in self.blocked_concats:
+                parent_name, offset, parent_bytes = part
+                parent = self._blocked.get(parent_name)
+                if parent is None:
+                    parent = self._blocked[parent_name] = self._new(ARENA, -1, parent_bytes, f"{parent_name}:nchwc")
+                    self._concat_parents.add(parent.index)
+                self._slice_of[ref.index] = (parent.index, offset)
         self._plain_pending[value.name] = value
         return ref
 

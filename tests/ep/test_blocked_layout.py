@@ -306,6 +306,46 @@ def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, bat
 
 
 @needs_avx512
+@pytest.mark.parametrize("expand,blocked", [(32, True), (24, False)])
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads):
+    """SqueezeNet's fire module: squeeze 1x1 -> expand 1x1 and expand 3x3 -> Concat -> the next squeeze 1x1. With
+    whole 16-channel blocks per input the Concat joins the run (blocked_layout.blocked_concat): no reorder inside;
+    at batch 1 both expands write straight into the Concat's blocked output (no copy), at batch 2 copy_rows joins
+    them. With 24 channels per expand the Concat stays NCHW: the run ends at it (both expands reordered out)."""
+    squeeze = 16
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["s0"], name="squeeze"),
+        helper.make_node("Relu", ["s0"], ["s"], name="squeeze_relu"),
+        helper.make_node("Conv", ["s", "w1", "b1"], ["e1"], name="expand1x1"),
+        helper.make_node("Relu", ["e1"], ["e1r"], name="expand1x1_relu"),
+        helper.make_node("Conv", ["s", "w3", "b3"], ["e3"], name="expand3x3", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["e3"], ["e3r"], name="expand3x3_relu"),
+        helper.make_node("Concat", ["e1r", "e3r"], ["cat"], name="concat", axis=1),
+        helper.make_node("Conv", ["cat", "w4", "b4"], ["y"], name="next_squeeze"),
+    ]
+    size, c_in, c_out = 13, 48, 32
+    initializers = [_weights("w0", (squeeze, c_in, 1, 1), 1), numpy_helper.from_array(_random((squeeze,), 2), "b0"),
+                    _weights("w1", (expand, squeeze, 1, 1), 3), numpy_helper.from_array(_random((expand,), 4), "b1"),
+                    _weights("w3", (expand, squeeze, 3, 3), 5), numpy_helper.from_array(_random((expand,), 6), "b3"),
+                    _weights("w4", (c_out, 2 * expand, 1, 1), 7),
+                    numpy_helper.from_array(_random((c_out,), 8), "b4")]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c_in, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c_out, size, size])],
+                   initializers)
+    feeds = {"x": _random((batch, c_in, size, size), 9)}
+    expected, actual, session = _run_both(model, feeds, threads)
+    assert_close(actual[0], expected[0])
+    counts = _kernel_counts(session)
+    assert counts["conv2d_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 1, counts
+    if blocked:
+        assert counts["conv_pointwise_nchwc_f32"] == 3 and counts["reorder_from_nchwc_f32"] == 1, counts
+        assert counts["copy_rows"] == (0 if batch == 1 else 2), counts
+    else:  # both expands reordered out for the NCHW Concat; the next 1x1 conv alone stays NCHW
+        assert counts["conv_pointwise_nchwc_f32"] == 2 and counts["reorder_from_nchwc_f32"] == 2, counts
+
+
+@needs_avx512
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeeze_and_excitation_stays_blocked(batch):
     """depthwise -> GlobalAveragePool -> 1x1 -> Relu -> 1x1 -> HardSigmoid -> Mul with the depthwise output (a
@@ -346,8 +386,8 @@ def test_squeeze_and_excitation_stays_blocked(batch):
 def test_nearest_resize_into_a_blocked_add_stays_blocked(precision, monkeypatch):
     """An FPN step: 1x1 conv at 8x8 -> nearest Resize x2 -> Add with a 1x1 conv's output at 16x16 -> 1x1 conv. The
     Resize, whose only reader takes it blocked, runs on the blocked array (resize_nearest over its H and W), so no
-    reorder surrounds it; a Resize of another 1x1 conv's output into a Concat stays NCHW (its smaller input is what
-    gets reordered). The bits are those of the session whose Resizes all run NCHW (there small's conv is NCHW too
+    reorder surrounds it; a Resize of another 1x1 conv's output into a Concat that stays NCHW (40 + 48 channels, not
+    whole blocks: blocked_layout.blocked_concat) stays NCHW too (its smaller input is what gets reordered). The bits are those of the session whose Resizes all run NCHW (there small's conv is NCHW too
     and the Add reorders the upsampled map)."""
     from ortx.ep.lowering import blocked_layout
 
@@ -365,10 +405,10 @@ def test_nearest_resize_into_a_blocked_add_stays_blocked(precision, monkeypatch)
     model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 8, 8]),
                            helper.make_tensor_value_info("big_in", TensorProto.FLOAT, [1, 16, 16, 16])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16]),
-                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 96, 16, 16])],
+                    helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 88, 16, 16])],
                    [_weights("w1", (48, 32, 1, 1), 11), _weights("w2", (48, 16, 1, 1), 12),
                     _weights("w3", (32, 48, 1, 1), 13), _weights("w4", (48, 32, 1, 1), 16),
-                    _weights("w5", (48, 48, 1, 1), 17), scales])
+                    _weights("w5", (40, 48, 1, 1), 17), scales])
     feeds = {"x": _random((1, 32, 8, 8), 14), "big_in": _random((1, 16, 16, 16), 15)}
 
     def steps_of(session):

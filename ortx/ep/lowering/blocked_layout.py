@@ -100,7 +100,8 @@ import onnx_ir as ir
 
 from ortx import _kernels
 from ortx.ep.lowering import _resize, elementwise, sparse
-from ortx.ep.lowering._values import NotStatic, constant_value, numpy_dtype, opset_version, present, static_shape
+from ortx.ep.lowering._values import (NotStatic, attribute, constant_value, numpy_dtype, opset_version, present,
+                                      static_shape)
 from ortx.ep.precision import bf16_bits, round_to_bf16
 
 LANES = 16
@@ -201,6 +202,8 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         data = tuple(range(len(node.inputs)))
     elif domain == "" and node.op_type in ("GlobalAveragePool", "MaxPool"):
         data = (0,)
+    elif domain == "" and node.op_type == "Concat":
+        return tuple(range(len(node.inputs))) if blocked_concat(node) else None
     else:
         return None
     try:
@@ -220,6 +223,41 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
     if len(blocked) + sum(int(np.prod(shape, dtype=np.int64)) == 1 for shape in shapes) < len(shapes):
         return None  # an operand broadcast some other way
     return blocked if any(shapes[data.index(index)] == out_shape for index in blocked) else None
+
+
+def blocked_concat(node: ir.Node) -> bool:
+    """A Concat of 4-D float32 tensors along channels, each a whole number of 16-channel blocks: on blocked
+    tensors each input is a run of whole blocks of the output, as many bytes as in NCHW at the same offset, so the
+    same copy (or, where layout.concat_in_place places an input inside the output, none) joins them. SqueezeNet's
+    fire modules, Inception's branches and DenseNet's layers concatenate so; unblocked, each Concat cut a run with a
+    reorder out of it and one back in."""
+    try:
+        shape = static_shape(node.outputs[0])
+        if len(shape) != 4 or numpy_dtype(node.outputs[0]) != np.float32:
+            return False
+        if int(attribute(node, "axis", 0)) % 4 != 1:
+            return False
+        shapes = [static_shape(value) for value in node.inputs if value is not None]
+    except (NotStatic, TypeError, AttributeError):
+        return False
+    return (len(shapes) == len(node.inputs) and len(shapes) > 0
+            and all(len(shape) == 4 and shape[1] % 16 == 0 for shape in shapes))
+
+
+def lower_blocked_concat(node: ir.Node, builder) -> None:
+    """blocked_concat's Concat: each input's blocks copied into the output's (copy_rows, a row per image), unless
+    the input was written in place there."""
+    batch, channels, height, width = static_shape(node.outputs[0])
+    target = builder.produce_blocked(node.outputs[0])
+    offset = 0
+    for value in node.inputs:
+        row_bytes = static_shape(value)[1] * height * width * 4
+        source = builder.blocked_buffer(value)
+        if row_bytes and batch and not builder.is_slice_of(source, target, offset):
+            builder.emit("copy_rows", [batch, row_bytes, row_bytes, channels * height * width * 4, 0, offset], [],
+                         [source, target])
+        offset += row_bytes
+    builder.finish_blocked(node.outputs[0])
 
 
 def blocked_resize(node: ir.Node) -> bool:
@@ -312,6 +350,19 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
             if value is not None:
                 consumers.setdefault(id(value), []).append((node, index))
     output_values = {id(value) for value in outputs}
+    # a Concat joins only where some reader takes its output blocked (a conv, a pool, a joined Concat): DenseNet's
+    # Concats, each read by the next Concat and by a BatchNormalization that runs NCHW, went blocked for each
+    # other's sake and then reordered every growing output back for the BatchNormalization (1.04-1.05x the model);
+    # Inception's and SqueezeNet's feed 1x1 convs (an AveragePool beside them reads a reorder). Dropping a Concat
+    # may leave the Concat before it with no such reader, hence the loop
+    while True:
+        dropped = [node for node in roles if node.op_type == "Concat" and not any(
+            roles.get(reader) == "both" and index in blocked_inputs[reader]
+            for reader, index in consumers.get(id(node.outputs[0]), []))]
+        for node in dropped:
+            del roles[node], blocked_inputs[node]
+        if not dropped:
+            break
     # a nearest Resize reads and writes blocked tensors where every reader of its output takes it blocked (an FPN's
     # upsampled map into a blocked Add): elsewhere (into a Concat) its NCHW input is the smaller map to reorder
     for node in nodes:

@@ -169,6 +169,11 @@ def concat_in_place(nodes, inputs, outputs) -> dict[str, tuple[str, int, int]]:
 
 
 def lower_concat(node: ir.Node, builder) -> None:
+    if node in builder.blocked_nodes:  # blocked_layout.blocked_concat: whole 16-channel blocks
+        from ortx.ep.lowering.blocked_layout import lower_blocked_concat
+
+        lower_blocked_concat(node, builder)
+        return
     out_shape = static_shape(node.outputs[0])
     axis = int(attribute(node, "axis", 0)) % len(out_shape)
     elem = numpy_dtype(node.outputs[0]).itemsize
