@@ -87,6 +87,11 @@ rec 0.97x, det 0.99-1.03x, cls 0.96-1.00x, ShuffleNet 1.00x. Every such conv blo
 Inception v1 1.07x (VGG's 256@56 convs 1.65-1.85x, 512@28 1.23-1.30x per layer). Not measured on Intel hosts,
 where in session 40 Winograd beat the blocked conv (then one call per tap) on SqueezeNet's 3x3 convs: tuning's
 layout choice measures the segment blocked and NCHW and keeps the faster.
+Concats (session 41): a Concat along channels whose inputs are whole 16-channel blocks joins a run where some reader
+takes its output blocked (`blocked_concat`; on blocked tensors each input is a run of whole blocks of the output, so
+layout.concat_in_place still lets the producers write into the output): SqueezeNet's fire modules and Inception's
+modules stay one run. AMD Zen 5, 2 threads, untuned, in-process A/B: SqueezeNet 0.76-0.90x, Inception v1 0.91x,
+Inception v2 0.90-0.93x, the other models 0.98-1.01x.
 Limits: elsewhere (stride 1, fp32) dense convs from more channels on larger maps (VGG's, on Winograd) neither read
 nor write blocked tensors, so a run ends at them.
 """
