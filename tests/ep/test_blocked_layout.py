@@ -262,6 +262,20 @@ def test_resnet_v15_stage_head_with_a_strided_3x3_stays_blocked(batch, threads, 
     assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] == 1, counts
 
 
+def _counts_after_checking(nodes, initializers, x_shape, y_shape, seed, threads):
+    """The model of `nodes` (input x, output y) run by ORT and OrtxEP on one random input: equal within float32's
+    tolerance; OrtxEP's kernel counts."""
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y_shape))], initializers)
+    expected, actual, session = _run_both(model, {"x": _random(tuple(x_shape), seed)}, threads)
+    assert_close(actual[0], expected[0])
+    return _kernel_counts(session)
+
+
+def _bias(name, count, seed):
+    return numpy_helper.from_array(_random((count,), seed), name)
+
+
 @needs_avx512
 @pytest.mark.parametrize("channels,size,blocked", [
     (32, 14, True),  # 196 pixels: blocked (DIRECT_MAX_PIXELS)
@@ -285,18 +299,11 @@ def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, bat
         helper.make_node("Add", ["b", "block_in"], ["s"], name="residual"),
         helper.make_node("Relu", ["s"], ["y"], name="out_relu"),
     ]
-    initializers = [_weights("w0", (channels, 3, 3, 3), 1), numpy_helper.from_array(_random((channels,), 2), "b0"),
-                    _weights("w1", (channels, channels, 3, 3), 3),
-                    numpy_helper.from_array(_random((channels,), 4), "b1"),
-                    _weights("w2", (channels, channels, 3, 3), 5),
-                    numpy_helper.from_array(_random((channels,), 6), "b2")]
-    shape = [batch, channels, size, size]
-    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, size, size])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], initializers)
-    feeds = {"x": _random((batch, 3, size, size), 7)}
-    expected, actual, session = _run_both(model, feeds, threads)
-    assert_close(actual[0], expected[0])
-    counts = _kernel_counts(session)
+    initializers = [_weights("w0", (channels, 3, 3, 3), 1), _bias("b0", channels, 2),
+                    _weights("w1", (channels, channels, 3, 3), 3), _bias("b1", channels, 4),
+                    _weights("w2", (channels, channels, 3, 3), 5), _bias("b2", channels, 6)]
+    counts = _counts_after_checking(nodes, initializers, (batch, 3, size, size), (batch, channels, size, size), 7,
+                                    threads)
     if blocked:
         assert counts["conv2d_nchwc_f32"] == 2 and counts["conv2d_to_nchwc_f32"] == 1, counts
         assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] == 1, counts
@@ -325,18 +332,12 @@ def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads):
         helper.make_node("Conv", ["cat", "w4", "b4"], ["y"], name="next_squeeze"),
     ]
     size, c_in, c_out = 13, 48, 32
-    initializers = [_weights("w0", (squeeze, c_in, 1, 1), 1), numpy_helper.from_array(_random((squeeze,), 2), "b0"),
-                    _weights("w1", (expand, squeeze, 1, 1), 3), numpy_helper.from_array(_random((expand,), 4), "b1"),
-                    _weights("w3", (expand, squeeze, 3, 3), 5), numpy_helper.from_array(_random((expand,), 6), "b3"),
-                    _weights("w4", (c_out, 2 * expand, 1, 1), 7),
-                    numpy_helper.from_array(_random((c_out,), 8), "b4")]
-    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c_in, size, size])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c_out, size, size])],
-                   initializers)
-    feeds = {"x": _random((batch, c_in, size, size), 9)}
-    expected, actual, session = _run_both(model, feeds, threads)
-    assert_close(actual[0], expected[0])
-    counts = _kernel_counts(session)
+    initializers = [_weights("w0", (squeeze, c_in, 1, 1), 1), _bias("b0", squeeze, 2),
+                    _weights("w1", (expand, squeeze, 1, 1), 3), _bias("b1", expand, 4),
+                    _weights("w3", (expand, squeeze, 3, 3), 5), _bias("b3", expand, 6),
+                    _weights("w4", (c_out, 2 * expand, 1, 1), 7), _bias("b4", c_out, 8)]
+    counts = _counts_after_checking(nodes, initializers, (batch, c_in, size, size), (batch, c_out, size, size), 9,
+                                    threads)
     assert counts["conv2d_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 1, counts
     if blocked:
         assert counts["conv_pointwise_nchwc_f32"] == 3 and counts["reorder_from_nchwc_f32"] == 1, counts
