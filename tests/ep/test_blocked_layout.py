@@ -284,11 +284,15 @@ def _bias(name, count, seed):
     (32, 60, False),  # 3600 pixels: Winograd
 ])
 @pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
-def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, batch, threads):
+def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, batch, threads, monkeypatch):
     """A ResNet-18 basic block after a 3-channel stem: two stride-1 3x3 convs and the residual Add. Where
     is_dense_direct holds they run conv2d_nchwc_f32 on blocked tensors and the stem writes blocked (one run:
     no reorder into it, one out); elsewhere they stay NCHW (Winograd) and nothing is blocked. Either way equal to
-    ORT."""
+    ORT. The rule as on a CPU where it applies (dense_direct_pays: measured on one host; on the others the block
+    stays NCHW, as in the unblocked cases)."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["x1"], name="stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["x1"], ["block_in"], name="stem_relu"),
@@ -312,14 +316,29 @@ def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, bat
         assert counts["conv2d_winograd_f32"] == 2, counts
 
 
+@pytest.mark.parametrize("rate,pays", [(146.2, True), (110.0, True), (70.0, False), (0.0, False)])
+def test_dense_direct_pays_where_multiply_adds_are_fast(rate, pays, monkeypatch):
+    """The stride-1 direct rule follows the probe's fp32 multiply-add rate per core (DIRECT_MIN_FP32_RATE): the AMD
+    Zen 5 host where it was measured reads 146; 0 is a CPU without AVX-512."""
+    from ortx.ep import precision
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(precision, "dot_rates", lambda: (rate, 0.0))
+    assert blocked_layout.dense_direct_pays() is pays
+
+
 @needs_avx512
 @pytest.mark.parametrize("expand,blocked", [(32, True), (24, False)])
 @pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
-def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads):
+def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads, monkeypatch):
     """SqueezeNet's fire module: squeeze 1x1 -> expand 1x1 and expand 3x3 -> Concat -> the next squeeze 1x1. With
     whole 16-channel blocks per input the Concat joins the run (blocked_layout.blocked_concat): no reorder inside;
     at batch 1 both expands write straight into the Concat's blocked output (no copy), at batch 2 copy_rows joins
-    them. With 24 channels per expand the Concat stays NCHW: the run ends at it (both expands reordered out)."""
+    them. With 24 channels per expand the Concat stays NCHW: the run ends at it (both expands reordered out). The
+    3x3 expand runs blocked as on a CPU where blocked_layout.dense_direct_pays."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
     squeeze = 16
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["s0"], name="squeeze"),

@@ -23,6 +23,15 @@ from tests.tolerances import assert_close
 
 ORACLE_TOLERANCE = {2: 1e-5, 4: 5e-5}  # of max|y|, see the module docstring
 
+
+@pytest.fixture(autouse=True)
+def winograd_where_the_shape_rule_takes_it(monkeypatch):
+    """The lowering's choice on NCHW tensors: off the CPUs where small-map stride-1 convs run blocked instead
+    (ortx.ep.lowering.blocked_layout.dense_direct_pays, tested in tests/ep/test_blocked_layout.py)."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: False)
+
 # (N, Cin, H, W, Cout, pads (top, left, bottom, right))
 KERNEL_CASES = [
     (1, 16, 8, 8, 16, (1, 1, 1, 1)),

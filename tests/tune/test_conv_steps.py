@@ -29,8 +29,12 @@ SHAPE = (1, 16, 24, 40)
 
 
 @pytest.fixture(autouse=True)
-def direct_convs():
-    """The 3x3 stride-1 conv below would run conv2d_winograd_f32, which these tuned GEMMs do not replace."""
+def direct_convs(monkeypatch):
+    """The 3x3 stride-1 conv below would run conv2d_winograd_f32, which these tuned GEMMs do not replace, or, on a
+    CPU with fast multiply-adds, conv2d_nchwc_f32 on blocked tensors (blocked_layout.dense_direct_pays)."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: False)
     previous = _kernels.allow_winograd(False)
     yield
     _kernels.allow_winograd(previous)

@@ -43,7 +43,7 @@ def test_quick_measures_records_and_cached_reuses_without_measuring(tmp_path):
     assert choice.engine == ("ort" if choice.ort_ms < 0.98 * choice.ortx_ms else "ortx")
     check_numerics(measured, model)
     with TuningDatabase(tmp_path / "tuning.sqlite") as database:
-        rows = database.records(choice.signature)
+        rows = database.records(choice.signature, template=ENGINE_TEMPLATE)  # (a blocked segment: layouts too)
     processes = 1 if choice.source == "measured" else int(choice.source.split()[2])  # "measured in N processes"
     assert sorted(r.schedule["engine"] for r in rows) == ["ort"] * processes + ["ortx"] * processes
     assert min(r.median_ms for r in rows if r.schedule["engine"] == "ortx") == choice.ortx_ms

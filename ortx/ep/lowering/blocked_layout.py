@@ -76,22 +76,24 @@ reads them. Model 167 host, 2 threads, untuned, both sessions in one process, ru
 ShuffleNet, whose lowering it leaves unchanged, read 0.99-1.02x (the A/B's own spread). A lone 1x1 conv next to a
 MaxPool, micro A/B: 0.81-0.93x in 6 of 8 shapes, 1.01x and 1.08x (192 -> 64 channels at 28x28 before a 3x3/2 pool)
 in two. Not measured on the vdpbf16ps bf16 path, where it stays NCHW.
-Dense stride-1 convs (session 41): where `is_dense_direct` holds (maps of at most 14x14, or at most 56x56 with
-Cin x Cout <= 128 x 128) a stride-1 dense conv from at least 16 channels runs conv2d_nchwc_f32 on blocked tensors
-and makes a run by itself, so ResNet-18-style networks run blocked from the stem to the pool and ResNet-50's,
-DenseNet's and Inception's 3x3 convs stop cutting their runs with two reorders; larger ones stay on Winograd (NCHW),
-whose fewer multiply-adds win there. AMD Zen 5 host, 2 threads, untuned, in-process A/B against Winograd for every
-stride-1 dense conv, interleaved: ResNet-18-style 0.88x, ResNet-50 0.87x, DenseNet-121 0.82x, Inception v2 0.88x,
-SqueezeNet 0.87x, ZFNet-512 0.82x, AlexNet 0.96x, Inception v1 0.97x, VGG-19 0.985x, MobileNetV2-style 0.98x, PP-OCR
-rec 0.97x, det 0.99-1.03x, cls 0.96-1.00x, ShuffleNet 1.00x. Every such conv blocked instead: VGG-19 1.27x and
-Inception v1 1.07x (VGG's 256@56 convs 1.65-1.85x, 512@28 1.23-1.30x per layer). Not measured on Intel hosts,
-where in session 40 Winograd beat the blocked conv (then one call per tap) on SqueezeNet's 3x3 convs: tuning's
-layout choice measures the segment blocked and NCHW and keeps the faster.
-Concats (session 41): a Concat along channels whose inputs are whole 16-channel blocks joins a run where some reader
-takes its output blocked (`blocked_concat`; on blocked tensors each input is a run of whole blocks of the output, so
-layout.concat_in_place still lets the producers write into the output): SqueezeNet's fire modules and Inception's
-modules stay one run. AMD Zen 5, 2 threads, untuned, in-process A/B: SqueezeNet 0.76-0.90x, Inception v1 0.91x,
-Inception v2 0.90-0.93x, the other models 0.98-1.01x.
+Dense stride-1 convs (session 41): where `is_dense_direct` holds (maps of at most 14x14, or at most 56x56 with Cin x
+Cout <= 128 x 128, on a CPU with fast multiply-adds: `dense_direct_pays`) a stride-1 dense conv from at least 16
+channels runs conv2d_nchwc_f32 on blocked tensors and makes a run by itself, so ResNet-18-style networks run blocked
+from the stem to the pool and ResNet-50's, DenseNet's and Inception's 3x3 convs stop cutting their runs with two
+reorders; larger ones stay on Winograd (NCHW), whose fewer multiply-adds win there. AMD Zen 5 host, 2 threads,
+untuned, in-process A/B against Winograd for every stride-1 dense conv, interleaved: ResNet-18-style 0.88x,
+ResNet-50 0.87x, DenseNet-121 0.82x, Inception v2 0.88x, SqueezeNet 0.87x, ZFNet-512 0.82x, AlexNet 0.96x, Inception
+v1 0.97x, VGG-19 0.985x, MobileNetV2-style 0.98x, PP-OCR rec 0.97x, det 0.99-1.03x, cls 0.96-1.00x, ShuffleNet
+1.00x. Every such conv blocked instead: VGG-19 1.27x and Inception v1 1.07x (VGG's 256@56 convs 1.65-1.85x, 512@28
+1.23-1.30x per layer). Not measured on Intel hosts, where in session 40 Winograd beat the blocked conv (then one
+call per tap) on SqueezeNet's 3x3 convs: off there.
+Concats (session 41): where dense_direct_pays, a Concat along channels whose inputs are whole 16-channel blocks
+joins a run where some reader takes its output blocked (`blocked_concat`; on blocked tensors each input is a run of
+whole blocks of the output, so layout.concat_in_place still lets the producers write into the output): SqueezeNet's
+fire modules and Inception's modules stay one run. AMD Zen 5, 2 threads, untuned, in-process A/B: SqueezeNet
+0.76-0.90x, Inception v1 0.91x, Inception v2 0.90-0.93x, the other models 0.98-1.01x. With the stride-1 convs left
+on Winograd (the lowering of the other hosts, simulated there) it lost: DenseNet-121 1.23x, Inception v2 1.10x,
+SqueezeNet 1.035x, so it applies only where dense_direct_pays does.
 Limits: elsewhere (stride 1, fp32) dense convs from more channels on larger maps (VGG's, on Winograd) neither read
 nor write blocked tensors, so a run ends at them.
 """
@@ -142,12 +144,26 @@ def is_dense_strided(plan) -> bool:
 DIRECT_MAX_PIXELS = 14 * 14
 DIRECT_MAX_PIXELS_FEW_CHANNELS = 56 * 56
 DIRECT_MAX_CHANNEL_PRODUCT = 128 * 128
+# ... on a CPU whose fp32 multiply-add rate (kernels/host_probe.c, per core) is at least this many per ns
+DIRECT_MIN_FP32_RATE = 110.0
+
+
+def dense_direct_pays() -> bool:
+    """Whether is_dense_direct's rule applies on this CPU: where multiply-adds are fast against memory, Winograd's
+    fewer multiply-adds no longer pay for its transforms. Measured only on the AMD Zen 5 host of session 41 (146
+    fp32 multiply-adds per ns per core; ORT's NCHWc convs near that peak: ResNet-18-style at 420-450 GFLOP/s on 2
+    threads). On the Intel hosts of sessions 23-40 (ORT 204 GFLOP/s there) Winograd beat the blocked direct conv
+    (session 40, SqueezeNet's 3x3 convs, with the per-tap tile of then) and `ortx tune` replaces their NCHW convs
+    with generated GEMMs, which a blocked conv would take out of the search: there the rule stays off."""
+    from ortx.ep.precision import dot_rates
+
+    return dot_rates()[0] >= DIRECT_MIN_FP32_RATE
 
 
 def is_dense_direct(plan) -> bool:
     """A stride-1 one-group conv larger than 1x1 from at least DENSE_MIN_CHANNELS channels where the direct blocked
-    conv (conv2d_nchwc_f32) beats Winograd on NCHW tensors with its reorders: small maps, or few channels on
-    mid-sized maps (Winograd's fewer multiply-adds pay where its transforms are amortised over many channels and
+    conv (conv2d_nchwc_f32) beats Winograd on NCHW tensors with its reorders (on CPUs where dense_direct_pays):
+    small maps, or few channels on mid-sized maps (Winograd's fewer multiply-adds pay where its transforms are amortised over many channels and
     tiles). Measured on an AMD Zen 5 host (session 41, 2 threads, untuned, one process, interleaved), every
     stride-1 dense conv blocked against Winograd: ResNet-18-style's 3x3 convs 256@14 and 512@7 0.80-0.85x per
     layer, 64@56 and 128@28 about equal; VGG-19's 512@14 0.70x but 512@28 1.23-1.30x, 256@56 1.65-1.85x and
@@ -158,7 +174,8 @@ def is_dense_direct(plan) -> bool:
     return (not plan.depthwise and plan.ints[15] == 1 and kernel_height * kernel_width > 1
             and (stride_height, stride_width) == (1, 1) and in_channels >= DENSE_MIN_CHANNELS
             and (pixels <= DIRECT_MAX_PIXELS or (pixels <= DIRECT_MAX_PIXELS_FEW_CHANNELS
-                                                 and in_channels * out_channels <= DIRECT_MAX_CHANNEL_PRODUCT)))
+                                                 and in_channels * out_channels <= DIRECT_MAX_CHANNEL_PRODUCT))
+            and dense_direct_pays())
 
 
 def _strided_fp32(plan, builder) -> bool:
@@ -207,8 +224,8 @@ def _elementwise_inputs(node: ir.Node) -> tuple[int, ...] | None:
         data = tuple(range(len(node.inputs)))
     elif domain == "" and node.op_type in ("GlobalAveragePool", "MaxPool"):
         data = (0,)
-    elif domain == "" and node.op_type == "Concat":
-        return tuple(range(len(node.inputs))) if blocked_concat(node) else None
+    elif domain == "" and node.op_type == "Concat":  # measured only with the stride-1 direct convs: see "Concats"
+        return tuple(range(len(node.inputs))) if blocked_concat(node) and dense_direct_pays() else None
     else:
         return None
     try:
