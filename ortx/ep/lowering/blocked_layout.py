@@ -163,11 +163,12 @@ def dense_direct_pays() -> bool:
 def is_dense_direct(plan) -> bool:
     """A stride-1 one-group conv larger than 1x1 from at least DENSE_MIN_CHANNELS channels where the direct blocked
     conv (conv2d_nchwc_f32) beats Winograd on NCHW tensors with its reorders (on CPUs where dense_direct_pays):
-    small maps, or few channels on mid-sized maps (Winograd's fewer multiply-adds pay where its transforms are amortised over many channels and
-    tiles). Measured on an AMD Zen 5 host (session 41, 2 threads, untuned, one process, interleaved), every
-    stride-1 dense conv blocked against Winograd: ResNet-18-style's 3x3 convs 256@14 and 512@7 0.80-0.85x per
-    layer, 64@56 and 128@28 about equal; VGG-19's 512@14 0.70x but 512@28 1.23-1.30x, 256@56 1.65-1.85x and
-    64@224 1.39x. Whole models with this rule: see the module docstring, "Dense stride-1 convs"."""
+    small maps, or few channels on mid-sized maps (Winograd's fewer multiply-adds pay where its transforms are
+    amortised over many channels and tiles). Measured on an AMD Zen 5 host (session 41, 2 threads, untuned, one
+    process, interleaved), every stride-1 dense conv blocked against Winograd: ResNet-18-style's 3x3 convs
+    256@14 and 512@7 0.80-0.85x per layer, 64@56 and 128@28 about equal; VGG-19's 512@14 0.70x but 512@28
+    1.23-1.30x, 256@56 1.65-1.85x and 64@224 1.39x. Whole models with this rule: see the module docstring,
+    "Dense stride-1 convs"."""
     (_, in_channels, _, _, out_channels, out_height, out_width, kernel_height, kernel_width, stride_height,
      stride_width, *_,) = plan.ints
     pixels = out_height * out_width
