@@ -216,6 +216,36 @@ void ortx_conv2d_to_nchwc_f32(const int64_t *ints, const float *floats, void *co
  * (ORTX_CONV_INTS - 1 of them, workspace_threads left out) then threads; buffers = [X, W, bias, Y, residual (Y when
  * none)]; W packed [ceil(Cout / 64)][KH * KW][Cin][64] (zeros past Cout), bias ceil(Cout / 64) * 64 floats. */
 void ortx_conv2d_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+/* conv2d_nchwc_bf16 (conv_nchwc_bf16.c): conv2d_nchwc_f32's conv with bf16 operands and fp32 sums on vdpbf16ps;
+ * buffers [X, W, bias, Y, residual (Y when none), workspace (conv_nchwc_bf16_sizes)]; W bf16 packed
+ * [ceil(Cout / 64)][KH * KW][ceil(Cin / 16) * 8][64][2]. Its input rounded into a zero-padded blocked bf16 image
+ * [N][ceil(Cin / 16)][padded_height][padded_width][16] (plane: bf16 values per block of one image). */
+typedef struct ortx_nchwc_bf16_geometry {
+    int64_t padded_height, padded_width, in_blocks, plane;
+} ortx_nchwc_bf16_geometry;
+ortx_nchwc_bf16_geometry ortx_nchwc_bf16_geometry_of(const ortx_conv_params *p);
+#define ORTX_NCHWC_BF16_MAX_TAPS 64 /* larger kernels run the reference (the lowering does not pick them) */
+/* A tile: `pixels` (1..6) output pixels, consecutive in Y (16 floats apart, y and residual at the first), pixel i
+ * reading the padded image at x[i] (its first tap, first block of the chunk) + tap_offsets[k] + block * x_plane +
+ * 2 * pair; `blocks` (1..4) output blocks (y_plane floats apart) over taps 0..taps-1 and block_count blocks of
+ * input channels, the weights of tap k at w + k * w_tap (w at the chunk's first pair); started at the bias when
+ * `first`, else at the partial sums in y; finished (residual, activation) when `last`. */
+typedef struct ortx_nchwc_bf16_tile {
+    int64_t blocks, block_count, taps, x_plane, y_plane, w_tap;
+    const int64_t *tap_offsets;
+    const float *bias;
+    int first, last, activation;
+    float param0, param1;
+} ortx_nchwc_bf16_tile;
+typedef struct ortx_nchwc_bf16_isa {
+    /* count blocked pixels (16 floats each) rounded to bf16 (16 values each), lanes >= `lanes` zero */
+    void (*round_pixels)(const float *src, int64_t count, int64_t lanes, uint16_t *dst);
+    void (*tile)(const ortx_nchwc_bf16_tile *t, int64_t pixels, const uint16_t *const *x, const uint16_t *w,
+                 const float *residual, float *y);
+} ortx_nchwc_bf16_isa;
+extern const ortx_nchwc_bf16_isa ortx_nchwc_bf16_avx512; /* members NULL where not compiled */
+void ortx_conv2d_nchwc_bf16(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_nchwc_bf16_sizes(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 /* Direct (implicit-GEMM) dense conv, conv.c Case 1b. The input of one image and group is copied once into
  * zero-padded phase planes: phase (qy, qx) of channel c, row r, column j holds padded input (r*sh + qy,
@@ -393,5 +423,6 @@ void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats
                                         int num_threads);
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 
 #endif

@@ -338,6 +338,81 @@ def test_dense_conv_nchwc_matches_numpy_and_reference(isa, case, activation, res
         np.testing.assert_array_equal(run(False, threads), run(False))
 
 
+DENSE_BF16_CASES = DENSE_NCHWC_CASES + [
+    (1, 64, 14, 14, 64, 3, 1, (1, 1, 1, 1), 1),  # ResNet-18's 3x3 on a small map: tiles across row ends
+    (1, 272, 7, 7, 130, 3, 1, (1, 1, 1, 1), 1),  # three channel chunks (8 blocks each), the last partial
+    (1, 17, 9, 8, 20, 2, 1, (0, 1, 1, 0), 1),  # odd Cin (a half pair), even kernel, padding on two sides only
+]
+
+
+def run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref):
+    """conv2d_nchwc_bf16 on blocked copies of x (and the residual `extra`), unblocked output; the workspace from
+    conv_nchwc_bf16_sizes (filled with NaN: the kernel must write every padded value it reads)."""
+    from ortx.ep.lowering.blocked_layout import pack_dense_bf16
+
+    n, cin, h, w = x.shape
+    cout, _, kernel, _ = weights.shape
+    oh = (h + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (w + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
+    ints = [n, cin, h, w, cout, oh, ow, kernel, kernel, stride, stride, pads[0], pads[1], dilation, dilation, 1, 1,
+            int(extra is not None), code, threads]
+    sizes = np.zeros(1, np.int64)
+    _kernels.call("conv_nchwc_bf16_sizes", ints, [], [sizes])
+    workspace = np.full(int(sizes[0]) // 4 + 1, np.nan, np.float32)
+    packed, packed_bias = pack_dense_bf16(weights, bias)
+    y = np.full((n, (cout + 15) // 16, oh, ow, 16), np.nan, np.float32)
+    _kernels.call("conv2d_nchwc_bf16", ints, list(params),
+                  [to_blocked(x), packed, packed_bias, y, to_blocked(extra) if extra is not None else y, workspace],
+                  num_threads=threads, use_ref=use_ref)
+    return from_blocked(y, cout)
+
+
+@pytest.mark.parametrize("case", DENSE_BF16_CASES, ids=[str(c) for c in DENSE_BF16_CASES])
+@pytest.mark.parametrize("activation,residual", [("relu", True), ("hard_swish", False)])
+def test_dense_conv_nchwc_bf16_matches_the_bf16_definition(case, activation, residual):
+    """conv2d_nchwc_bf16 (conv_nchwc_bf16.c: vdpbf16ps tiles over a zero-padded bf16 image, tiles of equal size
+    across row ends) against the bf16 definition (operands rounded to bf16, float64 sums here) within float32's
+    tolerance, the reference kernel too, the same bits on 1, 2 and 3 threads; on this CPU's bf16 path (the
+    reference where it has no AVX512_BF16)."""
+    from ortx.ep.precision import round_to_bf16
+
+    n, cin, h, w, cout, kernel, stride, pads, dilation = case
+    code, params = ACTIVATIONS[activation]
+    x, weights, bias = random((n, cin, h, w), 24), random((cout, cin, kernel, kernel), 25) * 0.2, random(cout, 26)
+    expected = dense_conv_numpy(round_to_bf16(x), round_to_bf16(weights), bias, stride, pads, dilation)
+    extra = random((n, cout) + expected.shape[2:], 27) if residual else None
+    if residual:
+        expected = expected + extra
+    expected = activate(expected, code, params).astype(np.float32)
+
+    def run(use_ref, threads=2):
+        return run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref)
+
+    check_fast_and_reference(run, expected)
+    for threads in (1, 3):
+        np.testing.assert_array_equal(run(False, threads), run(False))
+
+
+def test_dense_conv_nchwc_bf16_sums_are_within_the_measured_bound_of_exact():
+    """conv2d_nchwc_bf16's fp32 sums of bf16 products against float64 sums of the same rounded operands, within
+    BF16_SUM_ERROR_UNITS (tests/tolerances.py) on log-normal-range operands: a 3x3 conv from 64 channels (576
+    products an output: the bound's measured regime, the 1x1 tile's at Cin = 576; from 512 channels, 4608 products,
+    it read 50 units, as a sequential sum's error grows with its length)."""
+    from ortx.ep.precision import round_to_bf16
+
+    rng = np.random.default_rng(42)
+    x = (rng.standard_normal((1, 64, 7, 7)) * np.exp(3 * rng.standard_normal((1, 64, 7, 7)))).astype(np.float32)
+    weights = (rng.standard_normal((70, 64, 3, 3)) * np.exp(3 * rng.standard_normal((70, 64, 3, 3)))).astype(
+        np.float32)
+    x16, w16 = round_to_bf16(x).astype(np.float64), round_to_bf16(weights).astype(np.float64)
+    exact = dense_conv_numpy(x16, w16, np.zeros(70), 1, (1, 1, 1, 1))
+    bound = BF16_SUM_ERROR_UNITS * 2.0 ** -24 * dense_conv_numpy(np.abs(x16), np.abs(w16), np.zeros(70), 1,
+                                                                 (1, 1, 1, 1))
+    actual = run_dense_bf16(x, weights, np.zeros(70, np.float32), None, 1, (1, 1, 1, 1), 1, 0, (0.0, 0.0), 2, False)
+    error = np.abs(actual - exact)
+    assert np.all(error <= bound), f"{np.max(error / bound) * BF16_SUM_ERROR_UNITS:.1f} units"
+
+
 @pytest.mark.parametrize("shape", [(1, 40, 7, 9), (2, 16, 1, 1), (1, 200, 96, 96)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_global_avgpool_nchwc_matches_numpy_and_reference(shape, threads):

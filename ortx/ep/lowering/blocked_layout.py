@@ -179,11 +179,11 @@ def is_dense_direct(plan) -> bool:
             and dense_direct_pays())
 
 
-def _strided_fp32(plan, builder) -> bool:
-    """A conv that reads and writes blocked tensors only to spare its neighbours' reorders (an fp32 session's
-    strided 1x1 and dense strided convs): it never makes a run worth its reorders by itself."""
-    return builder.precision == "fp32" and not plan.depthwise and (is_strided_pointwise(plan)
-                                                                   or is_dense_strided(plan))
+def _spares_reorders_only(plan, builder) -> bool:
+    """A conv that reads and writes blocked tensors only to spare its neighbours' reorders (a strided 1x1 conv, and
+    an fp32 session's dense strided convs): it never makes a run worth its reorders by itself."""
+    return not plan.depthwise and (is_strided_pointwise(plan)
+                                   or (builder.precision == "fp32" and is_dense_strided(plan)))
 
 
 def is_strided_pointwise(plan) -> bool:
@@ -312,6 +312,21 @@ def dense_bf16_blocked(node: ir.Node, plan, builder) -> bool:
     return bool(out[0])
 
 
+def dense_bf16_direct(node: ir.Node, plan, builder) -> bool:
+    """Whether a dense conv runs conv2d_nchwc_bf16 (kernels/conv_nchwc_bf16.c: vdpbf16ps tiles over a padded bf16
+    image) on blocked tensors: precision bf16 (the node's) on the avx512_bf16 path (AMX CPUs: dense_bf16_blocked),
+    one group, larger than 1x1, from at least DENSE_MIN_CHANNELS channels (a stem's 3 would be padded to 16), at
+    most ORTX_NCHWC_BF16_MAX_TAPS taps."""
+    if not DENSE_BF16 or builder.precision_of(node) != "bf16" or _kernels.bf16_isa() != "avx512_bf16":
+        return False
+    (_, in_channels, _, _, _, _, _, kernel_height, kernel_width, *_) = plan.ints
+    return (not plan.depthwise and plan.ints[15] == 1 and 1 < kernel_height * kernel_width <= NCHWC_BF16_MAX_TAPS
+            and in_channels >= DENSE_MIN_CHANNELS)
+
+
+NCHWC_BF16_MAX_TAPS = 64  # kernels/conv.h's ORTX_NCHWC_BF16_MAX_TAPS
+
+
 def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     """"both" for a node that reads and writes blocked tensors, "writes" for a stem, None for the rest; plan: its
     ConvPlan (None: not a conv), elementwise_inputs: _elementwise_inputs(node)."""
@@ -331,6 +346,8 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if (is_strided_pointwise(plan) or dense) and builder.precision == "fp32":
         # (bf16: the dense form's rule below)
         return "both" if sparse.sparse_conv_choice(node, builder, plan) is None else None
+    if dense_bf16_direct(node, plan, builder) or (is_strided_pointwise(plan) and _bf16_direct_runs(builder)):
+        return "both"
     group, has_residual = plan.ints[15], plan.has_residual
     stem = group == 1 and plan.ints[1] <= STEM_MAX_CHANNELS and not has_residual
     if dense_bf16_blocked(node, plan, builder):
@@ -338,6 +355,12 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if stem:
         return "writes"  # fp32 under bf16 too (module docstring)
     return None
+
+
+def _bf16_direct_runs(builder) -> bool:
+    """Whether bf16 runs on the vdpbf16ps path take dense convs (conv2d_nchwc_bf16), and with them the strided 1x1
+    convs and MaxPools between them (ResNet's projections and stem pool)."""
+    return DENSE_BF16 and builder.precision == "bf16" and _kernels.bf16_isa() == "avx512_bf16"
 
 
 def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
@@ -357,7 +380,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     # a MaxPool joins runs in fp32 sessions and where dense convs do (bf16 on AMX; not measured on the vdpbf16ps
     # path, where it stays NCHW): see the module docstring, "MaxPool in fp32 runs"
     pool_runs = builder.precision == "fp32" or (DENSE_BF16 and builder.precision == "bf16"
-                                                and bf16_path == "amx_bf16")
+                                                and bf16_path == "amx_bf16") or _bf16_direct_runs(builder)
     inputs_of = {node: None if node.op_type == "MaxPool" and not pool_runs else _elementwise_inputs(node)
                  for node in nodes}  # each node's questions asked once
     plans = {node: plan_of(node) for node in nodes if inputs_of[node] is None}
@@ -419,7 +442,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     # a run gains only through its 1x1 and depthwise convs on maps of more than one pixel: a stem, elementwise
     # nodes, strided convs and a squeeze-and-excitation block's 1x1 convs (one pixel) alone are kept NCHW
     convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"
-             and not _strided_fp32(plans[node], builder)]
+             and not _spares_reorders_only(plans[node], builder)]
     useful = {run(node) for node in convs if np.prod(plans[node].ints[5:7]) > 1}
     if builder.precision == "bf16" and bf16_path != "amx_bf16":
         # measured on Zen 4's vdpbf16ps path (2 threads, in-process A/B against the NCHW bf16 kernels):
@@ -428,16 +451,17 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
         # rule: with pair rows and the chains' tiled channel operands (elementwise.blocked_operands) every run
         # gains there (in-process against the NCHW program, PAIR_ROWS "exact": det 0.90, rec 0.87)
         small, total = collections.Counter(), collections.Counter()
+        direct = {run(node) for node in convs if dense_bf16_direct(node, plans[node], builder)}
         for node in convs:
             plan = plans[node]
-            if not plan.depthwise:
+            if is_pointwise(plan):
                 macs = float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
                 total[run(node)] += macs
                 small[run(node)] += macs if np.prod(plan.ints[5:7]) <= BF16_SMALL_MAP_PIXELS else 0.0
         for name in useful:
             logger.debug("run of %s: %.0f%% of its 1x1 multiply-adds on maps of at most %d pixels", name.name,
                          100.0 * small[name] / max(total[name], 1.0), BF16_SMALL_MAP_PIXELS)
-        useful = {name for name in useful if small[name] >= BF16_SMALL_MAP_SHARE * total[name]}
+        useful = {name for name in useful if small[name] >= BF16_SMALL_MAP_SHARE * total[name] or name in direct}
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen
@@ -578,6 +602,17 @@ def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray
             _packed_bias(bias, out_channels))
 
 
+def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's packing of conv2d_nchwc_bf16: [ceil(Cout/64)][KH*KW][ceil(Cin/16)*8][64][2] bf16 weights (the two
+    input channels of a pair adjacent, vdpbf16ps's operand) and pack_dense's fp32 biases; zeros past Cin and Cout."""
+    out_channels, in_channels, kernel_height, kernel_width = weights.shape
+    groups, pairs = -(-out_channels // 64), -(-in_channels // LANES) * LANES // 2
+    padded = np.zeros((groups * 64, pairs * 2, kernel_height * kernel_width), np.float32)
+    padded[:out_channels, :in_channels] = weights.reshape(out_channels, in_channels, -1)
+    packed = bf16_bits(padded).reshape(groups, 64, pairs, 2, -1).transpose(0, 4, 2, 1, 3)
+    return np.ascontiguousarray(packed), _packed_bias(bias, out_channels)
+
+
 def _packed_bias(bias: np.ndarray | None, out_channels: int) -> np.ndarray:
     """The blocked 1x1 convs' fp32 bias: ceil(Cout/64)*64 values, zeros past Cout (and all zeros without one)."""
     packed = np.zeros(-(-out_channels // 64) * 64, np.float32)
@@ -651,6 +686,23 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     batch, in_channels, height, width, out_channels = plan.ints[:5]
     if dense_bf16_blocked(node, plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
         lower_dense_bf16(node, builder, plan)
+        return
+    if dense_bf16_direct(node, plan, builder):  # Case dense bf16 on vdpbf16ps: blocked in and out
+        if bias_value is not None and bias is None:
+            raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
+        packed, packed_bias = pack_dense_bf16(plan.weights, bias)
+        ints = list(plan.ints) + [builder.num_threads]
+        sizes = np.zeros(1, np.int64)
+        _kernels.call("conv_nchwc_bf16_sizes", ints, [], [sizes])
+        x = builder.blocked_buffer(node.inputs[0])
+        residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
+        y = builder.produce_blocked(node.outputs[0])
+        builder.emit("conv2d_nchwc_bf16", ints, list(plan.params),
+                     [x, builder.add_constant(packed, label=f"{node.name}:packed_weights_bf16"),
+                      builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
+                      residual if residual is not None else y,
+                      builder.workspace(max(int(sizes[0]), 4), label="conv")])
+        builder.finish_blocked(node.outputs[0])
         return
     if builder.precision == "fp32" and (is_dense_strided(plan) or is_dense_direct(plan)):  # Case dense: blocked
         if bias_value is not None and bias is None:
