@@ -115,10 +115,11 @@ class SegmentBuilder:
         return ref
 
     def _arena_tensor(self, value: ir.Value) -> BufferRef:
-        """A new arena buffer for a graph tensor: a slice of its Concat's output when concat_slices names it."""
+        """A new arena buffer for a graph tensor: a slice of its Concat's output when concat_slices names it and the
+        Concat runs NCHW (a blocked Concat copies this tensor's blocked form into its own blocked output)."""
         ref = self._new(ARENA, -1, size_bytes(value), value.name)
         part = self.concat_slices.get(value.name)
-        if part is not None:
+        if part is not None and part[0] not in self.blocked_concats:
             parent_name, offset, parent_bytes = part
             parent = self._by_value.get(parent_name)
             if parent is None:
@@ -248,10 +249,14 @@ class SegmentBuilder:
         Concat slice into its Concat output's (the larger)."""
         groups: dict[str, Lifetime] = {}
         for item in buffer_lifetimes:
-            name = str(merged.get(int(item.name), int(item.name)))
+            index = merged.get(int(item.name), int(item.name))
+            name = str(index)
             old = groups.get(name)
-            groups[name] = item if old is None else Lifetime(name, max(old.nbytes, item.nbytes),
-                                                             min(old.first, item.first), max(old.last, item.last))
+            # a group is as large as its representative, which no step may name (a Concat output made only by its
+            # slices): its slices lie inside those bytes, past a slice's own size
+            nbytes = max(item.nbytes, self._buffers[index].nbytes, old.nbytes if old is not None else 0)
+            groups[name] = Lifetime(name, nbytes, item.first if old is None else min(old.first, item.first),
+                                    item.last if old is None else max(old.last, item.last))
         return [dataclasses.replace(item, name=name) for name, item in groups.items()]
 
     def finish(self) -> "CompiledProgram":

@@ -365,6 +365,60 @@ def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads, monke
         assert counts["conv_pointwise_nchwc_f32"] == 2 and counts["reorder_from_nchwc_f32"] == 2, counts
 
 
+def _overlapping_live_buffers(session) -> list:
+    """Pairs of arena buffers live at a common step whose bytes overlap, a Concat input planned inside its output
+    excepted (TensorPlacement.within)."""
+    from ortx.ep.runtime import ClaimedStep
+
+    found = []
+    for compiled in session._compiled.values():
+        for claimed in compiled.plan.steps:
+            if not isinstance(claimed, ClaimedStep):
+                continue
+            tensors = claimed.program.tensors
+            for index, a in enumerate(tensors):
+                for b in tensors[index + 1:]:
+                    live = a.first <= b.last and b.first <= a.last
+                    if (live and a.offset < b.offset + b.nbytes and b.offset < a.offset + a.nbytes
+                            and b.label != a.within and a.label != b.within):
+                        found.append((a, b))
+    return found
+
+
+@needs_avx512
+@pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
+def test_blocked_concat_of_an_nchw_input_plans_it_outside_the_output(batch, threads, monkeypatch):
+    """A fire module whose Concat runs blocked while its 3x3 expand runs NCHW (Winograd): the expand's NCHW
+    output is reordered and copied into the blocked output, so it must not be planned as a slice of the Concat's
+    NCHW output, which no step writes (until this was fixed that slice was placed past a buffer sized as the slice
+    alone, over live tensors: a bf16 SqueezeNet crashed). Equal to ORT; no two live buffers overlap."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
+    monkeypatch.setattr(blocked_layout, "is_dense_direct", lambda plan: False)
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["s0"], name="squeeze"),
+        helper.make_node("Relu", ["s0"], ["s"], name="squeeze_relu"),
+        helper.make_node("Conv", ["s", "w1", "b1"], ["e1"], name="expand1x1"),
+        helper.make_node("Conv", ["s", "w3", "b3"], ["e3"], name="expand3x3", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["e1", "e3"], ["cat"], name="concat", axis=1),
+        helper.make_node("Conv", ["cat", "w4", "b4"], ["y"], name="next_squeeze"),
+    ]
+    size, c_in, squeeze, expand, c_out = 27, 64, 32, 64, 32
+    initializers = [_weights("w0", (squeeze, c_in, 1, 1), 1), _bias("b0", squeeze, 2),
+                    _weights("w1", (expand, squeeze, 1, 1), 3), _bias("b1", expand, 4),
+                    _weights("w3", (expand, squeeze, 3, 3), 5), _bias("b3", expand, 6),
+                    _weights("w4", (c_out, 2 * expand, 1, 1), 7), _bias("b4", c_out, 8)]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, c_in, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, c_out, size, size])], initializers)
+    (expected,), (actual,), session = _run_both(model, {"x": _random((batch, c_in, size, size), 9)}, threads)
+    assert_close(actual, expected)
+    counts = _kernel_counts(session)
+    assert counts["conv2d_winograd_f32"] == 1 and counts["conv_pointwise_nchwc_f32"] == 2, counts
+    assert counts["copy_rows"] >= 1, counts  # the expand's reordered output into the Concat's blocked output
+    assert _overlapping_live_buffers(session) == []
+
+
 @needs_avx512
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeeze_and_excitation_stays_blocked(batch):
