@@ -790,6 +790,29 @@ def test_bf16_resnet18_runs_blocked_on_vdpbf16ps(batch, threads, monkeypatch):
     assert "conv2d_nchwc_bf16" not in nchw_counts and nchw_counts["conv2d_bf16"] >= 16, nchw_counts
 
 
+@pytest.mark.usefixtures("vdpbf16ps_path")
+@pytest.mark.parametrize("size,blocked", [(28, True), (40, False)])
+def test_bf16_dense_convs_run_blocked_only_on_small_maps(size, blocked):
+    """Two 3x3 convs with a residual Add (a ResNet basic block) under bf16 without AMX: blocked (conv2d_nchwc_bf16)
+    at 28x28 (784 pixels, BF16_SMALL_MAP_PIXELS), NCHW (conv2d_bf16) at 40x40, where the small-map rule weighs the
+    dense convs' multiply-adds as the 1x1 convs'; within the bf16 bar of ORT fp32 either way."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="conv_a", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["a"], ["ar"], name="conv_a_relu"),
+        helper.make_node("Conv", ["ar", "w2", "b2"], ["b"], name="conv_b", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["b", "x"], ["s"], name="residual"),
+        helper.make_node("Relu", ["s"], ["y"], name="out_relu"),
+    ]
+    model = _graph(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, size, size])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, size, size])],
+                   [_weights("w1", (32, 32, 3, 3), 23), _bias("b1", 32, 24), _weights("w2", (32, 32, 3, 3), 25),
+                    _bias("b2", 32, 26)])
+    (expected,), (actual,), session = _run_both(model, {"x": _random((1, 32, size, size), 27)}, precision="bf16")
+    assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
+    counts = _kernel_counts(session)
+    assert (counts["conv2d_nchwc_bf16"], counts["conv2d_bf16"]) == ((2, 0) if blocked else (0, 2)), counts
+
+
 def test_other_isas_keep_nchw():
     """Below AVX-512 the blocked kernels would be portable loops: NCHW kernels only."""
     model = _models.mobilenetv2_style(size=32, seed=5)

@@ -94,6 +94,16 @@ fire modules and Inception's modules stay one run. AMD Zen 5, 2 threads, untuned
 0.76-0.90x, Inception v1 0.91x, Inception v2 0.90-0.93x, the other models 0.98-1.01x. With the stride-1 convs left
 on Winograd (the lowering of the other hosts, simulated there) it lost: DenseNet-121 1.23x, Inception v2 1.10x,
 SqueezeNet 1.035x, so it applies only where dense_direct_pays does.
+Dense convs under bf16 without AMX (session 42): on the vdpbf16ps path a dense one-group conv from at least 16
+channels runs conv2d_nchwc_bf16 on blocked tensors (`dense_bf16_direct`; kernels/conv_nchwc_bf16.c: its input rounded
+once into a zero-padded bf16 image, 6-pixel x 4-block vdpbf16ps tiles), and the strided 1x1 convs and MaxPools between
+such convs join the runs, so ResNet-style networks run blocked from the stem to the pool as in fp32. The small-map
+rule below then weighs the dense convs' multiply-adds with the 1x1 convs'. Kernel alone on ResNet-18's 3x3 shapes
+against conv2d_bf16 on NCHW: 0.63-0.96x (415-467 G multiply-adds/s on 2 threads). AMD Zen 5, 2 threads, untuned,
+in-process A/B against DENSE_BF16 off (sessions built in both orders, geometric mean): ResNet-18-style 0.88-0.89x,
+ResNet-50 0.90x, DenseNet-121 0.93x, Inception v1 and v2 0.84x, SqueezeNet 0.77x, ZFNet-512 0.93x; PP-OCR rec and
+cls, VGG-19 0.99-1.00x, AlexNet 1.02x; det's runs stay NCHW (its work is on large maps; with every run that holds a
+dense conv kept, 1.02-1.05x).
 Limits: elsewhere (stride 1, fp32) dense convs from more channels on larger maps (VGG's, on Winograd) neither read
 nor write blocked tensors, so a run ends at them.
 """
@@ -197,9 +207,9 @@ def is_strided_pointwise(plan) -> bool:
     # (the output size rules out bottom and right padding, which the plan's ints leave implicit)
 
 
-# Under precision bf16 on the vdpbf16ps path a run is kept only when at least BF16_SMALL_MAP_SHARE of its 1x1 convs'
-# multiply-adds are on maps of at most BF16_SMALL_MAP_PIXELS pixels (see blocked_nodes; measured there with 0.5: a
-# share of 0.4 was tried on AMX, which no longer applies the rule).
+# Under precision bf16 on the vdpbf16ps path a run is kept only when at least BF16_SMALL_MAP_SHARE of its 1x1 and
+# dense convs' multiply-adds are on maps of at most BF16_SMALL_MAP_PIXELS pixels (see blocked_nodes; measured there
+# with 0.5: a share of 0.4 was tried on AMX, which no longer applies the rule).
 BF16_SMALL_MAP_PIXELS = 784
 BF16_SMALL_MAP_SHARE = 0.5
 BF16_BLOCKED_PATHS = ("avx512_bf16", "amx_bf16")  # the bf16 paths with blocked 1x1 conv kernels
@@ -451,17 +461,17 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
         # rule: with pair rows and the chains' tiled channel operands (elementwise.blocked_operands) every run
         # gains there (in-process against the NCHW program, PAIR_ROWS "exact": det 0.90, rec 0.87)
         small, total = collections.Counter(), collections.Counter()
-        direct = {run(node) for node in convs if dense_bf16_direct(node, plans[node], builder)}
         for node in convs:
             plan = plans[node]
-            if is_pointwise(plan):
-                macs = float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
+            if is_pointwise(plan) or dense_bf16_direct(node, plan, builder):
+                macs = (float(np.prod(plan.ints[:2])) * plan.ints[4] * float(np.prod(plan.ints[5:7]))
+                        * plan.ints[7] * plan.ints[8])
                 total[run(node)] += macs
                 small[run(node)] += macs if np.prod(plan.ints[5:7]) <= BF16_SMALL_MAP_PIXELS else 0.0
         for name in useful:
-            logger.debug("run of %s: %.0f%% of its 1x1 multiply-adds on maps of at most %d pixels", name.name,
+            logger.debug("run of %s: %.0f%% of its conv multiply-adds on maps of at most %d pixels", name.name,
                          100.0 * small[name] / max(total[name], 1.0), BF16_SMALL_MAP_PIXELS)
-        useful = {name for name in useful if small[name] >= BF16_SMALL_MAP_SHARE * total[name] or name in direct}
+        useful = {name for name in useful if small[name] >= BF16_SMALL_MAP_SHARE * total[name]}
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen
