@@ -217,21 +217,32 @@ void ortx_conv2d_to_nchwc_f32(const int64_t *ints, const float *floats, void *co
  * none)]; W packed [ceil(Cout / 64)][KH * KW][Cin][64] (zeros past Cout), bias ceil(Cout / 64) * 64 floats. */
 void ortx_conv2d_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv2d_nchwc_bf16 (conv_nchwc_bf16.c): conv2d_nchwc_f32's conv with bf16 operands and fp32 sums on vdpbf16ps;
- * buffers [X, W, bias, Y, residual (Y when none), workspace (conv_nchwc_bf16_sizes)]; W bf16 packed
- * [ceil(Cout / 64)][KH * KW][ceil(Cin / 16) * 8][64][2]. Its input rounded into a zero-padded blocked bf16 image
- * [N][ceil(Cin / 16)][padded_height][padded_width][16] (plane: bf16 values per block of one image). */
+ * ints the conv ints, threads, X's layout (1 blocked, 0 NCHW: x-unfolded); buffers [X, W, bias, Y, residual (Y when
+ * none), workspace (conv_nchwc_bf16_sizes)]. Its input rounded into a bf16 image (plane: bf16 values per block of
+ * one image): blocked, [N][ceil(Cin / 16)][padded_height][padded_width][16], pairs 8 a block 2 values apart; or
+ * x-unfolded, [N][padded_height][pairs][OW][2], one block of `pairs` pairs pair_stride = 2 * OW values apart. */
 typedef struct ortx_nchwc_bf16_geometry {
-    int64_t padded_height, padded_width, in_blocks, plane;
+    int64_t padded_height, padded_width, in_blocks, plane, pairs, pair_stride;
+    int unfolded;
 } ortx_nchwc_bf16_geometry;
-ortx_nchwc_bf16_geometry ortx_nchwc_bf16_geometry_of(const ortx_conv_params *p);
+ortx_nchwc_bf16_geometry ortx_nchwc_bf16_geometry_of(const ortx_conv_params *p, int unfolded);
 #define ORTX_NCHWC_BF16_MAX_TAPS 64 /* larger kernels run the reference (the lowering does not pick them) */
-/* A tile: `pixels` (1..6) output pixels, consecutive in Y (16 floats apart, y and residual at the first), pixel i
- * reading the padded image at x[i] (its first tap, first block of the chunk) + tap_offsets[k] + block * x_plane +
- * 2 * pair; `blocks` (1..4) output blocks (y_plane floats apart) over taps 0..taps-1 and block_count blocks of
- * input channels, the weights of tap k at w + k * w_tap (w at the chunk's first pair); started at the bias when
- * `first`, else at the partial sums in y; finished (residual, activation) when `last`. */
+#define ORTX_NCHWC_BF16_MAX_PAIRS 32 /* ... and x-unfolded convs of more pairs */
+#define ORTX_NCHWC_BF16_SUMS 24      /* a tile's accumulators: pixels x blocks */
+/* A tile's pixels for `blocks` output blocks: 6 for 4 blocks, else ORTX_NCHWC_BF16_SUMS / blocks (24, 12, 8), so a
+ * conv to 16-48 channels still has 24 sums in flight: such long tiles lie along one output row with a pixel step of
+ * 2, 16 or 32 values (x-unfolded; blocked at stride 1 or 2), elsewhere tiles take 1..6 pixels. */
+static inline int64_t ortx_nchwc_bf16_tile_pixels(int64_t blocks) {
+    return blocks >= 4 ? 6 : ORTX_NCHWC_BF16_SUMS / blocks;
+}
+/* A tile: `pixels` (1..6, or a long tile's ortx_nchwc_bf16_tile_pixels) output pixels, consecutive in Y (16 floats apart, y and residual at the first), pixel i
+ * reading the image at x[i] (its first tap, first block of the chunk) + tap_offsets[k] + block * x_plane +
+ * pair * pair_stride; `blocks` (1..4) output blocks (y_plane floats apart) over taps 0..taps-1 and block_count
+ * blocks of `pairs` pairs, the weights of tap k at w + k * w_tap (w at the chunk's first pair, 128 values a pair);
+ * started at the bias when `first`, else at the partial sums in y; finished (residual, activation) when `last`. */
 typedef struct ortx_nchwc_bf16_tile {
-    int64_t blocks, block_count, taps, x_plane, y_plane, w_tap;
+    int64_t blocks, block_count, pairs, pair_stride, taps, x_plane, y_plane, w_tap;
+    int64_t pixel_step;  /* long tiles (1-3 blocks): along one output row, pixel i at x[0] + i * pixel_step */
     const int64_t *tap_offsets;
     const float *bias;
     int first, last, activation;
@@ -240,6 +251,10 @@ typedef struct ortx_nchwc_bf16_tile {
 typedef struct ortx_nchwc_bf16_isa {
     /* count blocked pixels (16 floats each) rounded to bf16 (16 values each), lanes >= `lanes` zero */
     void (*round_pixels)(const float *src, int64_t count, int64_t lanes, uint16_t *dst);
+    /* One x-unfolded pair row: word ox of dst (ox < out_width) = bf16(src[e][ox * stride + offset[e]]) in half e
+     * (0 low), 0 where that column is outside [0, width) or src[e] is NULL. */
+    void (*unfold_pair)(const float *const *src, const int64_t *offset, int64_t stride, int64_t width,
+                        int64_t out_width, uint16_t *dst);
     void (*tile)(const ortx_nchwc_bf16_tile *t, int64_t pixels, const uint16_t *const *x, const uint16_t *w,
                  const float *residual, float *y);
 } ortx_nchwc_bf16_isa;

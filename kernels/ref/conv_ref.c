@@ -332,36 +332,43 @@ void ortx_conv_pointwise_bf16x3_ref(const int64_t *ints, const float *floats, vo
 /* conv2d_nchwc_bf16 (conv_nchwc_bf16.c's layouts): per output, the bias, then per chunk of 128 input channels the
  * taps in (ky, kx) order (taps in the padding reading zeros), each over the chunk's channel pairs in order, per pair
  * the odd channel's product first; operands rounded to bf16 (X here, W as packed); the residual, the activation;
- * pad lanes not written. The fast kernel's order, so its sums where vdpbf16ps rounds each product's sum in turn. */
+ * pad lanes not written. With an NCHW X (ints[20] 0, the x-unfolded form) the rows ky, each over the pairs of
+ * values j = kx * Cin + c, the odd value first. The fast kernel's order, so its sums where vdpbf16ps rounds each
+ * product's sum in turn. */
 void ortx_conv2d_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     (void)num_threads;
     ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const int unfolded = ints[ORTX_CONV_INTS] == 0;
     const float *X = buffers[0], *bias = buffers[2], *residual = p.has_residual ? buffers[4] : NULL;
     const uint16_t *W = buffers[1];
     float *Y = buffers[3];
-    const int64_t taps = p.kernel_height * p.kernel_width, pairs = ortx_nchwc_blocks(p.in_channels) * 8;
+    const int64_t values = p.in_channels * p.kernel_width;
+    const int64_t taps = unfolded ? p.kernel_height : p.kernel_height * p.kernel_width;
+    const int64_t pairs = unfolded ? (values + 1) / 2 : ortx_nchwc_blocks(p.in_channels) * 8;
     for (int64_t n = 0; n < p.batch; n++)
         for (int64_t co = 0; co < p.out_channels; co++)
             for (int64_t oy = 0; oy < p.out_height; oy++)
                 for (int64_t ox = 0; ox < p.out_width; ox++) {
                     float acc = bias[co];
-                    for (int64_t q0 = 0; q0 < pairs; q0 += 64)
-                        for (int64_t k = 0; k < taps; k++) {
-                            const int64_t ky = k / p.kernel_width, kx = k % p.kernel_width;
-                            const int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
-                            const int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
-                            const int inside = iy >= 0 && iy < p.in_height && ix >= 0 && ix < p.in_width;
-                            for (int64_t q = q0; q < q0 + 64 && q < pairs; q++)
+                    for (int64_t q0 = 0; q0 < pairs; q0 += unfolded ? pairs : 64)
+                        for (int64_t k = 0; k < taps; k++)
+                            for (int64_t q = q0; q < (unfolded ? pairs : q0 + 64) && q < pairs; q++)
                                 for (int64_t step = 0; step < 2; step++) {
-                                    const int64_t ci = 2 * q + 1 - step;
-                                    const float x = inside && ci < p.in_channels
-                                        ? ortx_bf16_to_float(ortx_bf16_from_float(X[tensor_index(
-                                              1, n, ci, iy, ix, p.in_channels, p.in_height, p.in_width)]))
-                                        : 0.0f;
+                                    const int64_t j = 2 * q + 1 - step;  /* a channel, or (unfolded) a value */
+                                    const int64_t ky = unfolded ? k : k / p.kernel_width;
+                                    const int64_t kx = unfolded ? j / p.in_channels : k % p.kernel_width;
+                                    const int64_t ci = unfolded ? j % p.in_channels : j;
+                                    const int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
+                                    const int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
+                                    const int inside = iy >= 0 && iy < p.in_height && ix >= 0 && ix < p.in_width
+                                                       && (unfolded ? j < values : ci < p.in_channels);
+                                    const float x = inside ? ortx_bf16_to_float(ortx_bf16_from_float(X[tensor_index(
+                                                                 !unfolded, n, ci, iy, ix, p.in_channels,
+                                                                 p.in_height, p.in_width)]))
+                                                           : 0.0f;
                                     acc += ortx_bf16_to_float(W[((co / 64 * taps + k) * pairs + q) * 128 +
-                                                                co % 64 * 2 + ci % 2]) * x;
+                                                                co % 64 * 2 + j % 2]) * x;
                                 }
-                        }
                     const int64_t index = tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width);
                     if (residual) acc += residual[index];
                     Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);

@@ -342,12 +342,15 @@ DENSE_BF16_CASES = DENSE_NCHWC_CASES + [
     (1, 64, 14, 14, 64, 3, 1, (1, 1, 1, 1), 1),  # ResNet-18's 3x3 on a small map: tiles across row ends
     (1, 272, 7, 7, 130, 3, 1, (1, 1, 1, 1), 1),  # three channel chunks (8 blocks each), the last partial
     (1, 17, 9, 8, 20, 2, 1, (0, 1, 1, 0), 1),  # odd Cin (a half pair), even kernel, padding on two sides only
+    (1, 32, 10, 52, 40, 3, 1, (1, 1, 1, 1), 1),  # 3 blocks: long tiles of 8 along 52-pixel rows, the rest cut
+    (1, 32, 11, 61, 16, 3, 2, (1, 1, 1, 1), 1),  # 1 block at stride 2: a long tile of 24 along 31-pixel rows
 ]
 
 
-def run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref):
-    """conv2d_nchwc_bf16 on blocked copies of x (and the residual `extra`), unblocked output; the workspace from
-    conv_nchwc_bf16_sizes (filled with NaN: the kernel must write every padded value it reads)."""
+def run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref, unfolded=False):
+    """conv2d_nchwc_bf16 on blocked copies of x (`unfolded`: x itself, NCHW, the x-unfolded form) and the residual
+    `extra`, unblocked output; the workspace from conv_nchwc_bf16_sizes (filled with NaN: the kernel must write
+    every value it reads)."""
     from ortx.ep.lowering.blocked_layout import pack_dense_bf16
 
     n, cin, h, w = x.shape
@@ -355,25 +358,38 @@ def run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params
     oh = (h + pads[0] + pads[2] - dilation * (kernel - 1) - 1) // stride + 1
     ow = (w + pads[1] + pads[3] - dilation * (kernel - 1) - 1) // stride + 1
     ints = [n, cin, h, w, cout, oh, ow, kernel, kernel, stride, stride, pads[0], pads[1], dilation, dilation, 1, 1,
-            int(extra is not None), code, threads]
+            int(extra is not None), code, threads, int(not unfolded)]
     sizes = np.zeros(1, np.int64)
     _kernels.call("conv_nchwc_bf16_sizes", ints, [], [sizes])
     workspace = np.full(int(sizes[0]) // 4 + 1, np.nan, np.float32)
-    packed, packed_bias = pack_dense_bf16(weights, bias)
+    packed, packed_bias = pack_dense_bf16(weights, bias, unfolded)
     y = np.full((n, (cout + 15) // 16, oh, ow, 16), np.nan, np.float32)
     _kernels.call("conv2d_nchwc_bf16", ints, list(params),
-                  [to_blocked(x), packed, packed_bias, y, to_blocked(extra) if extra is not None else y, workspace],
+                  [np.ascontiguousarray(x) if unfolded else to_blocked(x), packed, packed_bias, y,
+                   to_blocked(extra) if extra is not None else y, workspace],
                   num_threads=threads, use_ref=use_ref)
     return from_blocked(y, cout)
 
 
-@pytest.mark.parametrize("case", DENSE_BF16_CASES, ids=[str(c) for c in DENSE_BF16_CASES])
+UNFOLDED_BF16_CASES = [  # (N, Cin, H, W, Cout, kernel, stride, pads, dilation): stems read from NCHW
+    (1, 3, 40, 38, 64, 7, 2, (3, 3, 3, 3), 1),  # ResNet's stem: 21 values, 11 pairs (a half pair)
+    (2, 3, 33, 32, 32, 3, 2, (1, 1, 1, 1), 1),  # MobileNetV2's: 9 values; batch 2
+    (1, 4, 17, 19, 40, 3, 1, (1, 1, 1, 1), 1),  # stride 1 (one masked load a value), partial block and group
+    (1, 3, 20, 22, 20, 5, 3, (2, 1, 2, 1), 1),  # stride 3 (a gather), asymmetric pads
+    (1, 2, 15, 16, 16, 3, 1, (2, 2, 2, 2), 2),  # dilation
+    (1, 1, 9, 40, 70, 3, 2, (0, 0, 0, 0), 1),  # one channel: 3 values, 2 pairs; no padding; two groups
+]
+
+
+@pytest.mark.parametrize("case,unfolded", [(c, False) for c in DENSE_BF16_CASES] + [(c, True) for c in
+                                                                                   UNFOLDED_BF16_CASES],
+                         ids=[str(c) for c in DENSE_BF16_CASES] + [f"unfolded{c}" for c in UNFOLDED_BF16_CASES])
 @pytest.mark.parametrize("activation,residual", [("relu", True), ("hard_swish", False)])
-def test_dense_conv_nchwc_bf16_matches_the_bf16_definition(case, activation, residual):
+def test_dense_conv_nchwc_bf16_matches_the_bf16_definition(case, unfolded, activation, residual):
     """conv2d_nchwc_bf16 (conv_nchwc_bf16.c: vdpbf16ps tiles over a zero-padded bf16 image, tiles of equal size
-    across row ends) against the bf16 definition (operands rounded to bf16, float64 sums here) within float32's
-    tolerance, the reference kernel too, the same bits on 1, 2 and 3 threads; on this CPU's bf16 path (the
-    reference where it has no AVX512_BF16)."""
+    across row ends; stems from NCHW over x-unfolded pair rows) against the bf16 definition (operands rounded to
+    bf16, float64 sums here) within float32's tolerance, the reference kernel too, the same bits on 1, 2 and 3
+    threads; on this CPU's bf16 path (the reference where it has no AVX512_BF16)."""
     from ortx.ep.precision import round_to_bf16
 
     n, cin, h, w, cout, kernel, stride, pads, dilation = case
@@ -386,7 +402,8 @@ def test_dense_conv_nchwc_bf16_matches_the_bf16_definition(case, activation, res
     expected = activate(expected, code, params).astype(np.float32)
 
     def run(use_ref, threads=2):
-        return run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref)
+        return run_dense_bf16(x, weights, bias, extra, stride, pads, dilation, code, params, threads, use_ref,
+                              unfolded)
 
     check_fast_and_reference(run, expected)
     for threads in (1, 3):

@@ -335,6 +335,22 @@ def dense_bf16_direct(node: ir.Node, plan, builder) -> bool:
 
 
 NCHWC_BF16_MAX_TAPS = 64  # kernels/conv.h's ORTX_NCHWC_BF16_MAX_TAPS
+NCHWC_BF16_MAX_PAIRS = 32  # ... and ORTX_NCHWC_BF16_MAX_PAIRS (the x-unfolded form's values per row: twice that)
+STEM_BF16_MIN_CHANNELS = 64  # stems to fewer output channels stay on conv2d_to_nchwc_f32 (dense_bf16_stem)
+
+
+def dense_bf16_stem(node: ir.Node, plan, builder) -> bool:
+    """Whether a stem that writes a blocked run (role "writes": at most STEM_MAX_CHANNELS input channels) runs
+    conv2d_nchwc_bf16's x-unfolded form from its NCHW input under bf16 without AMX: at least STEM_BF16_MIN_CHANNELS
+    output channels, Cin x KW values a row within the kernel's pairs. Kernel alone, 2 threads, interleaved, against
+    conv2d_to_nchwc_f32 (fp32): ResNet's 3 -> 64 7x7/2 at 224x224 0.41 against 0.67 ms; MobileNetV2's 3 -> 32 3x3/2
+    0.127 against 0.104 and PP-OCR det's 3 -> 16 at 640x640 0.82 against 0.41 (few output blocks: the unfolded
+    rows and the output's bytes, not the multiply-adds, bound them), so those stay fp32."""
+    if not DENSE_BF16 or builder.precision_of(node) != "bf16" or _kernels.bf16_isa() != "avx512_bf16":
+        return False
+    (_, in_channels, _, _, out_channels, _, _, kernel_height, kernel_width, *_) = plan.ints
+    return (not plan.depthwise and plan.ints[15] == 1 and out_channels >= STEM_BF16_MIN_CHANNELS
+            and in_channels * kernel_width <= 2 * NCHWC_BF16_MAX_PAIRS and kernel_height <= NCHWC_BF16_MAX_TAPS)
 
 
 def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
@@ -612,11 +628,22 @@ def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray
             _packed_bias(bias, out_channels))
 
 
-def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
+                    unfolded: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """conv.h's packing of conv2d_nchwc_bf16: [ceil(Cout/64)][KH*KW][ceil(Cin/16)*8][64][2] bf16 weights (the two
-    input channels of a pair adjacent, vdpbf16ps's operand) and pack_dense's fp32 biases; zeros past Cin and Cout."""
+    input channels of a pair adjacent, vdpbf16ps's operand) and pack_dense's fp32 biases; zeros past Cin and Cout.
+    `unfolded` (a stem read from NCHW, x-unfolded): [ceil(Cout/64)][KH][ceil(Cin*KW/2)][64][2] over the values
+    j = kx * Cin + c of a row's taps."""
     out_channels, in_channels, kernel_height, kernel_width = weights.shape
-    groups, pairs = -(-out_channels // 64), -(-in_channels // LANES) * LANES // 2
+    groups = -(-out_channels // 64)
+    if unfolded:  # [Cout, KH, KW * Cin] with value j = kx * Cin + c
+        rows = weights.transpose(0, 2, 3, 1).reshape(out_channels, kernel_height, kernel_width * in_channels)
+        pairs = -(-kernel_width * in_channels // 2)
+        padded = np.zeros((groups * 64, kernel_height, pairs * 2), np.float32)
+        padded[:out_channels, :, :rows.shape[2]] = rows
+        packed = bf16_bits(padded).reshape(groups, 64, kernel_height, pairs, 2).transpose(0, 2, 3, 1, 4)
+        return np.ascontiguousarray(packed), _packed_bias(bias, out_channels)
+    pairs = -(-in_channels // LANES) * LANES // 2
     padded = np.zeros((groups * 64, pairs * 2, kernel_height * kernel_width), np.float32)
     padded[:out_channels, :in_channels] = weights.reshape(out_channels, in_channels, -1)
     packed = bf16_bits(padded).reshape(groups, 64, pairs, 2, -1).transpose(0, 4, 2, 1, 3)
@@ -697,14 +724,16 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
     if dense_bf16_blocked(node, plan, builder):  # Case dense bf16: blocked in (a stem: NCHW in) and out
         lower_dense_bf16(node, builder, plan)
         return
-    if dense_bf16_direct(node, plan, builder):  # Case dense bf16 on vdpbf16ps: blocked in and out
+    stem_bf16 = (not plan.depthwise and not is_pointwise(plan) and not is_strided_pointwise(plan)
+                 and plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual and dense_bf16_stem(node, plan, builder))
+    if dense_bf16_direct(node, plan, builder) or stem_bf16:  # Case dense bf16 on vdpbf16ps: blocked (a stem: NCHW) in
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
-        packed, packed_bias = pack_dense_bf16(plan.weights, bias)
-        ints = list(plan.ints) + [builder.num_threads]
+        packed, packed_bias = pack_dense_bf16(plan.weights, bias, unfolded=stem_bf16)
+        ints = list(plan.ints) + [builder.num_threads, 0 if stem_bf16 else 1]  # X's layout: NCHW, or blocked
         sizes = np.zeros(1, np.int64)
         _kernels.call("conv_nchwc_bf16_sizes", ints, [], [sizes])
-        x = builder.blocked_buffer(node.inputs[0])
+        x = builder.buffer(node.inputs[0]) if stem_bf16 else builder.blocked_buffer(node.inputs[0])
         residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
         y = builder.produce_blocked(node.outputs[0])
         builder.emit("conv2d_nchwc_bf16", ints, list(plan.params),
