@@ -366,8 +366,10 @@ void ortx_conv2d_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *
                                                                  !unfolded, n, ci, iy, ix, p.in_channels,
                                                                  p.in_height, p.in_width)]))
                                                            : 0.0f;
-                                    acc += ortx_bf16_to_float(W[((co / 64 * taps + k) * pairs + q) * 128 +
-                                                                co % 64 * 2 + j % 2]) * x;
+                                    /* chunks of 64 pairs, each [tap][its pairs] (one chunk when unfolded) */
+                                    const int64_t chunk_pairs = unfolded ? pairs : (pairs - q0 < 64 ? pairs - q0 : 64);
+                                    const int64_t row = co / 64 * taps * pairs + q0 * taps + k * chunk_pairs + q - q0;
+                                    acc += ortx_bf16_to_float(W[row * 128 + co % 64 * 2 + j % 2]) * x;
                                 }
                     const int64_t index = tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width);
                     if (residual) acc += residual[index];

@@ -335,6 +335,7 @@ def dense_bf16_direct(node: ir.Node, plan, builder) -> bool:
 
 
 NCHWC_BF16_MAX_TAPS = 64  # kernels/conv.h's ORTX_NCHWC_BF16_MAX_TAPS
+NCHWC_BF16_CHUNK_PAIRS = 64  # kernels/conv_nchwc_bf16.c's CHUNK_BLOCKS * 8: input channel pairs a weight chunk
 NCHWC_BF16_MAX_PAIRS = 32  # ... and ORTX_NCHWC_BF16_MAX_PAIRS (the x-unfolded form's values per row: twice that)
 STEM_BF16_MIN_CHANNELS = 64  # stems to fewer output channels stay on conv2d_to_nchwc_f32 (dense_bf16_stem)
 
@@ -630,8 +631,10 @@ def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray
 
 def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
                     unfolded: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """conv.h's packing of conv2d_nchwc_bf16: [ceil(Cout/64)][KH*KW][ceil(Cin/16)*8][64][2] bf16 weights (the two
-    input channels of a pair adjacent, vdpbf16ps's operand) and pack_dense's fp32 biases; zeros past Cin and Cout.
+    """conv.h's packing of conv2d_nchwc_bf16: per group of 64 output channels, per chunk of NCHWC_BF16_CHUNK_PAIRS
+    of the ceil(Cin/16)*8 input channel pairs, [KH*KW][the chunk's pairs][64][2] bf16 weights (the two input
+    channels of a pair adjacent, vdpbf16ps's operand; a chunk's weights one run), and pack_dense's fp32 biases; zeros
+    past Cin and Cout.
     `unfolded` (a stem read from NCHW, x-unfolded): [ceil(Cout/64)][KH][ceil(Cin*KW/2)][64][2] over the values
     j = kx * Cin + c of a row's taps."""
     out_channels, in_channels, kernel_height, kernel_width = weights.shape
@@ -646,8 +649,10 @@ def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
     pairs = -(-in_channels // LANES) * LANES // 2
     padded = np.zeros((groups * 64, pairs * 2, kernel_height * kernel_width), np.float32)
     padded[:out_channels, :in_channels] = weights.reshape(out_channels, in_channels, -1)
-    packed = bf16_bits(padded).reshape(groups, 64, pairs, 2, -1).transpose(0, 4, 2, 1, 3)
-    return np.ascontiguousarray(packed), _packed_bias(bias, out_channels)
+    by_tap = bf16_bits(padded).reshape(groups, 64, pairs, 2, -1).transpose(0, 4, 2, 1, 3)  # [g][tap][pair][64][2]
+    chunks = [by_tap[:, :, start:start + NCHWC_BF16_CHUNK_PAIRS] for start in range(0, pairs, NCHWC_BF16_CHUNK_PAIRS)]
+    packed = np.concatenate([chunk.reshape(groups, -1) for chunk in chunks], axis=1)  # [g][chunk][tap][pair][64][2]
+    return np.ascontiguousarray(packed).reshape(-1), _packed_bias(bias, out_channels)
 
 
 def _packed_bias(bias: np.ndarray | None, out_channels: int) -> np.ndarray:
