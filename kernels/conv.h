@@ -214,7 +214,8 @@ static inline int64_t ortx_to_nchwc_tile_pixels(int64_t blocks) { return ORTX_TO
 void ortx_conv2d_to_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv2d_nchwc_f32 (conv_nchwc_direct.c): a dense one-group conv on blocked X, Y and residual; ints = the conv ints
  * (ORTX_CONV_INTS - 1 of them, workspace_threads left out) then threads; buffers = [X, W, bias, Y, residual (Y when
- * none)]; W packed [ceil(Cout / 64)][KH * KW][Cin][64] (zeros past Cout), bias ceil(Cout / 64) * 64 floats. */
+ * none)]; W packed per group of 64 output channels and chunk of 128 input channels [KH * KW][the chunk's
+ * channels][64] (zeros past Cout), bias ceil(Cout / 64) * 64 floats. */
 void ortx_conv2d_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 /* conv2d_nchwc_bf16 (conv_nchwc_bf16.c): conv2d_nchwc_f32's conv with bf16 operands and fp32 sums on vdpbf16ps;
  * ints the conv ints, threads, X's layout (1 blocked, 0 NCHW: x-unfolded); buffers [X, W, bias, Y, residual (Y when

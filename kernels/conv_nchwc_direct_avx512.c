@@ -25,7 +25,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void taps_fixed(
             for (int64_t c0 = t->c_begin; c0 < c_end; c0 += 16) {
                 const float *xb = xt + c0 * t->x_plane;  /* block c0 / 16 at the tile's first pixel */
                 const int64_t count = c_end - c0 < 16 ? c_end - c0 : 16;
-                const float *wc = wt + c0 * 64;
+                const float *wc = wt + (c0 - t->c_begin) * 64;
                 for (int64_t c = 0; c < count; c++, wc += 64) {
                     __m512 wv[4];
                     for (int b = 0; b < B; b++) wv[b] = _mm512_loadu_ps(wc + 16 * b);

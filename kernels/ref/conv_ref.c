@@ -298,10 +298,15 @@ void ortx_conv2d_nchwc_f32_ref(const int64_t *ints, const float *floats, void *c
                             const int64_t iy = oy * p.stride_height - p.pad_top + ky * p.dilation_height;
                             const int64_t ix = ox * p.stride_width - p.pad_left + kx * p.dilation_width;
                             if (iy < 0 || iy >= p.in_height || ix < 0 || ix >= p.in_width) continue;
-                            for (int64_t ci = 0; ci < p.in_channels; ci++)
-                                acc += W[((co / 64 * taps + ky * p.kernel_width + kx) * p.in_channels + ci) * 64 +
-                                         co % 64] *
+                            for (int64_t ci = 0; ci < p.in_channels; ci++) {
+                                /* chunks of 128 channels, each [tap][its channels][64] */
+                                const int64_t c0 = ci / 128 * 128, count = p.in_channels - c0 < 128
+                                                                              ? p.in_channels - c0 : 128;
+                                const int64_t row = co / 64 * taps * p.in_channels + c0 * taps +
+                                                    (ky * p.kernel_width + kx) * count + ci - c0;
+                                acc += W[row * 64 + co % 64] *
                                        X[tensor_index(1, n, ci, iy, ix, p.in_channels, p.in_height, p.in_width)];
+                            }
                         }
                     const int64_t index = tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height, p.out_width);
                     if (residual) acc += residual[index];

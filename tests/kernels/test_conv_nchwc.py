@@ -269,15 +269,11 @@ def test_conv_to_nchwc_matches_numpy_and_reference(isa, case, activation, thread
 
 
 def pack_dense_nchwc(weights: np.ndarray, bias: np.ndarray):
-    """conv.h's packing of conv2d_nchwc_f32: [ceil(Cout/64)][KH*KW][Cin][64] weights, ceil(Cout/64)*64 biases."""
-    cout, cin, kh, kw = weights.shape
-    groups = (cout + 63) // 64
-    padded = np.zeros((groups * 64, cin, kh, kw), np.float32)
-    padded[:cout] = weights
-    packed = padded.reshape(groups, 64, cin, kh * kw).transpose(0, 3, 2, 1)
-    packed_bias = np.zeros(groups * 64, np.float32)
-    packed_bias[:cout] = bias
-    return np.ascontiguousarray(packed), packed_bias
+    """conv.h's packing of conv2d_nchwc_f32 (blocked_layout.pack_dense: per group of 64 output channels and chunk of
+    128 input channels, [KH*KW][the chunk's channels][64]), ceil(Cout/64)*64 biases."""
+    from ortx.ep.lowering.blocked_layout import pack_dense
+
+    return pack_dense(weights, bias)
 
 
 def dense_conv_numpy(x, weights, bias, stride, pads, dilation=1):

@@ -618,15 +618,21 @@ def pack_pointwise(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.nda
             _packed_bias(bias, out_channels))
 
 
+DIRECT_CHUNK_CHANNELS = 128  # kernels/conv_nchwc_direct.c's CHUNK: input channels a weight chunk
+
+
 def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """conv.h's packing of conv2d_nchwc_f32: [ceil(Cout/64)][KH*KW][Cin][64] weights and ceil(Cout/64)*64 biases,
-    zeros past Cout."""
+    """conv.h's packing of conv2d_nchwc_f32: per group of 64 output channels, per chunk of DIRECT_CHUNK_CHANNELS
+    input channels, [KH*KW][the chunk's channels][64] weights (a chunk's weights one run), and ceil(Cout/64)*64
+    biases; zeros past Cout."""
     out_channels, in_channels, kernel_height, kernel_width = weights.shape
     groups = -(-out_channels // 64)
     padded = np.zeros((groups * 64, in_channels, kernel_height * kernel_width), np.float32)
     padded[:out_channels] = weights.reshape(out_channels, in_channels, -1)
-    return (np.ascontiguousarray(padded.reshape(groups, 64, in_channels, -1).transpose(0, 3, 2, 1)),
-            _packed_bias(bias, out_channels))
+    by_tap = padded.reshape(groups, 64, in_channels, -1).transpose(0, 3, 2, 1)  # [g][tap][Cin][64]
+    chunks = [by_tap[:, :, start:start + DIRECT_CHUNK_CHANNELS].reshape(groups, -1)
+              for start in range(0, in_channels, DIRECT_CHUNK_CHANNELS)]
+    return np.ascontiguousarray(np.concatenate(chunks, axis=1)).reshape(-1), _packed_bias(bias, out_channels)
 
 
 def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
