@@ -618,5 +618,7 @@ const ortx_kernel_entry ortx_family_conv[] = {
     {"conv2d_nchwc_f32", ortx_conv2d_nchwc_f32, ortx_conv2d_nchwc_f32_ref},  /* conv_nchwc_direct.c */
     {"conv2d_nchwc_bf16", ortx_conv2d_nchwc_bf16, ortx_conv2d_nchwc_bf16_ref},  /* conv_nchwc_bf16.c */
     {"conv_nchwc_bf16_sizes", ortx_conv_nchwc_bf16_sizes, ortx_conv_nchwc_bf16_sizes},
+    {"conv2d_winograd_nchwc_f32", ortx_conv2d_winograd_nchwc_f32, ortx_conv2d_winograd_nchwc_f32_ref},
+    {"conv_winograd_nchwc_sizes_f32", ortx_conv_winograd_nchwc_sizes_f32, ortx_conv_winograd_nchwc_sizes_f32},
     {NULL, NULL, NULL},
 };

@@ -440,5 +440,7 @@ void ortx_conv_pointwise_nchwc_bf16_ref(const int64_t *ints, const float *floats
 void ortx_conv2d_to_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv2d_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv2d_winograd_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads);
 
 #endif

@@ -47,6 +47,21 @@ typedef struct ortx_wino_isa {
 
 extern const ortx_wino_isa ortx_wino_portable, ortx_wino_avx512;
 
+/* conv2d_winograd_nchwc_f32 (conv_winograd_nchwc.c): F(4x4, 3x3) on blocked tensors, one 16-channel block of one
+ * output tile per call. input: V = B^T d B of tile (ty, tx) from x (the block's plane, zero outside the image),
+ * position q at v + q * position_stride. output: Y = act(A^T M A + bias + residual) of tile (ty, tx), M's position
+ * q at m + q * position_stride, stored inside the output only (y and residual the block's planes, or NULL). */
+typedef struct ortx_wino_nchwc_isa {
+    void (*input)(const ortx_conv_params *p, const float *x, int64_t ty, int64_t tx, float *v,
+                  int64_t position_stride);
+    void (*output)(const ortx_conv_params *p, const float *m, int64_t position_stride, int64_t ty, int64_t tx,
+                   const float *bias, const float *residual, float *y);
+} ortx_wino_nchwc_isa;
+extern const ortx_wino_nchwc_isa ortx_wino_nchwc_avx512; /* members NULL where not compiled */
+void ortx_conv2d_winograd_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
+void ortx_conv_winograd_nchwc_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads);
+
 void ortx_conv2d_winograd_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_winograd_sizes_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);
 void ortx_conv_winograd_pack_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads);

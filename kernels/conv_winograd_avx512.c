@@ -8,6 +8,7 @@
  * cost more than the rest of the input transform together (measured: the gather version's input transform took
  * 1.7x the GEMM's time on 64 @56x56).
  * The sums are the portable transforms' factored (shared differences first), so the two agree to rounding. */
+#include "activation_avx512.h"
 #include "conv_winograd.h"
 #include "gemm_avx2.h"
 #include "isa.h"
@@ -232,6 +233,61 @@ ORTX_TARGET_AVX512 static void output_avx512(const ortx_wino_geometry *g, const 
 }
 
 const ortx_wino_isa ortx_wino_avx512 = {input_avx512, output_avx512};
+
+/* conv2d_winograd_nchwc_f32's transforms (conv_winograd_nchwc.c), F(4x4, 3x3) on blocked tensors: a vector is one
+ * pixel's 16 channels, so B^T d B and A^T M A are the same sums as above on whole vectors, no shuffles. */
+ORTX_TARGET_AVX512 static void nchwc_input(const ortx_conv_params *p, const float *x, int64_t ty, int64_t tx,
+                                           float *v, int64_t position_stride) {
+    const int64_t iy0 = ty * 4 - p->pad_top, ix0 = tx * 4 - p->pad_left;
+    const int inside = iy0 >= 0 && ix0 >= 0 && iy0 + 6 <= p->in_height && ix0 + 6 <= p->in_width;
+    __m512 columns[6][6];  /* B^T d, column by column: columns[j][i] */
+    for (int j = 0; j < 6; j++) {
+        __m512 d[6];
+        for (int i = 0; i < 6; i++) {
+            const int64_t iy = iy0 + i, ix = ix0 + j;
+            d[i] = inside || (iy >= 0 && iy < p->in_height && ix >= 0 && ix < p->in_width)
+                       ? _mm512_loadu_ps(x + (iy * p->in_width + ix) * 16)
+                       : _mm512_setzero_ps();
+        }
+        apply_bt(d, columns[j], 4);
+    }
+    for (int i = 0; i < 6; i++) {
+        __m512 row[6], out[6];
+        for (int j = 0; j < 6; j++) row[j] = columns[j][i];
+        apply_bt(row, out, 4);
+        for (int j = 0; j < 6; j++) _mm512_storeu_ps(v + (i * 6 + j) * position_stride, out[j]);
+    }
+}
+
+ORTX_TARGET_AVX512 static void nchwc_output(const ortx_conv_params *p, const float *m, int64_t position_stride,
+                                            int64_t ty, int64_t tx, const float *bias, const float *residual,
+                                            float *y) {
+    __m512 columns[6][4];  /* A^T s, column by column: columns[j][a] */
+    for (int j = 0; j < 6; j++) {
+        __m512 s[6];
+        for (int i = 0; i < 6; i++) s[i] = _mm512_loadu_ps(m + (i * 6 + j) * position_stride);
+        apply_at(s, columns[j], 4);
+    }
+    const __m512 b = _mm512_loadu_ps(bias);
+    for (int a = 0; a < 4; a++) {
+        const int64_t oy = ty * 4 + a;
+        if (oy >= p->out_height) break;
+        __m512 row[6], out[4];
+        for (int j = 0; j < 6; j++) row[j] = columns[j][a];
+        apply_at(row, out, 4);
+        for (int c = 0; c < 4; c++) {
+            const int64_t ox = tx * 4 + c;
+            if (ox >= p->out_width) break;
+            const int64_t at = (oy * p->out_width + ox) * 16;
+            __m512 value = _mm512_add_ps(out[c], b);
+            if (residual) value = _mm512_add_ps(value, _mm512_loadu_ps(residual + at));
+            _mm512_storeu_ps(y + at, ortx_activation_avx512(value, (int)p->activation, p->param0, p->param1));
+        }
+    }
+}
+
+const ortx_wino_nchwc_isa ortx_wino_nchwc_avx512 = {nchwc_input, nchwc_output};
 #else
 const ortx_wino_isa ortx_wino_avx512 = {NULL, NULL};
+const ortx_wino_nchwc_isa ortx_wino_nchwc_avx512 = {NULL, NULL};
 #endif

@@ -381,3 +381,64 @@ void ortx_conv2d_nchwc_bf16_ref(const int64_t *ints, const float *floats, void *
                     Y[index] = ortx_activation_scalar((int)p.activation, acc, p.param0, p.param1);
                 }
 }
+
+/* conv2d_winograd_nchwc_f32 (conv_winograd_nchwc.c): the same algorithm in scalar double, F(4x4, 3x3) with
+ * Lavin and Gray's points 0, 1, -1, 2, -2: per tile, V = B^T d B per input channel (0 outside the image), M = the
+ * sum over input channels of V times U (the packed float weights), Y = A^T M A, then bias, residual, activation;
+ * rounded to float once. The fast kernel sums in float, so the two differ by its rounding (tests bound both
+ * against a direct conv). Pad lanes not written. */
+void ortx_conv2d_winograd_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
+                                        int num_threads) {
+    (void)num_threads;
+    static const double bt[6][6] = {{4, 0, -5, 0, 1, 0}, {0, -4, -4, 1, 1, 0}, {0, 4, -4, -1, 1, 0},
+                                    {0, -2, -1, 2, 1, 0}, {0, 2, -1, -2, 1, 0}, {0, 4, 0, -5, 0, 1}};
+    static const double at[4][6] = {{1, 1, 1, 1, 1, 0}, {0, 1, -1, 2, -2, 0}, {0, 1, 1, 4, 4, 0},
+                                    {0, 1, -1, 8, -8, 1}};
+    ortx_conv_params p = ortx_conv_params_read(ints, floats);
+    const float *X = buffers[0], *U = buffers[1], *bias = buffers[2], *residual = p.has_residual ? buffers[4] : NULL;
+    float *Y = buffers[3];
+    const int64_t groups = (p.out_channels + 63) / 64, tiles_y = (p.out_height + 3) / 4;
+    const int64_t tiles_x = (p.out_width + 3) / 4;
+    for (int64_t n = 0; n < p.batch; n++)
+        for (int64_t ty = 0; ty < tiles_y; ty++)
+            for (int64_t tx = 0; tx < tiles_x; tx++)
+                for (int64_t co = 0; co < p.out_channels; co++) {
+                    double m[6][6] = {{0}};
+                    for (int64_t ci = 0; ci < p.in_channels; ci++) {
+                        double d[6][6], t[6][6];
+                        for (int i = 0; i < 6; i++)
+                            for (int j = 0; j < 6; j++) {
+                                const int64_t iy = ty * 4 - p.pad_top + i, ix = tx * 4 - p.pad_left + j;
+                                d[i][j] = iy >= 0 && iy < p.in_height && ix >= 0 && ix < p.in_width
+                                              ? X[tensor_index(1, n, ci, iy, ix, p.in_channels, p.in_height,
+                                                               p.in_width)]
+                                              : 0.0;
+                            }
+                        for (int i = 0; i < 6; i++)
+                            for (int j = 0; j < 6; j++) {
+                                t[i][j] = 0.0;
+                                for (int k = 0; k < 6; k++) t[i][j] += bt[i][k] * d[k][j];
+                            }
+                        for (int i = 0; i < 6; i++)
+                            for (int j = 0; j < 6; j++) {
+                                double v = 0.0;
+                                for (int k = 0; k < 6; k++) v += t[i][k] * bt[j][k];
+                                const int64_t q = i * 6 + j;
+                                m[i][j] += v * U[((q * groups + co / 64) * p.in_channels + ci) * 64 + co % 64];
+                            }
+                    }
+                    for (int a = 0; a < 4; a++)
+                        for (int b = 0; b < 4; b++) {
+                            const int64_t oy = ty * 4 + a, ox = tx * 4 + b;
+                            if (oy >= p.out_height || ox >= p.out_width) continue;
+                            double y = 0.0;
+                            for (int i = 0; i < 6; i++)
+                                for (int j = 0; j < 6; j++) y += at[a][i] * m[i][j] * at[b][j];
+                            const int64_t index = tensor_index(1, n, co, oy, ox, p.out_channels, p.out_height,
+                                                               p.out_width);
+                            float value = (float)(y + bias[co]);
+                            if (residual) value += residual[index];
+                            Y[index] = ortx_activation_scalar((int)p.activation, value, p.param0, p.param1);
+                        }
+                }
+}

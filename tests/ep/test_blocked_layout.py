@@ -283,16 +283,21 @@ def _bias(name, count, seed):
     (160, 23, False),  # 160 x 160 channels on 529 pixels: Winograd
     (32, 60, False),  # 3600 pixels: Winograd
 ])
+@pytest.mark.parametrize("winograd", [True, False])
 @pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
-def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, batch, threads, monkeypatch):
-    """A ResNet-18 basic block after a 3-channel stem: two stride-1 3x3 convs and the residual Add. Where
-    is_dense_direct holds they run conv2d_nchwc_f32 on blocked tensors and the stem writes blocked (one run:
-    no reorder into it, one out); elsewhere they stay NCHW (Winograd) and nothing is blocked. Either way equal to
-    ORT. The rule as on a CPU where it applies (dense_direct_pays: measured on one host; on the others the block
-    stays NCHW, as in the unblocked cases)."""
+def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, winograd, batch, threads, monkeypatch):
+    """A ResNet-18 basic block after a 3-channel stem: two stride-1 3x3 convs and the residual Add. With blocked
+    Winograd (is_winograd_blocked) both run conv2d_winograd_nchwc_f32 on blocked tensors whatever the shape, the
+    stem writing blocked (one run: no reorder into it, one out). Without it, where is_dense_direct holds they run
+    conv2d_nchwc_f32 so, elsewhere they stay NCHW (Winograd) and nothing is blocked. Equal to ORT every way. The
+    rules as on a CPU where they apply (dense_direct_pays: measured on one host; on the others the block stays
+    NCHW, as in the unblocked cases)."""
     from ortx.ep.lowering import blocked_layout
 
     monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
+    if not winograd:
+        monkeypatch.setattr(blocked_layout, "is_winograd_blocked", lambda plan: False)
+    blocked = blocked or winograd
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["x1"], name="stem", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["x1"], ["block_in"], name="stem_relu"),
@@ -309,10 +314,11 @@ def test_resnet_basic_block_with_stride_1_3x3_convs(channels, size, blocked, bat
     counts = _counts_after_checking(nodes, initializers, (batch, 3, size, size), (batch, channels, size, size), 7,
                                     threads)
     if blocked:
-        assert counts["conv2d_nchwc_f32"] == 2 and counts["conv2d_to_nchwc_f32"] == 1, counts
+        assert counts["conv2d_winograd_nchwc_f32" if winograd else "conv2d_nchwc_f32"] == 2, counts
+        assert counts["conv2d_to_nchwc_f32"] == 1, counts
         assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] == 1, counts
     else:
-        assert not set(counts) & (BLOCKED_KERNELS | {"conv2d_nchwc_f32"}), counts
+        assert not set(counts) & (BLOCKED_KERNELS | {"conv2d_nchwc_f32", "conv2d_winograd_nchwc_f32"}), counts
         assert counts["conv2d_winograd_f32"] == 2, counts
 
 
@@ -335,7 +341,7 @@ def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads, monke
     whole 16-channel blocks per input the Concat joins the run (blocked_layout.blocked_concat): no reorder inside;
     at batch 1 both expands write straight into the Concat's blocked output (no copy), at batch 2 copy_rows joins
     them. With 24 channels per expand the Concat stays NCHW: the run ends at it (both expands reordered out). The
-    3x3 expand runs blocked as on a CPU where blocked_layout.dense_direct_pays."""
+    3x3 expand runs blocked (Winograd) as on a CPU where blocked_layout.dense_direct_pays."""
     from ortx.ep.lowering import blocked_layout
 
     monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
@@ -357,7 +363,7 @@ def test_fire_module_concat_stays_blocked(expand, blocked, batch, threads, monke
                     _weights("w4", (c_out, 2 * expand, 1, 1), 7), _bias("b4", c_out, 8)]
     counts = _counts_after_checking(nodes, initializers, (batch, c_in, size, size), (batch, c_out, size, size), 9,
                                     threads)
-    assert counts["conv2d_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 1, counts
+    assert counts["conv2d_winograd_nchwc_f32"] == 1 and counts["reorder_to_nchwc_f32"] == 1, counts
     if blocked:
         assert counts["conv_pointwise_nchwc_f32"] == 3 and counts["reorder_from_nchwc_f32"] == 1, counts
         assert counts["copy_rows"] == (0 if batch == 1 else 2), counts
@@ -396,6 +402,7 @@ def test_blocked_concat_of_an_nchw_input_plans_it_outside_the_output(batch, thre
 
     monkeypatch.setattr(blocked_layout, "dense_direct_pays", lambda: True)
     monkeypatch.setattr(blocked_layout, "is_dense_direct", lambda plan: False)
+    monkeypatch.setattr(blocked_layout, "is_winograd_blocked", lambda plan: False)
     nodes = [
         helper.make_node("Conv", ["x", "w0", "b0"], ["s0"], name="squeeze"),
         helper.make_node("Relu", ["s0"], ["s"], name="squeeze_relu"),

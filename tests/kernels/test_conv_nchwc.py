@@ -334,6 +334,51 @@ def test_dense_conv_nchwc_matches_numpy_and_reference(isa, case, activation, res
         np.testing.assert_array_equal(run(False, threads), run(False))
 
 
+WINOGRAD_NCHWC_CASES = [  # (N, Cin, H, W, Cout, pads): 3x3, stride 1
+    (1, 64, 20, 20, 64, (1, 1, 1, 1)),  # whole 4x4 tiles
+    (2, 40, 13, 11, 70, (1, 1, 1, 1)),  # partial tiles, blocks and group; batch 2
+    (1, 16, 9, 14, 24, (0, 2, 1, 0)),  # asymmetric pads, no bottom or left padding
+    (1, 200, 7, 7, 130, (1, 1, 1, 1)),  # Cin past 128, a 7x7 map (2x2 tiles, 16 pixels for 49)
+]
+
+
+@pytest.mark.parametrize("case", WINOGRAD_NCHWC_CASES, ids=[str(c) for c in WINOGRAD_NCHWC_CASES])
+@pytest.mark.parametrize("activation,residual", [("relu", True), ("clip", False)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_nchwc_matches_a_direct_conv(case, activation, residual, threads):
+    """conv2d_winograd_nchwc_f32 (F(4x4, 3x3) on blocked tensors) and its scalar float64 reference against a float64
+    direct conv within F(4x4)'s bound (test_conv_winograd.py's ORACLE_TOLERANCE[4] of max|y|); the same bits on
+    1 and 2 threads."""
+    from ortx.ep.lowering.blocked_layout import pack_winograd_nchwc
+
+    n, cin, h, w, cout, pads = case
+    code, params = ACTIVATIONS[activation]
+    x, weights, bias = random((n, cin, h, w), 31), random((cout, cin, 3, 3), 32) * 0.2, random(cout, 33)
+    expected = dense_conv_numpy(x, weights, bias, 1, pads)
+    oh, ow = expected.shape[2:]
+    extra = random((n, cout, oh, ow), 34) if residual else None
+    if residual:
+        expected = expected + extra
+    expected = activate(expected, code, params)
+    packed, packed_bias = pack_winograd_nchwc(weights, bias)
+    ints = [n, cin, h, w, cout, oh, ow, 3, 3, 1, 1, pads[0], pads[1], 1, 1, 1, 1, int(residual), code, threads]
+    sizes = np.zeros(1, np.int64)
+    _kernels.call("conv_winograd_nchwc_sizes_f32", ints, [], [sizes])
+
+    def run(use_ref, thread_count=threads):
+        y = np.full((n, (cout + 15) // 16, oh, ow, 16), np.nan, np.float32)
+        workspace = np.full(int(sizes[0]) // 4, np.nan, np.float32)
+        _kernels.call("conv2d_winograd_nchwc_f32", ints[:-1] + [thread_count], list(params),
+                      [to_blocked(x), packed, packed_bias, y, to_blocked(extra) if residual else y, workspace],
+                      num_threads=thread_count, use_ref=use_ref)
+        return from_blocked(y, cout)
+
+    bound = 5e-5 * np.abs(expected).max()
+    for use_ref in (False, True):
+        np.testing.assert_allclose(run(use_ref), expected, rtol=0, atol=bound)
+    np.testing.assert_array_equal(run(False, 1), run(False, 2))
+
+
 DENSE_BF16_CASES = DENSE_NCHWC_CASES + [
     (1, 64, 14, 14, 64, 3, 1, (1, 1, 1, 1), 1),  # ResNet-18's 3x3 on a small map: tiles across row ends
     (1, 272, 7, 7, 130, 3, 1, (1, 1, 1, 1), 1),  # three channel chunks (8 blocks each), the last partial

@@ -94,6 +94,13 @@ fire modules and Inception's modules stay one run. AMD Zen 5, 2 threads, untuned
 0.76-0.90x, Inception v1 0.91x, Inception v2 0.90-0.93x, the other models 0.98-1.01x. With the stride-1 convs left
 on Winograd (the lowering of the other hosts, simulated there) it lost: DenseNet-121 1.23x, Inception v2 1.10x,
 SqueezeNet 1.035x, so it applies only where dense_direct_pays does.
+Blocked Winograd (session 42): in fp32 sessions a 3x3 stride-1 dense conv (`is_winograd_blocked`, on CPUs where
+dense_direct_pays) runs F(4x4, 3x3) on blocked tensors (conv2d_winograd_nchwc_f32: 2.25 multiply-adds per output for
+9; its transforms on whole 16-channel vectors, its 36 GEMMs the 1x1 conv's tile), whatever its map, so such convs
+also join runs that the NCHW Winograd cut with reorders. Kernel alone 0.30-0.76x conv2d_nchwc_f32's time (the rule's
+docstring). AMD Zen 5, 2 threads, untuned, in-process A/B against it off (both build orders, geometric mean):
+ResNet-18-style 0.68x, VGG-19 0.60x, Inception v1 and v2 0.79x, DenseNet-121 0.83x, SqueezeNet 0.88x, ResNet-50
+0.90x, ZFNet-512 0.945x, AlexNet 0.98x; PP-OCR det, rec, cls and MobileNetV2-style (no such convs) 0.99-1.04x.
 Dense convs under bf16 without AMX (session 42): on the vdpbf16ps path a dense one-group conv from at least 16
 channels runs conv2d_nchwc_bf16 on blocked tensors (`dense_bf16_direct`; kernels/conv_nchwc_bf16.c: its input rounded
 once into a zero-padded bf16 image, 6-pixel x 4-block vdpbf16ps tiles), and the strided 1x1 convs and MaxPools between
@@ -104,8 +111,8 @@ in-process A/B against DENSE_BF16 off (sessions built in both orders, geometric 
 ResNet-50 0.90x, DenseNet-121 0.93x, Inception v1 and v2 0.84x, SqueezeNet 0.77x, ZFNet-512 0.93x; PP-OCR rec and
 cls, VGG-19 0.99-1.00x, AlexNet 1.02x; det's runs stay NCHW (its work is on large maps; with every run that holds a
 dense conv kept, 1.02-1.05x).
-Limits: elsewhere (stride 1, fp32) dense convs from more channels on larger maps (VGG's, on Winograd) neither read
-nor write blocked tensors, so a run ends at them.
+Limits: stride-1 dense convs other than 3x3 from more channels on larger maps neither read nor write blocked tensors
+in fp32 sessions, so a run ends at them.
 """
 from __future__ import annotations
 
@@ -187,6 +194,28 @@ def is_dense_direct(plan) -> bool:
             and (pixels <= DIRECT_MAX_PIXELS or (pixels <= DIRECT_MAX_PIXELS_FEW_CHANNELS
                                                  and in_channels * out_channels <= DIRECT_MAX_CHANNEL_PRODUCT))
             and dense_direct_pays())
+
+
+# Blocked Winograd (conv2d_winograd_nchwc_f32) only where its transformed weights (36 x Cin x Cout floats) per 4x4
+# output tile are at most this many bytes: they stream from memory once per conv, shared by its tiles
+WINOGRAD_MAX_WEIGHT_BYTES_PER_TILE = 4 << 20
+
+
+def is_winograd_blocked(plan) -> bool:
+    """A 3x3 stride-1 one-group conv from at least DENSE_MIN_CHANNELS channels that runs F(4x4, 3x3) Winograd on
+    blocked tensors (conv2d_winograd_nchwc_f32) in fp32 sessions, on CPUs where dense_direct_pays (measured there
+    only), unless its transformed weights per output tile pass WINOGRAD_MAX_WEIGHT_BYTES_PER_TILE. Kernel alone,
+    AMD Zen 5, 2 threads, interleaved, against conv2d_nchwc_f32 (direct, 420-500 GFLOP/s): ResNet-18's 64@56 0.41x,
+    128@28 0.35x, 256@14 0.52x, 512@7 1.12x (37.7 MB of weights for 4 tiles: kept direct); VGG's 64@224 0.67x,
+    256@56 0.37x, 512@28 0.33x, 512@14 0.58x; SqueezeNet's 16 -> 64 @55 0.68x, 64 -> 256 @13 0.76x; 256@7 0.60x.
+    Outputs within 2e-5 of the direct conv's magnitude."""
+    (_, in_channels, _, _, out_channels, out_height, out_width, kernel_height, kernel_width, stride_height,
+     stride_width, _, _, dilation_height, dilation_width, group, *_) = plan.ints
+    if plan.depthwise or group != 1 or (kernel_height, kernel_width, stride_height, stride_width, dilation_height,
+                                         dilation_width) != (3, 3, 1, 1, 1, 1) or in_channels < DENSE_MIN_CHANNELS:
+        return False
+    tiles = -(-out_height // 4) * -(-out_width // 4)
+    return 36 * in_channels * out_channels * 4 <= WINOGRAD_MAX_WEIGHT_BYTES_PER_TILE * tiles and dense_direct_pays()
 
 
 def _spares_reorders_only(plan, builder) -> bool:
@@ -369,7 +398,7 @@ def _role(node: ir.Node, builder, plan, elementwise_inputs) -> str | None:
     if is_pointwise(plan):
         bf16 = builder.precision_of(node) == "bf16"
         return "both" if bf16 or sparse.sparse_conv_choice(node, builder, plan) is None else None
-    dense = is_dense_strided(plan) or is_dense_direct(plan)
+    dense = is_dense_strided(plan) or is_dense_direct(plan) or is_winograd_blocked(plan)
     if (is_strided_pointwise(plan) or dense) and builder.precision == "fp32":
         # (bf16: the dense form's rule below)
         return "both" if sparse.sparse_conv_choice(node, builder, plan) is None else None
@@ -661,6 +690,24 @@ def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
     return np.ascontiguousarray(packed).reshape(-1), _packed_bias(bias, out_channels)
 
 
+# F(4x4, 3x3)'s G (Lavin and Gray; points 0, 1, -1, 2, -2), as kernels/conv_winograd.c's g_exact_4
+WINOGRAD_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                       [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]], np.float64)
+
+
+def pack_winograd_nchwc(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """conv.h's packing of conv2d_winograd_nchwc_f32: per position q of the 6x6 tile, U[q] = (G g G^T)[q] of every
+    (output, input) channel, in float64 rounded once, packed as conv_pointwise_nchwc_f32's weights ([ceil(Cout/64)]
+    [Cin][64], zeros past Cout); and pack_dense's biases."""
+    out_channels, in_channels = weights.shape[:2]
+    transformed = np.einsum("ia,ocab,jb->ijoc", WINOGRAD_G, weights.astype(np.float64), WINOGRAD_G)  # [6][6][O][C]
+    groups = -(-out_channels // 64)
+    padded = np.zeros((36, groups * 64, in_channels), np.float64)
+    padded[:, :out_channels] = transformed.reshape(36, out_channels, in_channels)
+    packed = padded.reshape(36, groups, 64, in_channels).transpose(0, 1, 3, 2).astype(np.float32)
+    return np.ascontiguousarray(packed).reshape(-1), _packed_bias(bias, out_channels)
+
+
 def _packed_bias(bias: np.ndarray | None, out_channels: int) -> np.ndarray:
     """The blocked 1x1 convs' fp32 bias: ceil(Cout/64)*64 values, zeros past Cout (and all zeros without one)."""
     packed = np.zeros(-(-out_channels // 64) * 64, np.float32)
@@ -754,17 +801,24 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                       builder.workspace(max(int(sizes[0]), 4), label="conv")])
         builder.finish_blocked(node.outputs[0])
         return
-    if builder.precision == "fp32" and (is_dense_strided(plan) or is_dense_direct(plan)):  # Case dense: blocked
+    winograd = is_winograd_blocked(plan)
+    if builder.precision == "fp32" and (winograd or is_dense_strided(plan) or is_dense_direct(plan)):  # Case dense
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
-        packed, packed_bias = pack_dense(plan.weights, bias)
+        packed, packed_bias = (pack_winograd_nchwc if winograd else pack_dense)(plan.weights, bias)
+        ints = list(plan.ints) + [builder.num_threads]
         x = builder.blocked_buffer(node.inputs[0])
         residual = builder.blocked_buffer(node.inputs[3]) if plan.has_residual else None
         y = builder.produce_blocked(node.outputs[0])
-        builder.emit("conv2d_nchwc_f32", list(plan.ints) + [builder.num_threads], list(plan.params),
-                     [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
-                      builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
-                      residual if residual is not None else y])
+        buffers = [x, builder.add_constant(packed, label=f"{node.name}:packed_weights"),
+                   builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
+                   residual if residual is not None else y]
+        if winograd:  # V and M: workspace
+            sizes = np.zeros(1, np.int64)
+            _kernels.call("conv_winograd_nchwc_sizes_f32", ints, [], [sizes])
+            buffers.append(builder.workspace(max(int(sizes[0]), 4), label="conv_winograd"))
+        builder.emit("conv2d_winograd_nchwc_f32" if winograd else "conv2d_nchwc_f32", ints, list(plan.params),
+                     buffers)
         builder.finish_blocked(node.outputs[0])
         return
     if not plan.depthwise and not is_pointwise(plan) and not is_strided_pointwise(plan):  # Case stem: NCHW in
