@@ -775,7 +775,8 @@ def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
 @pytest.mark.parametrize("batch,threads", [(1, 2), (2, 1)])
 def test_bf16_resnet18_runs_blocked_on_vdpbf16ps(batch, threads, monkeypatch):
     """ResNet-18-style under bf16 without AMX: its dense convs run conv2d_nchwc_bf16 on blocked tensors
-    (blocked_layout.dense_bf16_direct; the 3 -> 64 stem its x-unfolded form from the NCHW input, dense_bf16_stem),
+    (blocked_layout.dense_bf16_direct; the 3 -> 64 stem its x-unfolded form from the NCHW input, dense_bf16_stem;
+    stage 1's 3x3 convs fp32 blocked Winograd, winograd_over_bf16),
     the strided 1x1 projections the bf16 1x1 conv on the kept pixels, the stem pool maxpool_nchwc_f32, so the
     network is one run from the stem to the global pool: no reorder in, one out. Output cosine against ORT fp32 at
     the bf16 bar; with DENSE_BF16 off the NCHW bf16 kernels run the dense convs."""
@@ -786,7 +787,9 @@ def test_bf16_resnet18_runs_blocked_on_vdpbf16ps(batch, threads, monkeypatch):
     (expected,), (actual,), session = _run_both(model, feeds, threads, precision="bf16")
     assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
     counts = _kernel_counts(session)
-    assert counts["conv2d_nchwc_bf16"] == 17 and counts["conv_pointwise_nchwc_bf16"] == 3, counts
+    # stage 1's four 64@16 3x3 convs run fp32 blocked Winograd (winograd_over_bf16), the other dense convs bf16
+    assert counts["conv2d_winograd_nchwc_f32"] == 4 and counts["conv2d_nchwc_bf16"] == 13, counts
+    assert counts["conv_pointwise_nchwc_bf16"] == 3, counts
     assert counts["strided_copy"] == 3 and counts["maxpool_nchwc_f32"] == 1, counts
     assert "conv2d_to_nchwc_f32" not in counts and "conv2d_bf16" not in counts, counts
     assert "reorder_to_nchwc_f32" not in counts and counts["reorder_from_nchwc_f32"] <= 1, counts

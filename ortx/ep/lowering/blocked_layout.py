@@ -218,6 +218,33 @@ def is_winograd_blocked(plan) -> bool:
     return 36 * in_channels * out_channels * 4 <= WINOGRAD_MAX_WEIGHT_BYTES_PER_TILE * tiles and dense_direct_pays()
 
 
+WINOGRAD_BF16_MIN_CHANNELS = 64  # winograd_over_bf16: channels each way
+WINOGRAD_BF16_MIN_TILES = 16  # ... output tiles of 4x4
+WINOGRAD_BF16_MAX_WORK_BYTES = 8 << 20  # ... V and M (36 positions of Cin and Cout floats per tile), cached
+WINOGRAD_BF16_MAX_COVER = 1.4  # ... and the 4x4 tiles' pixels at most this many times the output's (13x13: 1.51)
+
+
+def winograd_over_bf16(node: ir.Node, plan, builder) -> bool:
+    """Whether a bf16 session without AMX runs a dense conv as fp32 blocked Winograd (conv2d_winograd_nchwc_f32)
+    instead of conv2d_nchwc_bf16: where dense_bf16_direct and is_winograd_blocked hold, with at least
+    WINOGRAD_BF16_MIN_CHANNELS channels each way and WINOGRAD_BF16_MIN_TILES tiles, V and M within
+    WINOGRAD_BF16_MAX_WORK_BYTES. A quarter of the multiply-adds at fp32's rate against all of them at bf16's
+    (1.7x fp32's on this CPU), and fp32-accurate. Kernel alone, Zen 5, 2 threads, interleaved: ResNet-18's 64@56
+    0.71x, 128@28 0.67x, 256@14 0.90x the bf16 direct conv's time, VGG's 512@14 0.99x; few tiles (512@7 1.67x, 256@7
+    1.31x), few channels (16 -> 64 @55 2.4x, 48 -> 192 @27 1.19x) and large maps (64@112 1.34x, 96 -> 24 @160
+    1.68x, whose V and M leave the caches) and maps that 4x4 tiles cover badly (SqueezeNet's 64 -> 256 @13, 1.59x:
+    13x13 computed as 16x16) stay bf16. Whole models, in-process A/B against the rule off, both build orders:
+    ResNet-18-style 0.94x, ResNet-50 0.975x, VGG-19 0.985x, DenseNet-121 and Inception v1 1.00x."""
+    if not (dense_bf16_direct(node, plan, builder) and is_winograd_blocked(plan)):
+        return False
+    (_, in_channels, _, _, out_channels, out_height, out_width, *_) = plan.ints
+    tiles = -(-out_height // 4) * -(-out_width // 4)
+    work = 36 * (in_channels + out_channels) * tiles * 4
+    return (min(in_channels, out_channels) >= WINOGRAD_BF16_MIN_CHANNELS and tiles >= WINOGRAD_BF16_MIN_TILES
+            and work <= WINOGRAD_BF16_MAX_WORK_BYTES
+            and 16 * tiles <= WINOGRAD_BF16_MAX_COVER * out_height * out_width)
+
+
 def _spares_reorders_only(plan, builder) -> bool:
     """A conv that reads and writes blocked tensors only to spare its neighbours' reorders (a strided 1x1 conv, and
     an fp32 session's dense strided convs): it never makes a run worth its reorders by itself."""
@@ -784,7 +811,8 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
         return
     stem_bf16 = (not plan.depthwise and not is_pointwise(plan) and not is_strided_pointwise(plan)
                  and plan.ints[1] <= STEM_MAX_CHANNELS and not plan.has_residual and dense_bf16_stem(node, plan, builder))
-    if dense_bf16_direct(node, plan, builder) or stem_bf16:  # Case dense bf16 on vdpbf16ps: blocked (a stem: NCHW) in
+    if (dense_bf16_direct(node, plan, builder) and not winograd_over_bf16(node, plan, builder)) or stem_bf16:
+        # Case dense bf16 on vdpbf16ps: blocked (a stem: NCHW) in
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
         packed, packed_bias = pack_dense_bf16(plan.weights, bias, unfolded=stem_bf16)
@@ -801,8 +829,8 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                       builder.workspace(max(int(sizes[0]), 4), label="conv")])
         builder.finish_blocked(node.outputs[0])
         return
-    winograd = is_winograd_blocked(plan)
-    if builder.precision == "fp32" and (winograd or is_dense_strided(plan) or is_dense_direct(plan)):  # Case dense
+    winograd = is_winograd_blocked(plan) and (builder.precision == "fp32" or winograd_over_bf16(node, plan, builder))
+    if winograd or (builder.precision == "fp32" and (is_dense_strided(plan) or is_dense_direct(plan))):  # Case dense
         if bias_value is not None and bias is None:
             raise ValueError(f"bias {bias_value.name!r} is not constant (the blocked dense conv packs it)")
         packed, packed_bias = (pack_winograd_nchwc if winograd else pack_dense)(plan.weights, bias)
