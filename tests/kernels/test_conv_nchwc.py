@@ -339,6 +339,7 @@ WINOGRAD_NCHWC_CASES = [  # (N, Cin, H, W, Cout, pads): 3x3, stride 1
     (2, 40, 13, 11, 70, (1, 1, 1, 1)),  # partial tiles, blocks and group; batch 2
     (1, 16, 9, 14, 24, (0, 2, 1, 0)),  # asymmetric pads, no bottom or left padding
     (1, 200, 7, 7, 130, (1, 1, 1, 1)),  # Cin past 128, a 7x7 map (2x2 tiles, 16 pixels for 49)
+    (2, 64, 60, 58, 70, (1, 1, 1, 1)),  # V and M past 2 MB: bands of tile rows (the last one shorter)
 ]
 
 
