@@ -236,11 +236,12 @@ ortx_nchwc_bf16_geometry ortx_nchwc_bf16_geometry_of(const ortx_conv_params *p, 
 static inline int64_t ortx_nchwc_bf16_tile_pixels(int64_t blocks) {
     return blocks >= 4 ? 6 : ORTX_NCHWC_BF16_SUMS / blocks;
 }
-/* A tile: `pixels` (1..6, or a long tile's ortx_nchwc_bf16_tile_pixels) output pixels, consecutive in Y (16 floats apart, y and residual at the first), pixel i
- * reading the image at x[i] (its first tap, first block of the chunk) + tap_offsets[k] + block * x_plane +
- * pair * pair_stride; `blocks` (1..4) output blocks (y_plane floats apart) over taps 0..taps-1 and block_count
- * blocks of `pairs` pairs, the weights of tap k at w + k * w_tap (w at the chunk's first pair, 128 values a pair);
- * started at the bias when `first`, else at the partial sums in y; finished (residual, activation) when `last`. */
+/* A tile: `pixels` (1..6, or a long tile's ortx_nchwc_bf16_tile_pixels) output pixels, consecutive in Y (16 floats
+ * apart, y and residual at the first), pixel i reading the image at x[i] (its first tap, first block of the chunk) +
+ * tap_offsets[k] + block * x_plane + pair * pair_stride; `blocks` (1..4) output blocks (y_plane floats apart) over
+ * taps 0..taps-1 and block_count blocks of `pairs` pairs, the weights of tap k at w + k * w_tap (w at the chunk's
+ * first pair, 128 values a pair); started at the bias when `first`, else at the partial sums in y; finished
+ * (residual, activation) when `last`. */
 typedef struct ortx_nchwc_bf16_tile {
     int64_t blocks, block_count, pairs, pair_stride, taps, x_plane, y_plane, w_tap;
     int64_t pixel_step;  /* long tiles (1-3 blocks): along one output row, pixel i at x[0] + i * pixel_step */

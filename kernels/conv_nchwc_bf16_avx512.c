@@ -1,7 +1,8 @@
 /* AVX512_BF16 steps of conv2d_nchwc_bf16 (conv_nchwc_bf16.c): rounding blocked pixels to bf16 (vcvtneps2bf16), a
- * stem's x-unfolded pair rows (vcvtne2ps2bf16), and the tile: up to 6 output pixels x 4 output blocks in 24 zmm sums over a chunk's taps and channel pairs, per
- * tap and pair 4 weight vectors and one broadcast pair word per pixel into vdpbf16ps (the 1x1 bf16 conv's tile,
- * conv_pointwise_nchwc_avx512_bf16.c, over taps, reading a padded image instead of its scratch). */
+ * stem's x-unfolded pair rows (vcvtne2ps2bf16), and the tile: up to 6 output pixels x 4 output blocks in 24 zmm sums
+ * over a chunk's taps and channel pairs, per tap and pair 4 weight vectors and one broadcast pair word per pixel into
+ * vdpbf16ps (the 1x1 bf16 conv's tile, conv_pointwise_nchwc_avx512_bf16.c, over taps, reading a padded image instead
+ * of its scratch). */
 #include "conv_pointwise_nchwc_tile.h"
 
 #if ORTX_HAVE_X86
