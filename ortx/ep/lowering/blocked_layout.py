@@ -233,8 +233,9 @@ def winograd_over_bf16(node: ir.Node, plan, builder) -> bool:
     0.71x, 128@28 0.67x, 256@14 0.90x the bf16 direct conv's time, VGG's 512@14 0.99x; few tiles (512@7 1.67x, 256@7
     1.31x), few channels (16 -> 64 @55 2.4x, 48 -> 192 @27 1.19x), large maps of few channels (64@112 1.13-1.5x
     with the kernel's bands, 96 -> 24 @160 1.68x: the transforms' bytes bound them) and maps that 4x4 tiles cover
-    badly (SqueezeNet's 64 -> 256 @13, 1.59x: 13x13 computed as 16x16) stay bf16. Whole models, in-process A/B against the rule off, both build orders:
-    ResNet-18-style 0.94x, ResNet-50 0.975x, VGG-19 0.985x, DenseNet-121 and Inception v1 1.00x."""
+    badly (SqueezeNet's 64 -> 256 @13, 1.59x: 13x13 computed as 16x16) stay bf16. Whole models, in-process A/B
+    against the rule off, both build orders: ResNet-18-style 0.94x, ResNet-50 0.975x, VGG-19 0.985x, DenseNet-121
+    and Inception v1 1.00x."""
     if not (dense_bf16_direct(node, plan, builder) and is_winograd_blocked(plan)):
         return False
     (_, in_channels, _, _, out_channels, out_height, out_width, *_) = plan.ints
