@@ -23,8 +23,10 @@
  *    channels; per tap and pair 4 weight vectors (16 output channels x 2 input channels) and one broadcast pair
  *    word per pixel (conv_nchwc_bf16_avx512.c). A task's pixel range is cut into tiles of equal size (49 pixels:
  *    4 x 6 + 5 x 5), so no short tile waits on its accumulators' latency. Groups of 1-3 blocks (convs to 16-48
- *    channels) take tiles of 24, 12 or 8 pixels while whole ones fit: 24 sums still (a 3 -> 16 stem at 640x640,
- *    2 threads: 6 pixels a tile 0.711 ms against conv2d_to_nchwc_f32's 0.361).
+ *    channels) take tiles of 24, 12 or 8 pixels while whole ones fit, so 24 sums are in flight still. (They did not
+ *    make small stems pay: a 3 -> 16 stem at 640x640, 2 threads, ran 0.71 ms with 6-pixel tiles and 0.82 with
+ *    long ones against conv2d_to_nchwc_f32's 0.36, bound by its unfolded rows and output bytes; such stems stay
+ *    fp32, blocked_layout.dense_bf16_stem. Not measured apart on the blocked convs to few channels they serve.)
  * Tasks are (image, group of 4 output blocks, run of pixels); a task sums CHUNK_BLOCKS blocks of input channels at
  * a time over all its tiles (partial sums in Y between chunks), so the chunk's weights (KH * KW * 128 channels *
  * 128 bytes: 144 KB for a 3x3) come from memory once per task. Every output is summed in one order (chunk, then
