@@ -687,9 +687,15 @@ def pack_dense(weights: np.ndarray, bias: np.ndarray | None) -> tuple[np.ndarray
     padded = np.zeros((groups * 64, in_channels, kernel_height * kernel_width), np.float32)
     padded[:out_channels] = weights.reshape(out_channels, in_channels, -1)
     by_tap = padded.reshape(groups, 64, in_channels, -1).transpose(0, 3, 2, 1)  # [g][tap][Cin][64]
-    chunks = [by_tap[:, :, start:start + DIRECT_CHUNK_CHANNELS].reshape(groups, -1)
-              for start in range(0, in_channels, DIRECT_CHUNK_CHANNELS)]
-    return np.ascontiguousarray(np.concatenate(chunks, axis=1)).reshape(-1), _packed_bias(bias, out_channels)
+    return _chunk_runs(by_tap, DIRECT_CHUNK_CHANNELS), _packed_bias(bias, out_channels)
+
+
+def _chunk_runs(by_tap: np.ndarray, chunk: int) -> np.ndarray:
+    """[group][tap][k][...] weights as [group][chunk of k][tap][the chunk's k][...], flat: each chunk's taps one run
+    of memory (the direct convs' packing)."""
+    groups, _, depth = by_tap.shape[:3]
+    runs = [by_tap[:, :, start:start + chunk].reshape(groups, -1) for start in range(0, depth, chunk)]
+    return np.ascontiguousarray(np.concatenate(runs, axis=1)).reshape(-1)
 
 
 def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
@@ -713,9 +719,7 @@ def pack_dense_bf16(weights: np.ndarray, bias: np.ndarray | None,
     padded = np.zeros((groups * 64, pairs * 2, kernel_height * kernel_width), np.float32)
     padded[:out_channels, :in_channels] = weights.reshape(out_channels, in_channels, -1)
     by_tap = bf16_bits(padded).reshape(groups, 64, pairs, 2, -1).transpose(0, 4, 2, 1, 3)  # [g][tap][pair][64][2]
-    chunks = [by_tap[:, :, start:start + NCHWC_BF16_CHUNK_PAIRS] for start in range(0, pairs, NCHWC_BF16_CHUNK_PAIRS)]
-    packed = np.concatenate([chunk.reshape(groups, -1) for chunk in chunks], axis=1)  # [g][chunk][tap][pair][64][2]
-    return np.ascontiguousarray(packed).reshape(-1), _packed_bias(bias, out_channels)
+    return _chunk_runs(by_tap, NCHWC_BF16_CHUNK_PAIRS), _packed_bias(bias, out_channels)
 
 
 # F(4x4, 3x3)'s G (Lavin and Gray; points 0, 1, -1, 2, -2), as kernels/conv_winograd.c's g_exact_4
