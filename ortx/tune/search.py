@@ -14,7 +14,12 @@ Strategies (each deterministic given its seed):
 - RandomSearch: uniform valid samples, never one already measured.
 - EvolutionarySearch (as Ansor, MetaSchedule and TVM's XGBoost tuner do): a cost model (boosted trees,
   ortx.tune.cost_model) predicts log(ms / Space.work) from Space.features; every round it is refitted on the
-  task's ok measurements plus, when given, TransferData (other tasks' records, weighted down), then
+  task's ok measurements. With TransferData (other tasks' records) the prediction is stacked, as TVM's transfer
+  tuner starts from the old model's margin: a prior model fitted once on the transfer rows, plus a residual model
+  fitted each round on this task's measurements minus the prior's prediction of them (from `residual_rows` of
+  them; before that the prior ranks alone). The task's own measurements then correct the
+  prior where they disagree with it, however many transfer rows there are (weighting the two into one fit let
+  thousands of transfer rows outvote the task's few dozen, so later trials followed the prior and added little);
   1. candidates: `pool` random samples, the neighbours of the `population` fastest measured schedules and the
      transfer's fastest schedules that are in this space;
   2. evolution against the model: `generations` times, the `survivors` best predicted and their neighbours are
@@ -142,7 +147,8 @@ class EvolutionarySearch(RandomSearch):
 
     def __init__(self, space: Space, seed: int = 0, *, initial: int = 8, population: int = 8, pool: int = 256,
                  survivors: int = 32, generations: int = 2, epsilon: float = 0.05, model=None,
-                 transfer: TransferData | None = None, transfer_weight: float = 0.25, transfer_seeds: int = 8):
+                 transfer: TransferData | None = None, transfer_seeds: int = 8, residual_rows: int = 8,
+                 residual_model=None):
         super().__init__(space, seed)
         self.initial = initial
         self.population = population
@@ -150,10 +156,13 @@ class EvolutionarySearch(RandomSearch):
         self.survivors = survivors
         self.generations = generations
         self.epsilon = epsilon
-        self.model = model or BoostedTreesCostModel()
+        self.model = model or BoostedTreesCostModel()  # the task's own model, or with transfer the prior
         self.transfer = transfer if transfer is not None and len(transfer.targets) else None
-        self.transfer_weight = transfer_weight
         self.transfer_seeds = transfer_seeds
+        self.residual_rows = residual_rows
+        self.residual_model = residual_model or BoostedTreesCostModel(depth=3)
+        self._prior_fitted = False
+        self._residual: Callable[[np.ndarray], np.ndarray] | None = None
         self._ok: dict[Schedule, float] = {}
         self._features: dict[Schedule, np.ndarray] = {}
 
@@ -169,22 +178,28 @@ class EvolutionarySearch(RandomSearch):
         return np.stack([self._features[schedule] for schedule in schedules])
 
     def _fit(self) -> bool:
-        """Fits the model on this task's ok measurements and the transfer rows (weighted down); False when there
-        is too little to learn from (random samples instead)."""
-        if self.transfer is None and len(self._ok) < self.initial:
-            return False
+        """Fits the model on this task's ok measurements, or with transfer the residual model over the prior (see
+        the module docstring); False when there is too little to learn from (random samples instead)."""
         own = list(self._ok)
-        parts, targets, weights = [], [], []
-        if own:
-            parts.append(self._featurised(own))
-            targets.append(clipped(np.log(np.array([self._ok[s] for s in own]) / self.space.work)))
-            weights.append(np.ones(len(own)))
-        if self.transfer is not None:
-            parts.append(self.transfer.features)
-            targets.append(self.transfer.targets)
-            weights.append(np.full(len(self.transfer.targets), self.transfer_weight))
-        self.model.fit(np.concatenate(parts), np.concatenate(targets), np.concatenate(weights))
+        targets = clipped(np.log(np.array([self._ok[s] for s in own]) / self.space.work)) if own else None
+        if self.transfer is None:
+            if len(own) < self.initial:
+                return False
+            self.model.fit(self._featurised(own), targets)
+            return True
+        if not self._prior_fitted:
+            self.model.fit(self.transfer.features, self.transfer.targets)
+            self._prior_fitted = True
+        self._residual = None
+        if len(own) >= self.residual_rows:
+            features = self._featurised(own)
+            self.residual_model.fit(features, targets - self.model.predict(features))
+            self._residual = self.residual_model.predict
         return True
+
+    def _predict(self, features: np.ndarray) -> np.ndarray:
+        predicted = self.model.predict(features)
+        return predicted if self._residual is None else predicted + self._residual(features)
 
     def _ranked(self, measured: set[Schedule]) -> list[Schedule]:
         """Candidates, best predicted first: random samples, the measured elite's neighbours and the transfer seeds,
@@ -204,14 +219,14 @@ class EvolutionarySearch(RandomSearch):
         candidates = [schedule for schedule in pool if schedule not in measured]
         if not candidates:
             return []
-        scores = dict(zip(candidates, self.model.predict(self._featurised(candidates))))
+        scores = dict(zip(candidates, self._predict(self._featurised(candidates))))
         for _ in range(self.generations):
             best = sorted(scores, key=scores.__getitem__)[: self.survivors]
             children = {child: None for parent in best for child in self.space.neighbours(parent)
                         if child not in scores and child not in measured}
             if not children:
                 break
-            scores.update(zip(children, self.model.predict(self._featurised(list(children)))))
+            scores.update(zip(children, self._predict(self._featurised(list(children)))))
         return sorted(scores, key=scores.__getitem__)
 
     def _twin_key(self, schedule: Schedule) -> bytes:
