@@ -8,7 +8,8 @@ BoostedTreesCostModel (the default, as TVM's XGBoost tuner and Ansor's cost mode
    G_left^2 / (W_left + lambda) + G_right^2 / (W_right + lambda) - G^2 / (W + lambda) (G: weighted residual sums,
    W: weight sums, lambda = `regularisation`), with at least `min_leaf` weight per side; leaves predict
    G / (W + lambda); the ensemble adds `learning_rate` x each tree.
-3. Rows carry weights, so a search can mix another shape's records (transfer) with its own, weighted up.
+3. Rows carry weights (a caller may weight some rows up or down; the guided search stacks a prior and a residual
+   model instead, ortx.tune.search).
 RidgeCostModel: a linear model (closed-form ridge regression) over standardised features, for comparison.
 Limits: squared error, not a ranking loss; trees only split on thresholds seen in training (no extrapolation).
 """

@@ -17,9 +17,9 @@ Strategies (each deterministic given its seed):
   task's ok measurements. With TransferData (other tasks' records) the prediction is stacked, as TVM's transfer
   tuner starts from the old model's margin: a prior model fitted once on the transfer rows, plus a residual model
   fitted each round on this task's measurements minus the prior's prediction of them (from `residual_rows` of
-  them; before that the prior ranks alone). The task's own measurements then correct the
-  prior where they disagree with it, however many transfer rows there are (weighting the two into one fit let
-  thousands of transfer rows outvote the task's few dozen, so later trials followed the prior and added little);
+  them; before that the prior ranks alone). The task's own measurements then correct the prior where they disagree
+  with it, however many transfer rows there are (one fit of both, the transfer weighted down, let thousands of
+  transfer rows outvote the task's few dozen); then
   1. candidates: `pool` random samples, the neighbours of the `population` fastest measured schedules and the
      transfer's fastest schedules that are in this space;
   2. evolution against the model: `generations` times, the `survivors` best predicted and their neighbours are
