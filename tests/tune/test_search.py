@@ -141,7 +141,6 @@ def test_transfer_from_another_task_finds_the_best_in_its_first_rounds(tmp_path)
         assert result.best.schedule == best, (seed, result.best)
 
 
-
 def test_own_measurements_correct_a_misleading_transfer(tmp_path):
     """Another task's records of every schedule put the bowl's tile_m optimum at 8 (this task's is 32): the stacked
     model (a prior on the transfer, a residual on this task's measurements) follows this task's own measurements
@@ -161,6 +160,7 @@ def test_own_measurements_correct_a_misleading_transfer(tmp_path):
             result = run(EvolutionarySearch(SPACE, seed=seed, transfer=transfer), database, 48, batch=4)
         found += result.best.schedule == best
     assert found >= 5, found
+
 
 def slow_sum(milliseconds):
     def run(inputs):
