@@ -78,6 +78,7 @@ EVALUATION_LAYERS = (
 CONV_LAYERS = DEVELOPMENT_LAYERS + EVALUATION_LAYERS
 DEFAULT_TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "search_quality_table.json")
 STRATEGIES = ("random", "guided")
+SAMPLE_SEED = 20261203  # --sample's uniform samples (benchmarks/search_replay.py regenerates them)
 CHECKPOINTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -284,7 +285,7 @@ def sample(layers, make_task, table: MeasurementTable, count: int) -> None:
         start = time.perf_counter()
         work = make_task(layer)
         memo = MemoisedMeasure(work.measure, table.results(layer[0], work.task.space))
-        rng = np.random.default_rng(20261203)
+        rng = np.random.default_rng(SAMPLE_SEED)
         wanted = list(dict.fromkeys([work.default] + [work.task.space.sample(rng) for _ in range(count - 1)]))
         for first in range(0, len(wanted), 16):
             memo([(work.task, schedule) for schedule in wanted[first:first + 16]])

@@ -6,8 +6,8 @@ measured uniform samples, so a change to the search method can be judged in a mi
 
 1. Universe: per development layer of benchmarks/search_quality.py, the seeded uniform samples that its `--sample`
    measured (regenerated from the same seed; those the table holds, ok), with their table times.
-2. The guided search (ortx.tune.gemm_space.guided_search's EvolutionarySearch, transfer from the other five layers'
-   rows of the table) runs `--trials` trials in batches of 4 inside the universe: its samples and neighbours are
+2. The guided search (ortx.tune.gemm_space.guided_search's EvolutionarySearch, its transfer read by
+   gemm_features.transfer_data from the other five layers' rows of the table, as search_quality.py hands them) runs `--trials` trials in batches of 4 inside the universe: its samples and neighbours are
    drawn from it, its measurements are the table's.
 3. Score per layer: P(random's best of `--against` draws from the universe is not faster than guided's best),
    exact over random's draws (hypergeometric), averaged over seeds; 1.0 means guided always reaches random's final.
@@ -17,9 +17,12 @@ exercised; features use the caches given (the table records only the fingerprint
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -27,13 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import search_quality  # noqa: E402
-from ortx.codegen import gemm  # noqa: E402
-from ortx.tune import gemm_features, gemm_space, search  # noqa: E402
-from ortx.tune.fingerprint import detected_caches  # noqa: E402
+from ortx.tune import gemm_features, search  # noqa: E402
+from ortx.tune.fingerprint import current  # noqa: E402
+from ortx.tune.records import TuningDatabase  # noqa: E402
 from ortx.tune.runner import MeasureResult  # noqa: E402
-from ortx.tune.space import Schedule  # noqa: E402
-
-SAMPLE_SEED = 20261203  # search_quality.sample's
 
 
 class UniverseView:
@@ -59,19 +59,13 @@ class UniverseView:
         return iter(self.universe)
 
 
-def layer_rows(layer, rows: dict, caches: dict, samples: int):
-    """(problem, task, {schedule: ms} of every ok row, the uniform samples' subset of it)."""
-    _, _, cout, cin, kh, kw, height, width = layer
-    problem = gemm.GemmProblem.dense(cout, height * width, cin * kh * kw)
-    task = gemm_space.task_for(problem, 1, "avx512")
-    found = {}
-    for *values, status, ms in rows["rows"]:
-        schedule = Schedule.of(dict(zip(rows["choices"], values)))
-        if status == "ok" and task.space.contains(schedule):
-            found[schedule] = ms
-    rng = np.random.default_rng(SAMPLE_SEED)
+def uniform_samples(task, table, label: str, samples: int) -> dict:
+    """{schedule: ms} of the layer's `--sample` schedules (search_quality.sample's seed) that the table holds, ok."""
+    rng = np.random.default_rng(search_quality.SAMPLE_SEED)
     wanted = dict.fromkeys([task.default] + [task.space.sample(rng) for _ in range(samples - 1)])
-    return problem, task, found, {schedule: found[schedule] for schedule in wanted if schedule in found}
+    found = table.results(label, task.space)
+    return {schedule: found[schedule].median_ms for schedule in wanted
+            if schedule in found and found[schedule].ok}
 
 
 def p_not_better(values: np.ndarray, best: float, draws: int) -> float:
@@ -83,6 +77,23 @@ def p_not_better(values: np.ndarray, best: float, draws: int) -> float:
                     + math.lgamma(len(values) - draws + 1))
 
 
+def replay(task, universe: dict, transfer, caches: dict, args, seed: int) -> float:
+    """One guided search inside `universe`; the chance that random's best of args.against is not faster."""
+    problem = gemm_features.parse_signature(task.signature)[0]
+    members = list(universe)
+    features = {s: gemm_features.features(problem, 1, caches, s) for s in members}
+    guided = search.EvolutionarySearch(UniverseView(task.space, members, features), seed, transfer=transfer)
+    measured: set = set()
+    while len(measured) < min(args.trials, len(members)):
+        picks = guided.propose(min(4, args.trials - len(measured)), measured)
+        if not picks:
+            break
+        for schedule in picks:
+            measured.add(schedule)
+            guided.observe(MeasureResult(schedule, "ok", universe[schedule]))
+    return p_not_better(np.array(list(universe.values())), min(universe[s] for s in measured), args.against)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--table", default=search_quality.DEFAULT_TABLE)
@@ -92,44 +103,31 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=300, help="the table's uniform samples per layer (--sample)")
     parser.add_argument("--caches", default=None, help="e.g. L1d:48K,L2:1024K,L3:32M (default: this machine's)")
     args = parser.parse_args()
-    import json
-
     with open(args.table) as handle:
-        table = json.load(handle)
-    caches = gemm_features.cache_bytes(tuple(args.caches.split(",")) if args.caches else detected_caches())
-    layers = {layer[0]: layer for layer in search_quality.DEVELOPMENT_LAYERS}
-    missing = [label for label in layers if label not in table["layers"]]
+        context = json.load(handle)["context"]
+    table = search_quality.MeasurementTable(args.table, context)  # its own machine's rows, whichever that was
+    fingerprint = current()
+    if args.caches:
+        fingerprint = dataclasses.replace(fingerprint, caches=tuple(args.caches.split(",")))
+    caches = gemm_features.cache_bytes(fingerprint.caches)
+    make_task, _, _ = search_quality.conv_gemm_space(1)
+    layers = search_quality.DEVELOPMENT_LAYERS
+    missing = [layer[0] for layer in layers if layer[0] not in table.layers]
     if missing:
         parser.error(f"{args.table} has no rows of {missing}: measure them with search_quality.py --sample")
-    data = {label: layer_rows(layer, table["layers"][label], caches, args.samples) for label, layer in layers.items()}
     scores = []
-    for label, (problem, task, _, universe) in data.items():
-        rows, targets, schedules = [], [], []
-        for other, (other_problem, _, found, _) in data.items():
-            if other != label:  # as gemm_features.transfer_data hands them over: fastest first, with schedules
-                rows += [gemm_features.features(other_problem, 1, caches, s) for s in found]
-                targets += list(search.clipped(np.log(np.array(list(found.values())) / (other_problem.flops / 1e9))))
-                schedules += list(found)
-        order = np.argsort(targets)
-        transfer = search.TransferData(np.stack(rows)[order], np.array(targets)[order],
-                                       tuple(schedules[i] for i in order))
-        members = list(universe)
-        features = {s: gemm_features.features(problem, 1, caches, s) for s in members}
-        values = np.array(list(universe.values()))
-        chances = []
-        for seed in range(args.seeds):
-            guided = search.EvolutionarySearch(UniverseView(task.space, members, features), seed, transfer=transfer)
-            measured: set = set()
-            while len(measured) < min(args.trials, len(members)):
-                picks = guided.propose(min(4, args.trials - len(measured)), measured)
-                if not picks:
-                    break
-                for schedule in picks:
-                    measured.add(schedule)
-                    guided.observe(MeasureResult(schedule, "ok", universe[schedule]))
-            chances.append(p_not_better(values, min(universe[s] for s in measured), args.against))
-        scores.append(float(np.mean(chances)))
-        print(f"{label:28s} {len(members)} samples: P(guided's best of {args.trials} <= random's best of "
+    for layer in layers:
+        task = make_task(layer).task
+        universe = uniform_samples(task, table, layer[0], args.samples)
+        with tempfile.TemporaryDirectory() as directory, \
+                TuningDatabase(os.path.join(directory, "transfer.sqlite")) as database:
+            database.add_fingerprint(fingerprint)
+            for record in search_quality.transfer_records(layers, make_task, table, fingerprint.key, layer[0]):
+                database.add(record)
+            transfer = gemm_features.transfer_data(database, task, fingerprint)
+        scores.append(float(np.mean([replay(task, universe, transfer, caches, args, seed)
+                                     for seed in range(args.seeds)])))
+        print(f"{layer[0]:28s} {len(universe)} samples: P(guided's best of {args.trials} <= random's best of "
               f"{args.against}) = {scores[-1]:.2f}", flush=True)
     print(f"mean over the development layers: {np.mean(scores):.3f}")
     return 0
