@@ -25,15 +25,22 @@
  *    lands after the rows the last step also read, moved to the front; then each block's depthwise rows from its
  *    window (the ISA's blocked_rows, its input pointer standing at image row 0; band_portable where it declines).
  *    Only a band's first step recomputes the (KH - stride) halo rows the band above it also expanded.
- * Blocks per task (auto_group_blocks): the tile's 6 x B accumulators are 6 multiply-add chains at B = 1, enough for
- * a core that issues one zmm multiply-add a cycle (the Zen 4 host: one block ran 3-16% faster than four on
- * MobileNetV2's pairs, whose windows then stay in L1/L2) but not for one that issues two (Intel's server cores:
- * 4-cycle latency x 2 = 8 chains). Measured on an Emerald Rapids VM, pair alone: from 240 and 480 input channels
- * (PP-OCR rec) B = 1 ran 1.28-1.50x the unfused kernels' time and B = 4 0.93-0.98x (1 thread); from 16 to 32
- * channels (MobileNetV2's first expands) B = 4 4-9% faster than B = 1 at 1 thread, alike at 2. So with two ports
- * (ortx_fma_ports) B = 1 from at most 32 input channels, else the largest B that leaves 4 tasks a thread; with one
- * port B = 1, as measured on the Zen 4. Each output is computed as the two kernels unfused compute it (the same
- * tile sums per pixel, the same depthwise tap order), so on the blocked_rows path the results are bitwise theirs.
+ * Blocks per task (auto_group_blocks): the tile's 6 x B accumulators are 6 multiply-add chains at B = 1, enough for a
+ * core that issues one zmm multiply-add a cycle (the Zen 4 host: one block ran 3-16% faster than four on MobileNetV2's
+ * pairs, whose windows then stay in L1/L2) but not for one that issues two (Intel's server cores: 4-cycle latency x 2 =
+ * 8 chains). Measured on an Emerald Rapids VM, pair alone: from 240 and 480 input channels (PP-OCR rec) B = 1 ran
+ * 1.28-1.50x the unfused kernels' time and B = 4 0.93-0.98x (1 thread); from 16 to 32 channels (MobileNetV2's first
+ * expands) B = 4 4-9% faster than B = 1 at 1 thread, alike at 2. So with two ports (ortx_fma_ports) B = 1 from at most
+ * 32 input channels, else the largest B that left 4 tasks a thread; with one port B = 1, as measured on the Zen 4. On
+ * the Zen 5 host (two ports; session 44, pair alone, MobileNetV2's seven shapes) that rule cost 20-45%: under bf16 B =
+ * 4 ran 0.63-0.88x B = 1's time at 2 threads (24 multiply-add chains, and the tile rounds its input pixels once for B
+ * blocks), 0.67-0.72x from 16-32 channels at 1; in fp32 B = 2 0.79-0.83x from 16-32 channels, where B = 4 ran 4-12%
+ * behind it, and alike with 4 above; 64 -> 384 at 14x14 (24 blocks, 1 band) ran faster at B = 4 with 3 tasks a thread
+ * than at B = 2 with 6. So with two ports B is at most 4 under bf16, 2 in fp32 from at most 32 input channels, else 4,
+ * the largest that leaves a task a thread (paired in one process against the old rule, 2 threads: MobileNetV2-style
+ * bf16 0.93-0.97x, fp32 0.99x, PP-OCR cls bf16 0.96x, fp32 0.98x). On Emerald Rapids B = 4 had not been slower than B =
+ * 1 on any measured pair. Each output is computed as the two kernels unfused compute it (the same tile sums per pixel,
+ * the same depthwise tap order), so on the blocked_rows path the results are bitwise theirs.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -150,8 +157,9 @@ static void expand_task(void *context, int64_t task, int thread) {
 
 /* Blocks per task (1, 2 or 4: the 1x1 tile's 6 x B accumulators, B blocks of one packed group of 4), where the
  * caller wants none (0): ORTX_EXPAND_GROUP_BLOCKS from the environment when set at the first call (measurements),
- * else 1 on a core with one zmm multiply-add port (ortx_fma_ports: the Zen 4's measured choice) or from at most 32
- * input channels, else the largest that still leaves 4 tasks a thread over `bands` bands. */
+ * else 1 on a core with one zmm multiply-add port (ortx_fma_ports: the Zen 4's measured choice); with two, at most
+ * 4 under bf16 and 2 in fp32 from at most 32 input channels (else 4), the largest that still leaves a task a
+ * thread over `bands` bands. */
 static int64_t auto_group_blocks(const expand_job *job, int64_t bands, int threads) {
     static _Atomic int forced = -1;  /* the environment, read once: -1 not yet, 0 not set */
     if (forced < 0) {
@@ -159,9 +167,9 @@ static int64_t auto_group_blocks(const expand_job *job, int64_t bands, int threa
         forced = text ? atoi(text) : 0;
     }
     if (forced > 0) return forced;
-    if (ortx_fma_ports() < 2 || job->expand_in_channels <= 32) return 1;
-    int64_t g = 4;
-    while (g > 1 && job->p.batch * bands * ((job->blocks + g - 1) / g) < 4 * (int64_t)threads) g /= 2;
+    if (ortx_fma_ports() < 2) return 1;
+    int64_t g = job->pair_words == 0 && job->expand_in_channels <= 32 ? 2 : 4;
+    while (g > 1 && job->p.batch * bands * ((job->blocks + g - 1) / g) < (int64_t)threads) g /= 2;
     return g;
 }
 
