@@ -47,16 +47,12 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void chunk_fixed
             }
         }
     }
+    if (last) {
+        ortx_pointwise_store_tile(P, B, acc, y_plane, y_step, residual, y, activation, param0, param1);
+        return;
+    }
     for (int b = 0; b < B; b++)
-        for (int i = 0; i < P; i++) {
-            __m512 v = acc[i][b];
-            const int64_t at = b * y_plane * 16 + i * y_step;
-            if (last) {  /* ortx_pointwise_store_tile's epilogue at y_step */
-                if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
-                v = ortx_activation_avx512(v, activation, param0, param1);
-            }
-            _mm512_storeu_ps(y + at, v);
-        }
+        for (int i = 0; i < P; i++) _mm512_storeu_ps(y + b * y_plane * 16 + i * y_step, acc[i][b]);
 }
 
 ORTX_TARGET_AVX512 static void tile_avx512(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,

@@ -28,7 +28,7 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_f
             for (int b = 0; b < B; b++) acc[i][b] = _mm512_dpbf16_ps(acc[i][b], xv, wv[b]);
         }
     }
-    ortx_pointwise_store_tile(P, B, acc, y_plane, residual, y, activation, param0, param1);
+    ortx_pointwise_store_tile(P, B, acc, y_plane, 16, residual, y, activation, param0, param1);
 }
 
 ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,

@@ -62,18 +62,28 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_p
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a, a_hi), a));
 }
 
-/* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + (b * y_plane + i) *
- * 16. */
-ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile(
-    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, const float *residual, float *y,
-    int activation, float param0, float param1) {
+/* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + b * y_plane * 16 + i
+ * * y_step; the common activations as compile-time constants (ORTX_WITH_ACTIVATION_CONSTANT), not a switch a vector
+ * (bf16 tile, session 44: 16 -> 96 expand + depthwise at 112x112 0.85x, 24 -> 144 at 56x56 0.91x). */
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile_as(
+    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, int64_t y_step,
+    const float *residual, float *y, int activation, float param0, float param1) {
     for (int b = 0; b < B; b++)
         for (int i = 0; i < P; i++) {
             __m512 v = acc[i][b];
-            const int64_t at = (b * y_plane + i) * 16;
+            const int64_t at = b * y_plane * 16 + i * y_step;
             if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
             _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
         }
+}
+
+ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile(
+    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, int64_t y_step,
+    const float *residual, float *y, int activation, float param0, float param1) {
+#define ORTX_POINTWISE_STORE_AS(ACT) \
+    ortx_pointwise_store_tile_as(P, B, acc, y_plane, y_step, residual, y, ACT, param0, param1)
+    ORTX_WITH_ACTIVATION_CONSTANT(activation, ORTX_POINTWISE_STORE_AS)
+#undef ORTX_POINTWISE_STORE_AS
 }
 #endif
 
