@@ -107,13 +107,19 @@ void ortx_global_avgpool_nchwc_f32(const int64_t *ints, const float *floats, voi
 void ortx_global_avgpool_nchwc_f32_ref(const int64_t *ints, const float *floats, void *const *buffers,
                                        int num_threads);
 /* The pointwise conv on blocked tensors (conv_pointwise_nchwc.c). Weights are packed as [ceil(Cout / 64)][Cin][64]
- * (64 output channels, 4 blocks, per input channel; zeros past Cout) and the bias as ceil(Cout / 64) * 64 floats.
- * A tile computes `pixels` (1..ORTX_POINTWISE_PIXELS) consecutive pixels x `blocks` (1..4) output blocks over all
- * Cin input channels: y[b][i] = act(bias[b] + sum over c of w[c][b] * x[c / 16][i][c % 16] (c ascending, one
- * multiply-add each) + residual[b][i]); x, y and residual point at the tile's first pixel in their first block,
- * x's blocks x_plane pixels apart, y's and the residual's y_plane (both H * W in the conv; the fused expand and
- * depthwise conv, conv_expand_depthwise.c, writes a band of rows: y_plane is the band's pixels). */
+ * (64 output channels, 4 blocks, per input channel; zeros past Cout) and the bias as ceil(Cout / 64) * 64 floats. A
+ * tile computes `pixels` (1..ortx_pointwise_tile_pixels(blocks)) consecutive pixels x `blocks` (1..4) output blocks
+ * over all Cin input channels: y[b][i] = act(bias[b] + sum over c of w[c][b] * x[c / 16][i][c % 16] (c ascending, one
+ * multiply-add each) + residual[b][i]); x, y and residual point at the tile's first pixel in their first block, x's
+ * blocks x_plane pixels apart, y's and the residual's y_plane (both H * W in the conv; the fused expand and depthwise
+ * conv, conv_expand_depthwise.c, writes a band of rows: y_plane is the band's pixels). */
 #define ORTX_POINTWISE_PIXELS 6
+/* Tiles of 1-3 blocks take up to 24, 12 or 8 pixels (24 accumulators, as 6 x 4); the AVX-512 tiles run such a count
+ * as one long tile, any other as tiles of at most 6. */
+#define ORTX_POINTWISE_LONG_PIXELS 24
+static inline int64_t ortx_pointwise_tile_pixels(int64_t blocks) {
+    return blocks >= 4 ? ORTX_POINTWISE_PIXELS : ORTX_POINTWISE_LONG_PIXELS / blocks;
+}
 typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
                                              int64_t y_plane, const float *x, const void *w, const float *bias,
                                              const float *residual, float *y, int activation, float param0,
@@ -158,7 +164,7 @@ void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, voi
 /* conv_pointwise_nchwc_bf16: the same conv with bf16 operands and fp32 sums (ortx/ep/precision.py's bf16): weights
  * packed as [ceil(Cout / 64)][ortx_pointwise_bf16_pair_words(Cin)][64][2] bf16 (input channels 2q, 2q + 1 of an
  * output channel adjacent; pair rows a multiple of 16, so the AMX path reads whole B tiles; zeros past Cin and
- * Cout), each tile's input rounded to bf16 pairs in `scratch` (ORTX_POINTWISE_PIXELS x
+ * Cout), each tile's input rounded to bf16 pairs in `scratch` (ORTX_POINTWISE_LONG_PIXELS x
  * ortx_pointwise_bf16_pair_words(Cin) words per thread, buffers[5]); per pair, the odd product then the even one
  * (vdpbf16ps's order). On AMX CPUs (while ortx_allow_amx has not turned AMX off) it runs
  * ortx_conv_pointwise_nchwc_bf16_amx (conv_pointwise_nchwc_amx.c: tdpbf16ps, its own scratch), which returns 0

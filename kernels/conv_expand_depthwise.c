@@ -137,8 +137,8 @@ static void expand_task(void *context, int64_t task, int thread) {
         /* the expand of input rows [lo + kept, hi) for the task's blocks: block j's row r at mid + j * block_floats
          * + (r - lo) * W * 16 (the tile's y_plane is a window) */
         int64_t pixels = max64(0, hi - lo - kept) * W;
-        for (int64_t i = 0; i < pixels; i += ORTX_POINTWISE_PIXELS)
-            job->tile(min64(ORTX_POINTWISE_PIXELS, pixels - i), count, cin, H * W, job->block_floats / 16,
+        for (int64_t i = 0, step = ortx_pointwise_tile_pixels(count); i < pixels; i += step)
+            job->tile(min64(step, pixels - i), count, cin, H * W, job->block_floats / 16,
                       x + ((lo + kept) * W + i) * 16, w, job->expand_bias + block * 16, NULL,
                       mid + (kept * W + i) * 16, job->expand_activation, job->expand_param0, job->expand_param1,
                       pairs);
@@ -237,7 +237,7 @@ static void expand_depthwise(const int64_t *ints, const float *floats, void *con
         job.tile = avx512 && ortx_cpu_has_avx512_bf16() ? ortx_pointwise_nchwc_tile_avx512_bf16
                                                         : ortx_pointwise_nchwc_tile_portable_bf16;
         job.group_bytes = ortx_pointwise_bf16_pair_words(job.expand_in_channels) * 128 * (int64_t)sizeof(uint16_t);
-        job.pair_words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(job.expand_in_channels);
+        job.pair_words = ORTX_POINTWISE_LONG_PIXELS * ortx_pointwise_bf16_pair_words(job.expand_in_channels);
     } else {
         job.tile = avx512 ? ortx_pointwise_nchwc_tile_avx512 : ortx_pointwise_nchwc_tile_portable;
         job.group_bytes = job.expand_in_channels * 64 * (int64_t)sizeof(float);

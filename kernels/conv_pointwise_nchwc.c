@@ -146,8 +146,9 @@ static void pointwise_task(void *context, int64_t task, int thread) {
         }
         return;
     }
-    for (int64_t i = first; i < last; i += ORTX_POINTWISE_PIXELS)
-        job->tile(min64(ORTX_POINTWISE_PIXELS, last - i), blocks, job->in_channels, plane, plane, x + i * 16, w,
+    const int64_t step = ortx_pointwise_tile_pixels(blocks);
+    for (int64_t i = first; i < last; i += step)
+        job->tile(min64(step, last - i), blocks, job->in_channels, plane, plane, x + i * 16, w,
                   job->bias + group * 64, job->residual ? job->residual + y_base + i * 16 : NULL,
                   job->Y + y_base + i * 16, job->activation, job->param0, job->param1, scratch);
 }
@@ -198,7 +199,7 @@ void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, vo
                                     int num_threads) {
     int fast = avx512_bf16_path();
     if (amx_path() && ortx_conv_pointwise_nchwc_bf16_amx(ints, floats, buffers, num_threads)) return;
-    int64_t words = ORTX_POINTWISE_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
+    int64_t words = ORTX_POINTWISE_LONG_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
     pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
               ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
 }

@@ -62,15 +62,16 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void ortx_p
     _mm512_storeu_si512(dst, (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(a, a_hi), a));
 }
 
-/* Pixel i of output block b: acc[i][b] (+ the residual) through the activation, stored at y + b * y_plane * 16 + i
+/* Pixel i of output block b: acc[i * B + b] (+ the residual) through the activation, stored at y + b * y_plane * 16 + i
  * * y_step; the common activations as compile-time constants (ORTX_WITH_ACTIVATION_CONSTANT), not a switch a vector
  * (bf16 tile, session 44: 16 -> 96 expand + depthwise at 112x112 0.85x, 24 -> 144 at 56x56 0.91x). */
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile_as(
-    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, int64_t y_step,
+    const int P, const int B, __m512 acc[ORTX_POINTWISE_LONG_PIXELS], int64_t y_plane, int64_t y_step,
     const float *residual, float *y, int activation, float param0, float param1) {
     for (int b = 0; b < B; b++)
+#pragma GCC unroll 24
         for (int i = 0; i < P; i++) {
-            __m512 v = acc[i][b];
+            __m512 v = acc[i * B + b];
             const int64_t at = b * y_plane * 16 + i * y_step;
             if (residual) v = _mm512_add_ps(v, _mm512_loadu_ps(residual + at));
             _mm512_storeu_ps(y + at, ortx_activation_avx512(v, activation, param0, param1));
@@ -78,7 +79,7 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointw
 }
 
 ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointwise_store_tile(
-    const int P, const int B, __m512 acc[ORTX_POINTWISE_PIXELS][4], int64_t y_plane, int64_t y_step,
+    const int P, const int B, __m512 acc[ORTX_POINTWISE_LONG_PIXELS], int64_t y_plane, int64_t y_step,
     const float *residual, float *y, int activation, float param0, float param1) {
 #define ORTX_POINTWISE_STORE_AS(ACT) \
     ortx_pointwise_store_tile_as(P, B, acc, y_plane, y_step, residual, y, ACT, param0, param1)
@@ -104,6 +105,33 @@ ORTX_TARGET_AVX512 static inline __attribute__((always_inline)) void ortx_pointw
         case 3: ORTX_POINTWISE_BLOCKS(TILE, 3) break;                                                            \
         case 2: ORTX_POINTWISE_BLOCKS(TILE, 2) break;                                                            \
         default: ORTX_POINTWISE_BLOCKS(TILE, 1)                                                                  \
+    }
+
+/* Every tile size a call may take, X(P, B): up to 6 pixels x 1-4 blocks, and the long tiles. */
+#define ORTX_POINTWISE_SHORT_SIZES(X)                                                                            \
+    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(4, 1) X(4, 2)  \
+    X(4, 3) X(4, 4) X(5, 1) X(5, 2) X(5, 3) X(5, 4) X(6, 1) X(6, 2) X(6, 3) X(6, 4)
+#define ORTX_POINTWISE_LONG_SIZES(X) X(24, 1) X(12, 2) X(8, 3)
+
+/* A tile call's `pixels` (up to ortx_pointwise_tile_pixels(blocks)) with compile-time sizes: the long tile TILE(24,
+ * 1), TILE(12, 2) or TILE(8, 3) where the count is the whole of one and blocks <= LONG_BLOCKS, else TILE(P, B) over
+ * runs of at most 6 pixels; TILE reads the run's x, y and residual at tile_x, tile_y and tile_residual. */
+#define ORTX_POINTWISE_RUN(TILE, LONG_BLOCKS)                                                                    \
+    if (blocks <= (LONG_BLOCKS) && pixels == ortx_pointwise_tile_pixels(blocks)) {                               \
+        const float *tile_x = x, *tile_residual = residual;                                                      \
+        float *tile_y = y;                                                                                       \
+        if (blocks == 1) TILE(24, 1);                                                                            \
+        else if (blocks == 2) TILE(12, 2);                                                                       \
+        else TILE(8, 3);                                                                                         \
+    } else {                                                                                                     \
+        const int64_t all_pixels = pixels;                                                                       \
+        for (int64_t tile_i = 0; tile_i < all_pixels; tile_i += ORTX_POINTWISE_PIXELS) {                         \
+            const float *tile_x = x + tile_i * 16, *tile_residual = residual ? residual + tile_i * 16 : NULL;    \
+            float *tile_y = y + tile_i * 16;                                                                     \
+            const int64_t pixels = all_pixels - tile_i < ORTX_POINTWISE_PIXELS ? all_pixels - tile_i             \
+                                                                               : ORTX_POINTWISE_PIXELS;          \
+            ORTX_POINTWISE_DISPATCH(TILE)                                                                        \
+        }                                                                                                        \
     }
 
 #endif

@@ -108,8 +108,8 @@ def run_pointwise(x, weights, bias, residual, activation, threads, use_ref=False
     packed, packed_bias = pack_pointwise(weights, bias, precision)
     y = np.full((n, (cout + 15) // 16, h, w, 16), np.nan, np.float32)
     buffers = [to_blocked(x), packed, packed_bias, y, to_blocked(residual) if residual is not None else y]
-    if precision == "bf16":  # the per-thread pair scratch: 6 pixels x ceil(Cin/32)*16 words
-        buffers.append(np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32))
+    if precision == "bf16":  # the per-thread pair scratch: 24 pixels x ceil(Cin/32)*16 words
+        buffers.append(np.empty(threads * 24 * ((cin + 31) // 32 * 16), np.uint32))
     kernel = "conv_pointwise_nchwc_bf16" if precision == "bf16" else "conv_pointwise_nchwc_f32"
     _kernels.call(kernel, [n, cin, cout, h * w, int(residual is not None), code, threads], list(params), buffers,
                   num_threads=threads, use_ref=use_ref)
@@ -128,6 +128,8 @@ def check_fast_and_reference(run, expected):
 POINTWISE_CASES = [  # (N, Cin, Cout, H, W)
     (1, 16, 96, 11, 13), (1, 24, 40, 7, 7), (2, 3, 17, 5, 3), (1, 160, 960, 7, 7), (1, 576, 96, 14, 14),
     (1, 33, 130, 1, 1),
+    # one output block: long 24-pixel tiles (conv.h's ortx_pointwise_tile_pixels) and a remainder of 4 in 1-6 runs
+    (1, 40, 16, 10, 10),
     # weights over 128 KB, summed 128 input channels at a time on AVX-512: a last chunk of 72 channels ending in a
     # partial block, a partial last group; batch 2 with 5 groups
     (1, 200, 130, 9, 9), (2, 272, 320, 7, 7),
@@ -581,8 +583,8 @@ def _expand_depthwise_against_unfused(isa, case, activations, threads, precision
     blocks = (c + 15) // 16
     middle = np.full((n, blocks, h, w, 16), np.nan, np.float32)
     buffers = [to_blocked(x), packed, packed_bias, middle, middle]
-    if precision == "bf16":  # the per-thread pair scratch: 6 pixels x ceil(Cin/32)*16 words
-        buffers.append(np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32))
+    if precision == "bf16":  # the per-thread pair scratch: 24 pixels x ceil(Cin/32)*16 words
+        buffers.append(np.empty(threads * 24 * ((cin + 31) // 32 * 16), np.uint32))
     suffix = "bf16" if precision == "bf16" else "f32"
     _kernels.call(f"conv_pointwise_nchwc_{suffix}", [n, cin, c, h * w, 0, expand_activation, threads], [p0, p1],
                   buffers, num_threads=threads)

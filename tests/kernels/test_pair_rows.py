@@ -122,7 +122,7 @@ def test_pointwise_pair_rows_gives_the_blocked_kernels_bits(isa, amx, case, side
 
     def run(use_ref):
         source, y = to_pair_rows(x) if in_rows else to_blocked(x), output_buffer(out_rows, n, cout, h, w)
-        scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
+        scratch = np.empty(threads * 24 * ((cin + 31) // 32 * 16), np.uint32)
         _kernels.call("conv_pointwise_pair_rows_bf16",
                       [n, cin, cout, h * w, int(residual), code, threads, in_rows, out_rows], list(params),
                       [source, packed, packed_bias, y, to_blocked(extra) if residual else y, scratch],

@@ -36,7 +36,7 @@ def run_split(x, weights, bias, residual, activation, threads, out_rows, use_ref
     else:
         (packed, packed_bias), remainders, form = pack_pointwise_bf16(weights, bias), np.zeros(1, np.uint16), 0
     y = output_buffer(out_rows, n, cout, h, w)
-    scratch = np.empty(threads * 6 * ((cin + 31) // 32 * 16), np.uint32)
+    scratch = np.empty(threads * 24 * ((cin + 31) // 32 * 16), np.uint32)
     ints = [n, cin, cout, h * w, int(residual is not None), code, threads]
     _kernels.call("conv_pointwise_bf16x3" if split else "conv_pointwise_pair_rows_bf16",
                   ints + ([int(out_rows), form] if split else [0, int(out_rows)]),

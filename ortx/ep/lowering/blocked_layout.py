@@ -129,7 +129,7 @@ from ortx.ep.lowering._values import (NotStatic, attribute, constant_value, nump
 from ortx.ep.precision import bf16_bits, round_to_bf16
 
 LANES = 16
-POINTWISE_PIXELS = 6  # kernels/conv.h's ORTX_POINTWISE_PIXELS
+POINTWISE_LONG_PIXELS = 24  # kernels/conv.h's ORTX_POINTWISE_LONG_PIXELS: the bf16 tiles' scratch
 logger = logging.getLogger(__name__)
 
 
@@ -901,7 +901,7 @@ def lower_blocked_conv(node: ir.Node, builder, plan, depthwise_workspace_bytes: 
                    builder.add_constant(packed_bias, label=f"{node.name}:packed_bias"), y,
                    residual if residual is not None else y]
         if bf16:  # the tiles' input as bf16 pairs, per thread (conv.h's ortx_pointwise_bf16_pair_words)
-            words = POINTWISE_PIXELS * -(-in_channels // 32) * 16
+            words = POINTWISE_LONG_PIXELS * -(-in_channels // 32) * 16
             buffers.append(builder.workspace(4 * words * builder.num_threads, label="bf16_pairs"))
         if split:
             buffers.append(builder.add_constant(remainders, label=f"{node.name}:packed_weights_lo"))
