@@ -749,10 +749,14 @@ def _bf16_blocked_mobilenet(fused: int):
 
 
 @pytest.mark.usefixtures("vdpbf16ps_path")
-@pytest.mark.parametrize("size,blocked", [(28, True), (40, False)])
-def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, blocked):
-    """1x1 -> depthwise -> 1x1 at size x size: under bf16 the run is kept at 28x28 (784 pixels,
-    BF16_SMALL_MAP_PIXELS) and left to the NCHW bf16 kernels at 40x40; fp32 keeps both."""
+@pytest.mark.parametrize("size,rule,blocked", [(28, True, True), (40, True, False), (40, False, True)])
+def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, rule, blocked, monkeypatch):
+    """1x1 -> depthwise -> 1x1 at size x size: under bf16, where the small-map rule applies (a CPU whose bf16 rate is
+    below BF16_SMALL_MAP_MAX_RATE), the run is kept at 28x28 (784 pixels, BF16_SMALL_MAP_PIXELS) and left to the
+    NCHW bf16 kernels at 40x40; where it does not, kept at 40x40 too; fp32 keeps both."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "BF16_SMALL_MAP_MAX_RATE", float("inf") if rule else 0.0)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
              helper.make_node("Conv", ["a", "w2"], ["b"], name="depthwise", group=64, pads=[1, 1, 1, 1]),
              helper.make_node("Conv", ["b", "w3"], ["y"], name="project")]
@@ -801,11 +805,15 @@ def test_bf16_resnet18_runs_blocked_on_vdpbf16ps(batch, threads, monkeypatch):
 
 
 @pytest.mark.usefixtures("vdpbf16ps_path")
-@pytest.mark.parametrize("size,blocked", [(28, True), (40, False)])
-def test_bf16_dense_convs_run_blocked_only_on_small_maps(size, blocked):
+@pytest.mark.parametrize("size,rule,blocked", [(28, True, True), (40, True, False), (40, False, True)])
+def test_bf16_dense_convs_run_blocked_only_on_small_maps(size, rule, blocked, monkeypatch):
     """Two 3x3 convs with a residual Add (a ResNet basic block) under bf16 without AMX: blocked (conv2d_nchwc_bf16)
-    at 28x28 (784 pixels, BF16_SMALL_MAP_PIXELS), NCHW (conv2d_bf16) at 40x40, where the small-map rule weighs the
-    dense convs' multiply-adds as the 1x1 convs'; within the bf16 bar of ORT fp32 either way."""
+    at 28x28 (784 pixels, BF16_SMALL_MAP_PIXELS), NCHW (conv2d_bf16) at 40x40 where the small-map rule applies (it
+    weighs the dense convs' multiply-adds as the 1x1 convs'), blocked there too where it does not; within the bf16
+    bar of ORT fp32 either way."""
+    from ortx.ep.lowering import blocked_layout
+
+    monkeypatch.setattr(blocked_layout, "BF16_SMALL_MAP_MAX_RATE", float("inf") if rule else 0.0)
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["a"], name="conv_a", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["a"], ["ar"], name="conv_a_relu"),

@@ -110,7 +110,8 @@ against conv2d_bf16 on NCHW: 0.63-0.96x (415-467 G multiply-adds/s on 2 threads)
 in-process A/B against DENSE_BF16 off (sessions built in both orders, geometric mean): ResNet-18-style 0.88-0.89x,
 ResNet-50 0.90x, DenseNet-121 0.93x, Inception v1 and v2 0.84x, SqueezeNet 0.77x, ZFNet-512 0.93x; PP-OCR rec and
 cls, VGG-19 0.99-1.00x, AlexNet 1.02x; det's runs stay NCHW (its work is on large maps; with every run that holds a
-dense conv kept, 1.02-1.05x).
+dense conv kept, 1.02-1.05x). Since session 44 the small-map rule holds only on CPUs with a slower bf16 rate
+(BF16_SMALL_MAP_MAX_RATE): with the 1x1 tiles' long forms there, the Zen 5 host runs det's and rec's runs blocked.
 Limits: stride-1 dense convs other than 3x3 from more channels on larger maps neither read nor write blocked tensors
 in fp32 sessions, so a run ends at them.
 """
@@ -269,6 +270,10 @@ def is_strided_pointwise(plan) -> bool:
 # with 0.5: a share of 0.4 was tried on AMX, which no longer applies the rule).
 BF16_SMALL_MAP_PIXELS = 784
 BF16_SMALL_MAP_SHARE = 0.5
+# ... on CPUs whose bf16 multiply-add rate per core (kernels/host_probe.c host_dot_rates) is below this: the rule
+# was measured on the Zen 4 host (one 512-bit multiply-add a cycle). On the Zen 5 host (244 per ns) with session 44's
+# 1x1 tiles every run gains (in-process A/B against the rule, 2 threads: det 0.97x, rec 0.92x)
+BF16_SMALL_MAP_MAX_RATE = 180.0
 BF16_BLOCKED_PATHS = ("avx512_bf16", "amx_bf16")  # the bf16 paths with blocked 1x1 conv kernels
 STEM_MAX_CHANNELS = 4  # dense convs from at most this many channels may write blocked outputs (a network's stem)
 # Dense convs on blocked tensors under bf16 on AMX (dense_bf16_blocked); False: they end runs as before (A/B, tests)
@@ -455,7 +460,8 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     process, against the NCHW AMX program: MobileNetV2-style 0.67-0.79x, cls 1.02-1.07x (kept blocked by the
     small-map rule below, then; tuning's layout choice measures both); det's runs went 1.26-1.30x blocked then.
     Since pair rows and tiled channel operands in elementwise chains (without the latter det's blocked run was
-    1.19-1.23x), the small-map rule applies on the vdpbf16ps path only: det 0.90x, rec 0.87x the NCHW program.
+    1.19-1.23x), the small-map rule applies on the vdpbf16ps path only (and there below BF16_SMALL_MAP_MAX_RATE):
+    det 0.90x, rec 0.87x the NCHW program.
     plan_of(node): the conv lowering's ConvPlan of a Conv/FusedConv it runs, else None."""
     bf16_path = _kernels.bf16_isa() if builder.precision == "bf16" else None
     if _kernels.selected_isa() != "avx512" or bf16_path not in (None, *BF16_BLOCKED_PATHS):
@@ -528,7 +534,7 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     convs = [node for node in run_of if plans.get(node) is not None and roles[node] == "both"
              and not _spares_reorders_only(plans[node], builder)]
     useful = {run(node) for node in convs if np.prod(plans[node].ints[5:7]) > 1}
-    if builder.precision == "bf16" and bf16_path != "amx_bf16":
+    if builder.precision == "bf16" and bf16_path != "amx_bf16" and _small_map_rule_applies():
         # measured on Zen 4's vdpbf16ps path (2 threads, in-process A/B against the NCHW bf16 kernels):
         # MobileNetV2-style 0.76-0.92 but PP-OCRv4 det 1.07-1.18, whose 1x1 convs run on 160x160 to 40x40 maps,
         # where the NCHW bf16 GEMM is as fast and the reorders are not paid back; rec 0.98-1.06. On AMX no such
@@ -549,6 +555,14 @@ def blocked_nodes(nodes, outputs, builder, plan_of) -> frozenset[ir.Node]:
     chosen = frozenset(node for node in run_of if run(node) in useful)
     logger.debug("%d of %d nodes on blocked tensors, in %d runs", len(chosen), len(nodes), len(useful))
     return chosen
+
+
+def _small_map_rule_applies() -> bool:
+    """Whether blocked_nodes keeps only the bf16 runs with most of their work on small maps
+    (BF16_SMALL_MAP_MAX_RATE)."""
+    from ortx.ep.precision import dot_rates
+
+    return dot_rates()[1] < BF16_SMALL_MAP_MAX_RATE
 
 
 PAIR_ROWS_MODES = ("all", "exact", "off")
