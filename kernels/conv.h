@@ -125,6 +125,17 @@ typedef void (*ortx_pointwise_nchwc_tile_fn)(int64_t pixels, int64_t blocks, int
                                              const float *residual, float *y, int activation, float param0,
                                              float param1, uint32_t *scratch);
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512, ortx_pointwise_nchwc_tile_avx512_bf16;
+/* The AVX512_BF16 tile of conv_pointwise_pair_rows_bf16 off AMX: X (in_rows) and/or Y (out_rows) in pair rows
+ * (pair_rows.h). x, y, residual at the tile's first pixel: pair rows in their first chunk (uint16_t, chunks x_plane
+ * or y_plane pixels apart; Y's first chunk is the tile's first block's), else as ortx_pointwise_nchwc_tile_fn's;
+ * the residual blocked fp32 always. out_lanes: the output channels of the tile's blocks that are real (the rest of
+ * a pair-rows pixel is zeroed). NULL where not compiled. */
+typedef void (*ortx_pointwise_rows_tile_fn)(int64_t pixels, int64_t blocks, int64_t in_channels, int64_t x_plane,
+                                            int64_t y_plane, const void *x, int in_rows, const void *w,
+                                            const float *bias, const float *residual, void *y, int out_rows,
+                                            int64_t out_lanes, int activation, float param0, float param1,
+                                            uint32_t *scratch);
+extern const ortx_pointwise_rows_tile_fn ortx_pointwise_rows_tile_avx512_bf16;
 extern const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_portable, ortx_pointwise_nchwc_tile_portable_bf16;
 /* The fp32 AVX-512 tile over input channels [c_begin, c_begin + c_count) only (c_begin a multiple of 16), so a
  * conv can run its sums a chunk of channels at a time over many tiles: started at the bias when `first`, else at

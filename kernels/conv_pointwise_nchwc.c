@@ -32,6 +32,7 @@
 #include "activation.h"
 #include "conv.h"
 #include "gemm_bf16.h"
+#include "pair_rows.h"
 #include "ortx_kernels.h"
 #include "threadpool.h"
 
@@ -121,6 +122,8 @@ typedef struct pointwise_job {
     uint32_t *scratch;
     int activation;
     float param0, param1;
+    ortx_pointwise_rows_tile_fn rows_tile;  /* non-NULL: conv_pointwise_pair_rows_bf16 off AMX */
+    int in_rows, out_rows;
 } pointwise_job;
 
 static void pointwise_task(void *context, int64_t task, int thread) {
@@ -147,6 +150,21 @@ static void pointwise_task(void *context, int64_t task, int thread) {
         return;
     }
     const int64_t step = ortx_pointwise_tile_pixels(blocks);
+    if (job->rows_tile) {  /* pair rows: a pixel is 32 bf16 of a chunk (pair_rows.h), a group's 4 blocks 2 chunks */
+        const void *x_at = job->in_rows ? (const void *)((const uint16_t *)job->X +
+                                                         n * ortx_pair_rows_chunks(job->in_channels) * plane * 32)
+                                        : (const void *)x;
+        const int64_t y_rows = (n * ortx_pair_rows_chunks(job->out_channels) + group * 2) * plane * 32;
+        for (int64_t i = first; i < last; i += step)
+            job->rows_tile(min64(step, last - i), blocks, job->in_channels, plane, plane,
+                           (const char *)x_at + i * 64, job->in_rows, w, job->bias + group * 64,
+                           job->residual ? job->residual + y_base + i * 16 : NULL,
+                           job->out_rows ? (void *)((uint16_t *)job->Y + y_rows + i * 32)
+                                         : (void *)(job->Y + y_base + i * 16),
+                           job->out_rows, job->out_channels - group * 64, job->activation, job->param0,
+                           job->param1, scratch);
+        return;
+    }
     for (int64_t i = first; i < last; i += step)
         job->tile(min64(step, last - i), blocks, job->in_channels, plane, plane, x + i * 16, w,
                   job->bias + group * 64, job->residual ? job->residual + y_base + i * 16 : NULL,
@@ -156,7 +174,7 @@ static void pointwise_task(void *context, int64_t task, int thread) {
 /* weights_per_group: bytes of one group's packed weights; scratch: per-thread words (bf16) or NULL. */
 static void pointwise(const int64_t *ints, const float *floats, void *const *buffers, int num_threads,
                       ortx_pointwise_nchwc_tile_fn tile, int64_t weights_per_group, uint32_t *scratch,
-                      int64_t scratch_words) {
+                      int64_t scratch_words, ortx_pointwise_rows_tile_fn rows_tile, int in_rows, int out_rows) {
     int64_t batch = ints[0], in_channels = ints[1], out_channels = ints[2], pixels = ints[3];
     int threads = (int)max64(1, min64(num_threads, ints[6]));
     /* small convs (< 256K multiply-adds, ~5 us on one core) stay on one thread */
@@ -180,7 +198,7 @@ static void pointwise(const int64_t *ints, const float *floats, void *const *buf
         tile, large && in_channels > CHUNK ? ortx_pointwise_nchwc_chunk_avx512 : NULL, in_channels, out_channels,
         pixels, groups, runs, tiles_per_run, weights_per_group, scratch_words,
         buffers[0], buffers[2], ints[4] ? buffers[4] : NULL, buffers[1], buffers[3], scratch,
-        (int)ints[5], floats[0], floats[1],
+        (int)ints[5], floats[0], floats[1], rows_tile, in_rows, out_rows,
     };
     ortx_parallel_for(threads, batch * groups * runs, pointwise_task, &job);
 }
@@ -188,7 +206,7 @@ static void pointwise(const int64_t *ints, const float *floats, void *const *buf
 void ortx_conv_pointwise_nchwc_f32(const int64_t *ints, const float *floats, void *const *buffers, int num_threads) {
     pointwise(ints, floats, buffers, num_threads,
               ortx_selected_isa() == ORTX_ISA_AVX512 ? ortx_pointwise_nchwc_tile_avx512 : tile_portable,
-              ints[1] * 64 * (int64_t)sizeof(float), NULL, 0);
+              ints[1] * 64 * (int64_t)sizeof(float), NULL, 0, NULL, 0, 0);
 }
 
 /* Whether the bf16 1x1 convs take the AVX512_BF16 tile, and whether their AMX steps (conv_pointwise_nchwc_amx.c). */
@@ -201,16 +219,28 @@ void ortx_conv_pointwise_nchwc_bf16(const int64_t *ints, const float *floats, vo
     if (amx_path() && ortx_conv_pointwise_nchwc_bf16_amx(ints, floats, buffers, num_threads)) return;
     int64_t words = ORTX_POINTWISE_LONG_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]);
     pointwise(ints, floats, buffers, num_threads, fast ? ortx_pointwise_nchwc_tile_avx512_bf16 : tile_portable_bf16,
-              ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words);
+              ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5], words, NULL, 0,
+              0);
 }
 
 /* conv_pointwise_pair_rows_bf16: conv_pointwise_nchwc_bf16 with X and/or Y in pair rows (pair_rows.h): ints its 7,
- * then in_rows, out_rows; buffers its (the residual, when there is one, blocked fp32). The lowering emits it only
- * on the AMX path, whose steps load A tiles from pair rows as they lie; elsewhere (AMX turned off by tests) the
- * oracle's loops run it. */
+ * then in_rows, out_rows; buffers its (the residual, when there is one, blocked fp32). On AMX its steps load A
+ * tiles from pair rows as they lie; on the AVX512_BF16 path the rows tile (conv_pointwise_nchwc_avx512_bf16.c)
+ * broadcasts pair words from them as they lie and rounds its outputs into them; elsewhere the oracle's loops. */
 void ortx_conv_pointwise_pair_rows_bf16(const int64_t *ints, const float *floats, void *const *buffers,
                                         int num_threads) {
     if (amx_path() && ortx_conv_pointwise_pair_rows_bf16_amx(ints, floats, buffers, num_threads)) return;
+    if (!ints[7] && !ints[8]) {  /* neither side in pair rows */
+        ortx_conv_pointwise_nchwc_bf16(ints, floats, buffers, num_threads);
+        return;
+    }
+    if (avx512_bf16_path() && ortx_pointwise_rows_tile_avx512_bf16 != NULL) {
+        pointwise(ints, floats, buffers, num_threads, NULL,
+                  ortx_pointwise_bf16_pair_words(ints[1]) * 128 * (int64_t)sizeof(uint16_t), buffers[5],
+                  ORTX_POINTWISE_LONG_PIXELS * ortx_pointwise_bf16_pair_words(ints[1]),
+                  ortx_pointwise_rows_tile_avx512_bf16, (int)ints[7], (int)ints[8]);
+        return;
+    }
     ortx_conv_pointwise_pair_rows_bf16_ref(ints, floats, buffers, num_threads);
 }
 

@@ -94,7 +94,8 @@ def compile_segment(nodes, inputs: list[ir.Value], outputs: list[ir.Value], *, n
         builder.blocked_concats = frozenset(node.outputs[0].name for node in builder.blocked_nodes
                                             if node.op_type == "Concat")
         if fuse_expand:
-            builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none)
+            builder.expand_of = blocked_layout.expand_depthwise_pairs(order, outputs, builder, conv_plan_or_none,
+                                                                      pair_rows)
         builder.pair_rows = blocked_layout.pair_rows_values(order, outputs, builder, conv_plan_or_none, pair_rows)
         builder.depthwise_of = blocked_layout.depthwise_bf16x3_pairs(order, outputs, builder, conv_plan_or_none)
     for node in order:

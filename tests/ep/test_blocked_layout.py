@@ -620,20 +620,25 @@ def test_bf16_on_amx_runs_its_1x1_convs_blocked_unfused():
         _bf16_blocked_mobilenet(fused=0)
 
 
-@pytest.mark.usefixtures("amx_path")
-def test_bf16_on_amx_keeps_the_runs_tensors_in_pair_rows():
-    """PAIR_ROWS "all" (the default): every tensor between the run's 1x1 and depthwise convs is bf16 pair rows,
+@pytest.mark.parametrize("path", ["amx_path", "vdpbf16ps_path"])
+def test_bf16_keeps_the_runs_tensors_in_pair_rows(path, request):
+    """On AMX and on the vdpbf16ps path (conv_pointwise_pair_rows_bf16's rows tile; there the expand + depthwise
+    pairs run unfused while pair rows are on, fused with them "off": blocked_layout.expand_depthwise_pairs).
+    PAIR_ROWS "all" (the default): every tensor between the run's 1x1 and depthwise convs is bf16 pair rows,
     the expanded maps the depthwise convs read too (the option's bf16 activations): every 1x1 conv reads or writes
     pair rows, and the result is as accurate against fp32 as with none, within the blocked test's margin. "exact"
     keeps only the tensors 1x1 convs alone read (the depthwise convs' outputs, and 1x1 outputs only 1x1 convs
     read), whose bits those convs round their input to anyway: the same bits as with no pair rows."""
     import ortx.pipeline
 
+    request.getfixturevalue(path)
     assert ortx.pipeline.PAIR_ROWS == "all"
     model = _models.mobilenetv2_style(size=64, seed=5)
     feeds = {"input": _random((1, 3, 64, 64), 8)}
     with _pair_rows("off"):
-        (expected,), (plain,), _ = _run_both(model, feeds, precision="bf16")
+        (expected,), (plain,), session = _run_both(model, feeds, precision="bf16")
+    fused = _kernel_counts(session)["conv_expand_depthwise_nchwc_bf16"]
+    assert fused == (5 if path == "vdpbf16ps_path" else 0)
     with _pair_rows("exact"):
         (_,), (exact,), session = _run_both(model, feeds, precision="bf16")
     np.testing.assert_array_equal(exact, plain)
@@ -767,9 +772,10 @@ def test_bf16_runs_only_where_most_1x1_work_is_on_small_maps(size, rule, blocked
     feeds = {"x": _random((1, 32, size, size), 22)}
     (expected,), (actual,), session = _run_both(model, feeds, precision="bf16")
     assert cosine(actual, expected) >= BF16_MODEL_MIN_COSINE
-    counts = _kernel_counts(session)  # blocked: the expand fused with the depthwise conv
-    assert (counts["conv_pointwise_nchwc_bf16"], counts["conv_expand_depthwise_nchwc_bf16"]) == ((1, 1) if blocked
-                                                                                                else (0, 0))
+    counts = _kernel_counts(session)  # blocked: the 1x1 convs through pair rows (or the expand fused, AMX aside)
+    blocked_1x1 = (counts["conv_pointwise_nchwc_bf16"] + counts["conv_pointwise_pair_rows_bf16"]
+                   + counts["conv_expand_depthwise_nchwc_bf16"])
+    assert blocked_1x1 == (2 if blocked else 0), counts
     _, _, fp32_session = _run_both(model, feeds)
     fp32_counts = _kernel_counts(fp32_session)  # the expand runs fused with the depthwise conv
     assert fp32_counts["conv_pointwise_nchwc_f32"] == 1 and fp32_counts["conv_expand_depthwise_nchwc_f32"] == 1

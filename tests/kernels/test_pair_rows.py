@@ -104,12 +104,13 @@ def test_depthwise_pair_rows_gives_the_blocked_kernels_bits(isa, case, sides, ac
 
 @pytest.mark.parametrize("case", BF16_POINTWISE_CASES, ids=[str(c) for c in BF16_POINTWISE_CASES])
 @pytest.mark.parametrize("sides", SIDES, ids=["in", "out", "both"])
-@pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True)])
+@pytest.mark.parametrize("activation,residual", [("clip", False), ("hard_swish", True), ("hard_sigmoid", False)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_pointwise_pair_rows_gives_the_blocked_kernels_bits(isa, amx, case, sides, activation, residual, threads):
     """On the AMX steps (full and partial 32-pixel steps read from the rows, odd output blocks whose chunk's second
-    half is zeroed, residuals read blocked); with AMX off or below AVX-512 the kernel runs the oracle, checked for
-    agreement only."""
+    half is zeroed, residuals read blocked) and on the AVX512_BF16 rows tile (AMX off or absent: pair words
+    broadcast from the rows, long tiles of 1-3 blocks, pads past C zero though hard_sigmoid(0) is not); below
+    AVX-512 the kernel runs the oracle, checked for agreement only."""
     in_rows, out_rows = sides
     n, cin, cout, h, w = case
     x, weights, bias = random((n, cin, h, w), 70), random((cout, cin), 71) * 0.2, random(cout, 72)
@@ -129,7 +130,7 @@ def test_pointwise_pair_rows_gives_the_blocked_kernels_bits(isa, amx, case, side
                       num_threads=threads, use_ref=use_ref)
         return read_output(y, out_rows, cout, h, w)
 
-    if amx == "amx" and isa == "avx512":  # the AMX steps on both sides
+    if isa == "avx512" and (amx == "amx" or _kernels.bf16_isa() == "avx512_bf16"):  # AMX, or the rows tile
         np.testing.assert_array_equal(run(False), expected)
     else:
         assert_agrees(run(False), expected, bool(out_rows))

@@ -572,6 +572,7 @@ POOL_OUT_PAIR_ROWS = True  # ... and writes them where its readers take them (ma
 DEPTHWISE_BF16X3 = True  # a depthwise conv fused with the bf16x3 1x1 conv reading it (depthwise_bf16x3_pairs)
 BAND_FLOATS = 32 * 1024  # conv_depthwise_bf16x3's band of depthwise rows a thread (128 KB; 8K-64K alike)
 SPLIT_FP32_POINTWISE = True  # fp32_nodes' 1x1 convs on AMX as bf16x3 (split_pointwise); False: fp32 kernels
+VDPBF16PS_PAIR_ROWS = True  # pair rows on the avx512_bf16 path too (1x1 and depthwise convs; pair_rows_values)
 RESIDUAL_PAIR_ROWS = True  # under "all", a dense bf16 conv reads its residual from pair rows (pair_rows_values)
 
 
@@ -586,13 +587,13 @@ def _readers(nodes) -> dict[int, list[tuple[ir.Node, int]]]:
 
 
 def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> frozenset[str]:
-    """Step 1c: under precision bf16 on the AMX path, the blocked tensors kept as bf16 pair rows (kernels/
-    pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output that is no segment output and that
-    only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct form, dense_bf16_blocked, with
-    DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS: maxpool_pair_rows_f32, writing blocked
-    fp32; a MaxPool whose input is pair rows writes them too where its readers take them, POOL_OUT_PAIR_ROWS:
-    maxpool_pair_rows_bf16, the same maxima rounded) or a dense conv's residual input (RESIDUAL_PAIR_ROWS:
-    conv2d_bf16_nchwc adds the bf16 values).
+    """Step 1c: under precision bf16 on the AMX path (and the vdpbf16ps path: VDPBF16PS_PAIR_ROWS), the blocked tensors
+    kept as bf16 pair rows (kernels/pair_rows.h) instead of blocked fp32: a 1x1, depthwise or dense conv's output
+    that is no segment output and that only such convs read, each as its X (dense: conv2d_bf16_nchwc's AMX direct
+    form, dense_bf16_blocked, with DENSE_PAIR_ROWS), or, under "all", a blocked MaxPool (POOL_PAIR_ROWS:
+    maxpool_pair_rows_f32, writing blocked fp32; a MaxPool whose input is pair rows writes them too where its readers
+    take them, POOL_OUT_PAIR_ROWS: maxpool_pair_rows_bf16, the same maxima rounded) or a dense conv's residual input
+    (RESIDUAL_PAIR_ROWS: conv2d_bf16_nchwc adds the bf16 values).
     Half the bytes of each such tensor move through memory, a 1x1 conv loads its AMX tiles from the
     rows as they lie instead of rounding its input, and a dense conv copies them into its chunk planes. Dense convs
     in-process against DENSE_PAIR_ROWS off (2 threads, bits unchanged): ResNet-18-style 0.979 and 0.982 (conv1 ->
@@ -618,11 +619,16 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
     (OpenVINO's bf16 0.999876), rec's line 0.999858 / 0.999879. Session 28, against "exact", with the depthwise
     convs' register-chunk kernels (2 threads, paired): MobileNetV2-style 0.907, det 0.949, rec 0.998, cls 0.989;
     "all" is the default since. Before their writers stored whole 64-byte pixel lines (a block's half lines, one
-    task each), "all" read 1.05-1.08x: the half-line stores cost a read of every line."""
+    task each), "all" read 1.05-1.08x: the half-line stores cost a read of every line.
+    On the vdpbf16ps path (session 44: conv_pointwise_pair_rows_bf16's AVX512_BF16 rows tile; MaxPools stay blocked
+    fp32 there, unmeasured) the 1x1 and depthwise convs take pair rows instead of the fused expand + depthwise steps
+    (expand_depthwise_pairs has the A/B); against the same unfused program in blocked fp32: MobileNetV2-style
+    0.85x, cls 1.02x (AMD Zen 5, 2 threads, in-process)."""
     if mode not in PAIR_ROWS_MODES:
         raise ValueError(f"pair rows mode {mode!r}: expected one of {', '.join(PAIR_ROWS_MODES)}")
-    if (mode == "off" or builder.precision != "bf16" or _kernels.bf16_isa() != "amx_bf16"
-            or not builder.blocked_nodes or builder.expand_of):
+    path = _kernels.bf16_isa()
+    if (mode == "off" or builder.precision != "bf16" or not builder.blocked_nodes or builder.expand_of
+            or path not in ("amx_bf16", "avx512_bf16") or (path == "avx512_bf16" and not VDPBF16PS_PAIR_ROWS)):
         return frozenset()
     readers, output_values = _readers(nodes), {id(value) for value in outputs}
 
@@ -630,7 +636,7 @@ def pair_rows_values(nodes, outputs, builder, plan_of, mode: str = "all") -> fro
         if builder.precision_of(node) == "fp32":  # provider option fp32_nodes: no bf16 value in or out
             return None
         if node.op_type == "MaxPool" and node in builder.blocked_nodes:  # reads pair rows, writes blocked fp32
-            return "maxpool" if POOL_PAIR_ROWS else None
+            return "maxpool" if POOL_PAIR_ROWS and path == "amx_bf16" else None
         plan = plan_of(node) if node in builder.blocked_nodes else None
         if plan is None:
             return None
@@ -1062,7 +1068,7 @@ def _fits_expand_rows(plan) -> bool:
             and stride_width in (1, 2) and (dilation_height, dilation_width) == (1, 1) and out_width >= 8)
 
 
-def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir.Node]:
+def expand_depthwise_pairs(nodes, outputs, builder, plan_of, pair_rows: str = "all") -> dict[ir.Node, ir.Node]:
     """Step 1b: the depthwise convs lowered together with the 1x1 conv whose output only they read (MobileNetV2's
     expand -> depthwise), as one conv_expand_depthwise_nchwc_f32 step; depthwise node -> 1x1 node. Both must be
     blocked nodes (step 1), the 1x1 conv without residual and its output no segment output, the depthwise conv
@@ -1074,9 +1080,16 @@ def expand_depthwise_pairs(nodes, outputs, builder, plan_of) -> dict[ir.Node, ir
     (model 167 host, branch expand-depthwise-rows), was one on pair rows: the AMX steps' bf16 rows into a thread's
     window, then the pair-rows depthwise step from it (bitwise the unfused pair): each pair took the unfused pair's
     time (16 -> 96 -> depthwise s2 at 112x112: 0.159 ms fused, 0.104 + 0.055 unfused), MobileNetV2-style 0.997x
-    [0.974, 1.008] in-process, so these steps are bound by their own work, not by the expanded map's traffic."""
+    [0.974, 1.008] in-process, so these steps are bound by their own work, not by the expanded map's traffic.
+    Nor on the vdpbf16ps path while pair rows are on there (`pair_rows` the session's mode, VDPBF16PS_PAIR_ROWS):
+    the expanded maps and the depthwise outputs in pair rows beat the fused step (session 44, AMD Zen 5, 2 threads,
+    in-process A/B, unfused with pair rows "all" against fused: MobileNetV2-style 0.85-0.86x, PP-OCR rec 0.86-0.89x,
+    det 0.95x, cls 1.02-1.04x)."""
     if builder.precision not in ("fp32", "bf16") or not builder.blocked_nodes:
         return {}
+    if (builder.precision == "bf16" and _kernels.bf16_isa() == "avx512_bf16" and VDPBF16PS_PAIR_ROWS
+            and pair_rows != "off"):
+        return {}  # pair rows instead (see above)
     if builder.precision == "bf16" and _kernels.bf16_isa() == "amx_bf16":
         return {}  # the fused step's 1x1 conv is the vdpbf16ps tile; the AMX steps unfused are faster (see above)
     readers, output_values = _readers(nodes), {id(value) for value in outputs}
