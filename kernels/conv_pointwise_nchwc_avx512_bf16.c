@@ -18,66 +18,28 @@
  * 0.99-1.01x) */
 enum { PREFETCH_PAIRS = 8 };
 
-ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void tile_fixed(
-    const int P, const int B, int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x,
-    const uint16_t *w, const float *bias, const float *residual, float *y, int activation, float param0, float param1,
-    uint32_t *scratch) {
-    const int64_t words = ortx_pointwise_bf16_pair_words(in_channels), pairs = (in_channels + 1) / 2;
-    for (int i = 0; i < P; i++)
-        ortx_pointwise_round_pixel_bf16(x + i * 16, x_plane, in_channels, words, scratch + i * words);
-    __m512 acc[ORTX_POINTWISE_LONG_PIXELS];
-    for (int b = 0; b < B; b++) {
-        __m512 start = _mm512_loadu_ps(bias + 16 * b);
+/* One channel pair q of a tile: its weight vectors (and a prefetch PREFETCH_PAIRS pairs ahead), pixel i's pair word
+ * at at[i * stride], into the P x B sums. */
+ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void pair_step(
+    const int P, const int B, const uint16_t *w, int64_t q, const uint32_t *at, int64_t stride, __m512 *acc) {
+    __m512bh wv[4];
+    for (int b = 0; b < B; b++) wv[b] = (__m512bh)_mm512_loadu_si512(w + (q * 64 + b * 16) * 2);
+    for (int b = 0; b < B; b++)
+        _mm_prefetch((const char *)(w + ((q + PREFETCH_PAIRS) * 64 + b * 16) * 2), _MM_HINT_T0);
 #pragma GCC unroll 24
-        for (int i = 0; i < P; i++) acc[i * B + b] = start;
+    for (int i = 0; i < P; i++) {
+        __m512bh xv = (__m512bh)_mm512_set1_epi32((int32_t)at[i * stride]);
+        for (int b = 0; b < B; b++) acc[i * B + b] = _mm512_dpbf16_ps(acc[i * B + b], xv, wv[b]);
     }
-    for (int64_t q = 0; q < pairs; q++) {
-        __m512bh wv[4];
-        for (int b = 0; b < B; b++) wv[b] = (__m512bh)_mm512_loadu_si512(w + (q * 64 + b * 16) * 2);
-        for (int b = 0; b < B; b++)
-            _mm_prefetch((const char *)(w + ((q + PREFETCH_PAIRS) * 64 + b * 16) * 2), _MM_HINT_T0);
-#pragma GCC unroll 24
-        for (int i = 0; i < P; i++) {
-            __m512bh xv = (__m512bh)_mm512_set1_epi32((int32_t)scratch[i * words + q]);
-            for (int b = 0; b < B; b++) acc[i * B + b] = _mm512_dpbf16_ps(acc[i * B + b], xv, wv[b]);
-        }
-    }
-    ortx_pointwise_store_tile(P, B, acc, y_plane, 16, residual, y, activation, param0, param1);
 }
 
-/* One function per tile size, as the fp32 tile's (conv_pointwise_nchwc_avx512.c) */
-#define TILE_FUNCTION(P, B)                                                                                         \
-    ORTX_TARGET_AVX512_BF16 static __attribute__((noinline)) void tile_##P##_##B(                                   \
-        int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x, const uint16_t *w, const float *bias, \
-        const float *residual, float *y, int activation, float param0, float param1, uint32_t *scratch) {           \
-        tile_fixed(P, B, in_channels, x_plane, y_plane, x, w, bias, residual, y, activation, param0, param1,        \
-                   scratch);                                                                                        \
-    }
-ORTX_POINTWISE_SHORT_SIZES(TILE_FUNCTION)
-ORTX_POINTWISE_LONG_SIZES(TILE_FUNCTION)
-#undef TILE_FUNCTION
-
-ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,
-                                                    int64_t x_plane, int64_t y_plane, const float *x,
-                                                    const void *weights, const float *bias, const float *residual,
-                                                    float *y, int activation, float param0, float param1,
-                                                    uint32_t *scratch) {
-    const uint16_t *w = weights;
-#define TILE(P, B)                                                                                          \
-    tile_##P##_##B(in_channels, x_plane, y_plane, tile_x, w, bias, tile_residual, tile_y, activation, param0, \
-                   param1, scratch)
-    ORTX_POINTWISE_RUN(TILE, 3)
-#undef TILE
-}
-
-const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512_bf16 = tile_avx512_bf16;
-
-/* conv_pointwise_pair_rows_bf16's tile (conv.h's ortx_pointwise_rows_tile_fn): with X in pair rows the pair words
- * are the rows themselves, pixel i's word q at ((q / 16) * x_plane + i) * 16 words (no rounding: a pair-rows
- * writer rounded them as this tile would); with Y in pair rows the epilogue rounds a chunk's two blocks of a pixel
- * at once (vcvtne2ps2bf16: the low block's 16 values, then the high block's, the chunk's channel order), lanes
- * past out_lanes zero (an activation of a zero sum need not be zero). Sums as tile_fixed's, so the bits of a 1x1
- * conv that reads pair rows are those it would compute from the same tensor in fp32. */
+/* The tile (IN_ROWS and OUT_ROWS 0: conv_pointwise_nchwc_bf16's) and conv_pointwise_pair_rows_bf16's (conv.h's
+ * ortx_pointwise_rows_tile_fn). With X in pair rows the pair words are the rows themselves, pixel i's word q at
+ * ((q / 16) * x_plane + i) * 16 words (no rounding: a pair-rows writer rounded them as the blocked form's scratch
+ * would hold them); with Y in pair rows the epilogue rounds a chunk's two blocks of a pixel at once
+ * (vcvtne2ps2bf16: the low block's 16 values, then the high block's, the chunk's channel order), lanes past
+ * out_lanes zero (an activation of a zero sum need not be zero; out_lanes is read with OUT_ROWS only). The sums
+ * are the same in every form, so a 1x1 conv that reads pair rows computes the bits it would from fp32. */
 ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void rows_fixed(
     const int P, const int B, const int IN_ROWS, const int OUT_ROWS, int64_t in_channels, int64_t x_plane,
     int64_t y_plane, const void *x, const uint16_t *w, const float *bias, const float *residual, void *y,
@@ -93,22 +55,13 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void rows_f
 #pragma GCC unroll 24
         for (int i = 0; i < P; i++) acc[i * B + b] = start;
     }
-    for (int64_t q0 = 0; q0 < pairs; q0 += 16) {
-        /* pixel i's words q0 .. q0 + 15 at at[i * 16 + j] */
-        const uint32_t *at = IN_ROWS ? (const uint32_t *)x + q0 / 16 * x_plane * 16 : scratch + q0;
-        const int64_t stride = IN_ROWS ? 16 : words, count = pairs - q0 < 16 ? pairs - q0 : 16;
-        for (int64_t j = 0; j < count; j++) {
-            const int64_t q = q0 + j;
-            __m512bh wv[4];
-            for (int b = 0; b < B; b++) wv[b] = (__m512bh)_mm512_loadu_si512(w + (q * 64 + b * 16) * 2);
-            for (int b = 0; b < B; b++)
-                _mm_prefetch((const char *)(w + ((q + PREFETCH_PAIRS) * 64 + b * 16) * 2), _MM_HINT_T0);
-#pragma GCC unroll 24
-            for (int i = 0; i < P; i++) {
-                __m512bh xv = (__m512bh)_mm512_set1_epi32((int32_t)at[i * stride + j]);
-                for (int b = 0; b < B; b++) acc[i * B + b] = _mm512_dpbf16_ps(acc[i * B + b], xv, wv[b]);
-            }
+    if (IN_ROWS) {
+        for (int64_t q0 = 0; q0 < pairs; q0 += 16) {  /* pixel i's words q0 .. q0 + 15 at at[i * 16 + j] */
+            const uint32_t *at = (const uint32_t *)x + q0 / 16 * x_plane * 16;
+            for (int64_t j = 0; j < 16 && q0 + j < pairs; j++) pair_step(P, B, w, q0 + j, at + j, 16, acc);
         }
+    } else {
+        for (int64_t q = 0; q < pairs; q++) pair_step(P, B, w, q, scratch + q, words, acc);
     }
     if (!OUT_ROWS) {
         ortx_pointwise_store_tile(P, B, acc, y_plane, 16, residual, (float *)y, activation, param0, param1);
@@ -134,6 +87,33 @@ ORTX_TARGET_AVX512_BF16 static inline __attribute__((always_inline)) void rows_f
         }
     }
 }
+
+/* One function per tile size, as the fp32 tile's (conv_pointwise_nchwc_avx512.c) */
+#define TILE_FUNCTION(P, B)                                                                                         \
+    ORTX_TARGET_AVX512_BF16 static __attribute__((noinline)) void tile_##P##_##B(                                   \
+        int64_t in_channels, int64_t x_plane, int64_t y_plane, const float *x, const uint16_t *w, const float *bias, \
+        const float *residual, float *y, int activation, float param0, float param1, uint32_t *scratch) {           \
+        rows_fixed(P, B, 0, 0, in_channels, x_plane, y_plane, x, w, bias, residual, y, 0, activation, param0,       \
+                   param1, scratch);                                                                                \
+    }
+ORTX_POINTWISE_SHORT_SIZES(TILE_FUNCTION)
+ORTX_POINTWISE_LONG_SIZES(TILE_FUNCTION)
+#undef TILE_FUNCTION
+
+ORTX_TARGET_AVX512_BF16 static void tile_avx512_bf16(int64_t pixels, int64_t blocks, int64_t in_channels,
+                                                    int64_t x_plane, int64_t y_plane, const float *x,
+                                                    const void *weights, const float *bias, const float *residual,
+                                                    float *y, int activation, float param0, float param1,
+                                                    uint32_t *scratch) {
+    const uint16_t *w = weights;
+#define TILE(P, B)                                                                                          \
+    tile_##P##_##B(in_channels, x_plane, y_plane, tile_x, w, bias, tile_residual, tile_y, activation, param0, \
+                   param1, scratch)
+    ORTX_POINTWISE_RUN(TILE, 3)
+#undef TILE
+}
+
+const ortx_pointwise_nchwc_tile_fn ortx_pointwise_nchwc_tile_avx512_bf16 = tile_avx512_bf16;
 
 /* One function per tile size and pair-rows form; the activation a constant for the common ones, as
  * ortx_pointwise_store_tile makes it */
