@@ -173,6 +173,30 @@ def test_the_activation_after_the_epilogue_folds_in(op_type, domain, attributes,
     assert_close(_on_ortx_ep(model, feeds, use_reference_kernels=True), expected)
 
 
+@pytest.mark.parametrize("op_type, domain, attributes, clip_bounds", [case[:4] for case in ACTIVATION_CASES],
+                         ids=[f"{case[1]}{'.' if case[1] else ''}{case[0]}" for case in ACTIVATION_CASES])
+def test_under_bf16_every_activation_runs_in_the_gemm_epilogue(op_type, domain, attributes, clip_bounds):
+    """No generated GEMM replaces gemm_bf16, so its epilogue takes the exp-based activations too (one pass over the
+    output fewer); the result within bf16's bar of ORT fp32."""
+    import onnxruntime
+
+    import ortx
+    from tests.tolerances import BF16_MODEL_MIN_COSINE
+
+    proto = _activation_model(op_type, residual=True, domain=domain, attributes=attributes, clip_bounds=clip_bounds)
+    feeds = feeds_for(proto)
+    expected = run_ort(proto, feeds)[0]
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ortx.InferenceSession(proto.SerializeToString(), options, providers=["OrtxEP", "CPUExecutionProvider"],
+                                    provider_options=[{"tuning": "off", "precision": "bf16",
+                                                       "bf16_compute": "always"}, {}])
+    assert _kernels_of(session) == ["gemm_bf16"]
+    actual = session.run(None, feeds)[0].ravel().astype(np.float64)
+    cosine = actual @ expected.ravel() / (np.linalg.norm(actual) * np.linalg.norm(expected))
+    assert cosine >= BF16_MODEL_MIN_COSINE, cosine
+
+
 def test_a_tanh_gelu_is_left_to_its_own_step():
     proto = _activation_model("Gelu", residual=False, attributes={"approximate": "tanh"})
     model = to_ir(proto)

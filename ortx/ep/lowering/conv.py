@@ -584,7 +584,8 @@ MATMUL_ACTIVATIONS = {**{name: code for name, code in ACTIVATIONS.items() if nam
 UNARY_CODE_OF_ACTIVATION = {**{code: code for code in MATMUL_ACTIVATIONS.values()}, 8: 28}
 # The activations the generated GEMM's template has (ortx/codegen/gemm.py ACTIVATIONS): a dense FusedMatMul runs
 # these in its GEMM's epilogue and the others (the exp-based ones) as an in-place unary_f32 step after it, so its
-# GEMM keeps tuned schedules; the sparse kernel's epilogue takes them all.
+# GEMM keeps tuned schedules; the sparse kernel's epilogue takes them all, and so does gemm_bf16's (no generated bf16
+# GEMM replaces it; the same vector Gelu as unary_f32's).
 TEMPLATE_ACTIVATIONS = frozenset({1, 2, 3, 5, 6})
 
 
@@ -617,7 +618,7 @@ def lower_fused_matmul(node: ir.Node, builder) -> None:
             node, builder, M, weights.T, a, output, bias,
             builder.buffer(residual) if residual is not None else None, activation, activation_params):
         return  # Case sparse: the CSR kernel adds the bias and the residual and applies the activation
-    in_epilogue = precision == "fp32" and activation in TEMPLATE_ACTIVATIONS
+    in_epilogue = activation in TEMPLATE_ACTIVATIONS if precision == "fp32" else True
     packed = _pack(weights[None], N, K, 1, N, 1, precision=precision)
     _emit_gemm(builder, M=M, N=N, K=K, a=a, a_packed=False, a_strides=(K, 1),
                b=builder.add_constant(packed, label=f"{node.name}:B"), b_packed=True, b_strides=(N, 1), output=output,
